@@ -1,0 +1,1 @@
+"""Example code referenced by the projects in ``projects/``; each module also runs alone."""

@@ -1,0 +1,108 @@
+"""tubeless: bounded, inspectable, testable agent pipelines declared in Python or YAML.
+
+Public names are imported lazily, so ``tubeless --help`` never pays for pydantic or jsonschema.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from tubeless._version import __version__
+
+if TYPE_CHECKING:
+    from tubeless.errors import (
+        AgentDefinitionError,
+        DocumentError,
+        PipelineDefinitionError,
+        PipelineError,
+        PipelineExecutionError,
+        PlanningError,
+        ReferenceResolutionError,
+        TemplateError,
+        TubelessError,
+    )
+    from tubeless.pipeline import (
+        CancelToken,
+        DefinitionIdentity,
+        Pipeline,
+        PipelineRun,
+        Plan,
+        StepContext,
+        define_pipeline,
+        for_each_pipeline,
+        from_pipeline,
+        iterate_pipeline,
+        require_outputs,
+        step,
+    )
+    from tubeless.schema import Schema
+
+__all__ = [
+    "AgentDefinitionError",
+    "CancelToken",
+    "DefinitionIdentity",
+    "DocumentError",
+    "Pipeline",
+    "PipelineDefinitionError",
+    "PipelineError",
+    "PipelineExecutionError",
+    "PipelineRun",
+    "Plan",
+    "PlanningError",
+    "ReferenceResolutionError",
+    "Schema",
+    "StepContext",
+    "TemplateError",
+    "TubelessError",
+    "__version__",
+    "define_pipeline",
+    "for_each_pipeline",
+    "from_pipeline",
+    "iterate_pipeline",
+    "require_outputs",
+    "step",
+]
+
+_HOMES = {
+    "tubeless.errors": (
+        "AgentDefinitionError",
+        "DocumentError",
+        "PipelineDefinitionError",
+        "PipelineError",
+        "PipelineExecutionError",
+        "PlanningError",
+        "ReferenceResolutionError",
+        "TemplateError",
+        "TubelessError",
+    ),
+    "tubeless.pipeline": (
+        "CancelToken",
+        "DefinitionIdentity",
+        "Pipeline",
+        "PipelineRun",
+        "Plan",
+        "StepContext",
+        "define_pipeline",
+        "for_each_pipeline",
+        "from_pipeline",
+        "iterate_pipeline",
+        "require_outputs",
+        "step",
+    ),
+    "tubeless.schema": ("Schema",),
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tubeless' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

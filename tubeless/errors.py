@@ -1,0 +1,363 @@
+"""The tubeless error tree and every error code.
+
+Exceptions (everything raised carries a stable ``code``)::
+
+    TubelessError(code, message)               root of everything tubeless raises
+    ├── PipelineDefinitionError                TUBELESS_DEFINITION_* (all problems at once, .errors)
+    ├── AgentDefinitionError                   TUBELESS_AGENT_INVALID_DEFINITION
+    ├── PlanningError                          TUBELESS_PLANNING_* (.errors)
+    ├── PipelineExecutionError                 a run that did not complete (.run, .source_code)
+    ├── DocumentError                          TUBELESS_DOCUMENT_INVALID (.issues)
+    ├── ReferenceResolutionError               TUBELESS_REFERENCE_INVALID
+    └── TemplateError                          TUBELESS_TEMPLATE_INVALID
+
+Plain data (never raised; recorded on runs and in traces)::
+
+    PipelineError(code, kind, phase, message, step_id, source_code, cause, issues, fan_out)
+    ErrorCause(message, name, source_code, cause)      JSON-safe, bounded cause chain
+    ValidationIssue(message, path)                     never quotes the rejected value
+
+Errors raised inside a run (by handlers, validators, the agent harness) are never lost: the run
+records them as :class:`PipelineError` with the original exception's ``code`` attribute kept as
+``source_code`` and the original exception reachable as ``exception``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from tubeless.pipeline import PipelineRun
+
+__all__ = [
+    "AgentDefinitionError",
+    "DocumentError",
+    "ErrorCause",
+    "ErrorKind",
+    "ErrorPhase",
+    "PipelineDefinitionError",
+    "PipelineError",
+    "PipelineExecutionError",
+    "PlanningError",
+    "ReferenceResolutionError",
+    "TemplateError",
+    "TubelessError",
+    "ValidationIssue",
+]
+
+# -- definition (raised by define_pipeline / step, before any side effect) -----------------------
+DEFINITION_PIPELINE_ID_BLANK = "TUBELESS_DEFINITION_PIPELINE_ID_BLANK"
+DEFINITION_PIPELINE_NAME_BLANK = "TUBELESS_DEFINITION_PIPELINE_NAME_BLANK"
+DEFINITION_PIPELINE_DESCRIPTION_BLANK = "TUBELESS_DEFINITION_PIPELINE_DESCRIPTION_BLANK"
+DEFINITION_IMPLEMENTATION_VERSION_INVALID = "TUBELESS_DEFINITION_IMPLEMENTATION_VERSION_INVALID"
+DEFINITION_STEP_IDS_DUPLICATE = "TUBELESS_DEFINITION_STEP_IDS_DUPLICATE"
+DEFINITION_STEP_ID_BLANK = "TUBELESS_DEFINITION_STEP_ID_BLANK"
+DEFINITION_STEP_ID_RESERVED = "TUBELESS_DEFINITION_STEP_ID_RESERVED"
+DEFINITION_STEP_NAME_BLANK = "TUBELESS_DEFINITION_STEP_NAME_BLANK"
+DEFINITION_STEP_INVALID = "TUBELESS_DEFINITION_STEP_INVALID"
+DEFINITION_STEPS_EMPTY = "TUBELESS_DEFINITION_STEPS_EMPTY"
+DEFINITION_SCHEMA_INVALID = "TUBELESS_DEFINITION_SCHEMA_INVALID"
+DEFINITION_DEPENDENCY_DUPLICATE = "TUBELESS_DEFINITION_DEPENDENCY_DUPLICATE"
+DEFINITION_DEPENDENCY_SELF_REFERENCE = "TUBELESS_DEFINITION_DEPENDENCY_SELF_REFERENCE"
+DEFINITION_DEPENDENCY_CONTRADICTORY = "TUBELESS_DEFINITION_DEPENDENCY_CONTRADICTORY"
+DEFINITION_DEPENDENCY_NOT_IN_STEPS = "TUBELESS_DEFINITION_DEPENDENCY_NOT_IN_STEPS"
+DEFINITION_DEPENDENCY_CYCLE = "TUBELESS_DEFINITION_DEPENDENCY_CYCLE"
+DEFINITION_TARGETS_DUPLICATE = "TUBELESS_DEFINITION_TARGETS_DUPLICATE"
+DEFINITION_TARGET_NOT_IN_STEPS = "TUBELESS_DEFINITION_TARGET_NOT_IN_STEPS"
+DEFINITION_FINALIZER_STEP_NOT_IN_STEPS = "TUBELESS_DEFINITION_FINALIZER_STEP_NOT_IN_STEPS"
+DEFINITION_TARGET_FINALIZER_MISMATCH = "TUBELESS_DEFINITION_TARGET_FINALIZER_MISMATCH"
+RUN_CONCURRENCY_INVALID = "TUBELESS_RUN_CONCURRENCY_INVALID"
+AGENT_INVALID_DEFINITION = "TUBELESS_AGENT_INVALID_DEFINITION"
+
+# -- planning (returned inside a plan with ok=False) --------------------------------------------
+PLANNING_SELECTION_CONFLICT = "TUBELESS_PLANNING_SELECTION_CONFLICT"
+PLANNING_STEP_SELECTION_EMPTY = "TUBELESS_PLANNING_STEP_SELECTION_EMPTY"
+PLANNING_TARGET_SELECTION_EMPTY = "TUBELESS_PLANNING_TARGET_SELECTION_EMPTY"
+PLANNING_STEP_SELECTION_DUPLICATE = "TUBELESS_PLANNING_STEP_SELECTION_DUPLICATE"
+PLANNING_TARGET_SELECTION_DUPLICATE = "TUBELESS_PLANNING_TARGET_SELECTION_DUPLICATE"
+PLANNING_STEP_UNKNOWN = "TUBELESS_PLANNING_STEP_UNKNOWN"
+PLANNING_TARGET_UNKNOWN = "TUBELESS_PLANNING_TARGET_UNKNOWN"
+PLANNING_TARGET_UNDECLARED = "TUBELESS_PLANNING_TARGET_UNDECLARED"
+
+# -- run (recorded on PipelineRun.errors) -------------------------------------------------------
+OPTIONS_VALIDATION_FAILED = "TUBELESS_OPTIONS_VALIDATION_FAILED"
+STEP_FAILED = "TUBELESS_STEP_FAILED"
+STEP_OUTPUT_VALIDATION_FAILED = "TUBELESS_STEP_OUTPUT_VALIDATION_FAILED"
+CHILD_FAILED = "TUBELESS_CHILD_FAILED"
+RUN_CANCELLED = "TUBELESS_RUN_CANCELLED"
+FINALIZATION_FAILED = "TUBELESS_FINALIZATION_FAILED"
+FINALIZATION_CANCELLED = "TUBELESS_FINALIZATION_CANCELLED"
+FINAL_RESULT_VALIDATION_FAILED = "TUBELESS_FINAL_RESULT_VALIDATION_FAILED"
+REQUIRED_OUTPUTS_MISSING = "TUBELESS_REQUIRED_OUTPUTS_MISSING"
+ITERATION_INVALID_DECISION = "TUBELESS_ITERATION_INVALID_DECISION"
+ITERATION_LIMIT_REACHED = "TUBELESS_ITERATION_LIMIT_REACHED"
+FOR_EACH_DUPLICATE_KEY = "TUBELESS_FOR_EACH_DUPLICATE_KEY"
+SKIP_DECISION_INVALID = "TUBELESS_SKIP_DECISION_INVALID"
+
+# -- agents ---------------------------------------------------------------------------------------
+AGENT_INVALID_DECISION = "TUBELESS_AGENT_INVALID_DECISION"
+AGENT_INVALID_STATE = "TUBELESS_AGENT_INVALID_STATE"
+AGENT_LIMIT_REACHED = "TUBELESS_AGENT_LIMIT_REACHED"
+TOOL_ERRORS = "TUBELESS_TOOL_ERRORS"
+
+# -- projects -------------------------------------------------------------------------------------
+DOCUMENT_INVALID = "TUBELESS_DOCUMENT_INVALID"
+REFERENCE_INVALID = "TUBELESS_REFERENCE_INVALID"
+TEMPLATE_INVALID = "TUBELESS_TEMPLATE_INVALID"
+
+ErrorKind = Literal[
+    "cancellation", "child", "definition", "finalization", "selection", "step", "validation"
+]
+ErrorPhase = Literal["definition", "planning", "execution", "finalization"]
+
+#: How deep a recorded cause chain may go before it is cut with a marker node.
+MAX_CAUSE_DEPTH = 8
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ValidationIssue:
+    """One problem found by a schema, located by path; never quotes the rejected value."""
+
+    message: str
+    """What was expected, e.g. ``Input should be a valid integer``."""
+    path: tuple[str | int, ...] = ()
+    """Where in the value, from the root (empty for the root itself)."""
+
+    def format(self) -> str:
+        """``a.b.0: message`` (or just the message at the root)."""
+        if not self.path:
+            return self.message
+        return ".".join(str(part) for part in self.path) + ": " + self.message
+
+    def to_wire(self) -> dict[str, Any]:
+        """The camelCase JSON form used in trace records."""
+        if self.path:
+            return {"message": self.message, "path": list(self.path)}
+        return {"message": self.message}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorCause:
+    """One link of a JSON-safe cause chain (message, exception type name, its ``code``)."""
+
+    message: str
+    name: str
+    source_code: str | None = None
+    cause: ErrorCause | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The camelCase JSON form used in trace records."""
+        wire: dict[str, Any] = {"message": self.message, "name": self.name}
+        if self.source_code is not None:
+            wire["sourceCode"] = self.source_code
+        if self.cause is not None:
+            wire["cause"] = self.cause.to_wire()
+        return wire
+
+    def deepest(self) -> ErrorCause:
+        """The innermost link of the chain."""
+        node = self
+        while node.cause is not None:
+            node = node.cause
+        return node
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineError:
+    """A recorded failure: on ``PipelineRun.errors``, in plans, and in trace records."""
+
+    code: str
+    """The tubeless code, e.g. ``TUBELESS_STEP_FAILED``."""
+    kind: ErrorKind
+    phase: ErrorPhase
+    message: str
+    step_id: str | None = None
+    source_code: str | None = None
+    """The deepest original ``code`` found on the exception chain, if any."""
+    cause: ErrorCause | None = None
+    issues: tuple[ValidationIssue, ...] = ()
+    fan_out: Any = None
+    """For failed ``for_each_pipeline`` steps: a bounded summary of the failed items."""
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    """The original exception, for ``raise ... from``; never serialized."""
+
+    def format(self) -> str:
+        """``<phase>[ at step <id>] [<code>][ (<source>)]: <message>[; caused by ...]``."""
+        text: str = self.phase
+        if self.step_id is not None:
+            text += f" at step {self.step_id}"
+        text += f" [{self.code}]"
+        if self.source_code is not None and self.source_code != self.code:
+            text += f" ({self.source_code})"
+        text += f": {self.message}"
+        if self.cause is not None:
+            deepest = self.cause.deepest()
+            if deepest.message != self.message:
+                prefix = f" {deepest.source_code}" if deepest.source_code else ""
+                text += f"; caused by{prefix}: {deepest.message}"
+        return text
+
+    def to_wire(self) -> dict[str, Any]:
+        """The camelCase JSON form used in trace records (no ``stepId``: the record has it)."""
+        wire: dict[str, Any] = {
+            "code": self.code,
+            "kind": self.kind,
+            "phase": self.phase,
+            "message": self.message,
+        }
+        if self.source_code is not None:
+            wire["sourceCode"] = self.source_code
+        if self.cause is not None:
+            wire["cause"] = self.cause.to_wire()
+        if self.issues:
+            wire["issues"] = [issue.to_wire() for issue in self.issues]
+        if self.fan_out is not None:
+            wire["fanOut"] = self.fan_out
+        return wire
+
+
+class TubelessError(Exception):
+    """Root of every error tubeless raises; ``code`` is stable API."""
+
+    code: str
+    message: str
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class PipelineDefinitionError(TubelessError):
+    """A pipeline definition is invalid; ``errors`` lists every problem found."""
+
+    errors: tuple[PipelineError, ...]
+    pipeline_id: str
+
+    def __init__(self, pipeline_id: str, errors: Sequence[PipelineError]) -> None:
+        assert errors, "a definition error needs at least one problem"
+        self.pipeline_id = pipeline_id
+        self.errors = tuple(errors)
+        details = "; ".join(f"[{e.code}] {e.message}" for e in self.errors)
+        super().__init__(self.errors[0].code, f"Invalid pipeline {pipeline_id!r}: {details}")
+
+
+class AgentDefinitionError(TubelessError):
+    """An agent or tool definition is invalid (``TUBELESS_AGENT_INVALID_DEFINITION``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(AGENT_INVALID_DEFINITION, message)
+
+
+class PlanningError(TubelessError):
+    """A selection cannot be planned; ``errors`` holds every ``TUBELESS_PLANNING_*`` problem."""
+
+    errors: tuple[PipelineError, ...]
+
+    def __init__(self, pipeline_id: str, errors: Sequence[PipelineError]) -> None:
+        assert errors, "a planning error needs at least one problem"
+        self.errors = tuple(errors)
+        details = "; ".join(f"[{e.code}] {e.message}" for e in self.errors)
+        super().__init__(self.errors[0].code, f"Cannot plan pipeline {pipeline_id!r}: {details}")
+
+
+class PipelineExecutionError(TubelessError):
+    """A run ended failed or cancelled; ``run`` is its full record.
+
+    ``code`` is the first run error's code, ``source_code`` the deepest original code found in
+    its cause chain, and ``__cause__`` the first original exception.
+    """
+
+    run: PipelineRun
+    source_code: str | None
+
+    def __init__(self, run: PipelineRun) -> None:
+        assert run.errors, "an execution error needs a run with errors"
+        first = run.errors[0]
+        self.run = run
+        self.source_code = deepest_source_code(first)
+        super().__init__(first.code, f"Pipeline {run.pipeline_id} {run.status}: {first.format()}")
+
+
+class DocumentError(TubelessError):
+    """A project document is invalid; ``issues`` lists every problem in file order."""
+
+    issues: tuple[Any, ...]
+
+    def __init__(self, message: str, issues: Sequence[Any] = ()) -> None:
+        super().__init__(DOCUMENT_INVALID, message)
+        self.issues = tuple(issues)
+
+
+class ReferenceResolutionError(TubelessError):
+    """A ``module:attribute`` reference cannot be resolved or is not allowed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(REFERENCE_INVALID, message)
+
+
+class TemplateError(TubelessError):
+    """A template is invalid or failed to render in the sandbox."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(TEMPLATE_INVALID, message)
+
+
+def code_of(exc: BaseException) -> str | None:
+    """The string ``code`` attribute of an exception, if it has one."""
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, str) and code else None
+
+
+def deepest_source_code(error: PipelineError) -> str | None:
+    """The innermost original code recorded for ``error`` (its own ``source_code`` otherwise)."""
+    found = error.source_code
+    node = error.cause
+    while node is not None:
+        if node.source_code is not None:
+            found = node.source_code
+        node = node.cause
+    return found
+
+
+def cause_chain(exc: BaseException | None, *, depth: int = 0) -> ErrorCause | None:
+    """A JSON-safe snapshot of ``exc`` and its causes, at most ``MAX_CAUSE_DEPTH`` deep."""
+    seen: set[int] = set()
+    return _cause(exc, depth, seen)
+
+
+def _cause(exc: BaseException | None, depth: int, seen: set[int]) -> ErrorCause | None:
+    if exc is None:
+        return None
+    if id(exc) in seen:
+        return ErrorCause(message="Circular cause", name="Error")
+    if depth >= MAX_CAUSE_DEPTH:
+        return ErrorCause(message="Cause chain truncated", name="Error")
+    seen.add(id(exc))
+    inner = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+    if exc.__suppress_context__ and exc.__cause__ is None:
+        inner = None
+    nested = getattr(exc, "_tubeless_cause", None)
+    if isinstance(nested, ErrorCause):
+        child: ErrorCause | None = _bounded(nested, depth + 1)
+    else:
+        child = _cause(inner, depth + 1, seen)
+    message = str(exc) or type(exc).__name__
+    return ErrorCause(
+        message=message, name=type(exc).__name__, source_code=code_of(exc), cause=child
+    )
+
+
+def _bounded(node: ErrorCause, depth: int) -> ErrorCause:
+    """Re-cut an already recorded chain so the combined depth stays bounded."""
+    if depth >= MAX_CAUSE_DEPTH:
+        return ErrorCause(message="Cause chain truncated", name="Error")
+    inner = _bounded(node.cause, depth + 1) if node.cause is not None else None
+    return ErrorCause(
+        message=node.message, name=node.name, source_code=node.source_code, cause=inner
+    )

@@ -1,0 +1,49 @@
+"""The pipeline core: steps, plans, runs, composition, cancellation and identity."""
+
+from __future__ import annotations
+
+from tubeless.pipeline._cancel import CancelToken, RunCancelledError
+from tubeless.pipeline._compose import (
+    FanOutFailedError,
+    for_each_pipeline,
+    from_pipeline,
+    iterate_pipeline,
+    run_child,
+)
+from tubeless.pipeline._context import StepContext, StepLogger
+from tubeless.pipeline._definition import define_pipeline
+from tubeless.pipeline._execute import Controls
+from tubeless.pipeline._failures import ChildRunFailedError
+from tubeless.pipeline._finalize import FINALIZE_STEP_ID
+from tubeless.pipeline._pipeline import Pipeline
+from tubeless.pipeline._plan import Plan, PlanStep, SelectionReason
+from tubeless.pipeline._results import DefinitionIdentity, PipelineRun, StepReport
+from tubeless.pipeline._step import NestedPipeline, RequiredOutputs, Step, require_outputs, step
+
+__all__ = [
+    "FINALIZE_STEP_ID",
+    "CancelToken",
+    "ChildRunFailedError",
+    "Controls",
+    "DefinitionIdentity",
+    "FanOutFailedError",
+    "NestedPipeline",
+    "Pipeline",
+    "PipelineRun",
+    "Plan",
+    "PlanStep",
+    "RequiredOutputs",
+    "RunCancelledError",
+    "SelectionReason",
+    "Step",
+    "StepContext",
+    "StepLogger",
+    "StepReport",
+    "define_pipeline",
+    "for_each_pipeline",
+    "from_pipeline",
+    "iterate_pipeline",
+    "require_outputs",
+    "run_child",
+    "step",
+]

@@ -1,0 +1,483 @@
+"""Child composition: a single child, a fan-out over items, and bounded iteration.
+
+Each helper returns one ordinary (opaque) step; the child's steps never appear in the parent's
+plan. Child runs get their own run id, ``parent_run_id`` = the parent run, the parent's
+cancellation token and trace sinks, and always inherit a parent's dry run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from tubeless import errors as codes
+from tubeless.errors import TubelessError
+from tubeless.pipeline._context import StepContext
+from tubeless.pipeline._execute import UNVALIDATED, Controls, execute
+from tubeless.pipeline._failures import ChildRunFailedError, maybe_await
+from tubeless.pipeline._step import NestedPipeline, Step, _refs
+
+if TYPE_CHECKING:
+    from tubeless.pipeline._pipeline import Pipeline
+    from tubeless.pipeline._results import PipelineRun
+
+__all__ = [
+    "FanOutFailedError",
+    "for_each_pipeline",
+    "from_pipeline",
+    "iterate_pipeline",
+    "run_child",
+]
+
+_MAX_FAN_OUT_FAILURES = 32
+_MAX_KEY = 1024
+_MAX_SAFE_INT = 2**53 - 1
+
+
+class FanOutFailedError(TubelessError):
+    """Some children of a fan-out did not complete; ``fan_out`` summarises them."""
+
+    def __init__(self, step_id: str, failures: list[tuple[int, str, PipelineRun]]) -> None:
+        cancelled = all(run.status == "cancelled" for _, _, run in failures)
+        first_index, first_key, first_run = failures[0]
+        first_error = first_run.errors[0] if first_run.errors else None
+        super().__init__(
+            codes.CHILD_FAILED,
+            f"{len(failures)} of the fan-out children of step {step_id} did not complete; "
+            f"first: item {first_index} ({first_key!r}) {first_run.status}"
+            + (f": {first_error.message}" if first_error else ""),
+        )
+        self.cancelled = cancelled
+        shown = failures[:_MAX_FAN_OUT_FAILURES]
+        self.fan_out = {
+            "failures": [_failure_entry(i, key, run) for i, key, run in shown],
+            "failureCount": len(failures),
+            "omittedFailureCount": len(failures) - len(shown),
+        }
+        if first_error is not None:
+            self._tubeless_cause = ChildRunFailedError(first_run)._tubeless_cause
+
+
+def _failure_entry(index: int, key: str, run: PipelineRun) -> dict[str, Any]:
+    error = run.errors[0] if run.errors else None
+    entry: dict[str, Any] = {
+        "index": index,
+        "key": key[:_MAX_KEY],
+        "keyTruncated": len(key) > _MAX_KEY,
+        "cancelled": run.status == "cancelled",
+    }
+    if error is not None:
+        snapshot: dict[str, Any] = {"message": error.message[:_MAX_KEY], "name": error.code}
+        if error.source_code is not None:
+            snapshot["sourceCode"] = error.source_code
+        entry["error"] = snapshot
+    return entry
+
+
+def run_child(
+    ctx: StepContext,
+    pipeline: Pipeline,
+    raw_input: Any,
+    *,
+    item_key: str | None = None,
+    iteration: Mapping[str, Any] | None = None,
+    controls: Controls | None = None,
+    validated: Any = UNVALIDATED,
+    slots: Mapping[str, Any] | None = None,
+) -> Any:
+    """Start a child run of ``pipeline`` linked to the run of ``ctx`` (an awaitable run record).
+
+    The child shares the parent's cancellation token and sinks and is a dry run whenever the
+    parent is. ``validated`` skips the child's options validation for an input already validated
+    by the caller (each schema transform runs exactly once).
+    """
+    controls = controls or Controls()
+    if ctx.dry_run and not controls.dry_run:
+        controls = replace(controls, dry_run=True)
+    env = ctx._env if not slots else ctx._env.with_slots(**slots)
+    return execute(
+        pipeline,
+        raw_input,
+        controls,
+        env=env,
+        signal=ctx.signal,
+        parent_run_id=ctx.run_id,
+        item_key=item_key,
+        iteration=iteration,
+        validated=validated,
+    )
+
+
+def _controls(value: Any, *args: Any) -> Controls:
+    if value is None:
+        return Controls()
+    if callable(value):
+        value = value(*args)
+    if isinstance(value, Controls):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError("controls must be a mapping with targets, step_ids, max_concurrency "
+                        "or continue_on_error")
+    unknown = set(value) - {"targets", "step_ids", "max_concurrency", "continue_on_error"}
+    if unknown:
+        raise TypeError(f"Unknown child controls: {', '.join(sorted(unknown))}")
+    targets = value.get("targets")
+    step_ids = value.get("step_ids")
+    return Controls(
+        targets=None if targets is None else tuple(targets),
+        step_ids=None if step_ids is None else tuple(step_ids),
+        max_concurrency=value.get("max_concurrency", 1),
+        continue_on_error=bool(value.get("continue_on_error", False)),
+    )
+
+
+def _composed(
+    id: str,
+    run: Callable[..., Any],
+    nested: NestedPipeline,
+    *,
+    depends_on: Any,
+    optional_depends_on: Any,
+    skip_after_failure_of: Any,
+    skip: Callable[..., Any] | None,
+    dry_run: Any,
+    name: str | None,
+    description: str | None,
+    problems: tuple[tuple[str, str], ...] = (),
+) -> Step:
+    found = list(problems)
+    if dry_run is not None and dry_run != "skip":
+        found.append(
+            (codes.DEFINITION_STEP_INVALID, f"Step {id!r}: composed steps support only "
+             "dry_run='skip' (children run their own previews).")
+        )
+    if not hasattr(nested.pipeline, "order"):
+        found.append((codes.DEFINITION_STEP_INVALID,
+                      f"Step {id!r}: pipeline must be made with define_pipeline(...)."))
+    return Step(
+        id=id,
+        run=run,
+        depends_on=_refs(depends_on),
+        optional_depends_on=_refs(optional_depends_on),
+        skip_after_failure_of=_refs(skip_after_failure_of),
+        skip=skip,
+        dry_run=dry_run,
+        name=name,
+        description=description,
+        nested=nested,
+        problems=tuple(found),
+    )
+
+
+def from_pipeline(
+    id: str,
+    pipeline: Pipeline,
+    *,
+    map_options: Callable[..., Any] | None = None,
+    map_result: Callable[..., Any] | None = None,
+    controls: Any = None,
+    depends_on: Iterable[Any] | str | Step = (),
+    optional_depends_on: Iterable[Any] | str | Step = (),
+    skip_after_failure_of: Iterable[Any] | str | Step = (),
+    skip: Callable[..., Any] | None = None,
+    dry_run: Any = None,
+    name: str | None = None,
+    description: str | None = None,
+) -> Step:
+    """A step that runs ``pipeline`` once as a child run.
+
+    Args:
+        id: The step id.
+        pipeline: The child pipeline.
+        map_options: ``map_options(inputs, ctx)`` returns the child's raw input; without it the
+            parent's validated options are passed on (and the child validates them itself).
+        map_result: ``map_result(result)`` reshapes the child's final result.
+        controls: Child controls (``targets``, ``step_ids``, ``max_concurrency``,
+            ``continue_on_error``), or ``controls(inputs, ctx)`` returning them.
+        depends_on: As for :func:`step`.
+        optional_depends_on: As for :func:`step`.
+        skip_after_failure_of: As for :func:`step`.
+        skip: As for :func:`step`.
+        dry_run: ``"skip"`` to skip the child in dry runs (otherwise it runs its previews).
+        name: Display name.
+        description: Display description.
+    """
+
+    async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
+        raw = ctx.options if map_options is None else await maybe_await(map_options(inputs, ctx))
+        child = await run_child(ctx, pipeline, raw, controls=_controls(controls, inputs, ctx))
+        if child.status != "completed":
+            raise ChildRunFailedError(child)
+        value = child.value
+        if map_result is not None:
+            value = await maybe_await(map_result(value))
+        return value
+
+    return _composed(
+        id,
+        run,
+        NestedPipeline(mode="single", pipeline=pipeline),
+        depends_on=depends_on,
+        optional_depends_on=optional_depends_on,
+        skip_after_failure_of=skip_after_failure_of,
+        skip=skip,
+        dry_run=dry_run,
+        name=name,
+        description=description,
+    )
+
+
+def for_each_pipeline(
+    id: str,
+    pipeline: Pipeline,
+    *,
+    items: Callable[..., Any],
+    key: Callable[[Any, int], str],
+    map_options: Callable[..., Any],
+    concurrency: int | Callable[..., int] = 1,
+    controls: Any = None,
+    map_result: Callable[..., Any] | None = None,
+    depends_on: Iterable[Any] | str | Step = (),
+    optional_depends_on: Iterable[Any] | str | Step = (),
+    skip_after_failure_of: Iterable[Any] | str | Step = (),
+    skip: Callable[..., Any] | None = None,
+    dry_run: Any = None,
+    name: str | None = None,
+    description: str | None = None,
+) -> Step:
+    """A step that runs ``pipeline`` once per item; the output is the results in item order.
+
+    Args:
+        id: The step id.
+        pipeline: The child pipeline.
+        items: ``items(inputs, ctx)`` returns the items.
+        key: ``key(item, index)`` returns a unique string key (the child's ``item_key``);
+            duplicate keys fail the step before any child starts.
+        map_options: ``map_options(item, index, inputs, ctx)`` returns a child's raw input.
+        concurrency: Children running at once (or ``concurrency(inputs, ctx)``).
+        controls: Child controls, or ``controls(item, index, inputs, ctx)``.
+        map_result: ``map_result(results)`` reshapes the list of child results.
+        depends_on: As for :func:`step`.
+        optional_depends_on: As for :func:`step`.
+        skip_after_failure_of: As for :func:`step`.
+        skip: As for :func:`step`; a skip value must be the whole result list.
+        dry_run: ``"skip"`` to skip the fan-out in dry runs.
+        name: Display name.
+        description: Display description.
+    """
+    problems: tuple[tuple[str, str], ...] = ()
+    if not callable(concurrency) and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        problems = ((codes.DEFINITION_STEP_INVALID,
+                     f"Step {id!r}: concurrency must be an integer >= 1."),)
+
+    async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
+        values = list(await maybe_await(items(inputs, ctx)))
+        keys = [key(item, index) for index, item in enumerate(values)]
+        bad = [k for k in keys if not isinstance(k, str)]
+        if bad:
+            raise TypeError(f"Fan-out keys must be strings; got {type(bad[0]).__name__}.")
+        seen: set[str] = set()
+        dupes = sorted({k for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
+        if dupes:
+            raise TubelessError(
+                codes.FOR_EACH_DUPLICATE_KEY,
+                f"Fan-out keys must be unique; duplicated: {', '.join(map(repr, dupes[:10]))}.",
+            )
+        limit = concurrency(inputs, ctx) if callable(concurrency) else concurrency
+        return await _fan_out(ctx, pipeline, values, keys, limit, inputs, map_options, controls,
+                              map_result)
+
+    return _composed(
+        id,
+        run,
+        NestedPipeline(
+            mode="for-each",
+            pipeline=pipeline,
+            concurrency="dynamic" if callable(concurrency) else concurrency,
+        ),
+        depends_on=depends_on,
+        optional_depends_on=optional_depends_on,
+        skip_after_failure_of=skip_after_failure_of,
+        skip=skip,
+        dry_run=dry_run,
+        name=name,
+        description=description,
+        problems=problems,
+    )
+
+
+async def _fan_out(
+    ctx: StepContext,
+    pipeline: Pipeline,
+    values: list[Any],
+    keys: list[str],
+    limit: int,
+    inputs: dict[str, Any],
+    map_options: Callable[..., Any],
+    controls: Any,
+    map_result: Callable[..., Any] | None,
+) -> Any:
+    total = len(values)
+    results: list[Any] = [None] * total
+    failures: list[tuple[int, str, PipelineRun]] = []
+    setup_errors: list[BaseException] = []
+    cursor = 0
+    finished = 0
+
+    async def one(index: int) -> None:
+        nonlocal finished
+        item = values[index]
+        try:
+            raw = await maybe_await(map_options(item, index, inputs, ctx))
+            child_controls = _controls(controls, item, index, inputs, ctx)
+        except Exception as exc:
+            setup_errors.append(exc)
+            return
+        child = await run_child(ctx, pipeline, raw, item_key=keys[index], controls=child_controls)
+        finished += 1
+        if child.status == "completed":
+            results[index] = child.value
+        else:
+            failures.append((index, keys[index], child))
+        ctx.report_progress(finished, total, f"{finished} of {total} items")
+
+    async def worker() -> None:
+        nonlocal cursor
+        while cursor < total and not failures and not setup_errors and not ctx.signal.cancelled:
+            index = cursor
+            cursor += 1
+            await one(index)
+
+    workers = max(1, min(limit, total))
+    if workers == 1:
+        await worker()
+    else:
+        tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
+        try:
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+            raise
+    if setup_errors:
+        raise setup_errors[0]
+    if failures:
+        failures.sort(key=lambda f: f[0])
+        raise FanOutFailedError(ctx.step_id, failures)
+    ctx.signal.raise_if_cancelled()
+    if map_result is not None:
+        return await maybe_await(map_result(results))
+    return results
+
+
+def iterate_pipeline(
+    id: str,
+    pipeline: Pipeline,
+    *,
+    max_iterations: int,
+    initial_state: Callable[..., Any],
+    map_options: Callable[..., Any],
+    transition: Callable[..., Any],
+    controls: Any = None,
+    depends_on: Iterable[Any] | str | Step = (),
+    optional_depends_on: Iterable[Any] | str | Step = (),
+    skip_after_failure_of: Iterable[Any] | str | Step = (),
+    skip: Callable[..., Any] | None = None,
+    dry_run: Any = None,
+    name: str | None = None,
+    description: str | None = None,
+) -> Step:
+    """A step that runs ``pipeline`` repeatedly, at most ``max_iterations`` times.
+
+    Args:
+        id: The step id.
+        pipeline: The child pipeline run once per iteration.
+        max_iterations: The bound (a positive integer).
+        initial_state: ``initial_state(inputs, ctx)``, called once per invocation.
+        map_options: ``map_options(state, inputs, ctx)`` returns the child's raw input.
+        transition: ``transition(result, state, ctx)`` returns ``{"kind": "next", "state": s}``
+            or ``{"kind": "finish", "result": r}``; ``r`` is the step's output.
+        controls: Child controls, or ``controls(state, inputs, ctx)``.
+        depends_on: As for :func:`step`.
+        optional_depends_on: As for :func:`step`.
+        skip_after_failure_of: As for :func:`step`.
+        skip: As for :func:`step`.
+        dry_run: ``"skip"`` to skip the whole iteration in dry runs.
+        name: Display name.
+        description: Display description.
+    """
+    problems: tuple[tuple[str, str], ...] = ()
+    if (
+        isinstance(max_iterations, bool)
+        or not isinstance(max_iterations, int)
+        or not 1 <= max_iterations <= _MAX_SAFE_INT
+    ):
+        problems = ((codes.DEFINITION_STEP_INVALID,
+                     f"Step {id!r}: max_iterations must be a positive integer."),)
+    label = pipeline.name or "Iteration"
+
+    async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
+        state = await maybe_await(initial_state(inputs, ctx))
+        for index in range(1, max_iterations + 1):
+            ctx.report_progress(index - 1, None, f"{label} {index} of at most {max_iterations}")
+            raw = await maybe_await(map_options(state, inputs, ctx))
+            child = await run_child(
+                ctx,
+                pipeline,
+                raw,
+                item_key=f"iteration-{index}",
+                iteration={
+                    "runId": ctx.run_id,
+                    "stepId": ctx.step_id,
+                    "attemptId": ctx.attempt_id,
+                    "index": index,
+                },
+                controls=_controls(controls, state, inputs, ctx),
+            )
+            if child.status != "completed":
+                raise ChildRunFailedError(child)
+            decision = await maybe_await(transition(child.value, state, ctx))
+            kind = _transition_kind(decision)
+            if kind == "finish":
+                ctx.report_progress(index, None, f"{label} {index} of at most {max_iterations}")
+                return decision["result"]
+            state = decision["state"]
+        raise TubelessError(
+            codes.ITERATION_LIMIT_REACHED,
+            f"Iteration did not finish within maxIterations={max_iterations} "
+            f"({max_iterations} child runs).",
+        )
+
+    return _composed(
+        id,
+        run,
+        NestedPipeline(mode="iterate", pipeline=pipeline, max_iterations=max_iterations),
+        depends_on=depends_on,
+        optional_depends_on=optional_depends_on,
+        skip_after_failure_of=skip_after_failure_of,
+        skip=skip,
+        dry_run=dry_run,
+        name=name,
+        description=description,
+        problems=problems,
+    )
+
+
+def _transition_kind(decision: Any) -> str:
+    if isinstance(decision, Mapping) and len(decision) == 2:
+        kind = decision.get("kind")
+        if kind == "next" and "state" in decision:
+            return "next"
+        if kind == "finish" and "result" in decision:
+            return "finish"
+    raise TubelessError(
+        codes.ITERATION_INVALID_DECISION,
+        "An iteration transition must return exactly {'kind': 'next', 'state': ...} or "
+        "{'kind': 'finish', 'result': ...}.",
+    )
+

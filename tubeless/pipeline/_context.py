@@ -1,0 +1,231 @@
+"""What handlers see: ``StepContext`` (signal, sleep, log, progress) and the run environment."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tubeless.pipeline._cancel import CancelToken
+from tubeless.tracing.records import Envelope
+from tubeless.tracing.sinks import TraceFanout
+
+__all__ = ["RunEnvironment", "StepContext", "StepLogger", "now_ms"]
+
+_run_log = logging.getLogger("tubeless.run")
+
+_LEVELS = {"debug": "log", "info": "log", "warning": "warn", "error": "error"}
+_STDLIB_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class RunEnvironment:
+    """What a run hands down to its child runs: the trace fan-out and private slots.
+
+    ``slots`` carry values that upper layers (the agent harness) attach to a run tree; the
+    pipeline core only passes them along.
+    """
+
+    __slots__ = ("correlation_id", "fanout", "slots")
+
+    def __init__(
+        self,
+        fanout: TraceFanout | None,
+        slots: Mapping[str, Any] | None = None,
+        correlation_id: str | None = None,
+    ) -> None:
+        self.fanout = fanout
+        self.slots: Mapping[str, Any] = slots if slots is not None else {}
+        self.correlation_id = correlation_id
+
+    def with_slots(self, **slots: Any) -> RunEnvironment:
+        """A copy whose slots are updated with ``slots``."""
+        return RunEnvironment(self.fanout, {**self.slots, **slots}, self.correlation_id)
+
+
+class StepLogger:
+    """``ctx.log``: lines go to the trace (``pipeline.log``) and the ``tubeless.run`` logger.
+
+    Safe to call from worker threads.
+    """
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: StepContext) -> None:
+        self._ctx = ctx
+
+    def debug(self, message: str, *args: object) -> None:
+        """Log at debug level (recorded as ``log``)."""
+        self._emit("debug", message, args)
+
+    def info(self, message: str, *args: object) -> None:
+        """Log at info level (recorded as ``log``)."""
+        self._emit("info", message, args)
+
+    def warning(self, message: str, *args: object) -> None:
+        """Log at warning level (recorded as ``warn``)."""
+        self._emit("warning", message, args)
+
+    def error(self, message: str, *args: object) -> None:
+        """Log at error level (recorded as ``error``)."""
+        self._emit("error", message, args)
+
+    def _emit(self, level: str, message: str, args: Sequence[object]) -> None:
+        text = str(message) % tuple(args) if args else str(message)
+        ctx = self._ctx
+        _run_log.log(
+            _STDLIB_LEVELS[level],
+            "%s/%s: %s",
+            ctx.pipeline_id,
+            ctx.step_id,
+            text,
+            extra={"run_id": ctx.run_id, "step_id": ctx.step_id},
+        )
+        envelope = ctx._envelope
+        fanout = ctx._env.fanout
+        if envelope is not None and fanout is not None:
+            fanout.export(
+                envelope.log(
+                    now_ms(),
+                    level=_LEVELS[level],
+                    message=text,
+                    step_id=ctx.step_id,
+                    attempt_id=ctx.attempt_id,
+                )
+            )
+
+
+class StepContext:
+    """The context every step handler, predicate, mapper and finalizer receives.
+
+    Attributes:
+        pipeline_id: The running pipeline's id.
+        run_id: The run's id.
+        step_id: The step's id (``__finalize__`` for finalizers).
+        attempt_id: ``<run_id>:attempt:<n>`` while an attempt is open, else ``None``.
+        options: The run's validated options.
+        dry_run: Whether this is a dry run.
+        signal: The run's cancellation token (shared with child runs).
+        log: A logger whose lines are recorded in the trace.
+    """
+
+    __slots__ = (
+        "_env",
+        "_envelope",
+        "_log",
+        "attempt_id",
+        "dry_run",
+        "options",
+        "pipeline_id",
+        "run_id",
+        "signal",
+        "step_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        pipeline_id: str,
+        run_id: str,
+        step_id: str,
+        options: Any,
+        dry_run: bool,
+        signal: CancelToken,
+        env: RunEnvironment,
+        envelope: Envelope | None,
+        attempt_id: str | None = None,
+    ) -> None:
+        self.pipeline_id = pipeline_id
+        self.run_id = run_id
+        self.step_id = step_id
+        self.options = options
+        self.dry_run = dry_run
+        self.signal = signal
+        self.attempt_id = attempt_id
+        self._env = env
+        self._envelope = envelope
+        self._log: StepLogger | None = None
+
+    @property
+    def log(self) -> StepLogger:
+        """The step's logger."""
+        if self._log is None:
+            self._log = StepLogger(self)
+        return self._log
+
+    @property
+    def slots(self) -> Mapping[str, Any]:
+        """Private values attached to this run tree by upper layers."""
+        return self._env.slots
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep cooperatively: raises ``RunCancelledError`` as soon as the run is cancelled."""
+        await self.signal.sleep(seconds)
+
+    def report_progress(
+        self,
+        completed: float,
+        total: float | None = None,
+        message: str | None = None,
+        details: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Publish progress for the running attempt (recorded as ``step.running``).
+
+        Ignored outside an attempt or when nothing records the run. Thread-safe.
+        """
+        envelope = self._envelope
+        fanout = self._env.fanout
+        if envelope is None or fanout is None or self.attempt_id is None:
+            return
+        progress: dict[str, Any] = {"completed": completed}
+        if total is not None:
+            progress["total"] = total
+        if message is not None:
+            progress["message"] = message
+        if details is not None:
+            rows = [dict(row) for row in details]
+            progress["details"] = rows[:128]
+            if len(rows) > 128:
+                progress["detailCount"] = len(rows)
+        fanout.export(
+            envelope.step_running(
+                now_ms(), step_id=self.step_id, attempt_id=self.attempt_id, progress=progress
+            )
+        )
+
+    def report_attempt(
+        self, attempt: int, attributes: Mapping[str, str | int | float | bool | None] | None = None
+    ) -> None:
+        """Record work within the current attempt (a ``step.attempted`` record).
+
+        ``None`` attribute values are dropped. Ignored when nothing records the run.
+        """
+        envelope = self._envelope
+        fanout = self._env.fanout
+        if envelope is None or fanout is None:
+            return
+        clean = {k: v for k, v in (attributes or {}).items() if v is not None}
+        fanout.export(
+            envelope.step_attempted(
+                now_ms(),
+                step_id=self.step_id,
+                attempt=attempt,
+                attributes=clean,
+                attempt_id=self.attempt_id,
+            )
+        )
+
+    @property
+    def tracing(self) -> bool:
+        """Whether anything records this run (build expensive summaries only then)."""
+        return self._envelope is not None

@@ -1,0 +1,186 @@
+"""Turning exceptions into recorded ``PipelineError``s, and calling handlers of either colour."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tubeless import errors as codes
+from tubeless.errors import (
+    ErrorCause,
+    ErrorPhase,
+    PipelineError,
+    TubelessError,
+    cause_chain,
+    code_of,
+)
+from tubeless.pipeline._cancel import RunCancelledError
+from tubeless.schema import SchemaValidationError
+
+if TYPE_CHECKING:
+    from tubeless.pipeline._results import PipelineRun
+
+__all__ = [
+    "ChildRunFailedError",
+    "OutputInvalidError",
+    "RequiredOutputsMissingError",
+    "call_in_thread",
+    "classify",
+    "deepest_code",
+    "is_cancellation",
+    "maybe_await",
+]
+
+
+class OutputInvalidError(TubelessError):
+    """A step's output was rejected by its ``output_schema``."""
+
+    def __init__(self, step_id: str, error: SchemaValidationError) -> None:
+        super().__init__(
+            codes.STEP_OUTPUT_VALIDATION_FAILED,
+            f"Step {step_id} output validation failed: {error}",
+        )
+        self.issues = error.issues
+
+
+class RequiredOutputsMissingError(TubelessError):
+    """The finalizer needs outputs that were never published."""
+
+    def __init__(self, missing: list[str]) -> None:
+        super().__init__(
+            codes.REQUIRED_OUTPUTS_MISSING,
+            f"Required pipeline outputs missing: {', '.join(missing)}",
+        )
+        self.missing = tuple(missing)
+
+
+class ChildRunFailedError(TubelessError):
+    """A child run did not complete; ``run`` is its record."""
+
+    def __init__(self, run: PipelineRun) -> None:
+        first = run.errors[0] if run.errors else None
+        where = f" at step {first.step_id}" if first is not None and first.step_id else ""
+        detail = f": {first.message}" if first is not None else ""
+        super().__init__(
+            codes.CHILD_FAILED, f"Child pipeline {run.pipeline_id} {run.status}{where}{detail}"
+        )
+        self.run = run
+        self.cancelled = run.status == "cancelled"
+        if first is not None:
+            self._tubeless_cause = ErrorCause(
+                message=first.message,
+                name=first.code,
+                source_code=first.code,
+                cause=first.cause,
+            )
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is a real cancellation (not merely an error raised after one)."""
+    if isinstance(exc, (asyncio.CancelledError, RunCancelledError)):
+        return True
+    # Child and fan-out failures count only when every unsuccessful child was cancelled.
+    return _is_child_failure(exc) and getattr(exc, "cancelled", False) is True
+
+
+def _is_child_failure(exc: BaseException) -> bool:
+    return isinstance(exc, TubelessError) and exc.code == codes.CHILD_FAILED
+
+
+def classify(
+    exc: BaseException, step_id: str | None, *, phase: ErrorPhase = "execution"
+) -> PipelineError:
+    """The recorded form of an exception raised while running ``step_id``."""
+    issues: tuple[Any, ...] = ()
+    if is_cancellation(exc):
+        code, kind = codes.RUN_CANCELLED, "cancellation"
+        reason = getattr(exc, "reason", None)
+        message = reason or (f"Step {step_id} was cancelled." if step_id else "Cancelled.")
+    elif isinstance(exc, OutputInvalidError):
+        code, kind, message, issues = (
+            codes.STEP_OUTPUT_VALIDATION_FAILED,
+            "validation",
+            exc.message,
+            exc.issues,
+        )
+    elif _is_child_failure(exc):
+        assert isinstance(exc, TubelessError)
+        code, kind, message = codes.CHILD_FAILED, "child", exc.message
+    else:
+        code, kind, message = codes.STEP_FAILED, "step", str(exc) or type(exc).__name__
+    cause = None if isinstance(exc, asyncio.CancelledError) else cause_chain(exc)
+    return PipelineError(
+        code=code,
+        kind=kind,  # type: ignore[arg-type]
+        phase=phase,
+        message=message,
+        step_id=step_id,
+        source_code=deepest_code(exc, cause),
+        cause=cause,
+        issues=issues,
+        fan_out=getattr(exc, "fan_out", None),
+        exception=exc,
+    )
+
+
+def deepest_code(exc: BaseException, cause: ErrorCause | None) -> str | None:
+    """The innermost ``code`` on the chain of ``exc`` (its own code otherwise)."""
+    found = code_of(exc)
+    node = cause
+    while node is not None:
+        if node.source_code is not None:
+            found = node.source_code
+        node = node.cause
+    return found
+
+
+async def maybe_await(value: Any) -> Any:
+    """Await ``value`` if it is awaitable (sync callables may return coroutines)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+async def call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run sync ``fn`` in a worker thread; on cancellation, wait for the thread to finish.
+
+    A thread cannot be interrupted, so a cancelled caller still waits for it (handlers see the
+    cancelled ``ctx.signal`` and should return early); only a second cancellation stops waiting.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        try:
+            result = context.run(fn, *args)
+        except BaseException as exc:
+            outcome: tuple[bool, Any] = (False, exc)
+        else:
+            outcome = (True, result)
+        # RuntimeError: the loop closed while the thread ran, so nobody is waiting.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, future, *outcome)
+
+    loop.run_in_executor(None, work)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        if not future.done():
+            # The thread's own outcome no longer matters; only that it has finished.
+            with contextlib.suppress(BaseException):
+                await future
+        raise

@@ -1,0 +1,231 @@
+"""The compiled ``Pipeline``: plan, run, identity. Built only by ``define_pipeline``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from tubeless.errors import PipelineExecutionError
+from tubeless.schema import Schema
+
+if TYPE_CHECKING:
+    from tubeless.pipeline._cancel import CancelToken
+    from tubeless.pipeline._plan import Plan
+    from tubeless.pipeline._results import DefinitionIdentity, PipelineRun
+    from tubeless.pipeline._step import Step
+    from tubeless.tracing.sinks import TraceSink
+
+__all__ = ["Finalizer", "Pipeline", "TraceArg"]
+
+#: ``trace=``: one sink or several.
+TraceArg = "TraceSink | Sequence[TraceSink] | None"
+
+_PLAN_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finalizer:
+    """How the final result is made: last step output, one step's output, or a function."""
+
+    kind: Literal["last", "step", "function"]
+    fn: Callable[..., Any] | None = None
+    required: tuple[str, ...] = ()
+
+
+class Pipeline:
+    """A checked, immutable pipeline definition. Create it with ``define_pipeline``."""
+
+    __slots__ = (
+        "_by_id",
+        "_identity",
+        "_plans",
+        "_snapshot",
+        "description",
+        "finalizer",
+        "id",
+        "implementation_version",
+        "name",
+        "options_schema",
+        "order",
+        "result_schema",
+        "steps",
+        "target_ids",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        name: str | None,
+        description: str | None,
+        implementation_version: str | None,
+        steps: tuple[Step, ...],
+        order: tuple[Step, ...],
+        target_ids: tuple[str, ...],
+        finalizer: Finalizer,
+        options_schema: Schema | None,
+        result_schema: Schema | None,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.description = description
+        self.implementation_version = implementation_version
+        self.steps = steps
+        """Steps in declaration order."""
+        self.order = order
+        """Steps in execution order (stable topological order)."""
+        self.target_ids = target_ids
+        """The declared targets, selectable with ``targets=``."""
+        self.finalizer = finalizer
+        self.options_schema = options_schema
+        self.result_schema = result_schema
+        self._by_id = {s.id: s for s in steps}
+        self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._identity: DefinitionIdentity | None = None
+        self._snapshot: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Pipeline {self.id!r} steps={[s.id for s in self.order]}>"
+
+    @property
+    def step_ids(self) -> tuple[str, ...]:
+        """Step ids in execution order."""
+        return tuple(s.id for s in self.order)
+
+    def get_step(self, step_id: str) -> Step:
+        """The step with id ``step_id`` (``KeyError`` if absent)."""
+        return self._by_id[step_id]
+
+    # -- identity -----------------------------------------------------------------------------
+    @property
+    def identity(self) -> DefinitionIdentity:
+        """Fingerprints of this definition (computed once)."""
+        if self._identity is None:
+            from tubeless.pipeline._identity import compute_identity
+
+            self._identity, self._snapshot = compute_identity(self)
+        return self._identity
+
+    def definition_snapshot(self) -> dict[str, Any]:
+        """The JSON-ready structure the identity was computed from (camelCase, as traced)."""
+        if self._snapshot is None:
+            _ = self.identity
+        assert self._snapshot is not None
+        return self._snapshot
+
+    # -- planning -----------------------------------------------------------------------------
+    def plan(
+        self,
+        *,
+        dry_run: bool = False,
+        targets: Iterable[str] | None = None,
+        step_ids: Iterable[str] | None = None,
+    ) -> Plan:
+        """Plan a run without running anything (no handler, schema, predicate or initializer).
+
+        Args:
+            dry_run: Plan a dry run.
+            targets: Declared targets to reach (with their dependency closure).
+            step_ids: Exact steps to run (no prerequisites added).
+        """
+        key = (
+            bool(dry_run),
+            None if targets is None else tuple(targets),
+            None if step_ids is None else tuple(step_ids),
+        )
+        cached = self._plans.get(key)
+        if cached is None:
+            from tubeless.pipeline._plan import build_plan
+
+            cached = build_plan(self, dry_run=key[0], targets=key[1], step_ids=key[2])
+            if len(self._plans) >= _PLAN_CACHE_SIZE:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = cached
+        return cached
+
+    # -- running ------------------------------------------------------------------------------
+    async def run(
+        self,
+        raw_input: Any = None,
+        /,
+        *,
+        dry_run: bool = False,
+        targets: Iterable[str] | None = None,
+        step_ids: Iterable[str] | None = None,
+        max_concurrency: int = 1,
+        continue_on_error: bool = False,
+        trace: TraceSink | Sequence[TraceSink] | None = None,
+        signal: CancelToken | None = None,
+        run_id: str | None = None,
+        correlation_id: str | None = None,
+    ) -> PipelineRun:
+        """Run the pipeline; returns the run record whatever the outcome.
+
+        Args:
+            raw_input: The input, validated once by ``options_schema``.
+            dry_run: Run previews: ``dry_run="skip"`` steps skip, preview handlers replace runs.
+            targets: Declared targets to reach (with their dependency closure).
+            step_ids: Exact steps to run.
+            max_concurrency: Steps of this run allowed at once (default 1).
+            continue_on_error: Keep running independent steps after a failure.
+            trace: A sink or sinks receiving the trace of the whole run tree (flushed at the
+                end, never closed).
+            signal: A token to cancel the run cooperatively.
+            run_id: The run id (default ``<pipeline id>:<uuid4>``).
+            correlation_id: An id recorded on every run of the tree.
+
+        Raises:
+            asyncio.CancelledError: If the awaiting task is cancelled (after recording the
+                cancelled run and flushing the sinks).
+        """
+        from tubeless.pipeline._execute import Controls, run_root
+
+        controls = Controls(
+            dry_run=bool(dry_run),
+            targets=None if targets is None else tuple(targets),
+            step_ids=None if step_ids is None else tuple(step_ids),
+            max_concurrency=max_concurrency,
+            continue_on_error=bool(continue_on_error),
+        )
+        return await run_root(
+            self,
+            raw_input,
+            controls,
+            trace=trace,
+            signal=signal,
+            run_id=run_id,
+            correlation_id=correlation_id,
+        )
+
+    async def run_or_raise(self, raw_input: Any = None, /, **kwargs: Any) -> Any:
+        """Run and return the final value.
+
+        Raises:
+            PipelineExecutionError: If the run failed or was cancelled (``.run`` has the record).
+        """
+        result = await self.run(raw_input, **kwargs)
+        if result.status != "completed":
+            first = result.errors[0].exception if result.errors else None
+            raise PipelineExecutionError(result) from first
+        return result.value
+
+    def run_sync(self, raw_input: Any = None, /, **kwargs: Any) -> Any:
+        """Run on a new event loop and return the final value (see ``run_or_raise``)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run_or_raise(raw_input, **kwargs))
+        raise RuntimeError(
+            f"run_sync() cannot be called from a running event loop; "
+            f"use 'await pipeline.run_or_raise(...)' for pipeline {self.id!r}."
+        )
+
+    def required_finalizer_ids(self) -> tuple[str, ...]:
+        """Step ids the finalizer needs outputs from."""
+        return self.finalizer.required
+
+    def declared(self) -> Mapping[str, Step]:
+        """Steps by id."""
+        return self._by_id

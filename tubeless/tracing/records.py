@@ -1,0 +1,279 @@
+"""Trace v3 records: typed constructors that build the camelCase wire dicts.
+
+Every record shares an envelope (``version``, ``name``, ``runId``, ``pipelineId``,
+``timestampMs`` and the optional relation fields ``parentRunId``, ``correlationId``, ``itemKey``,
+``iteration``). Absent optional fields are omitted, never null. Constructors apply the write
+bounds (strings cut at 4096 characters, lists at 128 entries) so a sink never sees an oversized
+record, and they are only ever called when a sink is attached: a run without sinks builds
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+__all__ = [
+    "MAX_LIST",
+    "MAX_STRING",
+    "RECORD_NAMES",
+    "TRACE_VERSION",
+    "Envelope",
+    "bounded_list",
+    "bounded_str",
+]
+
+TRACE_VERSION: Final = 3
+MAX_STRING: Final = 4096
+MAX_LIST: Final = 128
+
+RECORD_NAMES: Final = (
+    "pipeline.started",
+    "step.planned",
+    "step.running",
+    "step.attempted",
+    "step.complete",
+    "step.skipped",
+    "step.failed",
+    "step.cancelled",
+    "pipeline.log",
+    "pipeline.finalize.started",
+    "pipeline.finalize.completed",
+    "pipeline.finalize.failed",
+    "pipeline.completed",
+)
+
+
+def bounded_str(text: str) -> str:
+    """``text`` cut to at most ``MAX_STRING`` characters."""
+    return text if len(text) <= MAX_STRING else text[: MAX_STRING - 1] + "…"
+
+
+def bounded_list(items: Iterable[Any]) -> list[Any]:
+    """At most ``MAX_LIST`` entries of ``items``."""
+    out = list(items)
+    return out if len(out) <= MAX_LIST else out[:MAX_LIST]
+
+
+class Envelope:
+    """The relation fields of one run, built once; each record copies them.
+
+    Args:
+        run_id: The run's id.
+        pipeline_id: The pipeline's id.
+        parent_run_id: The run that started this one (child runs).
+        correlation_id: An id supplied by the caller that ties runs together.
+        item_key: The fan-out item key or agent call id of a child run.
+        iteration: ``{runId, stepId, attemptId, index}`` for iterated children.
+    """
+
+    __slots__ = ("_base", "pipeline_id", "run_id")
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        pipeline_id: str,
+        parent_run_id: str | None = None,
+        correlation_id: str | None = None,
+        item_key: str | None = None,
+        iteration: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.pipeline_id = pipeline_id
+        base: dict[str, Any] = {"runId": run_id, "pipelineId": pipeline_id}
+        if parent_run_id is not None:
+            base["parentRunId"] = parent_run_id
+        if correlation_id is not None:
+            base["correlationId"] = correlation_id
+        if item_key is not None:
+            base["itemKey"] = bounded_str(item_key)
+        if iteration is not None:
+            base["iteration"] = dict(iteration)
+        self._base = base
+
+    def _record(self, name: str, timestamp_ms: int) -> dict[str, Any]:
+        record: dict[str, Any] = {"version": TRACE_VERSION, "name": name}
+        record.update(self._base)
+        record["timestampMs"] = timestamp_ms
+        return record
+
+    # -- run level --------------------------------------------------------------------------
+    def pipeline_started(
+        self,
+        timestamp_ms: int,
+        *,
+        dry_run: bool,
+        plan_ok: bool,
+        step_count: int,
+        target_ids: Iterable[str],
+        definition_identity: Mapping[str, Any] | None = None,
+        definition_snapshot: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``pipeline.started``: the run's plan summary and definition identity."""
+        payload: dict[str, Any] = {
+            "dryRun": dry_run,
+            "planOk": plan_ok,
+            "stepCount": step_count,
+            "targetIds": bounded_list(target_ids),
+        }
+        if definition_identity is not None:
+            payload["definitionIdentity"] = definition_identity
+        if definition_snapshot is not None:
+            payload["definitionSnapshot"] = definition_snapshot
+        record = self._record("pipeline.started", timestamp_ms)
+        record["payload"] = payload
+        return record
+
+    def pipeline_completed(
+        self,
+        timestamp_ms: int,
+        *,
+        status: str,
+        dry_run: bool,
+        error_count: int,
+        finalized: bool,
+        step_count: int,
+        duration_ms: float,
+        error: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``pipeline.completed``: the terminal status and the first run error, if any."""
+        record = self._record("pipeline.completed", timestamp_ms)
+        record["durationMs"] = duration_ms
+        if error is not None:
+            record["error"] = error
+        record["payload"] = {
+            "status": status,
+            "dryRun": dry_run,
+            "errorCount": error_count,
+            "finalized": finalized,
+            "stepCount": step_count,
+        }
+        return record
+
+    def finalize_started(self, timestamp_ms: int) -> dict[str, Any]:
+        """``pipeline.finalize.started``."""
+        record = self._record("pipeline.finalize.started", timestamp_ms)
+        record["payload"] = {}
+        return record
+
+    def finalize_completed(self, timestamp_ms: int, *, duration_ms: float) -> dict[str, Any]:
+        """``pipeline.finalize.completed``."""
+        record = self._record("pipeline.finalize.completed", timestamp_ms)
+        record["durationMs"] = duration_ms
+        record["payload"] = {}
+        return record
+
+    def finalize_failed(
+        self, timestamp_ms: int, *, duration_ms: float, error: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """``pipeline.finalize.failed``."""
+        record = self._record("pipeline.finalize.failed", timestamp_ms)
+        record["durationMs"] = duration_ms
+        record["error"] = error
+        record["payload"] = {}
+        return record
+
+    def log(
+        self,
+        timestamp_ms: int,
+        *,
+        level: str,
+        message: str,
+        step_id: str | None = None,
+        attempt_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``pipeline.log``: a handler's log line (level ``log``, ``warn`` or ``error``)."""
+        record = self._record("pipeline.log", timestamp_ms)
+        if step_id is not None:
+            record["stepId"] = step_id
+        if attempt_id is not None:
+            record["attemptId"] = attempt_id
+        record["payload"] = {"level": level, "message": bounded_str(message)}
+        return record
+
+    # -- step level -------------------------------------------------------------------------
+    def step_planned(
+        self, timestamp_ms: int, *, step_id: str, payload: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """``step.planned``: the plan step's wire payload (built once per plan)."""
+        record = self._record("step.planned", timestamp_ms)
+        record["stepId"] = step_id
+        record["payload"] = payload
+        return record
+
+    def step_running(
+        self,
+        timestamp_ms: int,
+        *,
+        step_id: str,
+        attempt_id: str,
+        progress: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``step.running``: an attempt started, or reported progress."""
+        record = self._record("step.running", timestamp_ms)
+        record["stepId"] = step_id
+        record["attemptId"] = attempt_id
+        record["payload"] = {} if progress is None else {"progress": progress}
+        return record
+
+    def step_attempted(
+        self,
+        timestamp_ms: int,
+        *,
+        step_id: str,
+        attempt: int,
+        attributes: Mapping[str, str | int | float | bool],
+        attempt_id: str | None = None,
+        duration_ms: float | None = None,
+    ) -> dict[str, Any]:
+        """``step.attempted``: attributes about work done within an attempt."""
+        record = self._record("step.attempted", timestamp_ms)
+        record["stepId"] = step_id
+        if attempt_id is not None:
+            record["attemptId"] = attempt_id
+        if duration_ms is not None:
+            record["durationMs"] = duration_ms
+        record["payload"] = {"attempt": attempt, "attributes": dict(attributes)}
+        return record
+
+    def step_terminal(
+        self,
+        timestamp_ms: int,
+        *,
+        status: str,
+        step_id: str,
+        attempt_id: str | None = None,
+        duration_ms: float | None = None,
+        error: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+        message: str | None = None,
+        dependency_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``step.complete``, ``step.skipped``, ``step.failed`` or ``step.cancelled``."""
+        name = _TERMINAL_NAMES[status]
+        record = self._record(name, timestamp_ms)
+        record["stepId"] = step_id
+        if attempt_id is not None:
+            record["attemptId"] = attempt_id
+        if duration_ms is not None:
+            record["durationMs"] = duration_ms
+        if error is not None:
+            record["error"] = error
+        payload: dict[str, Any] = {"status": status}
+        if reason is not None:
+            payload["reason"] = reason
+        if message is not None:
+            payload["message"] = bounded_str(message)
+        if dependency_id is not None:
+            payload["dependencyId"] = dependency_id
+        record["payload"] = payload
+        return record
+
+
+_TERMINAL_NAMES: Final = {
+    "completed": "step.complete",
+    "skipped": "step.skipped",
+    "failed": "step.failed",
+    "cancelled": "step.cancelled",
+}
