@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tubeless import errors as codes
@@ -137,11 +137,11 @@ def define_pipeline(
     options = _schema(options_schema, "options_schema", problem)
     result = _schema(result_schema, "result_schema", problem)
 
-    if not problems and targets_declared and finalizer.required:
-        by_id = {s.id: s for s in steps}
-        for target in target_ids:
+    if targets_declared and finalizer.required:
+        by_id = {s.id: s for s in steps if isinstance(s.id, str)}
+        for target in dict.fromkeys(t for t in target_ids if t in by_id):
             closure = target_closure(by_id, target)
-            absent = [r for r in finalizer.required if r not in closure]
+            absent = [r for r in finalizer.required if r in by_id and r not in closure]
             if absent:
                 problem(
                     codes.DEFINITION_TARGET_FINALIZER_MISMATCH,
@@ -269,7 +269,7 @@ def _schema(value: Any, label: str, problem: Callable[..., None]) -> Schema | No
         return None
 
 
-def target_closure(by_id: dict[str, Step], target: str) -> set[str]:
+def target_closure(by_id: Mapping[str, Step], target: str) -> set[str]:
     """The target plus, recursively, its required dependencies and failure gates."""
     closure: set[str] = set()
     stack = [target]
@@ -278,9 +278,10 @@ def target_closure(by_id: dict[str, Step], target: str) -> set[str]:
         if current in closure:
             continue
         closure.add(current)
-        s = by_id[current]
-        stack.extend(s.depends_on)
-        stack.extend(s.skip_after_failure_of)
+        s = by_id.get(current)
+        if s is not None:  # unknown ids are reported by their own checks
+            stack.extend(s.depends_on)
+            stack.extend(s.skip_after_failure_of)
     return closure
 
 

@@ -233,15 +233,16 @@ class _Run:
                 await self.sequential(plan)
             else:
                 await self.concurrent(plan)
+            await self.finalize_if_allowed(plan)
         except asyncio.CancelledError:
+            # The task awaiting the run was cancelled: cancel the tree cooperatively, record
+            # what never ran, finish the trace, and only then let the cancellation continue.
             interrupted = True
             self.signal.cancel("The run was interrupted.")
             self.stop = "cancelled"
             for ps in plan.steps:
                 if ps.id not in self.reports:
                     self.record_remaining(ps)
-        if not interrupted:
-            await self.finalize_if_allowed(plan)
         result = self.complete(plan, started_ms, t0, steps=True)
         if interrupted:
             raise asyncio.CancelledError
@@ -275,10 +276,8 @@ class _Run:
         for ps in plan.steps:
             if self.stop is not None:
                 self.record_remaining(ps)
-                continue
-            inputs = self.ready(ps)
-            if inputs is not None:
-                await self.start(ps, inputs)
+            elif not self.settled_without_running(ps):
+                await self.start(ps, self.inputs(ps))
 
     async def concurrent(self, plan: Plan) -> None:
         pending = list(plan.steps)
@@ -288,17 +287,18 @@ class _Run:
             while pending or active:
                 waiting: list[PlanStep] = []
                 for ps in pending:
-                    if (
-                        self.stop is not None
-                        or len(active) >= limit
-                        or any(dep not in self.state for dep in ps.step.dependency_ids)
+                    if self.stop is not None or any(
+                        dep not in self.state for dep in ps.step.dependency_ids
                     ):
                         waiting.append(ps)
                         continue
-                    inputs = self.ready(ps)
-                    if inputs is not None:
-                        task = asyncio.ensure_future(self.start_quietly(ps, inputs))
-                        active[task] = ps
+                    if self.settled_without_running(ps):
+                        continue
+                    if len(active) >= limit:
+                        waiting.append(ps)
+                        continue
+                    task = asyncio.ensure_future(self.start_quietly(ps, self.inputs(ps)))
+                    active[task] = ps
                 pending = waiting
                 if not active:
                     for ps in pending:
@@ -315,8 +315,8 @@ class _Run:
             raise
 
     # -- one step -----------------------------------------------------------------------------
-    def ready(self, ps: PlanStep) -> dict[str, Any] | None:
-        """Apply the ladder; returns the inputs when the step should start, else records it."""
+    def settled_without_running(self, ps: PlanStep) -> bool:
+        """Apply the ladder and the cancellation check; record the step if it must not start."""
         s = ps.step
         state = self.state
         disposition = ladder(
@@ -328,10 +328,15 @@ class _Run:
         )
         if disposition is not None:
             self.skipped(ps, disposition[0], dependency_id=disposition[1])
-            return None
+            return True
         if self.signal.cancelled:
             self.cancelled_unstarted(ps)
-            return None
+            return True
+        return False
+
+    def inputs(self, ps: PlanStep) -> dict[str, Any]:
+        """Required dependency outputs plus the optional ones that were published."""
+        s = ps.step
         outputs = self.outputs
         inputs = {dep: outputs[dep] for dep in s.depends_on}
         for dep in s.optional_depends_on:

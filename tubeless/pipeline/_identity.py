@@ -27,10 +27,16 @@ def schema_fingerprint(schema: Schema) -> str:
     """The fingerprint of a schema's JSON Schema, or of its type name when it has none."""
     try:
         return schema.fingerprint
-    except Exception:  # some pydantic types have no JSON Schema; fall back to their name
+    except Exception:  # some pydantic types have no JSON Schema; describe them another way
         source = schema.source
         name = getattr(source, "__qualname__", None) or repr(source)
-        return fingerprint({"type": f"{getattr(source, '__module__', '')}.{name}"})
+        shape: dict[str, Any] = {"type": f"{getattr(source, '__module__', '')}.{name}"}
+        fields = getattr(source, "model_fields", None)
+        if isinstance(fields, dict):
+            shape["fields"] = {
+                key: [repr(info.annotation), info.is_required()] for key, info in fields.items()
+            }
+        return fingerprint(shape)
 
 
 def _structural(identity: DefinitionIdentity) -> dict[str, Any]:

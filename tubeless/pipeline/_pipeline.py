@@ -120,8 +120,8 @@ class Pipeline:
         self,
         *,
         dry_run: bool = False,
-        targets: Iterable[str] | None = None,
-        step_ids: Iterable[str] | None = None,
+        targets: Iterable[str] | str | None = None,
+        step_ids: Iterable[str] | str | None = None,
     ) -> Plan:
         """Plan a run without running anything (no handler, schema, predicate or initializer).
 
@@ -130,11 +130,7 @@ class Pipeline:
             targets: Declared targets to reach (with their dependency closure).
             step_ids: Exact steps to run (no prerequisites added).
         """
-        key = (
-            bool(dry_run),
-            None if targets is None else tuple(targets),
-            None if step_ids is None else tuple(step_ids),
-        )
+        key = (bool(dry_run), _ids(targets), _ids(step_ids))
         cached = self._plans.get(key)
         if cached is None:
             from tubeless.pipeline._plan import build_plan
@@ -152,8 +148,8 @@ class Pipeline:
         /,
         *,
         dry_run: bool = False,
-        targets: Iterable[str] | None = None,
-        step_ids: Iterable[str] | None = None,
+        targets: Iterable[str] | str | None = None,
+        step_ids: Iterable[str] | str | None = None,
         max_concurrency: int = 1,
         continue_on_error: bool = False,
         trace: TraceSink | Sequence[TraceSink] | None = None,
@@ -184,8 +180,8 @@ class Pipeline:
 
         controls = Controls(
             dry_run=bool(dry_run),
-            targets=None if targets is None else tuple(targets),
-            step_ids=None if step_ids is None else tuple(step_ids),
+            targets=_ids(targets),
+            step_ids=_ids(step_ids),
             max_concurrency=max_concurrency,
             continue_on_error=bool(continue_on_error),
         )
@@ -229,3 +225,12 @@ class Pipeline:
     def declared(self) -> Mapping[str, Step]:
         """Steps by id."""
         return self._by_id
+
+
+def _ids(values: Iterable[str] | str | None) -> tuple[str, ...] | None:
+    """A selection as a tuple; a lone string is one id, not a sequence of characters."""
+    if values is None:
+        return None
+    if isinstance(values, str):
+        return (values,)
+    return tuple(values)
