@@ -47,7 +47,7 @@ class FanOutFailedError(TubelessError):
             codes.CHILD_FAILED,
             f"{len(failures)} of the fan-out children of step {step_id} did not complete; "
             f"first: item {first_index} ({first_key!r}) {first_run.status}"
-            + (f": {first_error.message}" if first_error else ""),
+            + (f": {first_error.message[:_MAX_KEY]}" if first_error else ""),
         )
         self.cancelled = cancelled
         shown = failures[:_MAX_FAN_OUT_FAILURES]

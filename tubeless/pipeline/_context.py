@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tubeless.pipeline._cancel import CancelToken
-from tubeless.tracing.records import Envelope
+from tubeless.tracing.records import Envelope, bounded_str
 from tubeless.tracing.sinks import TraceFanout
 
 __all__ = ["RunEnvironment", "StepContext", "StepLogger", "now_ms"]
@@ -120,6 +120,7 @@ class StepContext:
     """
 
     __slots__ = (
+        "_closed",
         "_env",
         "_envelope",
         "_log",
@@ -155,6 +156,7 @@ class StepContext:
         self._env = env
         self._envelope = envelope
         self._log: StepLogger | None = None
+        self._closed = False
 
     @property
     def log(self) -> StepLogger:
@@ -181,17 +183,18 @@ class StepContext:
     ) -> None:
         """Publish progress for the running attempt (recorded as ``step.running``).
 
-        Ignored outside an attempt or when nothing records the run. Thread-safe.
+        Ignored outside a running attempt (also once the step has finished) or when nothing
+        records the run. Thread-safe.
         """
         envelope = self._envelope
         fanout = self._env.fanout
-        if envelope is None or fanout is None or self.attempt_id is None:
+        if envelope is None or fanout is None or self.attempt_id is None or self._closed:
             return
         progress: dict[str, Any] = {"completed": completed}
         if total is not None:
             progress["total"] = total
         if message is not None:
-            progress["message"] = message
+            progress["message"] = bounded_str(message)
         if details is not None:
             rows = [dict(row) for row in details]
             progress["details"] = rows[:128]
@@ -224,6 +227,10 @@ class StepContext:
                 attempt_id=self.attempt_id,
             )
         )
+
+    def close(self) -> None:
+        """Mark the attempt finished: later progress reports are ignored."""
+        self._closed = True
 
     @property
     def tracing(self) -> bool:

@@ -373,11 +373,14 @@ class _Run:
                 except SchemaValidationError as exc:
                     raise OutputInvalidError(ps.id, exc) from exc
         except asyncio.CancelledError as exc:
+            ctx.close()
             self.failed(ps, attempt, exc)
             raise
         except Exception as exc:
+            ctx.close()
             self.failed(ps, attempt, exc)
             return
+        ctx.close()
         self.outputs[ps.id] = value
         self.state[ps.id] = "completed"
         finished = now_ms()

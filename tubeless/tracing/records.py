@@ -19,6 +19,7 @@ __all__ = [
     "RECORD_NAMES",
     "TRACE_VERSION",
     "Envelope",
+    "bounded_error",
     "bounded_list",
     "bounded_str",
 ]
@@ -53,6 +54,24 @@ def bounded_list(items: Iterable[Any]) -> list[Any]:
     """At most ``MAX_LIST`` entries of ``items``."""
     out = list(items)
     return out if len(out) <= MAX_LIST else out[:MAX_LIST]
+
+
+def bounded_error(error: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
+    """A wire error (or cause) with every message, list and nesting level within bounds."""
+    out: dict[str, Any] = {}
+    for key, value in error.items():
+        if key == "message" and isinstance(value, str):
+            out[key] = bounded_str(value)
+        elif key == "cause" and isinstance(value, Mapping):
+            if depth < 15:
+                out[key] = bounded_error(value, depth + 1)
+        elif key == "issues" and isinstance(value, list):
+            out[key] = [bounded_error(issue, depth) for issue in value[:MAX_LIST]]
+        elif key == "path" and isinstance(value, list):
+            out[key] = [bounded_str(p) if isinstance(p, str) else p for p in value[:MAX_LIST]]
+        else:
+            out[key] = value
+    return out
 
 
 class Envelope:
@@ -141,7 +160,7 @@ class Envelope:
         record = self._record("pipeline.completed", timestamp_ms)
         record["durationMs"] = duration_ms
         if error is not None:
-            record["error"] = error
+            record["error"] = bounded_error(error)
         record["payload"] = {
             "status": status,
             "dryRun": dry_run,
@@ -170,7 +189,7 @@ class Envelope:
         """``pipeline.finalize.failed``."""
         record = self._record("pipeline.finalize.failed", timestamp_ms)
         record["durationMs"] = duration_ms
-        record["error"] = error
+        record["error"] = bounded_error(error)
         record["payload"] = {}
         return record
 
@@ -259,7 +278,7 @@ class Envelope:
         if duration_ms is not None:
             record["durationMs"] = duration_ms
         if error is not None:
-            record["error"] = error
+            record["error"] = bounded_error(error)
         payload: dict[str, Any] = {"status": status}
         if reason is not None:
             payload["reason"] = reason
