@@ -1,0 +1,561 @@
+"""One ``Schema`` abstraction over pydantic models, ``TypeAdapter`` types and JSON Schema dicts.
+
+Every place that validates data (pipeline options and results, step outputs, tool inputs and
+outputs, agent inputs and results) takes anything :meth:`Schema.of` accepts:
+
+- a pydantic ``BaseModel`` subclass: validated with ``model_validate``, so the value is the
+  model instance;
+- any other type or annotation pydantic's ``TypeAdapter`` supports (``str``, ``list[str]``,
+  ``Annotated[...]``, ``TypedDict``, dataclasses, ...);
+- a JSON Schema dict (``Schema.json(...)``, or a plain ``dict`` given to ``Schema.of``):
+  validated with jsonschema's draft 2020-12 validator, filling ``default`` values of missing
+  object properties in a copy of the input.
+
+A schema validates (and may transform) a value exactly once per :meth:`Schema.validate` call.
+Validation errors never quote the rejected value: pydantic errors are read with
+``include_input=False`` and jsonschema errors are described from the schema side (the keyword,
+its value and the path), never from ``error.message``. Property names are treated as
+identifiers and may appear in paths and messages; values never do.
+
+Schemas are built (and checked) at definition time, are immutable, and are safe to use from
+worker threads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Literal, NoReturn, final
+
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
+import pydantic
+import referencing
+import referencing.exceptions
+
+from tubeless.errors import ValidationIssue
+from tubeless.frozen import FreezeError, canonical_json, fingerprint, freeze, thaw
+
+__all__ = ["Schema", "SchemaDefinitionError", "SchemaValidationError"]
+
+SchemaKind = Literal["model", "adapter", "json"]
+
+# Longest schema-side value (as canonical JSON) quoted in an ``enum`` / ``const`` message.
+_MAX_QUOTED_SCHEMA_VALUE = 80
+
+
+class SchemaDefinitionError(TypeError):
+    """A schema cannot be built: an unsupported type, or an invalid JSON Schema."""
+
+
+class SchemaValidationError(ValueError):
+    """A value does not match a schema; ``issues`` says where and why, never quoting values.
+
+    ``str(error)`` is ``"; ".join(issue.format() for issue in error.issues)``.
+    """
+
+    issues: tuple[ValidationIssue, ...]
+    """Every problem found, in path order (at least one)."""
+
+    def __init__(self, issues: Iterable[ValidationIssue]) -> None:
+        self.issues = tuple(issues)
+        assert self.issues, "a validation error needs at least one issue"
+        super().__init__("; ".join(issue.format() for issue in self.issues))
+
+
+@final
+class Schema:
+    """An immutable validator that also exposes its draft 2020-12 input JSON Schema.
+
+    Build one with :meth:`Schema.of` (or :meth:`Schema.json` for JSON Schema dicts). Equality
+    and hashing follow the wrapped object's identity for models and adapter types, and the
+    canonical JSON of the schema for JSON Schema dicts.
+    """
+
+    __slots__ = ("_adapter", "_frozen_json", "_json_schema", "_kind", "_source", "_validate")
+
+    _kind: SchemaKind
+    _source: Any
+    _validate: Callable[[Any], Any]
+    _adapter: pydantic.TypeAdapter[Any] | None  # for adapter-kind schemas
+    _frozen_json: str | None  # canonical JSON of a json-kind schema, for __eq__ / __hash__
+    _json_schema: dict[str, Any] | None  # cached frozen input JSON Schema
+
+    def __init__(self, source: Any) -> None:
+        """Build a schema from ``source``, coerced as :meth:`Schema.of` describes.
+
+        Raises:
+            SchemaDefinitionError: If ``source`` cannot be turned into a schema.
+        """
+        if isinstance(source, Schema):
+            for name in Schema.__slots__:
+                object.__setattr__(self, name, getattr(source, name))
+        elif isinstance(source, dict):
+            self._init_json(source)
+        elif isinstance(source, type) and issubclass(source, pydantic.BaseModel):
+            self._init_model(source)
+        else:
+            self._init_adapter(source)
+
+    @classmethod
+    def of(cls, source: Any) -> Schema:
+        """Coerce ``source`` to a schema.
+
+        Args:
+            source: A ``Schema`` (returned as is), a ``dict`` (a JSON Schema, see
+                :meth:`json`), a pydantic ``BaseModel`` subclass, or any other type or
+                annotation pydantic's ``TypeAdapter`` supports.
+
+        Returns:
+            The schema.
+
+        Raises:
+            SchemaDefinitionError: If pydantic cannot build a validator for ``source`` or the
+                JSON Schema is invalid.
+        """
+        if isinstance(source, Schema):
+            return source
+        return cls(source)
+
+    @classmethod
+    def json(cls, schema: Mapping[str, Any]) -> Schema:
+        """A schema validated by jsonschema (draft 2020-12), filling ``default`` values.
+
+        The dict is checked against the draft 2020-12 meta-schema here, and copied: later
+        changes to it have no effect. Validation works on a deep copy of the input, in which
+        missing object properties with a ``default`` get a copy of it; tuples and
+        ``FrozenDict`` values validate as arrays and objects and come back as lists and dicts.
+
+        Raises:
+            SchemaDefinitionError: If ``schema`` is not a mapping of plain JSON data or is not
+                a valid draft 2020-12 JSON Schema.
+        """
+        if not isinstance(schema, Mapping):
+            raise SchemaDefinitionError(
+                f"Schema.json() expects a JSON Schema dict, got {type(schema).__name__!r}"
+            )
+        instance = object.__new__(cls)
+        instance._init_json(dict(schema))
+        return instance
+
+    # -- construction ---------------------------------------------------------------------
+
+    def _init_model(self, model: type[pydantic.BaseModel]) -> None:
+        if not model.__pydantic_complete__:
+            try:
+                model.model_rebuild(raise_errors=True)
+            except (pydantic.PydanticUserError, pydantic.PydanticUndefinedAnnotation) as err:
+                raise SchemaDefinitionError(
+                    f"Model {model.__qualname__!r} is not fully defined: {_first_line(err)}"
+                ) from err
+
+        def validate(value: Any) -> Any:
+            try:
+                return model.model_validate(value)
+            except pydantic.ValidationError as err:
+                _raise_pydantic(err)
+
+        self._set(kind="model", source=model, validate=validate)
+
+    def _init_adapter(self, source: Any) -> None:
+        if isinstance(source, str):
+            # A string would be resolved as a forward reference in this module's namespace.
+            raise SchemaDefinitionError(
+                "Cannot build a schema from a string; pass the type itself, not its name"
+            )
+        try:
+            adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(source)
+        except pydantic.PydanticSchemaGenerationError as err:
+            # Pydantic's advice (arbitrary_types_allowed) does not apply here; the cause keeps it.
+            raise SchemaDefinitionError(
+                f"Cannot build a schema from {_describe(source)}: pass a pydantic model, a "
+                "type pydantic can validate, or a JSON Schema dict"
+            ) from err
+        except (pydantic.PydanticUserError, pydantic.PydanticUndefinedAnnotation) as err:
+            raise SchemaDefinitionError(
+                f"Cannot build a schema from {_describe(source)}: {_first_line(err)}"
+            ) from err
+        if not adapter.pydantic_complete:
+            raise SchemaDefinitionError(
+                f"Cannot build a schema from {_describe(source)}: it has unresolved forward "
+                "references"
+            )
+
+        def validate(value: Any) -> Any:
+            try:
+                return adapter.validate_python(value)
+            except pydantic.ValidationError as err:
+                _raise_pydantic(err)
+
+        self._set(kind="adapter", source=source, validate=validate, adapter=adapter)
+
+    def _init_json(self, schema: dict[str, Any]) -> None:
+        try:
+            frozen = freeze(schema)
+        except FreezeError as err:
+            raise SchemaDefinitionError(f"Invalid JSON Schema: {err}") from err
+        plain = thaw(frozen)  # jsonschema wants lists for arrays; this copy is never shared
+        try:
+            _DefaultFillingValidator.check_schema(plain)
+        except jsonschema.exceptions.SchemaError as err:
+            where = _pointer(err.absolute_path)
+            raise SchemaDefinitionError(
+                f"Invalid JSON Schema{' at ' + where if where else ''}: {err.message}"
+            ) from err
+        # An empty registry: a ``$ref`` to a URL is an error, never a network fetch (jsonschema's
+        # default registry still downloads remote references, with a deprecation warning).
+        validator = _DefaultFillingValidator(plain, registry=referencing.Registry())
+
+        def validate(value: Any) -> Any:
+            try:
+                # The copy is what gets defaults filled in, so the caller's value is untouched.
+                instance = thaw(value)
+            except FreezeError as err:
+                raise SchemaValidationError(
+                    [ValidationIssue(message="value contains a cycle", path=err.path)]
+                ) from None
+            try:
+                errors = list(validator.iter_errors(instance))
+            except referencing.exceptions.Unresolvable as err:
+                raise SchemaDefinitionError(f"Unresolvable JSON Schema reference: {err}") from err
+            if errors:
+                raise SchemaValidationError(_jsonschema_issues(errors))
+            return instance
+
+        self._set(
+            kind="json",
+            source=frozen,
+            validate=validate,
+            frozen_json=canonical_json(frozen),
+            json_schema=frozen,
+        )
+
+    def _set(
+        self,
+        *,
+        kind: SchemaKind,
+        source: Any,
+        validate: Callable[[Any], Any],
+        adapter: pydantic.TypeAdapter[Any] | None = None,
+        frozen_json: str | None = None,
+        json_schema: dict[str, Any] | None = None,
+    ) -> None:
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_source", source)
+        object.__setattr__(self, "_validate", validate)
+        object.__setattr__(self, "_adapter", adapter)
+        object.__setattr__(self, "_frozen_json", frozen_json)
+        object.__setattr__(self, "_json_schema", json_schema)
+
+    # -- public API -----------------------------------------------------------------------
+
+    @property
+    def kind(self) -> SchemaKind:
+        """``"model"`` (a ``BaseModel``), ``"adapter"`` (a ``TypeAdapter`` type) or ``"json"``."""
+        return self._kind
+
+    @property
+    def source(self) -> Any:
+        """The wrapped model class or type; for ``"json"`` schemas, the frozen schema dict."""
+        return self._source
+
+    def validate(self, value: Any) -> Any:
+        """Validate ``value`` once and return the validated (possibly transformed) value.
+
+        Returns:
+            A model instance for models, the adapter's output for types, and a plain copy of
+            the input with defaults filled for JSON Schemas.
+
+        Raises:
+            SchemaValidationError: If ``value`` does not match; its issues never quote it.
+        """
+        return self._validate(value)
+
+    def json_schema(self) -> dict[str, Any]:
+        """The draft 2020-12 JSON Schema of accepted *input*, as frozen JSON data.
+
+        The result is a :class:`~tubeless.frozen.FrozenDict` computed once and shared:
+        descriptors own frozen JSON, so nobody can change it for everyone else. Use
+        :func:`tubeless.frozen.thaw` for an editable copy.
+
+        Raises:
+            SchemaDefinitionError: If pydantic cannot express the type as JSON Schema.
+        """
+        cached = self._json_schema
+        if cached is not None:
+            return cached
+        try:
+            if self._adapter is not None:
+                raw = self._adapter.json_schema(mode="validation")
+            else:
+                raw = self._source.model_json_schema(mode="validation")
+            frozen: dict[str, Any] = freeze(raw)
+        except (pydantic.PydanticUserError, FreezeError) as err:
+            raise SchemaDefinitionError(
+                f"Cannot express {_describe(self._source)} as JSON Schema: {_first_line(err)}"
+            ) from err
+        # A benign race: two threads may both compute the same value; either one is kept.
+        object.__setattr__(self, "_json_schema", frozen)
+        return frozen
+
+    @property
+    def fingerprint(self) -> str:
+        """``"sha256:<hex>"`` of the canonical JSON of :meth:`json_schema`."""
+        return fingerprint(self.json_schema())
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError("Schema is immutable")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("Schema is immutable")
+
+    def __copy__(self) -> Schema:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Schema:
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schema):
+            return NotImplemented
+        if self._kind != other._kind:
+            return False
+        if self._kind == "json":
+            return self._frozen_json == other._frozen_json
+        return self._source is other._source
+
+    def __hash__(self) -> int:
+        if self._kind == "json":
+            return hash(("json", self._frozen_json))
+        return hash((self._kind, id(self._source)))
+
+    def __repr__(self) -> str:
+        if self._kind == "json":
+            text = self._frozen_json or ""
+            if len(text) > _MAX_QUOTED_SCHEMA_VALUE:
+                text = text[: _MAX_QUOTED_SCHEMA_VALUE - 1] + "…"
+            return f"Schema.json({text})"
+        source = self._source
+        name = source.__qualname__ if isinstance(source, type) else repr(source)
+        return f"Schema.of({name})"
+
+
+# -- pydantic ---------------------------------------------------------------------------------
+
+# Pydantic error types whose message would quote (part of) the input, rewritten from the
+# schema-side context only. The rest quote nothing but schema facts (bounds, patterns,
+# expected literals). ``value_error`` and ``assertion_error`` carry the messages of the user's
+# own validators and are kept as written.
+_REWRITTEN_PYDANTIC_MESSAGES: dict[str, str] = {
+    "union_tag_invalid": "Input tag does not match any of the expected tags: {expected_tags}",
+    "uuid_parsing": "Input should be a valid UUID",
+    "get_attribute_error": "Error extracting attribute",
+    "iteration_error": "Error iterating over object",
+    "mapping_type": "Input should be a valid mapping",
+    "bytes_invalid_encoding": "Data should be valid {encoding}",
+    "timezone_offset": "Timezone offset of {tz_expected} required",
+    "datetime_object_invalid": "Invalid datetime object",
+}
+
+
+def _raise_pydantic(err: pydantic.ValidationError) -> NoReturn:
+    issues: list[ValidationIssue] = []
+    for detail in err.errors(include_input=False, include_url=False):
+        message = detail["msg"]
+        template = _REWRITTEN_PYDANTIC_MESSAGES.get(detail["type"])
+        if template is not None:
+            try:
+                message = template.format(**detail.get("ctx", {}))
+            except (KeyError, IndexError, ValueError):
+                message = template.partition("{")[0].rstrip(" :,")
+        issues.append(ValidationIssue(message=message, path=tuple(detail["loc"])))
+    # Not chained: pydantic's own message quotes the input, and causes end up in traces.
+    raise SchemaValidationError(issues) from None
+
+
+# -- jsonschema -------------------------------------------------------------------------------
+
+
+def _properties_filling_defaults(
+    validator: Any, properties: Any, instance: Any, schema: Any
+) -> Iterator[jsonschema.exceptions.ValidationError]:
+    """The ``properties`` keyword, first filling missing properties that have a ``default``.
+
+    jsonschema's documented recipe (``validators.extend`` on ``properties``); ``instance`` is
+    always validation's private copy, and each default is copied so no two results share it.
+    The keyword itself is jsonschema's own few lines, plus the path of a property whose
+    subschema is ``false`` (jsonschema's ``descend`` leaves that path empty).
+    """
+    if not validator.is_type(instance, "object"):
+        return
+    for name, subschema in properties.items():
+        if isinstance(subschema, dict) and "default" in subschema and name not in instance:
+            instance[name] = thaw(subschema["default"])
+    for name, subschema in properties.items():
+        if name not in instance:
+            continue
+        for error in validator.descend(instance[name], subschema, path=name, schema_path=name):
+            if subschema is False:
+                error.path.appendleft(name)
+            yield error
+
+
+# ``validators.extend`` is untyped in the stubs; it returns a validator class.
+_extend: Callable[..., type[jsonschema.Draft202012Validator]] = jsonschema.validators.extend
+_DefaultFillingValidator = _extend(
+    jsonschema.Draft202012Validator, {"properties": _properties_filling_defaults}
+)
+
+
+def _jsonschema_issues(
+    errors: Iterable[jsonschema.exceptions.ValidationError],
+) -> list[ValidationIssue]:
+    """Issues sorted by path, described from the schema side, duplicates dropped."""
+    ordered = sorted(errors, key=lambda error: _path_key(error.absolute_path))
+    issues: list[ValidationIssue] = []
+    for error in ordered:
+        issue = ValidationIssue(message=_describe_error(error), path=tuple(error.absolute_path))
+        if issue not in issues:
+            issues.append(issue)
+    return issues
+
+
+def _path_key(path: Iterable[str | int]) -> tuple[tuple[int, int, str], ...]:
+    # Indices sort numerically and before names, so mixed paths compare without TypeError.
+    return tuple((0, part, "") if isinstance(part, int) else (1, 0, part) for part in path)
+
+
+def _describe_error(error: jsonschema.exceptions.ValidationError) -> str:
+    """What the schema expected, built from ``validator`` and ``validator_value`` only.
+
+    ``error.message`` quotes the instance, so it is never used. Property names taken from the
+    instance (missing or extra keys) are identifiers, and are shown.
+    """
+    keyword = error.validator
+    expected: Any = error.validator_value
+    instance = error.instance
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    match keyword:
+        case None:
+            return "no value is allowed here"
+        case "type":
+            if isinstance(expected, list):
+                return "expected one of types " + ", ".join(repr(t) for t in expected)
+            return f"expected type {expected!r}"
+        case "required":
+            names = instance.keys() if isinstance(instance, dict) else ()
+            missing = [name for name in expected if name not in names]
+            if len(missing) == 1:
+                return f"required property {missing[0]!r} is missing"
+            return "required properties " + ", ".join(map(repr, missing)) + " are missing"
+        case "dependentRequired":
+            names = instance.keys() if isinstance(instance, dict) else ()
+            parts = [
+                f"property {name!r} requires {', '.join(repr(d) for d in deps if d not in names)}"
+                for name, deps in expected.items()
+                if name in names and any(d not in names for d in deps)
+            ]
+            return "; ".join(parts) or "dependent required properties are missing"
+        case "additionalProperties":
+            extras = _extra_properties(instance, schema)
+            if extras:
+                return f"additional properties are not allowed ({', '.join(map(repr, extras))})"
+            return "additional properties are not allowed"
+        case "unevaluatedProperties":
+            return "unevaluated properties are not allowed"
+        case "unevaluatedItems":
+            return "unevaluated items are not allowed"
+        case "items":
+            return "no items are allowed beyond the prefix items"
+        case "enum":
+            quoted = _quote_schema_value(expected)
+            suffix = f": {quoted}" if quoted else ""
+            return f"must be one of the enumerated values{suffix}"
+        case "const":
+            quoted = _quote_schema_value(expected)
+            return f"must equal the constant {quoted}" if quoted else "must equal the constant"
+        case "pattern":
+            return f"does not match pattern {expected!r}"
+        case "format":
+            return f"does not match format {expected!r}"
+        case "minLength":
+            return f"should have at least {expected} character{_plural(expected)}"
+        case "maxLength":
+            return f"should have at most {expected} character{_plural(expected)}"
+        case "minItems":
+            return f"should have at least {expected} item{_plural(expected)}"
+        case "maxItems":
+            return f"should have at most {expected} item{_plural(expected)}"
+        case "uniqueItems":
+            return "items must be unique"
+        case "minProperties":
+            return f"should have at least {expected} propert{'y' if expected == 1 else 'ies'}"
+        case "maxProperties":
+            return f"should have at most {expected} propert{'y' if expected == 1 else 'ies'}"
+        case "minimum":
+            return f"must be greater than or equal to {expected}"
+        case "maximum":
+            return f"must be less than or equal to {expected}"
+        case "exclusiveMinimum":
+            return f"must be greater than {expected}"
+        case "exclusiveMaximum":
+            return f"must be less than {expected}"
+        case "multipleOf":
+            return f"must be a multiple of {expected}"
+        case "contains":
+            low, high = schema.get("minContains", 1), schema.get("maxContains")
+            bound = f"at least {low}" if high is None else f"between {low} and {high}"
+            return f"must contain {bound} matching item{_plural(high or low)}"
+        case "anyOf":
+            return "must match at least one of the allowed schemas"
+        case "oneOf":
+            return "must match exactly one of the allowed schemas"
+        case "not":
+            return "must not match the disallowed schema"
+        case _:
+            return f"does not satisfy the {keyword!r} keyword"
+
+
+def _extra_properties(instance: Any, schema: dict[str, Any]) -> list[str]:
+    if not isinstance(instance, dict):
+        return []
+    declared = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    return [
+        name
+        for name in instance
+        if name not in declared and not any(re.search(pattern, name) for pattern in patterns)
+    ]
+
+
+def _quote_schema_value(value: Any) -> str | None:
+    """Canonical JSON of a schema-side value, or None when too long to be helpful."""
+    try:
+        text = canonical_json(value)
+    except (TypeError, ValueError):
+        return None
+    return text if len(text) <= _MAX_QUOTED_SCHEMA_VALUE else None
+
+
+def _plural(count: Any) -> str:
+    return "" if count == 1 else "s"
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _pointer(path: Iterable[str | int]) -> str:
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+
+
+def _describe(source: Any) -> str:
+    """Names the type of a definition-time object (never its repr, which may be anything)."""
+    if isinstance(source, type):
+        return f"type {source.__qualname__!r}"
+    return f"an instance of {type(source).__qualname__!r}"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
