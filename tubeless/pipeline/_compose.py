@@ -50,6 +50,7 @@ class FanOutFailedError(TubelessError):
             + (f": {first_error.message[:_MAX_KEY]}" if first_error else ""),
         )
         self.cancelled = cancelled
+        self.runs = tuple(run for _, _, run in failures)
         shown = failures[:_MAX_FAN_OUT_FAILURES]
         self.fan_out = {
             "failures": [_failure_entry(i, key, run) for i, key, run in shown],
@@ -96,7 +97,7 @@ def run_child(
     controls = controls or Controls()
     if ctx.dry_run and not controls.dry_run:
         controls = replace(controls, dry_run=True)
-    env = ctx._env if not slots else ctx._env.with_slots(**slots)
+    env = ctx._env if not slots else ctx._env.derive(**slots)
     return execute(
         pipeline,
         raw_input,
@@ -167,6 +168,7 @@ def _composed(
         name=name,
         description=description,
         nested=nested,
+        orchestration=True,
         problems=tuple(found),
     )
 

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from tubeless.pipeline._cancel import CancelToken
 from tubeless.tracing.records import Envelope, bounded_str
 from tubeless.tracing.sinks import TraceFanout
 
-__all__ = ["RunEnvironment", "StepContext", "StepLogger", "now_ms"]
+__all__ = ["HandlerGate", "RunEnvironment", "StepContext", "StepLogger", "now_ms"]
+
+#: ``gate(signal)`` returns an async context manager held around each leaf handler call.
+HandlerGate = Callable[[CancelToken], AbstractAsyncContextManager[Any]]
+
+
+class _Keep(enum.Enum):
+    """Marks an argument that keeps the current value."""
+
+    KEEP = "keep"
+
+
+_KEEP = _Keep.KEEP
 
 _run_log = logging.getLogger("tubeless.run")
 
@@ -36,21 +50,29 @@ class RunEnvironment:
     pipeline core only passes them along.
     """
 
-    __slots__ = ("correlation_id", "fanout", "slots")
+    __slots__ = ("correlation_id", "fanout", "gate", "slots")
 
     def __init__(
         self,
         fanout: TraceFanout | None,
         slots: Mapping[str, Any] | None = None,
         correlation_id: str | None = None,
+        gate: HandlerGate | None = None,
     ) -> None:
         self.fanout = fanout
         self.slots: Mapping[str, Any] = slots if slots is not None else {}
         self.correlation_id = correlation_id
+        self.gate = gate
+        """Wraps every leaf handler call below this point (the agent harness's permits)."""
 
-    def with_slots(self, **slots: Any) -> RunEnvironment:
-        """A copy whose slots are updated with ``slots``."""
-        return RunEnvironment(self.fanout, {**self.slots, **slots}, self.correlation_id)
+    def derive(self, *, gate: HandlerGate | _Keep | None = _KEEP, **slots: Any) -> RunEnvironment:
+        """A copy with ``slots`` added and, when given, another ``gate``."""
+        return RunEnvironment(
+            self.fanout,
+            {**self.slots, **slots} if slots else self.slots,
+            self.correlation_id,
+            self.gate if isinstance(gate, _Keep) else gate,
+        )
 
 
 class StepLogger:
@@ -227,6 +249,22 @@ class StepContext:
                 attempt_id=self.attempt_id,
             )
         )
+
+    def derive(self, *, gate: HandlerGate | _Keep | None = _KEEP, **slots: Any) -> StepContext:
+        """A copy whose child runs see ``slots`` (and ``gate``, when given)."""
+        copy = StepContext(
+            pipeline_id=self.pipeline_id,
+            run_id=self.run_id,
+            step_id=self.step_id,
+            options=self.options,
+            dry_run=self.dry_run,
+            signal=self.signal,
+            env=self._env.derive(gate=gate, **slots),
+            envelope=self._envelope,
+            attempt_id=self.attempt_id,
+        )
+        copy._closed = self._closed
+        return copy
 
     def close(self) -> None:
         """Mark the attempt finished: later progress reports are ignored."""

@@ -34,6 +34,7 @@ from tubeless.tracing.sinks import TraceFanout, TraceSink
 
 if TYPE_CHECKING:
     from tubeless.pipeline._pipeline import Pipeline
+    from tubeless.pipeline._step import Step
 
 __all__ = ["UNVALIDATED", "Controls", "execute", "run_root"]
 
@@ -308,6 +309,7 @@ class _Run:
                 for task in done:
                     del active[task]
         except asyncio.CancelledError:
+            self.signal.cancel("The run was interrupted.")
             for task in active:
                 task.cancel()
             if active:
@@ -356,17 +358,15 @@ class _Run:
             return
         attempt = self.open_attempt(ps)
         ctx = self.context(ps.id, attempt[0])
+        in_handler = True
         try:
-            if self.controls.dry_run and callable(s.dry_run):
-                handler, is_async = s.dry_run, s.dry_run_is_async
+            gate = None if s.orchestration else self.env.gate
+            if gate is None:
+                value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
             else:
-                handler, is_async = s.run, s.run_is_async
-            if is_async:
-                value = await handler(inputs, ctx)
-            elif s.inline:
-                value = await maybe_await(handler(inputs, ctx))
-            else:
-                value = await maybe_await(await call_in_thread(handler, inputs, ctx))
+                async with gate(self.signal):
+                    value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
+            in_handler = False
             if s.output_schema is not None:
                 try:
                     value = s.output_schema.validate(value)
@@ -378,7 +378,7 @@ class _Run:
             raise
         except Exception as exc:
             ctx.close()
-            self.failed(ps, attempt, exc)
+            self.failed(ps, attempt, exc, from_handler=in_handler and not s.orchestration)
             return
         ctx.close()
         self.outputs[ps.id] = value
@@ -492,9 +492,14 @@ class _Run:
             )
 
     def failed(
-        self, ps: PlanStep, attempt: tuple[str, int, float] | None, exc: BaseException
+        self,
+        ps: PlanStep,
+        attempt: tuple[str, int, float] | None,
+        exc: BaseException,
+        *,
+        from_handler: bool = False,
     ) -> None:
-        error = classify(exc, ps.id)
+        error = classify(exc, ps.id, from_handler=from_handler)
         cancelled = error.kind == "cancellation"
         status: StepStatus = "cancelled" if cancelled else "failed"
         self.state[ps.id] = status
@@ -569,9 +574,7 @@ class _Run:
             self.cancelled_unstarted(ps)
 
     async def finalize_if_allowed(self, plan: Plan) -> None:
-        if self.signal.cancelled or any(
-            e.kind == "cancellation" for e in self.step_errors.values()
-        ):
+        if any(e.kind == "cancellation" for e in self.step_errors.values()):
             return
         if self.step_errors and not self.controls.continue_on_error:
             return
@@ -621,6 +624,19 @@ class _Run:
                 )
             )
         return run
+
+
+async def _invoke(s: Step, inputs: dict[str, Any], ctx: StepContext, *, dry_run: bool) -> Any:
+    """Call the step's handler (or its preview in dry runs) the way its colour requires."""
+    if dry_run and callable(s.dry_run):
+        handler, is_async = s.dry_run, s.dry_run_is_async
+    else:
+        handler, is_async = s.run, s.run_is_async
+    if is_async:
+        return await handler(inputs, ctx)
+    if s.inline or s.orchestration:
+        return await maybe_await(handler(inputs, ctx))
+    return await maybe_await(await call_in_thread(handler, inputs, ctx, signal=ctx.signal))
 
 
 def _elapsed(t0: float) -> float:

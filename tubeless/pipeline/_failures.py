@@ -18,7 +18,7 @@ from tubeless.errors import (
     cause_chain,
     code_of,
 )
-from tubeless.pipeline._cancel import RunCancelledError
+from tubeless.pipeline._cancel import CancelToken, RunCancelledError
 from tubeless.schema import SchemaValidationError
 
 if TYPE_CHECKING:
@@ -92,9 +92,17 @@ def _is_child_failure(exc: BaseException) -> bool:
 
 
 def classify(
-    exc: BaseException, step_id: str | None, *, phase: ErrorPhase = "execution"
+    exc: BaseException,
+    step_id: str | None,
+    *,
+    phase: ErrorPhase = "execution",
+    from_handler: bool = False,
 ) -> PipelineError:
-    """The recorded form of an exception raised while running ``step_id``."""
+    """The recorded form of an exception raised while running ``step_id``.
+
+    ``from_handler`` marks an exception raised by the step's own handler (not by a predicate,
+    a validator, a mapper or a finalizer).
+    """
     issues: tuple[Any, ...] = ()
     if is_cancellation(exc):
         code, kind = codes.RUN_CANCELLED, "cancellation"
@@ -124,6 +132,7 @@ def classify(
         issues=issues,
         fan_out=getattr(exc, "fan_out", None),
         exception=exc,
+        from_handler=from_handler,
     )
 
 
@@ -154,11 +163,14 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
-async def call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+async def call_in_thread(
+    fn: Callable[..., Any], *args: Any, signal: CancelToken | None = None
+) -> Any:
     """Run sync ``fn`` in a worker thread; on cancellation, wait for the thread to finish.
 
-    A thread cannot be interrupted, so a cancelled caller still waits for it (handlers see the
-    cancelled ``ctx.signal`` and should return early); only a second cancellation stops waiting.
+    A thread cannot be interrupted, so a cancelled caller first cancels ``signal`` (the handler
+    sees it and should return early) and then waits for the thread; only a second cancellation
+    stops waiting.
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
@@ -179,6 +191,8 @@ async def call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
+        if signal is not None:
+            signal.cancel("The run was interrupted.")
         if not future.done():
             # The thread's own outcome no longer matters; only that it has finished.
             with contextlib.suppress(BaseException):

@@ -56,7 +56,10 @@ class Step:
     capabilities: tuple[Pipeline, ...] = ()
     """Pipelines whose identities feed this step's definition id (agent tools)."""
     inline: bool = False
-    """Run a sync ``run`` on the event loop instead of a worker thread (orchestration steps)."""
+    """Run a sync ``run`` on the event loop instead of a worker thread."""
+    orchestration: bool = False
+    """The step only coordinates other runs (composition, agent turns): it runs on the event
+    loop, never waits for a handler permit, and its errors are never handler errors."""
     problems: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
     """Definition problems found while building the step, as ``(code, message)`` pairs."""
     run_is_async: bool = field(init=False, compare=False, repr=False)
