@@ -182,6 +182,8 @@ class PipelineError:
     """For failed ``for_each_pipeline`` steps: a bounded summary of the failed items."""
     exception: BaseException | None = field(default=None, compare=False, repr=False)
     """The original exception, for ``raise ... from``; never serialized."""
+    from_handler: bool = field(default=False, compare=False, repr=False)
+    """Raised by a step's own handler, not by a predicate, validator, mapper or finalizer."""
 
     def format(self) -> str:
         """``<phase>[ at step <id>] [<code>][ (<source>)]: <message>[; caused by ...]``."""
