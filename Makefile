@@ -2,8 +2,8 @@
 # .venv on first use and reinstalls only when pyproject.toml changes (tracked by stamp files).
 
 PYTHON ?= python3
-EXAMPLE ?= text_pipeline
-ARGS ?=
+EXAMPLE ?= scripted_agent
+ARGS ?= --question "hello tubeless"
 
 VENV := .venv
 BIN := $(VENV)/bin

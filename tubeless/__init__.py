@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tubeless._version import __version__
 
 if TYPE_CHECKING:
+    from tubeless.agent import Limits, ToolError, define_agent, define_tool, pipeline_tool
     from tubeless.errors import (
         AgentDefinitionError,
         DocumentError,
@@ -43,6 +44,7 @@ __all__ = [
     "CancelToken",
     "DefinitionIdentity",
     "DocumentError",
+    "Limits",
     "Pipeline",
     "PipelineDefinitionError",
     "PipelineError",
@@ -54,17 +56,22 @@ __all__ = [
     "Schema",
     "StepContext",
     "TemplateError",
+    "ToolError",
     "TubelessError",
     "__version__",
+    "define_agent",
     "define_pipeline",
+    "define_tool",
     "for_each_pipeline",
     "from_pipeline",
     "iterate_pipeline",
+    "pipeline_tool",
     "require_outputs",
     "step",
 ]
 
 _HOMES = {
+    "tubeless.agent": ("Limits", "ToolError", "define_agent", "define_tool", "pipeline_tool"),
     "tubeless.errors": (
         "AgentDefinitionError",
         "DocumentError",

@@ -1,0 +1,291 @@
+"""``define_agent``: compile a bounded decision loop into an ordinary pipeline.
+
+::
+
+    pipeline <id>                 single step and target "agent" (finalized by it)
+      step "agent" = iterate_pipeline(<id>/turn, max_iterations=max_turns)
+    pipeline <id>/turn            decide → calls → reduce (finalized by reduce)
+    pipeline <id>/tool/<name>     one per handler tool: single step "tool"
+
+Pipeline tools run their own pipeline (or agent) as the call's child run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
+from tubeless.agent._limits import Limits
+from tubeless.agent._prepare import CompiledTool
+from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
+from tubeless.agent._state import own
+from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
+from tubeless.agent._turn import AgentSpec, TurnInput, build_turn_pipeline
+from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
+from tubeless.frozen import FrozenDict, thaw
+from tubeless.pipeline import Pipeline, StepContext, define_pipeline, iterate_pipeline, step
+from tubeless.pipeline._failures import maybe_await
+from tubeless.pipeline._identity import schema_fingerprint
+from tubeless.pipeline._step import is_async_callable
+from tubeless.schema import Schema
+
+__all__ = ["define_agent"]
+
+_MAX_TOOLS = 4096
+
+
+def _schema(value: Any, label: str) -> Schema:
+    try:
+        return Schema.of(value)
+    except (TypeError, ValueError) as exc:
+        raise AgentDefinitionError(f"{label} is not a schema: {exc}") from exc
+
+
+def _tool_handler(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+    """Adapt ``handler(input, ctx)`` to a step handler that also records the call's identity."""
+
+    def context(ctx: StepContext) -> ToolContext:
+        execution = ctx.slots.get(EXECUTION_SLOT) or FrozenDict()
+        if ctx.tracing:
+            ctx.report_attempt(
+                1,
+                {
+                    "agent.runId": execution.get("agent_run_id"),
+                    "agent.turn": execution.get("turn"),
+                    "agent.callId": execution.get("call_id"),
+                    "agent.tool": name,
+                    "agent.parentAttemptId": execution.get("parent_attempt_id"),
+                },
+            )
+        return ToolContext(ctx, execution)
+
+    if is_async_callable(handler):
+
+        async def run_async(inputs: dict[str, Any], ctx: StepContext) -> Any:
+            return await handler(ctx.options, context(ctx))
+
+        return run_async
+
+    def run_sync(inputs: dict[str, Any], ctx: StepContext) -> Any:
+        return handler(ctx.options, context(ctx))
+
+    return run_sync
+
+
+def _tool_pipeline(agent_id: str, name: str, tool: Tool) -> Pipeline:
+    preview = tool._preview
+    assert tool._run is not None
+    return define_pipeline(
+        id=f"{agent_id}/tool/{name}",
+        options_schema=tool.input_schema,
+        steps=[
+            step(
+                "tool",
+                _tool_handler(name, tool._run),
+                dry_run="skip" if preview is None else _tool_handler(name, preview),
+                output_schema=tool.output_schema,
+            )
+        ],
+        finalize="tool",
+    )
+
+
+def _registry(agent_id: str, tools: Mapping[str, Tool] | None) -> dict[str, CompiledTool]:
+    if tools is None:
+        return {}
+    if not isinstance(tools, Mapping):
+        raise AgentDefinitionError("Agent tools must be a mapping of names to tools.")
+    if len(tools) > _MAX_TOOLS:
+        raise AgentDefinitionError(f"An agent may register at most {_MAX_TOOLS} tools.")
+    registry: dict[str, CompiledTool] = {}
+    for name in sorted(tools):
+        tool = tools[name]
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise AgentDefinitionError(
+                f"Tool name {name!r} must start with a letter and contain only letters, "
+                "digits, '_' or '-' (at most 128 characters)."
+            )
+        if not isinstance(tool, Tool):
+            raise AgentDefinitionError(
+                f"Tool {name!r} must be made with define_tool(...) or pipeline_tool(...)."
+            )
+        if tool.kind == "handler":
+            pipeline = _tool_pipeline(agent_id, name, tool)
+        else:
+            assert tool.pipeline is not None
+            pipeline = tool.pipeline
+        registry[name] = CompiledTool(name, tool, pipeline)
+    return registry
+
+
+def define_agent(
+    *,
+    id: str,
+    input_schema: Any,
+    result_schema: Any,
+    initial_state: Callable[..., Any],
+    decide: Callable[..., Any],
+    tools: Mapping[str, Tool] | None = None,
+    reduce: Callable[..., Any] | None = None,
+    dry_run: Callable[..., Any] | None = None,
+    limits: Limits | Mapping[str, int] | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    implementation_version: str | None = None,
+    result_json_schema: Mapping[str, Any] | None = None,
+) -> Pipeline:
+    """Define an agent: an ordinary pipeline around a bounded decide → calls → reduce loop.
+
+    Args:
+        id: The agent's pipeline id.
+        input_schema: Validates the agent's input once.
+        result_schema: Validates (and may transform) the finish result once.
+        initial_state: ``initial_state(input)`` returns the first state (frozen on commit).
+        decide: ``decide(state, ctx)`` returns a decision (plain data, validated every turn).
+        tools: Registered tools by name (``define_tool`` or ``pipeline_tool``); none implicitly.
+        reduce: ``reduce(state, outcomes)`` returns the next state; without it the state is
+            kept and outcomes are not accumulated.
+        dry_run: A preview decision source used instead of ``decide`` in dry runs; without it
+            a dry run skips the agent (and its finalization fails: nothing is invented).
+        limits: :class:`Limits` or a mapping of its fields.
+        name: Display name.
+        description: Display description.
+        implementation_version: Bump it when prompts, reducers or handlers change behaviour.
+        result_json_schema: An explicit descriptor of the result for models.
+
+    Raises:
+        AgentDefinitionError: For any invalid part (``TUBELESS_AGENT_INVALID_DEFINITION``).
+    """
+    if not isinstance(id, str) or not id.strip():
+        raise AgentDefinitionError("An agent id must be a nonblank string.")
+    inputs = _schema(input_schema, "input_schema")
+    result = _schema(result_schema, "result_schema")
+    for label, fn, required in (
+        ("initial_state", initial_state, True),
+        ("decide", decide, True),
+        ("reduce", reduce, False),
+        ("dry_run", dry_run, False),
+    ):
+        if (fn is not None or required) and not callable(fn):
+            raise AgentDefinitionError(f"Agent {id!r}: {label} must be callable.")
+    if result_json_schema is not None:
+        result_descriptor = descriptor(result_json_schema, "result_json_schema")
+    else:
+        try:
+            generated = result.json_schema()
+        except Exception as exc:
+            raise AgentDefinitionError(
+                f"Agent {id!r}: result_schema has no JSON Schema; pass result_json_schema: {exc}"
+            ) from exc
+        result_descriptor = descriptor(generated, "result_schema")
+    resolved_limits = Limits.coerce(limits)
+    registry = _registry(id, tools)
+    capabilities = tuple(
+        FrozenDict._trusted(
+            {
+                "name": entry.name,
+                "description": entry.tool.description,
+                "input_json_schema": entry.tool.input_json_schema,
+            }
+        )
+        for entry in registry.values()
+    )
+    spec = AgentSpec(
+        id=id,
+        decide=decide,
+        dry_run=dry_run,
+        reduce=reduce,
+        result_schema=result,
+        result_json_schema=result_descriptor,
+        capabilities=capabilities,
+        registry=registry,
+        limits=resolved_limits,
+    )
+    try:
+        return _compile(spec, inputs, initial_state, name, description, implementation_version)
+    except PipelineDefinitionError as exc:
+        raise AgentDefinitionError(f"Agent {id!r}: {exc}") from exc
+
+
+def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
+    limits = spec.limits
+    return {
+        "limits": {
+            "maxTurns": limits.max_turns,
+            "maxCalls": limits.max_calls,
+            "maxDecisions": limits.max_decisions,
+            "maxDepth": limits.max_depth,
+            "maxConcurrency": limits.max_concurrency,
+        },
+        "capabilities": [
+            {
+                "name": c["name"],
+                "description": c["description"],
+                "inputJsonSchema": thaw(c["input_json_schema"]),
+            }
+            for c in spec.capabilities
+        ],
+        "inputSchema": schema_fingerprint(inputs),
+        "resultJsonSchema": thaw(spec.result_json_schema),
+        "turnPipelineId": f"{spec.id}/turn",
+    }
+
+
+def _compile(
+    spec: AgentSpec,
+    inputs: Schema,
+    initial_state: Callable[..., Any],
+    name: str | None,
+    description: str | None,
+    implementation_version: str | None,
+) -> Pipeline:
+    turn = build_turn_pipeline(spec)
+
+    async def first_turn(step_inputs: dict[str, Any], ctx: StepContext) -> TurnInput:
+        state = own(await maybe_await(initial_state(ctx.options)), "Agent initial state")
+        return TurnInput(
+            state=state,
+            turn=1,
+            state_version=0,
+            calls=0,
+            agent_input=ctx.options,
+            agent_run_id=ctx.run_id,
+            scope=ctx.slots[SCOPE_SLOT],
+        )
+
+    loop = iterate_pipeline(
+        "agent",
+        turn,
+        max_iterations=spec.limits.max_turns,
+        initial_state=first_turn,
+        map_options=lambda state, step_inputs, ctx: state,
+        transition=lambda result, state, ctx: result,
+        dry_run=None if spec.dry_run is not None else "skip",
+    )
+    iterate = loop.run
+    limits = spec.limits
+
+    async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
+        parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
+        depth = ctx.slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
+        scope = Scope(Budget(ctx.run_id, depth, limits), parent)
+        return await iterate(step_inputs, ctx.derive(gate=scope.permit, **{SCOPE_SLOT: scope}))
+
+    agent_step = replace(
+        loop,
+        run=run_agent,
+        agent=_metadata(spec, inputs),
+        capabilities=tuple(entry.pipeline for entry in spec.registry.values()),
+    )
+    return define_pipeline(
+        id=spec.id,
+        name=name,
+        description=description,
+        implementation_version=implementation_version,
+        options_schema=inputs,
+        steps=[agent_step],
+        targets=["agent"],
+        finalize="agent",
+    )

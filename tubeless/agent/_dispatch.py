@@ -1,0 +1,173 @@
+"""Running an admitted batch: one child run per call, outcomes in decision order.
+
+A lone call is awaited inline; larger batches use as many workers as the scope's concurrency
+allows (the permit pool bounds the handlers exactly). A fatal failure or a cancellation stops
+dispatch; calls already running are drained, never cancelled by the harness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from tubeless.agent._prepare import PreparedCall
+from tubeless.agent._scope import SCOPE_SLOT, Scope
+from tubeless.agent._tools import ToolError
+from tubeless.errors import CHILD_FAILED, TOOL_ERRORS
+from tubeless.frozen import FreezeError, FrozenDict, freeze
+from tubeless.pipeline import (
+    ChildRunFailedError,
+    FanOutFailedError,
+    PipelineRun,
+    RunCancelledError,
+    StepContext,
+    run_child,
+)
+
+__all__ = ["DEPTH_SLOT", "EXECUTION_SLOT", "dispatch"]
+
+#: Slot carrying ``{agent_run_id, turn, call_id, tool, parent_attempt_id}`` to a tool run.
+EXECUTION_SLOT = "tubeless.agent.execution"
+#: Slot carrying the delegation depth of agents started below a pipeline-tool call.
+DEPTH_SLOT = "tubeless.agent.depth"
+
+_MAX_SHOWN_CALLS = 32
+_MAX_TOOL_ERRORS = 32
+_MAX_MESSAGE = 4096
+
+
+def _handler_tool_errors(run: PipelineRun) -> list[ToolError] | None:
+    """Every failure of ``run`` as handler ``ToolError``s, or ``None`` if any is something else."""
+    found: list[ToolError] = []
+    for error in run.errors:
+        exc = error.exception
+        if error.from_handler and isinstance(exc, ToolError):
+            found.append(exc)
+            continue
+        nested: tuple[PipelineRun, ...] = ()
+        if error.code == CHILD_FAILED and isinstance(exc, ChildRunFailedError):
+            nested = (exc.run,)
+        elif error.code == CHILD_FAILED and isinstance(exc, FanOutFailedError):
+            nested = exc.runs
+        if not nested:
+            return None
+        for child in nested:
+            inner = _handler_tool_errors(child)
+            if inner is None:
+                return None
+            found.extend(inner)
+    return found
+
+
+def _error_outcome(errors: list[ToolError]) -> FrozenDict:
+    if len(errors) == 1:
+        return FrozenDict({"code": errors[0].code, "message": errors[0].message})
+    text = "; ".join(f"{e.code}: {e.message}" for e in errors[:_MAX_TOOL_ERRORS])
+    return FrozenDict({"code": TOOL_ERRORS, "message": text[:_MAX_MESSAGE]})
+
+
+def _outcome(call: PreparedCall, run: PipelineRun, signal_cancelled: bool) -> FrozenDict:
+    if run.status == "completed":
+        try:
+            value = freeze(run.value)
+        except FreezeError:
+            value = run.value  # e.g. a model instance: the validated output, as produced
+        return FrozenDict._trusted({"id": call.id, "tool": call.tool, "ok": True, "value": value})
+    if run.status == "failed" and not signal_cancelled:
+        errors = _handler_tool_errors(run)
+        if errors:
+            return FrozenDict(
+                {"id": call.id, "tool": call.tool, "ok": False, "error": _error_outcome(errors)}
+            )
+    raise ChildRunFailedError(run)
+
+
+async def dispatch(
+    calls: tuple[PreparedCall, ...],
+    ctx: StepContext,
+    *,
+    scope: Scope,
+    agent_run_id: str,
+    turn: int,
+) -> tuple[FrozenDict, ...]:
+    """Run every call as a child run; raise on the first fatal failure after draining."""
+    total = len(calls)
+    outcomes: list[FrozenDict | None] = [None] * total
+    fatal: list[BaseException] = []
+    status = ["pending"] * total
+    signal = ctx.signal
+
+    async def one(index: int) -> None:
+        call = calls[index]
+        slots: dict[str, Any] = {
+            EXECUTION_SLOT: FrozenDict._trusted(
+                {
+                    "agent_run_id": agent_run_id,
+                    "turn": turn,
+                    "call_id": call.id,
+                    "tool": call.tool,
+                    "parent_attempt_id": ctx.attempt_id,
+                }
+            )
+        }
+        if call.delegates:
+            slots[DEPTH_SLOT] = scope.depth + 1
+            slots[SCOPE_SLOT] = scope
+        status[index] = "running"
+        run = await run_child(ctx, call.pipeline, None, item_key=call.id, validated=call.value,
+                              slots=slots)
+        try:
+            outcomes[index] = _outcome(call, run, signal.cancelled)
+        except ChildRunFailedError:
+            status[index] = "failed" if run.status == "failed" else "cancelled"
+            raise
+        status[index] = "completed" if outcomes[index]["ok"] else "failed"  # type: ignore[index]
+        if ctx.tracing:
+            _progress(ctx, calls, status)
+
+    if total == 1:
+        await one(0)
+        return (outcomes[0],)  # type: ignore[return-value]
+
+    cursor = 0
+
+    async def worker() -> None:
+        nonlocal cursor
+        while cursor < total and not fatal and not signal.cancelled:
+            index = cursor
+            cursor += 1
+            try:
+                await one(index)
+            except Exception as exc:
+                fatal.append(exc)
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(min(total, scope.concurrency))]
+    try:
+        await asyncio.gather(*workers)
+    except asyncio.CancelledError:
+        for task in workers:
+            task.cancel()
+        await asyncio.wait(workers)
+        raise
+    if fatal:
+        raise fatal[0]
+    if any(outcome is None for outcome in outcomes):
+        raise RunCancelledError(signal.reason)
+    return tuple(outcomes)  # type: ignore[arg-type]
+
+
+def _progress(ctx: StepContext, calls: tuple[PreparedCall, ...], status: list[str]) -> None:
+    """At most 32 visible call groups: running and failed first, then decision order."""
+    done = sum(1 for s in status if s in ("completed", "failed", "cancelled"))
+    order = sorted(
+        range(len(calls)), key=lambda i: (status[i] not in ("running", "failed"), i)
+    )
+    rows: list[Mapping[str, Any]] = [
+        {"id": calls[i].id, "name": calls[i].tool, "depth": 0, "status": status[i]}
+        for i in order[:_MAX_SHOWN_CALLS]
+    ]
+    hidden = len(calls) - len(rows)
+    if hidden > 0:
+        rows.append({"id": "more", "label": f"{hidden} more calls", "depth": 0})
+    ctx.report_progress(done, len(calls), f"{done} of {len(calls)} calls", rows)

@@ -1,0 +1,165 @@
+"""Execution scopes: budgets shared down a delegation tree, depth, and concurrency permits.
+
+The root agent invocation creates a permit pool; every agent invocation below it (a pipeline
+tool that is an agent, or an agent inside a pipeline tool) adds its own budget to the chain it
+inherits. Reservations check every budget of the chain and then charge them all, with no await
+in between, so concurrent siblings cannot both pass a check meant for one. Nothing is refunded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Literal
+
+from tubeless.agent._limits import LimitReachedError, Limits
+from tubeless.pipeline import CancelToken, RunCancelledError
+
+__all__ = ["SCOPE_SLOT", "Budget", "PermitPool", "Scope"]
+
+#: The run-environment slot that carries the innermost agent scope down a run tree.
+SCOPE_SLOT = "tubeless.agent.scope"
+
+
+class Budget:
+    """The counters of one agent invocation."""
+
+    __slots__ = ("active", "calls", "decisions", "depth", "id", "limits")
+
+    def __init__(self, id: str, depth: int, limits: Limits) -> None:
+        self.id = id
+        self.depth = depth
+        self.limits = limits
+        self.calls = 0
+        self.decisions = 0
+        self.active = 0
+
+
+class PermitPool:
+    """Permits for decision callbacks and leaf handlers, shared by one root invocation.
+
+    A job starts only when every budget of its chain has a free slot; waiting jobs are served
+    in arrival order, skipping those that still do not fit.
+    """
+
+    __slots__ = ("_waiters",)
+
+    def __init__(self) -> None:
+        self._waiters: deque[tuple[tuple[Budget, ...], asyncio.Future[None]]] = deque()
+
+    @staticmethod
+    def _fits(chain: tuple[Budget, ...]) -> bool:
+        return all(b.active < b.limits.max_concurrency for b in chain)
+
+    @staticmethod
+    def _take(chain: tuple[Budget, ...]) -> None:
+        for b in chain:
+            b.active += 1
+
+    async def acquire(self, chain: tuple[Budget, ...], signal: CancelToken) -> None:
+        """Wait for a permit on every budget of ``chain``; cancellation rejects the wait."""
+        signal.raise_if_cancelled()
+        if not self._waiters and self._fits(chain):
+            self._take(chain)
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        entry = (chain, waiter)
+        self._waiters.append(entry)
+
+        def reject() -> None:
+            loop.call_soon_threadsafe(_reject, waiter)
+
+        remove = signal.add_callback(reject)
+        try:
+            await waiter
+        except BaseException:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+            elif waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self.release(chain)  # granted while we were being cancelled: hand it back
+            raise
+        finally:
+            remove()
+
+    def release(self, chain: tuple[Budget, ...]) -> None:
+        """Return the permits of ``chain`` and wake waiters that now fit."""
+        for b in chain:
+            b.active -= 1
+        for entry in list(self._waiters):
+            waiting_chain, waiter = entry
+            if waiter.done():
+                self._waiters.remove(entry)
+            elif self._fits(waiting_chain):
+                self._waiters.remove(entry)
+                self._take(waiting_chain)
+                waiter.set_result(None)
+
+
+def _reject(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(RunCancelledError("The run was cancelled while waiting to start."))
+
+
+class Scope:
+    """The budget chain of one agent invocation (root first) and its root's permit pool."""
+
+    __slots__ = ("budget", "chain", "pool")
+
+    def __init__(self, budget: Budget, parent: Scope | None) -> None:
+        self.budget = budget
+        self.chain: tuple[Budget, ...] = (budget,) if parent is None else (*parent.chain, budget)
+        self.pool: PermitPool = PermitPool() if parent is None else parent.pool
+
+    @property
+    def depth(self) -> int:
+        """Delegation edges between the root agent and this one."""
+        return self.budget.depth
+
+    @property
+    def concurrency(self) -> int:
+        """The tightest concurrency limit of the chain."""
+        return min(b.limits.max_concurrency for b in self.chain)
+
+    def check(self, limit: Literal["max_calls", "max_decisions"], requested: int) -> None:
+        """Fail with ``TUBELESS_AGENT_LIMIT_REACHED`` if any budget cannot afford ``requested``."""
+        for b in reversed(self.chain):
+            bound = getattr(b.limits, limit)
+            used = b.calls if limit == "max_calls" else b.decisions
+            if requested > bound - used:
+                raise LimitReachedError(
+                    limit=limit, bound=bound, consumed=used, requested=requested, scope=b.id
+                )
+
+    def reserve(self, limit: Literal["max_calls", "max_decisions"], requested: int) -> None:
+        """Check, then charge every budget of the chain (atomically: no await in between)."""
+        self.check(limit, requested)
+        for b in self.chain:
+            if limit == "max_calls":
+                b.calls += requested
+            else:
+                b.decisions += requested
+
+    def check_delegation(self) -> None:
+        """Fail if one more delegation edge below this agent exceeds any ``max_depth``."""
+        for b in reversed(self.chain):
+            consumed = self.depth - b.depth
+            if consumed + 1 > b.limits.max_depth:
+                raise LimitReachedError(
+                    limit="max_depth",
+                    bound=b.limits.max_depth,
+                    consumed=consumed,
+                    requested=1,
+                    scope=b.id,
+                )
+
+    @asynccontextmanager
+    async def permit(self, signal: CancelToken) -> AsyncIterator[None]:
+        """Hold a concurrency permit on every budget of the chain."""
+        await self.pool.acquire(self.chain, signal)
+        try:
+            yield
+        finally:
+            self.pool.release(self.chain)

@@ -1,0 +1,30 @@
+"""Agent state ownership: every committed state is a frozen copy of plain data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tubeless.errors import AGENT_INVALID_STATE, TubelessError
+from tubeless.frozen import FreezeError, freeze
+
+__all__ = ["StateError", "own"]
+
+
+class StateError(TubelessError):
+    """State that is not plain data (``TUBELESS_AGENT_INVALID_STATE``)."""
+
+    def __init__(self, where: str, error: FreezeError) -> None:
+        super().__init__(
+            AGENT_INVALID_STATE,
+            f"{where} must contain only None, bools, ints, finite floats, strings, lists and "
+            f"dicts with string keys ({error})",
+        )
+        self.path = error.path
+
+
+def own(value: Any, where: str = "Agent state") -> Any:
+    """A frozen copy of ``value`` (already-frozen parts are reused, not copied)."""
+    try:
+        return freeze(value)
+    except FreezeError as exc:
+        raise StateError(where, exc) from None

@@ -1,0 +1,292 @@
+"""Tools: ``define_tool``, ``pipeline_tool``, ``ToolError`` and the context handlers receive."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, final
+
+from tubeless.errors import AgentDefinitionError
+from tubeless.frozen import FreezeError, FrozenDict, canonical_json, freeze
+from tubeless.pipeline import Pipeline
+from tubeless.pipeline._step import is_async_callable
+from tubeless.schema import Schema
+
+if TYPE_CHECKING:
+    from tubeless.pipeline import CancelToken, StepContext, StepLogger
+
+__all__ = [
+    "TOOL_NAME",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "define_tool",
+    "descriptor",
+    "pipeline_tool",
+]
+
+#: Registered tool names: a letter, then letters, digits, ``_`` or ``-``; 128 at most.
+TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,127}$")
+_MAX_DESCRIPTION = 4096
+
+
+class ToolError(Exception):
+    """An expected, recoverable tool failure: the agent sees it as an outcome and goes on.
+
+    Only a ``ToolError`` raised by the tool's own handler is recoverable; any other exception
+    (even one with a ``code`` attribute), and a ``ToolError`` raised by a validator, mapper or
+    reducer, fails the run.
+
+    Args:
+        code: Application code, nonblank, at most 256 characters (e.g. ``NOT_FOUND``).
+        message: At most 4096 characters; the model sees it, so keep secrets out.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        if not isinstance(code, str) or not code.strip() or len(code) > 256:
+            raise ValueError("ToolError code must be a nonblank string of at most 256 characters.")
+        if not isinstance(message, str) or len(message) > _MAX_DESCRIPTION:
+            raise ValueError("ToolError message must be a string of at most 4096 characters.")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"ToolError({self.code!r}, {self.message!r})"
+
+
+class ToolContext:
+    """What a tool handler receives besides its validated input.
+
+    Attributes:
+        signal: The run's cancellation token.
+        log: A logger whose lines are recorded in the trace.
+        dry_run: Whether this is a preview run.
+        execution: ``{agent_run_id, turn, call_id, tool}``, e.g. for idempotency keys.
+    """
+
+    __slots__ = ("_step", "execution")
+
+    def __init__(self, step_ctx: StepContext, execution: Mapping[str, Any]) -> None:
+        self._step = step_ctx
+        self.execution = execution
+
+    @property
+    def signal(self) -> CancelToken:
+        """The run's cancellation token."""
+        return self._step.signal
+
+    @property
+    def log(self) -> StepLogger:
+        """The tool's logger (``pipeline.log`` records and the ``tubeless.run`` logger)."""
+        return self._step.log
+
+    @property
+    def dry_run(self) -> bool:
+        """Whether this is a preview run."""
+        return self._step.dry_run
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep cooperatively (raises ``RunCancelledError`` once the run is cancelled)."""
+        await self._step.sleep(seconds)
+
+    def report_progress(
+        self, completed: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Publish progress for this call (thread-safe)."""
+        self._step.report_progress(completed, total, message)
+
+
+@final
+class Tool:
+    """A registered capability: a handler tool (``define_tool``) or a pipeline tool.
+
+    The handler is kept private: model data can name a tool and supply its input, nothing else.
+    """
+
+    __slots__ = (
+        "_map_options",
+        "_preview",
+        "_run",
+        "description",
+        "input_json_schema",
+        "input_schema",
+        "kind",
+        "output_schema",
+        "pipeline",
+    )
+
+    kind: Literal["handler", "pipeline"]
+    description: str
+    input_schema: Schema | None
+    output_schema: Schema | None
+    input_json_schema: FrozenDict
+    """The frozen draft 2020-12 descriptor models see (keys sorted)."""
+    pipeline: Pipeline | None
+    """For pipeline tools: the child pipeline (or agent) the tool runs."""
+    _run: Callable[..., Any] | None
+    _preview: Callable[..., Any] | None
+    _map_options: Callable[[Any], Any] | None
+
+    def __init__(self, **fields: Any) -> None:
+        for name in self.__slots__:
+            object.__setattr__(self, name, fields.get(name))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Tool is immutable")
+
+    def __repr__(self) -> str:
+        target = f" pipeline={self.pipeline.id!r}" if self.pipeline is not None else ""
+        return f"<Tool {self.kind}{target}: {self.description[:40]!r}>"
+
+    @property
+    def run_is_async(self) -> bool:
+        """Whether the handler is a coroutine function."""
+        return self._run is not None and is_async_callable(self._run)
+
+
+def _description(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise AgentDefinitionError("A tool needs a nonblank description.")
+    if len(value) > _MAX_DESCRIPTION:
+        raise AgentDefinitionError("A tool description may have at most 4096 characters.")
+    return value
+
+
+def _schema(value: Any, label: str) -> Schema:
+    try:
+        return Schema.of(value)
+    except (TypeError, ValueError) as exc:
+        raise AgentDefinitionError(f"{label} is not a schema: {exc}") from exc
+
+
+def descriptor(value: Any, label: str) -> FrozenDict:
+    """A JSON Schema descriptor as frozen JSON with sorted keys."""
+    import json
+
+    if not isinstance(value, Mapping):
+        raise AgentDefinitionError(f"{label} must be a JSON Schema object.")
+    try:
+        frozen = freeze(json.loads(canonical_json(freeze(dict(value)))))
+    except (FreezeError, ValueError, TypeError) as exc:
+        raise AgentDefinitionError(f"{label} must be plain JSON data: {exc}") from exc
+    assert isinstance(frozen, FrozenDict)
+    return frozen
+
+
+def _derived_descriptor(schema: Schema, label: str) -> FrozenDict:
+    try:
+        generated = schema.json_schema()
+    except Exception as exc:
+        raise AgentDefinitionError(
+            f"{label} has no JSON Schema; pass an explicit descriptor: {exc}"
+        ) from exc
+    return descriptor(generated, label)
+
+
+def define_tool(
+    *,
+    description: str,
+    input_schema: Any,
+    output_schema: Any,
+    run: Callable[..., Any],
+    preview: Callable[..., Any] | None = None,
+    input_json_schema: Mapping[str, Any] | None = None,
+) -> Tool:
+    """Define a handler tool.
+
+    Args:
+        description: What the tool does, for the model; nonblank, at most 4096 characters.
+        input_schema: Validates (and may transform) the model's argument, once.
+        output_schema: Validates the handler's result, once.
+        run: ``run(input, ctx)``, sync (worker thread) or async; raise :class:`ToolError` for
+            an expected failure the agent can recover from.
+        preview: A handler used instead of ``run`` in dry runs; without one the tool is skipped
+            in dry runs (and a turn that needs it fails rather than inventing an outcome).
+        input_json_schema: An explicit draft 2020-12 descriptor for models; the validator stays
+            authoritative.
+
+    Raises:
+        AgentDefinitionError: For a blank or oversized description, a non-schema, a
+            non-callable handler or a descriptor that is not plain JSON.
+    """
+    text = _description(description)
+    inputs = _schema(input_schema, "input_schema")
+    outputs = _schema(output_schema, "output_schema")
+    if not callable(run):
+        raise AgentDefinitionError("A tool's run must be callable.")
+    if preview is not None and not callable(preview):
+        raise AgentDefinitionError("A tool's preview must be callable (or None to skip).")
+    schema_descriptor = (
+        descriptor(input_json_schema, "input_json_schema")
+        if input_json_schema is not None
+        else _derived_descriptor(inputs, "input_schema")
+    )
+    return Tool(
+        kind="handler",
+        description=text,
+        input_schema=inputs,
+        output_schema=outputs,
+        input_json_schema=schema_descriptor,
+        _run=run,
+        _preview=preview,
+    )
+
+
+def pipeline_tool(
+    child: Pipeline,
+    *,
+    description: str,
+    input_schema: Any = None,
+    map_options: Callable[[Any], Any] | None = None,
+    input_json_schema: Mapping[str, Any] | None = None,
+) -> Tool:
+    """Use a pipeline, or another agent, as a tool.
+
+    Without ``input_schema``/``map_options`` the model's argument is the child's raw input
+    (validated by the child's own input schema). With them, the argument is validated by
+    ``input_schema``, then ``map_options(validated)`` builds the child's raw input. Either way
+    everything is validated before any call of the batch starts, and each transform runs once.
+    The outcome value is the child's exact final result. Budgets are shared with the child.
+
+    Args:
+        child: A pipeline made by ``define_pipeline`` or ``define_agent``.
+        description: What the tool does, for the model.
+        input_schema: Validates the model's argument (give it together with ``map_options``).
+        map_options: Maps the validated argument to the child's raw input (pure).
+        input_json_schema: An explicit descriptor for models.
+
+    Raises:
+        AgentDefinitionError: For a non-pipeline child, only one of ``input_schema`` and
+            ``map_options``, or a child without an input schema and no descriptor.
+    """
+    text = _description(description)
+    if not isinstance(child, Pipeline):
+        raise AgentDefinitionError(
+            "pipeline_tool needs a pipeline made by define_pipeline or define_agent."
+        )
+    if (input_schema is None) != (map_options is None):
+        raise AgentDefinitionError("pipeline_tool needs input_schema and map_options together.")
+    if map_options is not None and not callable(map_options):
+        raise AgentDefinitionError("pipeline_tool map_options must be callable.")
+    inputs = None if input_schema is None else _schema(input_schema, "input_schema")
+    if input_json_schema is not None:
+        schema_descriptor = descriptor(input_json_schema, "input_json_schema")
+    elif inputs is not None:
+        schema_descriptor = _derived_descriptor(inputs, "input_schema")
+    elif child.options_schema is not None:
+        schema_descriptor = _derived_descriptor(child.options_schema, f"{child.id} input schema")
+    else:
+        raise AgentDefinitionError(
+            f"Pipeline {child.id!r} has no input schema: give it one, or pass input_schema "
+            "and map_options, or an explicit input_json_schema."
+        )
+    return Tool(
+        kind="pipeline",
+        description=text,
+        input_schema=inputs,
+        output_schema=None,
+        input_json_schema=schema_descriptor,
+        pipeline=child,
+        _map_options=map_options,
+    )

@@ -1,0 +1,219 @@
+"""The turn pipeline ``<id>/turn``: decide → calls → reduce, compiled once per agent."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tubeless.agent._decisions import DecisionError, Finish, parse_decision
+from tubeless.agent._dispatch import dispatch
+from tubeless.agent._limits import LimitReachedError, Limits
+from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
+from tubeless.agent._scope import Scope
+from tubeless.agent._state import own
+from tubeless.frozen import FrozenDict
+from tubeless.pipeline import CancelToken, Pipeline, StepContext, StepLogger, define_pipeline
+from tubeless.pipeline._failures import maybe_await
+from tubeless.pipeline._step import Step
+from tubeless.schema import Schema, SchemaValidationError
+
+__all__ = ["AgentSpec", "DecisionContext", "TurnInput", "build_turn_pipeline"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentSpec:
+    """Everything the turn steps need about their agent (fixed at definition time)."""
+
+    id: str
+    decide: Callable[..., Any]
+    dry_run: Callable[..., Any] | None
+    reduce: Callable[..., Any] | None
+    result_schema: Schema
+    result_json_schema: FrozenDict
+    capabilities: tuple[FrozenDict, ...]
+    registry: Mapping[str, CompiledTool]
+    limits: Limits
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnInput:
+    """The iteration state handed from one turn to the next (never validated or traced)."""
+
+    state: Any
+    turn: int
+    state_version: int
+    calls: int
+    """Calls this agent invocation admitted before this turn."""
+    agent_input: Any
+    agent_run_id: str
+    scope: Scope
+
+
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    result: Any
+
+
+class DecisionContext:
+    """What ``decide`` (and ``dry_run``) receive besides the state; no handler is reachable.
+
+    Attributes:
+        turn: The turn number, from 1.
+        state_version: Accepted batches so far, from 0.
+        capabilities: ``{name, description, input_json_schema}`` per tool, in name order.
+        result_json_schema: The descriptor of the finish result.
+        input: The agent's validated input.
+        signal: The run's cancellation token.
+        log: A logger whose lines are recorded in the trace.
+        dry_run: Whether decisions are previews.
+        execution: ``{agent_run_id, turn}``.
+    """
+
+    __slots__ = (
+        "capabilities",
+        "dry_run",
+        "execution",
+        "input",
+        "log",
+        "result_json_schema",
+        "signal",
+        "state_version",
+        "turn",
+    )
+
+    def __init__(
+        self,
+        *,
+        turn: int,
+        state_version: int,
+        capabilities: tuple[FrozenDict, ...],
+        result_json_schema: FrozenDict,
+        input: Any,
+        signal: CancelToken,
+        log: StepLogger,
+        dry_run: bool,
+        agent_run_id: str,
+    ) -> None:
+        self.turn = turn
+        self.state_version = state_version
+        self.capabilities = capabilities
+        self.result_json_schema = result_json_schema
+        self.input = input
+        self.signal = signal
+        self.log = log
+        self.dry_run = dry_run
+        self.execution = FrozenDict._trusted({"agent_run_id": agent_run_id, "turn": turn})
+
+
+def _attributes(ctx: StepContext, attributes: dict[str, Any]) -> None:
+    if ctx.tracing:
+        ctx.report_attempt(1, attributes)
+
+
+def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
+    """Compile the turn pipeline of ``spec``."""
+
+    async def decide(
+        inputs: dict[str, Any], ctx: StepContext
+    ) -> _Finished | tuple[PreparedCall, ...]:
+        t: TurnInput = ctx.options
+        ctx.signal.raise_if_cancelled()
+        t.scope.reserve("max_decisions", 1)
+        source = spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
+        decision_ctx = DecisionContext(
+            turn=t.turn,
+            state_version=t.state_version,
+            capabilities=spec.capabilities,
+            result_json_schema=spec.result_json_schema,
+            input=t.agent_input,
+            signal=ctx.signal,
+            log=ctx.log,
+            dry_run=ctx.dry_run,
+            agent_run_id=t.agent_run_id,
+        )
+        async with t.scope.permit(ctx.signal):
+            raw = await maybe_await(source(t.state, decision_ctx))
+        decision = parse_decision(raw)
+        summary = {
+            "agent.runId": t.agent_run_id,
+            "agent.turn": t.turn,
+            "agent.stateVersion": t.state_version,
+            "agent.callsAdmitted": t.calls,
+        }
+        if isinstance(decision, Finish):
+            _attributes(ctx, {**summary, "agent.decision": "finish", "agent.callCount": 0})
+            try:
+                return _Finished(spec.result_schema.validate(decision.result))
+            except SchemaValidationError as exc:
+                raise DecisionError(
+                    f"Agent finish result was rejected: {exc}", exc.issues
+                ) from None
+        count = len(decision.calls)
+        _attributes(ctx, {**summary, "agent.decision": "continue", "agent.callCount": count})
+        if t.turn >= spec.limits.max_turns:
+            raise LimitReachedError(
+                limit="max_turns",
+                bound=spec.limits.max_turns,
+                consumed=t.turn,
+                requested=1,
+                scope=t.agent_run_id,
+            )
+        t.scope.check("max_calls", count)
+        return prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
+
+    async def calls(inputs: dict[str, Any], ctx: StepContext) -> tuple[FrozenDict, ...]:
+        decided = inputs["decide"]
+        if isinstance(decided, _Finished):
+            return ()
+        t: TurnInput = ctx.options
+        t.scope.reserve("max_calls", len(decided))
+        _attributes(
+            ctx,
+            {
+                "agent.runId": t.agent_run_id,
+                "agent.turn": t.turn,
+                "agent.callsAdmitted": t.calls + len(decided),
+                "agent.callCount": len(decided),
+            },
+        )
+        return await dispatch(
+            decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn
+        )
+
+    async def reduce(inputs: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
+        decided = inputs["decide"]
+        if isinstance(decided, _Finished):
+            return {"kind": "finish", "result": decided.result}
+        t: TurnInput = ctx.options
+        outcomes = inputs["calls"]
+        state = t.state
+        if spec.reduce is not None:
+            state = own(await maybe_await(spec.reduce(state, outcomes)))
+        admitted = t.calls + len(outcomes)
+        _attributes(
+            ctx,
+            {
+                "agent.runId": t.agent_run_id,
+                "agent.turn": t.turn,
+                "agent.stateVersion": t.state_version + 1,
+                "agent.callsAdmitted": admitted,
+            },
+        )
+        following = replace(
+            t, state=state, turn=t.turn + 1, state_version=t.state_version + 1, calls=admitted
+        )
+        return {"kind": "next", "state": following}
+
+    steps = [
+        Step(id="decide", run=decide, orchestration=True, name="Decide"),
+        Step(id="calls", run=calls, depends_on=("decide",), orchestration=True, name="Calls"),
+        Step(
+            id="reduce",
+            run=reduce,
+            depends_on=("decide", "calls"),
+            orchestration=True,
+            name="Reduce",
+        ),
+    ]
+    return define_pipeline(id=f"{spec.id}/turn", steps=steps, finalize="reduce")
