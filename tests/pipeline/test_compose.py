@@ -1310,8 +1310,50 @@ async def test_iteration_progress_counts_finished_iterations() -> None:
         for r in trace.for_run(run.run_id)
         if r["name"] == "step.running" and "progress" in r["payload"]
     ]
-    assert progress[0] == {"completed": 0, "message": "Counter 1 of at most 5"}
-    assert {"completed": 1, "message": "Counter 2 of at most 5"} in progress
+    summaries = [{k: v for k, v in p.items() if k != "details"} for p in progress]
+    assert summaries[0] == {"completed": 0, "message": "Counter 1 of at most 5"}
+    assert {"completed": 1, "message": "Counter 2 of at most 5"} in summaries
     assert all(p["message"].startswith("Counter ") for p in progress)
     assert [p["completed"] for p in progress] == sorted(p["completed"] for p in progress)
     assert progress[-1]["completed"] == 2
+    assert progress[-1]["details"] == [
+        {"id": "iteration-2", "name": "Counter 2", "depth": 0, "status": "completed"},
+        {"id": "iteration-1", "name": "Counter 1", "depth": 0, "status": "completed"},
+    ]
+
+
+async def test_iteration_progress_keeps_the_current_and_31_recent_groups() -> None:
+    """Past 32 iterations the rows are the current one, 31 recent ones, then a count row."""
+    child = define_pipeline(id="child", steps=[step("w", lambda inputs, ctx: ctx.options)])
+    parent = define_pipeline(
+        id="parent",
+        steps=[
+            iterate_pipeline(
+                "loop",
+                child,
+                max_iterations=50,
+                initial_state=lambda inputs, ctx: 1,
+                map_options=lambda state, inputs, ctx: state,
+                transition=lambda result, state, ctx: (
+                    {"kind": "finish", "result": state}
+                    if state == 40
+                    else {"kind": "next", "state": state + 1}
+                ),
+            )
+        ],
+    )
+    with capture_trace() as trace:
+        run = await parent.run(trace=trace)
+    assert run.status == "completed", run.errors
+    rows = [
+        r["payload"]["progress"]["details"]
+        for r in trace.for_run(run.run_id)
+        if r["name"] == "step.running" and "progress" in r["payload"]
+    ]
+    during = rows[-2]  # reported when iteration 40 started
+    assert len(during) == 33
+    assert during[0] == {
+        "id": "iteration-40", "name": "Iteration 40", "depth": 0, "status": "running"
+    }
+    assert [row["id"] for row in during[1:32]] == [f"iteration-{i}" for i in range(39, 8, -1)]
+    assert during[32] == {"id": "earlier", "label": "8 earlier iterations", "depth": 0}

@@ -216,4 +216,4 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
             name="Reduce",
         ),
     ]
-    return define_pipeline(id=f"{spec.id}/turn", steps=steps, finalize="reduce")
+    return define_pipeline(id=f"{spec.id}/turn", name="Turn", steps=steps, finalize="reduce")

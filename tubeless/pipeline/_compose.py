@@ -8,6 +8,7 @@ cancellation token and trace sinks, and always inherit a parent's dry run.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ __all__ = [
 _MAX_FAN_OUT_FAILURES = 32
 _MAX_KEY = 1024
 _MAX_SAFE_INT = 2**53 - 1
+_RECENT_ITERATIONS = 31
 
 
 class FanOutFailedError(TubelessError):
@@ -119,8 +121,10 @@ def _controls(value: Any, *args: Any) -> Controls:
     if isinstance(value, Controls):
         return value
     if not isinstance(value, Mapping):
-        raise TypeError("controls must be a mapping with targets, step_ids, max_concurrency "
-                        "or continue_on_error")
+        raise TypeError(
+            "controls must be a mapping with targets, step_ids, max_concurrency "
+            "or continue_on_error"
+        )
     unknown = set(value) - {"targets", "step_ids", "max_concurrency", "continue_on_error"}
     if unknown:
         raise TypeError(f"Unknown child controls: {', '.join(sorted(unknown))}")
@@ -151,12 +155,19 @@ def _composed(
     found = list(problems)
     if dry_run is not None and dry_run != "skip":
         found.append(
-            (codes.DEFINITION_STEP_INVALID, f"Step {id!r}: composed steps support only "
-             "dry_run='skip' (children run their own previews).")
+            (
+                codes.DEFINITION_STEP_INVALID,
+                f"Step {id!r}: composed steps support only "
+                "dry_run='skip' (children run their own previews).",
+            )
         )
     if not hasattr(nested.pipeline, "order"):
-        found.append((codes.DEFINITION_STEP_INVALID,
-                      f"Step {id!r}: pipeline must be made with define_pipeline(...)."))
+        found.append(
+            (
+                codes.DEFINITION_STEP_INVALID,
+                f"Step {id!r}: pipeline must be made with define_pipeline(...).",
+            )
+        )
     return Step(
         id=id,
         run=run,
@@ -273,8 +284,9 @@ def for_each_pipeline(
     if not callable(concurrency) and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
-        problems = ((codes.DEFINITION_STEP_INVALID,
-                     f"Step {id!r}: concurrency must be an integer >= 1."),)
+        problems = (
+            (codes.DEFINITION_STEP_INVALID, f"Step {id!r}: concurrency must be an integer >= 1."),
+        )
 
     async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
         values = list(await maybe_await(items(inputs, ctx)))
@@ -290,8 +302,9 @@ def for_each_pipeline(
                 f"Fan-out keys must be unique; duplicated: {', '.join(map(repr, dupes[:10]))}.",
             )
         limit = concurrency(inputs, ctx) if callable(concurrency) else concurrency
-        return await _fan_out(ctx, pipeline, values, keys, limit, inputs, map_options, controls,
-                              map_result)
+        return await _fan_out(
+            ctx, pipeline, values, keys, limit, inputs, map_options, controls, map_result
+        )
 
     return _composed(
         id,
@@ -419,14 +432,20 @@ def iterate_pipeline(
         or not isinstance(max_iterations, int)
         or not 1 <= max_iterations <= _MAX_SAFE_INT
     ):
-        problems = ((codes.DEFINITION_STEP_INVALID,
-                     f"Step {id!r}: max_iterations must be a positive integer."),)
+        problems = (
+            (
+                codes.DEFINITION_STEP_INVALID,
+                f"Step {id!r}: max_iterations must be a positive integer.",
+            ),
+        )
     label = pipeline.name or "Iteration"
 
     async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
         state = await maybe_await(initial_state(inputs, ctx))
+        groups = _IterationGroups(label) if ctx.tracing else None
         for index in range(1, max_iterations + 1):
-            ctx.report_progress(index - 1, None, f"{label} {index} of at most {max_iterations}")
+            if groups is not None:
+                groups.report(ctx, index, max_iterations)
             raw = await maybe_await(map_options(state, inputs, ctx))
             child = await run_child(
                 ctx,
@@ -441,12 +460,17 @@ def iterate_pipeline(
                 },
                 controls=_controls(controls, state, inputs, ctx),
             )
+            if groups is not None:
+                groups.finished(index, child.status)
             if child.status != "completed":
+                if groups is not None:
+                    groups.report(ctx, None, max_iterations)
                 raise ChildRunFailedError(child)
             decision = await maybe_await(transition(child.value, state, ctx))
             kind = _transition_kind(decision)
             if kind == "finish":
-                ctx.report_progress(index, None, f"{label} {index} of at most {max_iterations}")
+                if groups is not None:
+                    groups.report(ctx, None, max_iterations)
                 return decision["result"]
             state = decision["state"]
         raise TubelessError(
@@ -470,6 +494,46 @@ def iterate_pipeline(
     )
 
 
+class _IterationGroups:
+    """Progress rows of an iteration: the current one, at most 31 recent ones, then a count."""
+
+    __slots__ = ("done", "label", "recent")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.done = 0
+        self.recent: deque[dict[str, Any]] = deque(maxlen=_RECENT_ITERATIONS)
+
+    def finished(self, index: int, status: str) -> None:
+        self.done = index
+        self.recent.appendleft(
+            {
+                "id": f"iteration-{index}",
+                "name": f"{self.label} {index}",
+                "depth": 0,
+                "status": status,
+            }
+        )
+
+    def report(self, ctx: StepContext, current: int | None, bound: int) -> None:
+        rows: list[dict[str, Any]] = []
+        if current is not None:
+            rows.append(
+                {
+                    "id": f"iteration-{current}",
+                    "name": f"{self.label} {current}",
+                    "depth": 0,
+                    "status": "running",
+                }
+            )
+        rows.extend(self.recent)
+        earlier = self.done - len(self.recent)
+        if earlier > 0:
+            rows.append({"id": "earlier", "label": f"{earlier} earlier iterations", "depth": 0})
+        shown = current if current is not None else self.done
+        ctx.report_progress(self.done, None, f"{self.label} {shown} of at most {bound}", rows)
+
+
 def _transition_kind(decision: Any) -> str:
     if isinstance(decision, Mapping) and len(decision) == 2:
         kind = decision.get("kind")
@@ -482,4 +546,3 @@ def _transition_kind(decision: Any) -> str:
         "An iteration transition must return exactly {'kind': 'next', 'state': ...} or "
         "{'kind': 'finish', 'result': ...}.",
     )
-

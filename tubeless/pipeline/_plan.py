@@ -199,8 +199,11 @@ def _error_dict(error: PipelineError) -> dict[str, Any]:
 
 
 def _snake(value: Any) -> Any:
+    """camelCase keys to snake_case, leaving embedded JSON Schemas (``...JsonSchema``) as is."""
     if isinstance(value, Mapping):
-        return {_snake_key(k): _snake(v) for k, v in value.items()}
+        return {
+            _snake_key(k): v if k.endswith("JsonSchema") else _snake(v) for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [_snake(v) for v in value]
     return value

@@ -23,7 +23,10 @@ def format_plan(plan: Plan, *, explain: bool = False) -> str:
         f"Pipeline {plan.pipeline_id}: plan (ok={_bool(plan.ok)}, dryRun={_bool(plan.dry_run)}, "
         f"steps={len(plan.steps)})"
     ]
-    lines.extend(_step_line(s, explain=explain) for s in plan.steps)
+    for s in plan.steps:
+        lines.append(_step_line(s, explain=explain))
+        if s.agent is not None:
+            lines.extend(_agent_lines(s.agent))
     lines.extend(f"  ! {error.format()}" for error in plan.errors)
     return "\n".join(lines) + "\n"
 
@@ -43,6 +46,27 @@ def _step_line(s: PlanStep, *, explain: bool) -> str:
     if s.description:
         line += f" - {s.description}"
     return line
+
+
+def _agent_lines(agent: Mapping[str, Any]) -> list[str]:
+    """The agent's limits and capability inventory, indented under its step."""
+    limits = agent.get("limits", {})
+    names = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency")
+    text = " ".join(f"{_snake_key(name)}={limits[name]}" for name in names if name in limits)
+    lines = [f"      limits: {text}"]
+    capabilities = agent.get("capabilities", [])
+    if not capabilities:
+        lines.append("      tools: none")
+    for capability in capabilities:
+        description = " ".join(str(capability.get("description", "")).split())
+        if len(description) > 100:
+            description = description[:99] + "…"
+        lines.append(f"      tool {capability['name']}: {description}")
+    return lines
+
+
+def _snake_key(key: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in key)
 
 
 def _annotations(s: PlanStep) -> list[str]:
