@@ -102,7 +102,7 @@ def _registry(agent_id: str, tools: Mapping[str, Tool] | None) -> dict[str, Comp
     registry: dict[str, CompiledTool] = {}
     for name in sorted(tools):
         tool = tools[name]
-        if not isinstance(name, str) or not TOOL_NAME.match(name):
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
             raise AgentDefinitionError(
                 f"Tool name {name!r} must start with a letter and contain only letters, "
                 "digits, '_' or '-' (at most 128 characters)."

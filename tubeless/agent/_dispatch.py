@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from tubeless.agent._prepare import PreparedCall
@@ -67,13 +68,18 @@ def _error_outcome(errors: list[ToolError]) -> FrozenDict:
     return FrozenDict({"code": TOOL_ERRORS, "message": text[:_MAX_MESSAGE]})
 
 
-def _outcome(call: PreparedCall, run: PipelineRun, signal_cancelled: bool) -> FrozenDict:
+def _outcome(
+    call: PreparedCall, run: PipelineRun, signal_cancelled: bool
+) -> Mapping[str, Any]:
     if run.status == "completed":
+        outcome = {"id": call.id, "tool": call.tool, "ok": True, "value": run.value}
         try:
-            value = freeze(run.value)
+            outcome["value"] = freeze(run.value)
         except FreezeError:
-            value = run.value  # e.g. a model instance: the validated output, as produced
-        return FrozenDict._trusted({"id": call.id, "tool": call.tool, "ok": True, "value": value})
+            # Not plain data (e.g. a model instance): the outcome keeps the exact value in a
+            # read-only mapping, which state rejects, so it can never hide inside frozen state.
+            return MappingProxyType(outcome)
+        return FrozenDict._trusted(outcome)
     if run.status == "failed" and not signal_cancelled:
         errors = _handler_tool_errors(run)
         if errors:
@@ -90,10 +96,10 @@ async def dispatch(
     scope: Scope,
     agent_run_id: str,
     turn: int,
-) -> tuple[FrozenDict, ...]:
+) -> tuple[Mapping[str, Any], ...]:
     """Run every call as a child run; raise on the first fatal failure after draining."""
     total = len(calls)
-    outcomes: list[FrozenDict | None] = [None] * total
+    outcomes: list[Mapping[str, Any] | None] = [None] * total
     fatal: list[BaseException] = []
     status = ["pending"] * total
     signal = ctx.signal

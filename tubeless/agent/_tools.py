@@ -25,8 +25,9 @@ __all__ = [
     "pipeline_tool",
 ]
 
-#: Registered tool names: a letter, then letters, digits, ``_`` or ``-``; 128 at most.
-TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,127}$")
+#: Registered tool names (use ``fullmatch``): a letter, then letters, digits, ``_`` or ``-``;
+#: 128 characters at most.
+TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,127}")
 _MAX_DESCRIPTION = 4096
 
 
@@ -133,6 +134,9 @@ class Tool:
             object.__setattr__(self, name, fields.get(name))
 
     def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Tool is immutable")
+
+    def __delattr__(self, name: str) -> None:
         raise AttributeError("Tool is immutable")
 
     def __repr__(self) -> str:

@@ -162,7 +162,7 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
         t.scope.check("max_calls", count)
         return prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
 
-    async def calls(inputs: dict[str, Any], ctx: StepContext) -> tuple[FrozenDict, ...]:
+    async def calls(inputs: dict[str, Any], ctx: StepContext) -> tuple[Mapping[str, Any], ...]:
         decided = inputs["decide"]
         if isinstance(decided, _Finished):
             return ()
