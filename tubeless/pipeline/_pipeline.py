@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from tubeless.errors import PipelineExecutionError
+from tubeless.pipeline._results import PipelineRun as PipelineRunType
 from tubeless.schema import Schema
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ class Pipeline:
         result = await self.run(raw_input, **kwargs)
         if result.status != "completed":
             first = result.errors[0].exception if result.errors else None
-            raise PipelineExecutionError(result) from first
+            raise PipelineExecutionError(result) from original_exception(first)
         return result.value
 
     def run_sync(self, raw_input: Any = None, /, **kwargs: Any) -> Any:
@@ -234,3 +235,21 @@ def _ids(values: Iterable[str] | str | None) -> tuple[str, ...] | None:
     if isinstance(values, str):
         return (values,)
     return tuple(values)
+
+
+def original_exception(exc: BaseException | None) -> BaseException | None:
+    """The exception that started a failure, looking through child-run wrappers."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        run = getattr(exc, "run", None)
+        runs = getattr(exc, "runs", None) or ((run,) if isinstance(run, PipelineRunType) else ())
+        inner = None
+        for child in runs:
+            if child.errors and child.errors[0].exception is not None:
+                inner = child.errors[0].exception
+                break
+        if inner is None:
+            return exc
+        exc = inner
+    return exc
