@@ -43,6 +43,11 @@ summary_pipeline = define_pipeline(
 )
 
 
+def summary_options(validated: Question) -> SummaryInput:
+    """The summary pipeline's input from the tool's validated argument."""
+    return {"text": question_of(validated)}
+
+
 def initial_state(validated: Question) -> dict[str, Any]:
     """The question, no answers and no summary yet."""
     return {"question": question_of(validated), "answers": [], "summary": None}
@@ -97,7 +102,7 @@ delegating_agent = define_agent(
             summary_pipeline,
             description="Summarize text.",
             input_schema=Question,
-            map_options=lambda validated: {"text": question_of(validated)},
+            map_options=summary_options,
         ),
     },
     limits={"max_turns": 3, "max_calls": 100, "max_decisions": 50, "max_depth": 1,

@@ -1,40 +1,19 @@
-"""A small text pipeline: count a question's characters and uppercase each word in a child run.
+"""A small text pipeline: count a question's characters and uppercase each word in child runs.
 
-Run it with ``python -m examples.text_pipeline --question "hello tubeless"`` (or ``make run``);
-``--plan`` prints the plan without running anything and ``--dry-run`` runs the previews.
+It shows targets, an optional dependency, a dry-run preview and a fan-out; its YAML twin is
+``projects/text-pipeline.yaml``. Run it with ``python -m examples.text_pipeline --question
+"hello tubeless"``; ``--plan`` prints the plan without running anything and ``--dry-run`` runs
+the previews.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import sys
 from typing import Any
 
-from pydantic import BaseModel
-
-from tubeless import (
-    PipelineRun,
-    StepContext,
-    define_pipeline,
-    for_each_pipeline,
-    require_outputs,
-    step,
-)
-from tubeless.reporting import format_plan
-
-
-class Question(BaseModel):
-    """The pipeline's input."""
-
-    question: str = "hello tubeless"
-
-
-class Answer(BaseModel):
-    """The pipeline's result."""
-
-    answer: str
+from examples._cli import run_agent_cli
+from examples.text import Answer, Question, question_of
+from tubeless import StepContext, define_pipeline, for_each_pipeline, step
 
 
 async def uppercase(inputs: dict[str, Any], ctx: StepContext) -> str:
@@ -55,18 +34,40 @@ uppercase_word = define_pipeline(
 
 def split_words(inputs: dict[str, Any], ctx: StepContext) -> list[str]:
     """Split the question on whitespace (a sync handler: it runs in a worker thread)."""
-    return ctx.options.question.split()
+    return question_of(ctx.options).split()
 
 
 async def count_characters(inputs: dict[str, Any], ctx: StepContext) -> int:
     """Count the question's characters."""
-    return len(ctx.options.question)
+    return len(question_of(ctx.options))
 
 
-def summarize(outputs: dict[str, Any], ctx: StepContext) -> dict[str, str]:
-    """Join the character count and the uppercased words."""
-    parts = [f"{outputs['count']} characters", *outputs["uppercase"]]
-    return {"answer": "; ".join(parts)}
+def word_items(inputs: dict[str, Any], ctx: StepContext) -> list[str]:
+    """The fan-out's items: the words."""
+    return list(inputs["words"])
+
+
+def word_key(word: str, index: int) -> str:
+    """A fan-out item's key."""
+    return f"word-{index}"
+
+
+def word_options(word: str, index: int, inputs: dict[str, Any], ctx: StepContext) -> str:
+    """A child's input: the word itself."""
+    return word
+
+
+def report(inputs: dict[str, Any], ctx: StepContext) -> str:
+    """The character count, then the uppercased words when that branch ran."""
+    parts = [f"{inputs['count']} characters", *inputs.get("uppercase", ())]
+    return "; ".join(parts)
+
+
+def answer(outputs: dict[str, Any], ctx: StepContext) -> str:
+    """The report, or just the count when only the ``count`` target ran."""
+    if "report" in outputs:
+        return str(outputs["report"])
+    return f"{outputs['count']} characters"
 
 
 pipeline = define_pipeline(
@@ -76,44 +77,30 @@ pipeline = define_pipeline(
     implementation_version="1",
     options_schema=Question,
     result_schema=Answer,
+    targets=["count", "report"],
+    finalize=answer,
     steps=[
         step("words", split_words, name="Split words"),
         step("count", count_characters, name="Count characters", dry_run=count_characters),
         for_each_pipeline(
             "uppercase",
             uppercase_word,
-            items=lambda inputs, ctx: inputs["words"],
-            key=lambda word, index: f"word-{index}",
-            map_options=lambda word, index, inputs, ctx: word,
+            items=word_items,
+            key=word_key,
+            map_options=word_options,
             concurrency=2,
             depends_on=["words"],
             name="Uppercase words",
         ),
+        step(
+            "report",
+            report,
+            depends_on=["count"],
+            optional_depends_on=["uppercase"],
+            name="Report",
+        ),
     ],
-    finalize=require_outputs(["count", "uppercase"], summarize),
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Run (or plan) the pipeline from the command line; prints the result as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m examples.text_pipeline")
-    parser.add_argument("--question", help="the text to process (default: 'hello tubeless')")
-    parser.add_argument("--dry-run", action="store_true", help="run the preview handlers")
-    parser.add_argument("--plan", action="store_true", help="print the plan; run nothing")
-    parser.add_argument("--explain", action="store_true", help="with --plan: say why")
-    args = parser.parse_args(argv)
-    if args.plan:
-        print(format_plan(pipeline.plan(dry_run=args.dry_run), explain=args.explain), end="")
-        return 0
-    raw = {} if args.question is None else {"question": args.question}
-    run: PipelineRun = asyncio.run(pipeline.run(raw, dry_run=args.dry_run))
-    if run.status != "completed":
-        for error in run.errors:
-            print(f"error: {error.code}: {error.format()}", file=sys.stderr)
-        return 7 if run.status == "cancelled" else 6
-    print(json.dumps(run.value.model_dump()))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_agent_cli(pipeline, "python -m examples.text_pipeline"))

@@ -102,6 +102,9 @@ AGENT_INVALID_STATE = "TUBELESS_AGENT_INVALID_STATE"
 AGENT_LIMIT_REACHED = "TUBELESS_AGENT_LIMIT_REACHED"
 TOOL_ERRORS = "TUBELESS_TOOL_ERRORS"
 
+# -- traces ---------------------------------------------------------------------------------------
+TRACE_INVALID = "TUBELESS_TRACE_INVALID"
+
 # -- projects -------------------------------------------------------------------------------------
 DOCUMENT_INVALID = "TUBELESS_DOCUMENT_INVALID"
 REFERENCE_INVALID = "TUBELESS_REFERENCE_INVALID"
@@ -299,15 +302,21 @@ class DocumentError(TubelessError):
 class ReferenceResolutionError(TubelessError):
     """A ``module:attribute`` reference cannot be resolved or is not allowed."""
 
-    def __init__(self, message: str) -> None:
+    issues: tuple[Any, ...]
+
+    def __init__(self, message: str, issues: Sequence[Any] = ()) -> None:
         super().__init__(REFERENCE_INVALID, message)
+        self.issues = tuple(issues)
 
 
 class TemplateError(TubelessError):
     """A template is invalid or failed to render in the sandbox."""
 
-    def __init__(self, message: str) -> None:
+    issues: tuple[Any, ...]
+
+    def __init__(self, message: str, issues: Sequence[Any] = ()) -> None:
         super().__init__(TEMPLATE_INVALID, message)
+        self.issues = tuple(issues)
 
 
 def code_of(exc: BaseException) -> str | None:

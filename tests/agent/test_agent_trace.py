@@ -195,6 +195,17 @@ def test_turn_and_tool_attempts_record_the_agent_attributes(traced: Any) -> None
         payload = {"attempt": 1, "attributes": {"agent.runId": "agent", **named}}
         return (run, step, f"{run}:attempt:{attempt}", payload)
 
+    def dispatch(index: int, call_id: str, name: str) -> tuple[Any, ...]:
+        run = f"turn-{index}"
+        attributes = {
+            "agent.runId": "agent",
+            "agent.turn": index,
+            "agent.callId": call_id,
+            "agent.tool": name,
+            "agent.parentAttemptId": f"turn-{index}:attempt:2",
+        }
+        return (run, "calls", f"{run}:attempt:2", {"attempt": 1, "attributes": attributes})
+
     def tool(index: int, call_id: str, name: str) -> tuple[Any, ...]:
         run = f"turn-{index}/{call_id}"
         attributes = {
@@ -218,7 +229,9 @@ def test_turn_and_tool_attempts_record_the_agent_attributes(traced: Any) -> None
             callCount=2,
         ),
         turn(1, "calls", 2, turn=1, callsAdmitted=2, callCount=2),
+        dispatch(1, "c1", "echo"),
         tool(1, "c1", "echo"),
+        dispatch(1, "c2", "fail"),
         tool(1, "c2", "fail"),
         turn(1, "reduce", 3, turn=1, stateVersion=1, callsAdmitted=2),
         turn(
@@ -232,6 +245,7 @@ def test_turn_and_tool_attempts_record_the_agent_attributes(traced: Any) -> None
             callCount=1,
         ),
         turn(2, "calls", 2, turn=2, callsAdmitted=3, callCount=1),
+        dispatch(2, "c1", "echo"),
         tool(2, "c1", "echo"),
         turn(2, "reduce", 3, turn=2, stateVersion=2, callsAdmitted=3),
         turn(

@@ -234,11 +234,21 @@ async def test_admitted_calls_are_charged_even_when_dispatch_stops_early() -> No
     admissions = [
         record["payload"]["attributes"]
         for record in trace.records
-        if record["name"] == "step.attempted" and record.get("stepId") == "calls"
+        if record["name"] == "step.attempted"
+        and record.get("stepId") == "calls"
+        and "agent.callCount" in record["payload"]["attributes"]
     ]
     assert admissions == [
         {"agent.runId": ROOT, "agent.turn": 1, "agent.callsAdmitted": 2, "agent.callCount": 2}
     ]
+    dispatched = [
+        record["payload"]["attributes"]["agent.callId"]
+        for record in trace.records
+        if record["name"] == "step.attempted"
+        and record.get("stepId") == "calls"
+        and "agent.callId" in record["payload"]["attributes"]
+    ]
+    assert dispatched == ["explode-0"]  # one attribution per call actually dispatched
     tool_runs = [
         r
         for r in trace.records

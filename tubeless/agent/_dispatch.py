@@ -121,6 +121,17 @@ async def dispatch(
             slots[DEPTH_SLOT] = scope.depth + 1
             slots[SCOPE_SLOT] = scope
         status[index] = "running"
+        if ctx.tracing:
+            ctx.report_attempt(
+                1,
+                {
+                    "agent.runId": agent_run_id,
+                    "agent.turn": turn,
+                    "agent.callId": call.id,
+                    "agent.tool": call.tool,
+                    "agent.parentAttemptId": ctx.attempt_id,
+                },
+            )
         run = await run_child(ctx, call.pipeline, None, item_key=call.id, validated=call.value,
                               slots=slots)
         try:

@@ -10,7 +10,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from tubeless.pipeline._cancel import CancelToken
-from tubeless.tracing.records import Envelope, bounded_str
+from tubeless.tracing.records import Envelope
 from tubeless.tracing.sinks import TraceFanout
 
 __all__ = ["HandlerGate", "RunEnvironment", "StepContext", "StepLogger", "now_ms"]
@@ -212,16 +212,14 @@ class StepContext:
         fanout = self._env.fanout
         if envelope is None or fanout is None or self.attempt_id is None or self._closed:
             return
+        # The record constructor applies every bound (message, rows, bytes, finite numbers).
         progress: dict[str, Any] = {"completed": completed}
         if total is not None:
             progress["total"] = total
         if message is not None:
-            progress["message"] = bounded_str(message)
+            progress["message"] = message
         if details is not None:
-            rows = [dict(row) for row in details]
-            progress["details"] = rows[:128]
-            if len(rows) > 128:
-                progress["detailCount"] = len(rows)
+            progress["details"] = details
         fanout.export(
             envelope.step_running(
                 now_ms(), step_id=self.step_id, attempt_id=self.attempt_id, progress=progress

@@ -215,7 +215,9 @@ class _Run:
                     target_ids=pipeline.target_ids,
                     definition_identity=identity.to_wire(),
                     definition_snapshot=(
-                        pipeline.definition_snapshot() if self.parent_run_id is None else None
+                        pipeline.trace_snapshot()
+                        if self.parent_run_id is None or pipeline.has_agent
+                        else None
                     ),
                 )
             )

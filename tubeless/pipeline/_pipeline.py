@@ -43,8 +43,10 @@ class Pipeline:
         "_identity",
         "_plans",
         "_snapshot",
+        "_trace_snapshot",
         "description",
         "finalizer",
+        "has_agent",
         "id",
         "implementation_version",
         "name",
@@ -83,9 +85,12 @@ class Pipeline:
         self.options_schema = options_schema
         self.result_schema = result_schema
         self._by_id = {s.id: s for s in steps}
+        self.has_agent = any(s.agent is not None for s in steps)
+        """Whether a step is an agent loop (its runs carry the definition snapshot)."""
         self._plans: dict[tuple[Any, ...], Plan] = {}
         self._identity: DefinitionIdentity | None = None
         self._snapshot: dict[str, Any] | None = None
+        self._trace_snapshot: tuple[Mapping[str, Any] | None] | None = None
 
     def __repr__(self) -> str:
         return f"<Pipeline {self.id!r} steps={[s.id for s in self.order]}>"
@@ -115,6 +120,14 @@ class Pipeline:
             _ = self.identity
         assert self._snapshot is not None
         return self._snapshot
+
+    def trace_snapshot(self) -> Mapping[str, Any] | None:
+        """The snapshot as traced: ``None`` when it is over the 256 KiB record bound."""
+        if self._trace_snapshot is None:
+            from tubeless.tracing.records import bounded_snapshot
+
+            self._trace_snapshot = (bounded_snapshot(self.definition_snapshot()),)
+        return self._trace_snapshot[0]
 
     # -- planning -----------------------------------------------------------------------------
     def plan(

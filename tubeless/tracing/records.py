@@ -10,23 +10,32 @@ nothing.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 __all__ = [
+    "MAX_DETAILS_BYTES",
     "MAX_LIST",
     "MAX_STRING",
     "RECORD_NAMES",
     "TRACE_VERSION",
     "Envelope",
+    "bounded_details",
     "bounded_error",
     "bounded_list",
+    "bounded_progress",
     "bounded_str",
 ]
 
 TRACE_VERSION: Final = 3
 MAX_STRING: Final = 4096
 MAX_LIST: Final = 128
+#: The largest definition snapshot a ``pipeline.started`` record carries.
+MAX_SNAPSHOT_BYTES: Final = 256 * 1024
+#: The most bytes the encoded JSON of a progress record's ``details`` list may take.
+MAX_DETAILS_BYTES: Final = 256 * 1024
 
 RECORD_NAMES: Final = (
     "pipeline.started",
@@ -72,6 +81,106 @@ def bounded_error(error: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+# The encoding the sinks write (compact, UTF-8), so sizes measured here are sizes on disk.
+_encode_row = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_encode_row_lenient = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, default=str
+).encode
+
+
+def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | None]:
+    """Progress detail rows within bounds, and the original row count when rows were dropped.
+
+    Rows are appended in order until the next one would take the encoded JSON of the list past
+    ``MAX_DETAILS_BYTES`` or the list past ``MAX_LIST`` entries; every later row is dropped (and
+    counted). A row that is not a mapping is dropped; values JSON cannot encode are replaced by
+    their ``str()`` so that no sink ever fails on a handler's progress report.
+
+    Returns:
+        ``(kept, count)``: ``kept`` are shallow copies of the kept rows; ``count`` is the number
+        of rows given when some were dropped (so ``count > len(kept)``), else ``None``.
+    """
+    kept: list[dict[str, Any]] = []
+    size = 2  # the brackets of the list; each row after the first adds a comma
+    total = 0
+    full = False
+    for row in rows:
+        total += 1
+        if full or not isinstance(row, Mapping):
+            continue
+        copy = dict(row)
+        try:
+            text = _encode_row(copy)
+        except (TypeError, ValueError):
+            try:
+                text = _encode_row_lenient(copy)
+            except (TypeError, ValueError):  # non-string keys or a circular row: drop it
+                continue
+            copy = json.loads(text)
+        row_bytes = len(text) if text.isascii() else len(text.encode("utf-8"))
+        added = row_bytes + (1 if kept else 0)
+        if size + added > MAX_DETAILS_BYTES or len(kept) == MAX_LIST:
+            full = True
+            continue
+        size += added
+        kept.append(copy)
+    return kept, (total if total > len(kept) else None)
+
+
+def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``step.running`` progress object within bounds, without ``None`` values.
+
+    ``message`` is cut to ``MAX_STRING`` characters and ``details`` goes through
+    :func:`bounded_details`; ``detailCount`` is the larger of the count given and the number of
+    rows given, and is present only with ``details``.
+    """
+    out: dict[str, Any] = {}
+    for key, value in progress.items():
+        if value is None or key == "detailCount":
+            continue
+        if key == "message" and isinstance(value, str):
+            out[key] = bounded_str(value)
+        elif key == "details":
+            rows, original = bounded_details(value)
+            out[key] = rows
+            given = progress.get("detailCount")
+            counts = [n for n in (original, given) if isinstance(n, int) and n > len(rows)]
+            if counts:
+                out["detailCount"] = max(counts)
+        elif isinstance(value, float) and not math.isfinite(value):
+            continue  # NaN and infinities are not JSON
+        else:
+            out[key] = value
+    if "completed" not in out:
+        out["completed"] = 0
+    return out
+
+
+def bounded_attributes(
+    attributes: Mapping[str, str | int | float | bool],
+) -> dict[str, str | int | float | bool]:
+    """Attempt attributes within bounds: strings cut, non-finite numbers and extras dropped."""
+    out: dict[str, str | int | float | bool] = {}
+    for key, value in attributes.items():
+        if len(out) >= MAX_LIST:
+            break
+        if isinstance(value, str):
+            out[bounded_str(key)] = bounded_str(value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            continue
+        elif isinstance(value, (bool, int, float)):
+            out[bounded_str(key)] = value
+    return out
+
+
+def bounded_snapshot(snapshot: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The definition snapshot, or ``None`` when its JSON would exceed 256 KiB."""
+    if snapshot is None:
+        return None
+    size = len(json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return snapshot if size <= MAX_SNAPSHOT_BYTES else None
 
 
 class Envelope:
@@ -229,11 +338,16 @@ class Envelope:
         attempt_id: str,
         progress: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """``step.running``: an attempt started, or reported progress."""
+        """``step.running``: an attempt started, or reported progress.
+
+        ``progress`` is ``{completed, total?, message?, details?, detailCount?}`` as reported by
+        the handler; it is bounded here (see :func:`bounded_progress`), so ``details`` may be
+        any iterable of rows and need not be cut beforehand.
+        """
         record = self._record("step.running", timestamp_ms)
         record["stepId"] = step_id
         record["attemptId"] = attempt_id
-        record["payload"] = {} if progress is None else {"progress": progress}
+        record["payload"] = {} if progress is None else {"progress": bounded_progress(progress)}
         return record
 
     def step_attempted(
@@ -253,7 +367,7 @@ class Envelope:
             record["attemptId"] = attempt_id
         if duration_ms is not None:
             record["durationMs"] = duration_ms
-        record["payload"] = {"attempt": attempt, "attributes": dict(attributes)}
+        record["payload"] = {"attempt": attempt, "attributes": bounded_attributes(attributes)}
         return record
 
     def step_terminal(

@@ -35,7 +35,7 @@ class TraceSink(Protocol):
 
 
 def _default_error_handler(sink: TraceSink, exc: BaseException) -> None:
-    _log.warning("trace sink %s failed and was retired: %s", type(sink).__name__, exc)
+    _log.warning("trace sink %r failed and was retired: %s", sink, exc)
 
 
 class TraceFanout:

@@ -1,0 +1,346 @@
+"""SQLite trace stores: the append-only ``pipeline_run_events`` table, and reading it back.
+
+The layout is the upstream one (UPSTREAM §2.7, store version 4): one row per record, the
+envelope in columns and ``payload``/``error``/``iteration`` as JSON text. Triggers forbid UPDATE
+and DELETE. Writers buffer rows and commit them in ``BEGIN IMMEDIATE`` transactions of 64, and
+on ``flush``/``close``; a crash can lose the uncommitted tail, never a committed row. Readers
+open the file read-only, so a ``-wal`` sidecar left by a crashed writer is read, not refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from tubeless.tracing.ndjson import compact_json
+from tubeless.tracing.reader import TraceReadError, record_problem
+
+__all__ = ["BATCH_SIZE", "STORE_VERSION", "TABLE", "SqliteSink", "read_sqlite"]
+
+#: ``PRAGMA user_version`` of the layout written here.
+STORE_VERSION: Final = 4
+#: Rows committed per transaction.
+BATCH_SIZE: Final = 64
+TABLE: Final = "pipeline_run_events"
+
+_CREATE: Final = (
+    f"""CREATE TABLE {TABLE} (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    version INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    correlation_id TEXT,
+    parent_run_id TEXT,
+    pipeline_id TEXT NOT NULL,
+    step_id TEXT,
+    attempt_id TEXT,
+    item_key TEXT,
+    event_name TEXT NOT NULL,
+    timestamp_ms INTEGER NOT NULL,
+    duration_ms REAL,
+    payload_json TEXT NOT NULL,
+    error_json TEXT,
+    iteration_json TEXT
+)""",
+    f"CREATE INDEX {TABLE}_run_id_idx ON {TABLE} (run_id, id)",
+    f"CREATE INDEX {TABLE}_pipeline_id_idx ON {TABLE} (pipeline_id, id DESC)",
+    f"CREATE INDEX {TABLE}_timestamp_ms_idx ON {TABLE} (timestamp_ms DESC)",
+    f"""CREATE TRIGGER {TABLE}_no_update BEFORE UPDATE ON {TABLE}
+BEGIN SELECT RAISE(ABORT, '{TABLE} is append-only: rows cannot be updated'); END""",
+    f"""CREATE TRIGGER {TABLE}_no_delete BEFORE DELETE ON {TABLE}
+BEGIN SELECT RAISE(ABORT, '{TABLE} is append-only: rows cannot be deleted'); END""",
+)
+_MIGRATE_3_TO_4: Final = f"ALTER TABLE {TABLE} ADD COLUMN iteration_json TEXT"
+_INSERT: Final = (
+    f"INSERT INTO {TABLE} (version, run_id, correlation_id, parent_run_id, pipeline_id, step_id,"
+    " attempt_id, item_key, event_name, timestamp_ms, duration_ms, payload_json, error_json,"
+    " iteration_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_SELECT: Final = (
+    "SELECT id, version, run_id, correlation_id, parent_run_id, pipeline_id, step_id,"
+    " attempt_id, item_key, event_name, timestamp_ms, duration_ms, payload_json, error_json,"
+    f" {{iteration}} FROM {TABLE} ORDER BY id"
+)
+
+
+Row = tuple[Any, ...]
+
+
+def _not_a_database(exc: BaseException) -> bool:
+    """Whether SQLite says the file is no database at all (as opposed to busy, full, ...)."""
+    name = getattr(exc, "sqlite_errorname", None)
+    return isinstance(exc, sqlite3.DatabaseError) and name in ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+
+
+def _has_table(conn: sqlite3.Connection) -> bool:
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
+    ).fetchone()
+    return found is not None
+
+
+def _prepare(conn: sqlite3.Connection, path: Path) -> None:
+    """Initialise a new store, migrate a version-3 one, or check a version-4 one."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            if conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None:
+                raise TraceReadError(
+                    "not a tubeless trace store: the database already holds other tables; "
+                    "choose a new file",
+                    path=path,
+                )
+            for statement in _CREATE:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {STORE_VERSION}")
+        elif version == 3 and _has_table(conn):
+            conn.execute(_MIGRATE_3_TO_4)
+            conn.execute(f"PRAGMA user_version = {STORE_VERSION}")
+        elif version == STORE_VERSION and _has_table(conn):
+            pass
+        elif version in (3, STORE_VERSION):
+            raise TraceReadError(f"not a tubeless trace store: no {TABLE} table", path=path)
+        else:
+            raise TraceReadError(
+                f"unsupported trace store version {version} (this tubeless reads 3 and 4)",
+                path=path,
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _row(record: Mapping[str, Any]) -> Row:
+    get = record.get
+    payload = record["payload"]
+    error = get("error")
+    iteration = get("iteration")
+    return (
+        record["version"],
+        record["runId"],
+        get("correlationId"),
+        get("parentRunId"),
+        record["pipelineId"],
+        get("stepId"),
+        get("attemptId"),
+        get("itemKey"),
+        record["name"],
+        record["timestampMs"],
+        get("durationMs"),
+        compact_json(payload) if payload else "{}",
+        None if error is None else compact_json(error),
+        None if iteration is None else compact_json(iteration),
+    )
+
+
+class SqliteSink:
+    """A trace sink appending rows to a SQLite trace store (created when missing).
+
+    Args:
+        path: The database file; parent folders are created. A new file is initialised, a
+            version-3 store is migrated to version 4, other versions are refused.
+        timeout: Seconds to wait for another writer's lock before a commit fails.
+
+    Rows are committed every 64 records, and on :meth:`flush` and :meth:`close`. After a
+    failed write the sink refuses further exports (the run's fan-out then retires it).
+    Exports may come from worker threads; the fan-out serialises them.
+
+    Raises:
+        TraceReadError: The file is not a trace store, or its version is unsupported.
+    """
+
+    __slots__ = ("_conn", "_failure", "_rows", "path")
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._rows: list[Row] = []
+        self._failure: BaseException | None = None
+        # isolation_level=None: the sink issues BEGIN IMMEDIATE / COMMIT itself.
+        conn = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            _prepare(conn, self.path)
+        except BaseException as exc:
+            conn.close()
+            if _not_a_database(exc):
+                raise TraceReadError(f"not a tubeless trace store: {exc}", path=self.path) from exc
+            raise
+        self._conn: sqlite3.Connection | None = conn
+
+    def __repr__(self) -> str:
+        return f"SqliteSink({str(self.path)!r})"
+
+    def export(self, record: Mapping[str, Any]) -> None:
+        """Buffer one record; every 64th commits the batch."""
+        if self._conn is None or self._failure is not None:
+            self._refuse()
+        rows = self._rows
+        rows.append(_row(record))
+        if len(rows) >= BATCH_SIZE:
+            self._commit()
+
+    def flush(self) -> None:
+        """Commit the buffered rows."""
+        if self._conn is None or self._failure is not None:
+            self._refuse()
+        self._commit()
+
+    def close(self) -> None:
+        """Commit the buffered rows (unless a write failed before) and close the database."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            if self._failure is None:
+                self._commit()
+        finally:
+            self._conn = None
+            self._rows = []
+            conn.close()
+
+    def __enter__(self) -> SqliteSink:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _refuse(self) -> None:
+        if self._conn is None:
+            raise ValueError(f"{self!r} is closed")
+        raise ValueError(
+            f"{self!r} refuses records after a failed write: {self._failure}"
+        ) from self._failure
+
+    def _commit(self) -> None:
+        rows = self._rows
+        if not rows:
+            return
+        conn = self._conn
+        assert conn is not None
+        self._rows = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(_INSERT, rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except Exception as exc:
+            self._failure = exc
+            raise
+
+
+def read_sqlite(
+    path: str | os.PathLike[str], *, max_records: int = 100_000
+) -> list[dict[str, Any]]:
+    """Every record of a SQLite trace store, in the order written (by row id).
+
+    The store is opened read-only; a ``-wal`` file left by a writer that is still open or that
+    crashed is read too. Records are the wire dicts again: absent optional fields omitted,
+    ``payload``/``error``/``iteration`` decoded, ``durationMs`` a float.
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        TraceReadError: The file is not a trace store (or of an unsupported version), or holds
+            more than ``max_records`` records.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(file))
+    uri = file.resolve().as_uri() + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise TraceReadError(f"cannot open the trace store: {exc}", path=file) from exc
+    try:
+        return _read_rows(conn, file, max_records)
+    except sqlite3.DatabaseError as exc:
+        if _not_a_database(exc):
+            raise TraceReadError(f"not a tubeless trace store: {exc}", path=file) from exc
+        raise
+    finally:
+        conn.close()
+
+
+def _read_rows(conn: sqlite3.Connection, file: Path, max_records: int) -> list[dict[str, Any]]:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version not in (3, STORE_VERSION):
+        if version == 0:
+            raise TraceReadError(
+                f"not a tubeless trace store (no {TABLE} table, user_version 0)", path=file
+            )
+        raise TraceReadError(
+            f"unsupported trace store version {version} (this tubeless reads 3 and 4)", path=file
+        )
+    if not _has_table(conn):
+        raise TraceReadError(f"not a tubeless trace store: no {TABLE} table", path=file)
+    cursor = conn.execute(_SELECT.format(iteration="NULL" if version == 3 else "iteration_json"))
+    records: list[dict[str, Any]] = []
+    for row in cursor:
+        if len(records) == max_records:
+            raise TraceReadError(f"more than the {max_records} records allowed", path=file)
+        record = _record(row, file)
+        problem = record_problem(record)
+        if problem is not None:
+            raise TraceReadError(f"row {row[0]}: not a trace record: {problem}", path=file)
+        records.append(record)
+    return records
+
+
+def _record(row: Row, file: Path) -> dict[str, Any]:
+    """The wire dict of one row, keys in the order the record constructors write them."""
+    (
+        row_id,
+        version,
+        run_id,
+        correlation_id,
+        parent_run_id,
+        pipeline_id,
+        step_id,
+        attempt_id,
+        item_key,
+        name,
+        timestamp_ms,
+        duration_ms,
+        payload_json,
+        error_json,
+        iteration_json,
+    ) = row
+    record: dict[str, Any] = {"version": version, "name": name, "runId": run_id}
+    record["pipelineId"] = pipeline_id
+    if parent_run_id is not None:
+        record["parentRunId"] = parent_run_id
+    if correlation_id is not None:
+        record["correlationId"] = correlation_id
+    if item_key is not None:
+        record["itemKey"] = item_key
+    try:
+        if iteration_json is not None:
+            record["iteration"] = json.loads(iteration_json)
+        record["timestampMs"] = timestamp_ms
+        if step_id is not None:
+            record["stepId"] = step_id
+        if attempt_id is not None:
+            record["attemptId"] = attempt_id
+        if duration_ms is not None:
+            record["durationMs"] = float(duration_ms)
+        if error_json is not None:
+            record["error"] = json.loads(error_json)
+        record["payload"] = json.loads(payload_json)
+    except (TypeError, ValueError) as exc:
+        raise TraceReadError(f"row {row_id}: invalid JSON column: {exc}", path=file) from exc
+    return record
