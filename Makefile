@@ -21,7 +21,7 @@ help:
 	@echo "make test                             ruff, mypy, import contracts, pytest"
 	@echo "make lint                             ruff, mypy, import contracts"
 	@echo "make bench                            on-demand benchmarks (never part of test)"
-	@echo "make schema                           the project meta-schema (not generated yet)"
+	@echo "make schema                           regenerate schemas/project.schema.json"
 	@echo "PYTHON=$(PYTHON) creates .venv (needs Python >= 3.11)"
 
 # Fails with one clear line when $(PYTHON) is missing or older than 3.11. It runs only when .venv
@@ -78,8 +78,8 @@ bench: $(VENV)/.stamp-dev
 		echo "note: no benchmarks yet (benchmarks/__main__.py does not exist)"; \
 	fi
 
-schema:
-	@echo "note: the project meta-schema is not generated yet (it arrives with tubeless/project)"
+schema: $(VENV)/.stamp-run
+	$(PY) -m tubeless.project.metaschema
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

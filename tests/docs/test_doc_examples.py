@@ -16,8 +16,9 @@ def _documents() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _documents(), ids=lambda p: p.name)
-def test_python_blocks_run(path: Path) -> None:
-    """The blocks of one document run in order, sharing one namespace (as a reader would)."""
+def test_python_blocks_run(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The blocks of one document run in order, sharing one namespace, from the repo root."""
+    monkeypatch.chdir(ROOT)
     blocks = _BLOCK.findall(path.read_text(encoding="utf-8"))
     namespace: dict[str, object] = {"__name__": f"doc_{path.stem}"}
     for index, source in enumerate(blocks):

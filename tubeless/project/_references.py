@@ -1,0 +1,121 @@
+"""Resolving ``package.module:attribute`` references from a project file.
+
+The project's ``python_path`` folders (relative to the file) are searched first, then
+``sys.path``. Modules are never reloaded: a module already imported from another file than the
+one the project's folders provide is an error naming both. Callables from the standard library
+or ``builtins`` are refused unless the project lists the module in ``allow_modules``; schema
+references may name standard types.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["ReferenceProblem", "Resolver"]
+
+Kind = Literal["callable", "schema", "tool", "object"]
+
+
+class ReferenceProblem(Exception):
+    """A reference that cannot be used; the message says why and what to change."""
+
+
+def _stdlib(module_name: str) -> bool:
+    top = module_name.partition(".")[0]
+    return top in sys.stdlib_module_names or top == "builtins"
+
+
+class Resolver:
+    """Resolves references for one project file.
+
+    Args:
+        base_dir: The folder of the project file.
+        python_path: Folders relative to ``base_dir``, searched first.
+        allow_modules: Standard-library modules whose callables may be named.
+    """
+
+    def __init__(
+        self, base_dir: Path, python_path: Sequence[str], allow_modules: Sequence[str]
+    ) -> None:
+        self.folders = [(base_dir / folder).resolve() for folder in python_path]
+        self.allow_modules = set(allow_modules)
+        self._cache: dict[str, Any] = {}
+
+    def activate(self) -> None:
+        """Put the project's folders at the front of ``sys.path`` (once each)."""
+        for folder in reversed(self.folders):
+            text = str(folder)
+            if text not in sys.path:
+                sys.path.insert(0, text)
+
+    def resolve(self, reference: str, kind: Kind) -> Any:
+        """The object named by ``reference``; raises :class:`ReferenceProblem`."""
+        module_name, _, attribute = reference.partition(":")
+        if kind != "schema" and _stdlib(module_name) and not self._allowed(module_name):
+            raise ReferenceProblem(
+                f"{reference!r} names the standard library module {module_name!r}; add it to "
+                "allow_modules if the project really needs it"
+            )
+        module = self._module(module_name)
+        value: Any = module
+        for part in attribute.split("."):
+            try:
+                value = getattr(value, part)
+            except AttributeError:
+                raise ReferenceProblem(
+                    f"module {module_name!r} has no attribute {attribute!r}"
+                ) from None
+        if kind == "callable" and not callable(value):
+            raise ReferenceProblem(
+                f"{reference!r} is a {type(value).__name__}, not a callable"
+            )
+        return value
+
+    def _allowed(self, module_name: str) -> bool:
+        parts = module_name.split(".")
+        return any(".".join(parts[: i + 1]) in self.allow_modules for i in range(len(parts)))
+
+    def _module(self, module_name: str) -> Any:
+        cached = self._cache.get(module_name)
+        if cached is not None:
+            return cached
+        self._check_origin(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and module_name.startswith(exc.name):
+                raise ReferenceProblem(
+                    f"cannot import module {module_name!r}: no module named {exc.name!r}; "
+                    "check the spelling or add its folder to python_path"
+                ) from None
+            raise ReferenceProblem(
+                f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            ) from None
+        except Exception as exc:  # the module's own code raised while importing
+            raise ReferenceProblem(
+                f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            ) from None
+        self._cache[module_name] = module
+        return module
+
+    def _check_origin(self, module_name: str) -> None:
+        """A module already imported from elsewhere than the project's folders is refused."""
+        top = module_name.partition(".")[0]
+        loaded = sys.modules.get(top)
+        if loaded is None or not self.folders:
+            return
+        loaded_file = getattr(loaded, "__file__", None)
+        for folder in self.folders:
+            for candidate in (folder / f"{top}.py", folder / top / "__init__.py"):
+                if candidate.is_file():
+                    if loaded_file is None or Path(loaded_file).resolve() != candidate.resolve():
+                        raise ReferenceProblem(
+                            f"module {top!r} is already imported from {loaded_file}, but the "
+                            f"project's python_path provides {candidate}; rename one of them"
+                        )
+                    return

@@ -1,0 +1,442 @@
+"""Safe, bounded YAML loading with a source map (DESIGN.md section 5, "Loading").
+
+A project file becomes plain JSON-like data (dict, list, str, int, float, bool, None) plus a
+:class:`SourceMap` from JSON pointers to 1-based lines and columns. Nothing here constructs
+arbitrary Python objects: the text goes through ``yaml.SafeLoader``'s scanner, parser and
+composer only, and the node graph is converted by hand. Before composing, an event pre-pass
+enforces the bounds (depth, aliases, nodes counted with aliases expanded), so a "billion
+laughs" file is rejected after reading a few hundred events and before anything is built.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from tubeless.project._issues import (
+    DocumentIssue,
+    SourceMap,
+    join_pointer,
+    position,
+    raise_issues,
+)
+
+__all__ = [
+    "MAX_ALIASES",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "LoadedDocument",
+    "SourceMap",
+    "load_document",
+    "parse_document",
+]
+
+#: Files larger than this are rejected before they are parsed.
+MAX_BYTES = 1024 * 1024
+#: Collections nested in collections, aliases expanded.
+MAX_DEPTH = 64
+#: Alias uses (``*name``) in a document.
+MAX_ALIASES = 100
+#: Values in a document (scalars and collections), each alias counted as what it expands to.
+MAX_NODES = 10_000
+
+_CORE = "tag:yaml.org,2002:"
+_STR, _INT, _FLOAT = _CORE + "str", _CORE + "int", _CORE + "float"
+_BOOL, _NULL, _MAP, _SEQ = _CORE + "bool", _CORE + "null", _CORE + "map", _CORE + "seq"
+_MERGE = _CORE + "merge"
+_SCALAR_KINDS = {
+    _STR: "a string",
+    _INT: "an integer",
+    _FLOAT: "a number",
+    _BOOL: "a boolean",
+    _NULL: "null",
+}
+# Messages name the rule and the fix; "{0}"/"{1}" are filled in where they are used.
+_EMPTY = "the document is empty; a project needs at least 'version: 1' and 'project: {id: ...}'"
+_TOO_LARGE = (
+    "the file is too large: project files are limited to 1 MiB (1,048,576 bytes), found {0}; "
+    "split the project into several files"
+)
+_NOT_UTF8 = "the file is not valid UTF-8 (byte 0x{0:02x} at line {1}, column {2}); save it as UTF-8"
+_NOT_TEXT = "found {0}; a project file must be plain UTF-8 text: remove it"
+_NOT_MAPPING = "the top level must be a mapping (version, project, agents, ...), found {0}"
+_TWO_DOCUMENTS = (
+    "the file holds more than one YAML document (a second one starts here); "
+    "a project file is one document: remove the '---' or split the file"
+)
+_ALIASES = f"more than {MAX_ALIASES} aliases; use fewer aliases (*name), repeat the values"
+_RECURSIVE = "the alias *{0} is inside the node anchored &{0} (a recursive structure); remove it"
+_UNDEFINED = "the alias *{0} has no anchor &{0} before it; define the anchor first"
+_TWICE = "the anchor &{0} is defined twice (first at line {1}); rename one of them"
+_NODES = (
+    f"the document has more than {MAX_NODES:,} values (an alias counts as all the values "
+    "it stands for); make it smaller"
+)
+_DEPTH = f"the document is nested more than {MAX_DEPTH} levels deep (aliases included); flatten it"
+_MERGE_KEY = "YAML merge keys are not supported; repeat the keys (or use a factory {use, with})"
+_DUPLICATE = "duplicate key {0!r} (first defined at line {1}); remove one of them"
+_KEY_NOT_TEXT = "mapping keys must be strings, found {0} used as a key; "
+_NOT_FINITE = "{0} is not a finite number (JSON has no NaN or infinity); quote it for text"
+_BAD_VALUE = "{0} is not {1}; fix the value or remove the {2} tag"
+_BAD_TAG = (
+    "the tag {0} is not allowed{1}; project files use plain YAML (strings, numbers, booleans, "
+    "null, mappings, lists): remove the tag"
+)
+# Characters YAML does not allow in a stream (pyyaml's Reader rule): C0/C1 controls, surrogates.
+_NON_PRINTABLE = re.compile(
+    "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe reader, scanner, parser and composer, resolving only JSON's scalar kinds.
+
+    Timestamps and ``=`` stay strings (a bare ``2024-01-01`` is text, as in JSON); ``<<`` still
+    resolves to the merge tag so that merge keys can be rejected with a precise message.
+    """
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in entries if tag in {_BOOL, _FLOAT, _INT, _MERGE, _NULL}]
+    for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+_SCALARS: dict[str, Callable[[SafeConstructor, ScalarNode], Any]] = {
+    _INT: SafeConstructor.construct_yaml_int,
+    _FLOAT: SafeConstructor.construct_yaml_float,
+    _BOOL: SafeConstructor.construct_yaml_bool,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedDocument:
+    """A parsed project document: its data and where every value came from."""
+
+    file: str
+    """The path as given by the caller (used verbatim in messages)."""
+    data: dict[str, Any]
+    """Plain JSON-like data: dict, list, str, int, float, bool and None only."""
+    source: SourceMap
+    """Pointer → location, for reporting later problems at the right line."""
+
+
+def load_document(path: str | os.PathLike[str]) -> LoadedDocument:
+    """Read and parse the project file at ``path`` (at most 1 MiB + 1 byte is ever read).
+
+    Raises:
+        DocumentError: With every problem found, located (``TUBELESS_DOCUMENT_INVALID``).
+        OSError: When the file is missing or unreadable.
+    """
+    file = os.fspath(path)
+    size = os.stat(file).st_size
+    if size > MAX_BYTES:
+        _fail(file, 1, 1, "", _TOO_LARGE.format(f"{size:,} bytes"))
+    with open(file, "rb") as stream:
+        data = stream.read(MAX_BYTES + 1)
+    return parse_document(data, file=file)
+
+
+def parse_document(data: bytes | str, *, file: str) -> LoadedDocument:
+    """Parse one project document from ``data``; ``file`` names it in messages.
+
+    Raises:
+        DocumentError: With every problem found, located (``TUBELESS_DOCUMENT_INVALID``).
+    """
+    text = _decode(data, file)
+    bad = _NON_PRINTABLE.search(text)
+    if bad is not None:
+        char = bad.group()
+        what = f"the control character U+{ord(char):04X}"
+        if char == "\0":
+            what = "a NUL byte (is this a binary file?)"
+        _fail(file, *position(text, bad.start()), "", _NOT_TEXT.format(what))
+    _prepass(text, file)
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+    except yaml.MarkedYAMLError as exc:  # the pre-pass already parsed it; a safety net
+        raise_issues([_syntax_issue(file, exc, "")])
+    finally:
+        loader.dispose()
+    if root is None or (root.tag == _NULL and isinstance(root, ScalarNode)):
+        _fail(file, 1, 1, "", _EMPTY)
+    if not isinstance(root, MappingNode):
+        _fail(file, *_mark(root), "", _NOT_MAPPING.format(_kind(root)))
+    converter = _Converter(file)
+    value = converter.convert(root, "", report=True)
+    if converter.issues:
+        raise_issues(converter.issues)
+    source = SourceMap(values=converter.values, keys=converter.keys)
+    return LoadedDocument(file=file, data=value, source=source)
+
+
+def _decode(data: bytes | str, file: str) -> str:
+    """UTF-8 text without a BOM, or an issue at the first byte that is not UTF-8."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if len(raw) > MAX_BYTES:
+        _fail(file, 1, 1, "", _TOO_LARGE.format("more than that"))
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        prefix = raw[: exc.start].decode("utf-8")
+        line, column = position(prefix, len(prefix))
+        _fail(file, line, column, "", _NOT_UTF8.format(raw[exc.start], line, column))
+
+
+@dataclass(slots=True)
+class _Open:
+    """A collection the pre-pass is inside of."""
+
+    pointer: str
+    is_map: bool
+    anchor: str | None
+    start_total: int
+    height: int = 1
+    """Collection nesting inside it, itself included (aliases count as their anchor)."""
+    key: str | None = None
+    expecting_key: bool = True
+    index: int = 0
+
+    def child(self) -> str:
+        """The pointer of the node being read next (a key is attributed to its mapping)."""
+        if not self.is_map:
+            return join_pointer(self.pointer, self.index)
+        if self.expecting_key or self.key is None:
+            return self.pointer
+        return join_pointer(self.pointer, self.key)
+
+    def done(self, key: str | None, height: int) -> None:
+        """A child node ended (``key`` is its text when it is a scalar)."""
+        self.height = max(self.height, height + 1)
+        if not self.is_map:
+            self.index += 1
+        elif self.expecting_key:
+            self.key, self.expecting_key = key, False
+        else:
+            self.key, self.expecting_key = None, True
+
+
+def _prepass(text: str, file: str) -> None:
+    """Enforce the bounds on the event stream (``yaml.parse``), before any node is built.
+
+    Nodes are counted with every alias expanded (an alias adds the size of its anchored node),
+    and depth likewise, so nested aliases cannot multiply past the limits unnoticed.
+    """
+    stack: list[_Open] = []
+    anchors: dict[str, tuple[int, int]] = {}  # anchor → (expanded nodes, collection height)
+    defined: dict[str, int] = {}  # anchor → the line it was first defined on
+    total = aliases = documents = 0
+
+    def stop(event: yaml.Event, pointer: str, message: str) -> NoReturn:
+        mark = event.start_mark
+        _fail(file, *((mark.line + 1, mark.column + 1) if mark else (1, 1)), pointer, message)
+
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            pointer = stack[-1].child() if stack else ""
+            if isinstance(event, yaml.DocumentStartEvent):
+                documents += 1
+                if documents > 1:
+                    stop(event, "", _TWO_DOCUMENTS)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                frame = stack.pop()
+                if frame.anchor is not None:
+                    anchors[frame.anchor] = (total - frame.start_total, frame.height)
+                if stack:
+                    stack[-1].done(None, frame.height)
+            elif isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                name = event.anchor
+                if aliases > MAX_ALIASES:
+                    stop(event, pointer, _ALIASES)
+                if any(frame.anchor == name for frame in stack):
+                    stop(event, pointer, _RECURSIVE.format(name))
+                if name not in anchors:
+                    stop(event, pointer, _UNDEFINED.format(name))
+                size, height = anchors[name]
+                total += size
+                if total > MAX_NODES:
+                    stop(event, pointer, _NODES)
+                if len(stack) + height > MAX_DEPTH:
+                    stop(event, pointer, _DEPTH)
+                if stack:
+                    stack[-1].done(None, height)
+            elif isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent):
+                total += 1
+                if total > MAX_NODES:
+                    stop(event, pointer, _NODES)
+                anchor = event.anchor
+                if anchor is not None:
+                    if anchor in defined:
+                        stop(event, pointer, _TWICE.format(anchor, defined[anchor]))
+                    defined[anchor] = event.start_mark.line + 1 if event.start_mark else 0
+                if isinstance(event, yaml.ScalarEvent):
+                    if anchor is not None:
+                        anchors[anchor] = (1, 0)
+                    if stack:
+                        stack[-1].done(event.value, 0)
+                    continue
+                if len(stack) + 1 > MAX_DEPTH:
+                    stop(event, pointer, _DEPTH)
+                is_map = isinstance(event, yaml.MappingStartEvent)
+                stack.append(_Open(pointer, is_map, anchor, total - 1))
+    except yaml.MarkedYAMLError as exc:
+        raise_issues([_syntax_issue(file, exc, stack[-1].child() if stack else "")])
+    if documents == 0:
+        _fail(file, 1, 1, "", _EMPTY)
+
+
+def _syntax_issue(file: str, exc: yaml.MarkedYAMLError, pointer: str) -> DocumentIssue:
+    mark = exc.problem_mark or exc.context_mark
+    line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    message = f"invalid YAML: {exc.problem or exc}"
+    if exc.context:
+        where = exc.context_mark
+        at = f" at line {where.line + 1}" if where and where.line + 1 != line else ""
+        message += f" ({exc.context}{at})"
+    if "'\\t'" in message:
+        message += "; indent with spaces: YAML does not allow tabs there"
+    elif "mapping values are not allowed" in message:
+        message += "; check the indentation, or quote a value that contains ': '"
+    else:
+        message += "; fix the syntax here"
+    return _at(file, line, column, pointer, message)
+
+
+def _at(file: str, line: int, column: int, pointer: str, message: str) -> DocumentIssue:
+    return DocumentIssue(file=file, line=line, column=column, pointer=pointer, message=message)
+
+
+def _fail(file: str, line: int, column: int, pointer: str, message: str) -> NoReturn:
+    raise_issues([_at(file, line, column, pointer, message)])
+
+
+def _mark(node: Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _kind(node: Node) -> str:
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    return _SCALAR_KINDS.get(node.tag, "a tagged value") + f" {_short(node.value)}"
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _tag_name(tag: str) -> str:
+    return "!!" + tag.removeprefix(_CORE) if tag.startswith(_CORE) else tag
+
+
+class _Converter:
+    """Node graph → plain data + source map, collecting every problem on the way.
+
+    Aliased nodes are converted once per use (the pre-pass bounded the expanded size) but
+    their problems are reported once, at their first use.
+    """
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.issues: list[DocumentIssue] = []
+        self.values: dict[str, tuple[int, int]] = {}
+        self.keys: dict[str, tuple[int, int]] = {}
+        self._seen: set[int] = set()
+        self._constructor = SafeConstructor()
+
+    def convert(self, node: Node, pointer: str, *, report: bool) -> Any:
+        report = report and id(node) not in self._seen
+        self._seen.add(id(node))
+        self.values.setdefault(pointer, _mark(node))
+        if isinstance(node, MappingNode):
+            if node.tag != _MAP:
+                self._bad_tag(node, pointer, report)
+            return self._mapping(node, pointer, report)
+        if isinstance(node, SequenceNode):
+            if node.tag != _SEQ:
+                self._bad_tag(node, pointer, report)
+            items = enumerate(node.value)
+            return [
+                self.convert(item, join_pointer(pointer, i), report=report) for i, item in items
+            ]
+        assert isinstance(node, ScalarNode)
+        return self._scalar(node, pointer, report)
+
+    def _problem(self, report: bool, node: Node, pointer: str, message: str) -> None:
+        if report:
+            self.issues.append(_at(self.file, *_mark(node), pointer, message))
+
+    def _mapping(self, node: MappingNode, pointer: str, report: bool) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        first_seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                self._problem(report, key_node, pointer, _MERGE_KEY)
+                continue
+            key = self._key(key_node, pointer, report)
+            if key is None:
+                continue
+            child = join_pointer(pointer, key)
+            if key in first_seen:
+                self._problem(report, key_node, child, _DUPLICATE.format(key, first_seen[key]))
+                continue
+            first_seen[key] = key_node.start_mark.line + 1
+            self.keys.setdefault(child, _mark(key_node))
+            result[key] = self.convert(value_node, child, report=report)
+        return result
+
+    def _key(self, node: Node, pointer: str, report: bool) -> str | None:
+        if isinstance(node, ScalarNode) and node.tag == _STR:
+            value: str = node.value
+            return value
+        if not isinstance(node, ScalarNode):
+            fix = "use a plain string key"
+        elif node.tag in _SCALAR_KINDS:
+            fix = f"quote it: '{node.value}': ..."
+        else:
+            self._bad_tag(node, pointer, report)
+            return None
+        self._problem(report, node, pointer, _KEY_NOT_TEXT.format(_kind(node)) + fix)
+        return None
+
+    def _scalar(self, node: ScalarNode, pointer: str, report: bool) -> Any:
+        if node.tag == _STR:
+            return node.value
+        if node.tag == _NULL:
+            return None
+        construct = _SCALARS.get(node.tag)
+        if construct is None:
+            self._bad_tag(node, pointer, report)
+            return None
+        try:
+            value = construct(self._constructor, node)
+        except (ValueError, KeyError, yaml.YAMLError):
+            kind, tag = _SCALAR_KINDS[node.tag], _tag_name(node.tag)
+            self._problem(report, node, pointer, _BAD_VALUE.format(_short(node.value), kind, tag))
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            self._problem(report, node, pointer, _NOT_FINITE.format(_short(node.value)))
+            return None
+        return value
+
+    def _bad_tag(self, node: Node, pointer: str, report: bool) -> None:
+        name = _tag_name(node.tag)
+        if node.tag in _SCALAR_KINDS or node.tag in {_MAP, _SEQ}:
+            message = f"the tag {name} does not fit {_kind(node)}; remove the tag"
+        else:
+            danger = " (such tags can run code when loaded)" if "python/" in node.tag else ""
+            message = _BAD_TAG.format(name, danger)
+        self._problem(report, node, pointer, message)
