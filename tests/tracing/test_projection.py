@@ -652,7 +652,7 @@ def test_format_tree_nests_subagent_runs_under_their_calls() -> None:
         "    call word-1  process_word  completed  <d>",
         "      Run scripted-agent#2  scripted-agent  completed  <d>",
         *("        " + line for line in sub),
-        "  turn 2  continue  1 calls  completed  <d>",
+        "  turn 2  continue  1 call  completed  <d>",
         "    call summary  summarize  completed  <d>",
         "  turn 3  finish  0 calls  completed  <d>",
     ]

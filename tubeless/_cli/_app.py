@@ -16,6 +16,10 @@ from typing import TextIO
 import click
 
 from tubeless._cli._exit import EXIT_OK, exit_code_for, report_error
+from tubeless._cli.run import run
+from tubeless._cli.schema import schema
+from tubeless._cli.trace import trace
+from tubeless._cli.validate import validate
 from tubeless._version import __version__
 
 __all__ = ["CliState", "cli", "main"]
@@ -109,3 +113,9 @@ def main(args: Sequence[str] | None = None) -> int:
     if isinstance(outcome, int) and not isinstance(outcome, bool):
         return outcome
     return EXIT_OK
+
+
+cli.add_command(run)
+cli.add_command(schema)
+cli.add_command(trace)
+cli.add_command(validate)

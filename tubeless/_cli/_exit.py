@@ -7,6 +7,7 @@ usage error (click's own exit 2 is remapped)                1    1     1        
 file missing or unreadable (``OSError``)                    2    2     2         2
 ``DocumentError``, ``TemplateError``                        4    4     4         -
 ``ReferenceResolutionError``                                2    2     4         -
+``TUBELESS_TRACE_INVALID`` (an unreadable trace)            2    2     2         2
 unknown id / cannot load (``CliLoadError``)                 2    2     -         1
 ``TUBELESS_DEFINITION_*``, ``AGENT_INVALID_DEFINITION``     3    3     4         -
 root ``OPTIONS_VALIDATION_FAILED`` in a failed run          4    -     -         -
@@ -32,6 +33,7 @@ import click
 from tubeless.errors import (
     AGENT_INVALID_DEFINITION,
     OPTIONS_VALIDATION_FAILED,
+    TRACE_INVALID,
     AgentDefinitionError,
     DocumentError,
     PipelineDefinitionError,
@@ -51,6 +53,7 @@ __all__ = [
     "EXIT_PLANNING",
     "EXIT_USAGE",
     "EXIT_VALIDATION",
+    "CliInputError",
     "CliLoadError",
     "exit_code_for",
     "report_error",
@@ -74,6 +77,14 @@ class CliLoadError(Exception):
 
     Exits 2, or 1 under ``trace`` where an unknown run id is a usage mistake.
     """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class CliInputError(Exception):
+    """The run's input cannot be built from the flags, ``--input`` or ``--input-file`` (exit 4)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -104,6 +115,8 @@ def exit_code_for(exc: BaseException, *, command: str | None = None) -> int:
         return EXIT_USAGE
     if isinstance(exc, CliLoadError):
         return EXIT_USAGE if command == "trace" else EXIT_LOAD
+    if isinstance(exc, CliInputError):
+        return EXIT_VALIDATION
     if isinstance(exc, OSError):
         return EXIT_LOAD
     if isinstance(exc, TubelessError):
@@ -134,6 +147,8 @@ def _tubeless_exit_code(exc: TubelessError, command: str | None) -> int:
         return _run_exit_code(exc)
     if isinstance(exc, DocumentError | TemplateError):
         return EXIT_VALIDATION
+    if exc.code == TRACE_INVALID:
+        return EXIT_LOAD
     if isinstance(exc, ReferenceResolutionError):
         return EXIT_VALIDATION if command == "validate" else EXIT_LOAD
     if isinstance(exc, PipelineDefinitionError | AgentDefinitionError) or (
@@ -194,8 +209,13 @@ def _error_lines(exc: BaseException) -> list[str]:
     if isinstance(exc, PipelineExecutionError):
         lines = [_format_run_error(error) for error in _run_errors(exc)]
         return lines or [f"{exc.code}: {exc.message}"]
-    if isinstance(exc, DocumentError) and exc.issues:
-        return [_format_issue(issue) for issue in exc.issues]
+    issues = getattr(exc, "issues", None)
+    if isinstance(exc, DocumentError | TemplateError | ReferenceResolutionError) and issues:
+        return [_format_issue(issue) for issue in issues]
+    if isinstance(exc, CliInputError):
+        return [exc.message]
+    if isinstance(exc, TubelessError) and exc.code == TRACE_INVALID:
+        return [exc.message]  # already "<file>[:<line>]: <problem>", like a document issue
     if isinstance(exc, TubelessError):
         nested = getattr(exc, "errors", None)
         if isinstance(nested, tuple) and nested:

@@ -116,9 +116,11 @@ class Compiler:
             )
             return _MISSING
         if not callable(made):
+            kind = type(made).__name__
+            article = "an" if kind[:1].lower() in "aeiou" else "a"
             self.issues.append(
-                (pointer, f"factory {value.use!r} returned a {type(made).__name__}, not a "
-                 "callable", REFERENCE_INVALID)
+                (pointer, f"factory {value.use!r} returned {article} {kind}, not a callable",
+                 REFERENCE_INVALID)
             )
             return _MISSING
         return made
@@ -175,8 +177,12 @@ class Compiler:
             outputs = self.schema(tool.output, f"{pointer}/output")
             if _missing(run, preview, inputs, outputs):
                 return _MISSING
-            return define_tool(description=tool.description, input_schema=inputs,
-                               output_schema=outputs, run=run, preview=preview)
+            try:
+                return define_tool(description=tool.description, input_schema=inputs,
+                                   output_schema=outputs, run=run, preview=preview)
+            except AgentDefinitionError as exc:
+                self.definition_errors.append((pointer, exc))
+                return _MISSING
         assert isinstance(tool, (PipelineToolSpec, AgentToolSpec))
         target = tool.pipeline if isinstance(tool, PipelineToolSpec) else tool.agent
         child = self.built.get(target)
@@ -185,8 +191,12 @@ class Compiler:
                   else self.ref(tool.map_options, f"{pointer}/map_options", "callable"))
         if child is None or _missing(inputs, mapper):
             return _MISSING
-        return pipeline_tool(child, description=tool.description, input_schema=inputs,
-                             map_options=mapper)
+        try:
+            return pipeline_tool(child, description=tool.description, input_schema=inputs,
+                                 map_options=mapper)
+        except AgentDefinitionError as exc:
+            self.definition_errors.append((pointer, exc))
+            return _MISSING
 
     def _initial_state(self, agent: AgentSpec, pointer: str) -> Any:
         value = agent.initial_state

@@ -119,7 +119,8 @@ def _raise(issues: Sequence[DocumentIssue]) -> None:
 
 
 def _summary(issues: Sequence[DocumentIssue]) -> str:
-    more = f" (and {len(issues) - 1} more problems)" if len(issues) > 1 else ""
+    extra = len(issues) - 1
+    more = f" (and {extra} more problem{'s' if extra > 1 else ''})" if extra else ""
     return issues[0].format() + more
 
 

@@ -50,8 +50,9 @@ class Resolver:
         """Put the project's folders at the front of ``sys.path`` (once each)."""
         for folder in reversed(self.folders):
             text = str(folder)
-            if text not in sys.path:
-                sys.path.insert(0, text)
+            while text in sys.path:
+                sys.path.remove(text)
+            sys.path.insert(0, text)
 
     def resolve(self, reference: str, kind: Kind) -> Any:
         """The object named by ``reference``; raises :class:`ReferenceProblem`."""
@@ -71,9 +72,9 @@ class Resolver:
                     f"module {module_name!r} has no attribute {attribute!r}"
                 ) from None
         if kind == "callable" and not callable(value):
-            raise ReferenceProblem(
-                f"{reference!r} is a {type(value).__name__}, not a callable"
-            )
+            kind_name = type(value).__name__
+            article = "an" if kind_name[:1].lower() in "aeiou" else "a"
+            raise ReferenceProblem(f"{reference!r} is {article} {kind_name}, not a callable")
         return value
 
     def _allowed(self, module_name: str) -> bool:

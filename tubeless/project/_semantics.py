@@ -6,7 +6,7 @@ nothing from the project.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jsonschema
@@ -39,9 +39,9 @@ def _edges(spec: ProjectSpec) -> Iterator[tuple[str, str, str]]:
     for agent_id, agent in spec.agents.items():
         for name, tool in agent.tools.items():
             pointer = f"/agents/{escape(agent_id)}/tools/{escape(name)}"
-            if isinstance(tool, PipelineToolSpec):
+            if isinstance(tool, PipelineToolSpec) and tool.pipeline in spec.pipelines:
                 yield agent_id, tool.pipeline, pointer + "/pipeline"
-            elif isinstance(tool, AgentToolSpec):
+            elif isinstance(tool, AgentToolSpec) and tool.agent in spec.agents:
                 yield agent_id, tool.agent, pointer + "/agent"
     for pipeline_id, pipeline in spec.pipelines.items():
         for index, step in enumerate(pipeline.steps):
@@ -147,9 +147,10 @@ def _agent(agent_id: str, agent: AgentSpec, spec: ProjectSpec) -> list[Problem]:
     return found
 
 
-def _unknown(kind: str, name: str, known: dict[str, Any]) -> str:
+def _unknown(kind: str, name: str, known: Mapping[str, Any], owner: str = "project") -> str:
     choices = ", ".join(map(repr, known)) or "none"
-    return f"unknown {kind} {name!r}; this project's {kind}s: {choices}"
+    plural = "entries" if kind == "entry" else f"{kind}s"
+    return f"unknown {kind} {name!r}; this {owner}'s {plural}: {choices}"
 
 
 def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> list[Problem]:
@@ -172,8 +173,9 @@ def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> li
         for field in ("depends_on", "optional_depends_on", "skip_after_failure_of"):
             for position, dep in enumerate(getattr(step, field)):
                 if dep not in ids:
-                    found.append((f"{pointer}/{field}/{position}", _unknown("step", dep, ids),
-                                  DOCUMENT_INVALID, False))
+                    found.append((f"{pointer}/{field}/{position}",
+                                  _unknown("step", dep, ids, "pipeline"), DOCUMENT_INVALID,
+                                  False))
         composed = step.from_pipeline or step.for_each_pipeline
         if composed is not None:
             if composed.pipeline not in entries:
@@ -193,17 +195,17 @@ def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> li
             found.extend(_inline_schema(step.output, f"{pointer}/output"))
     for position, target in enumerate(pipeline.targets or ()):
         if target not in ids:
-            found.append((f"{base}/targets/{position}", _unknown("step", target, ids),
+            found.append((f"{base}/targets/{position}", _unknown("step", target, ids, "pipeline"),
                           DOCUMENT_INVALID, False))
     finalize = pipeline.finalize
     if isinstance(finalize, str) and finalize not in ids:
-        found.append((f"{base}/finalize", _unknown("step", finalize, ids), DOCUMENT_INVALID,
-                      False))
+        found.append((f"{base}/finalize", _unknown("step", finalize, ids, "pipeline"),
+                      DOCUMENT_INVALID, False))
     if isinstance(finalize, FinalizeSpec):
         for position, required in enumerate(finalize.require_outputs):
             if required not in ids:
                 found.append((f"{base}/finalize/require_outputs/{position}",
-                              _unknown("step", required, ids), DOCUMENT_INVALID, False))
+                              _unknown("step", required, ids, "pipeline"), DOCUMENT_INVALID, False))
     return found
 
 

@@ -41,8 +41,10 @@ def compile_template(text: str, where: str) -> Renderer:
                     result = expression(**context)
                     if isinstance(result, Undefined):
                         str(result)  # StrictUndefined raises, naming what is missing
-                except JinjaError as exc:
-                    raise TemplateError(f"{where}: template failed: {exc}") from None
+                except Exception as exc:  # the sandbox's errors and the expression's own
+                    raise TemplateError(
+                        f"{where}: template failed: {type(exc).__name__}: {exc}"
+                    ) from None
                 return result
 
             return native
@@ -53,8 +55,8 @@ def compile_template(text: str, where: str) -> Renderer:
     def render(context: Mapping[str, Any]) -> Any:
         try:
             return template.render(**context)
-        except JinjaError as exc:
-            raise TemplateError(f"{where}: template failed: {exc}") from None
+        except Exception as exc:  # the sandbox's errors and the template's own
+            raise TemplateError(f"{where}: template failed: {type(exc).__name__}: {exc}") from None
 
     return render
 

@@ -58,7 +58,8 @@ _TERMINAL: Final[Mapping[str, StepStatus]] = {
     "step.failed": "failed",
     "step.cancelled": "cancelled",
 }
-# C0, DEL and C1 controls; bidi embeddings/overrides, isolates and marks (LRM, RLM, ALM).
+# C0, DEL and C1 controls; bidi embeddings/overrides, isolates and marks (LRM, RLM, ALM);
+# line separators and zero-width characters.
 _UNSAFE: Final = (
     *range(0x00, 0x20),
     0x7F,
@@ -68,6 +69,12 @@ _UNSAFE: Final = (
     0x200E,
     0x200F,
     0x061C,
+    # Line and paragraph separators, and zero-width characters that hide text.
+    0x2028,
+    0x2029,
+    *range(0x200B, 0x200E),
+    0x2060,
+    0xFEFF,
 )
 _SAFE_TABLE: Final = dict.fromkeys(_UNSAFE, " ")
 _MAX_INDENT: Final = 32
@@ -565,7 +572,7 @@ def _turn_items(turn: TurnNode, run: RunTree | None, depth: int) -> list[_Item]:
     parts = [
         f"turn {'?' if turn.index is None else turn.index}",
         turn.decision or "?",
-        f"{count} calls",
+        f"{count} call" if count == "1" else f"{count} calls",
         turn.status,
     ]
     if run is not None and run.duration_ms is not None:

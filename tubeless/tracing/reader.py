@@ -9,6 +9,7 @@ SQLite store (``.sqlite``, ``.sqlite3``, ``.db``) in the order they were written
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -125,6 +126,8 @@ def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         FileNotFoundError: The file does not exist.
         TraceReadError: Unknown extension, or the file is not a readable trace.
     """
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
     if storage_kind(path) == "ndjson":
         from tubeless.tracing.ndjson import read_ndjson
 

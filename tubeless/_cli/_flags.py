@@ -1,0 +1,201 @@
+"""Command-line flags derived from an entry's input JSON Schema (DESIGN.md §6).
+
+Each top-level property of an object schema becomes a flag: ``max_items`` and ``maxItems`` both
+become ``--max-items``; ``anyOf [T, null]`` counts as ``T``; an enum becomes a choice; a boolean
+``--x/--no-x``; an array of scalars a repeatable flag. Objects, other shapes, and names that
+collide with the built-in flags get no flag (``--input`` still reaches them). Values are kept as
+text by click and converted here, so a value the schema's type rejects is an *input* error (exit
+4), not a usage error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import click
+
+__all__ = ["BUILTIN_FLAGS", "DerivedFlag", "InputRejected", "derive_flags"]
+
+#: Built-in flags of ``tubeless run``; a property with one of these names gets no flag.
+BUILTIN_FLAGS = frozenset(
+    {
+        "input",
+        "input-file",
+        "dry-run",
+        "target",
+        "step",
+        "max-concurrency",
+        "continue-on-error",
+        "trace",
+        "quiet",
+        "help",
+    }
+)
+
+Kind = Literal["string", "integer", "number", "boolean", "choice"]
+
+
+class InputRejected(Exception):
+    """A flag value or ``--input`` that cannot become the entry's input (exit 4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedFlag:
+    """One flag for one input property."""
+
+    property: str
+    option: str
+    kind: Kind
+    multiple: bool
+    required: bool
+    choices: tuple[Any, ...] = ()
+    help: str | None = None
+
+    def click_option(self) -> click.Option:
+        """The click option (never click-required: ``--input`` may supply the value)."""
+        help_text = self.help or ""
+        if self.required:
+            help_text = f"{help_text} [required]".strip()
+        if self.kind == "boolean":
+            return click.Option(
+                [f"--{self.option}/--no-{self.option}", self.property],
+                default=None,
+                help=help_text or None,
+            )
+        choice = click.Choice([str(c) for c in self.choices]) if self.kind == "choice" else None
+        return click.Option(
+            [f"--{self.option}", self.property],
+            type=choice or click.STRING,
+            multiple=self.multiple,
+            default=None,
+            help=help_text or None,
+            metavar=None if choice else self.kind.upper(),
+        )
+
+    def convert(self, value: Any) -> Any:
+        """The typed value of what the user typed; raises :class:`InputRejected`."""
+        if self.multiple:
+            return [self._scalar(item) for item in value]
+        return self._scalar(value)
+
+    def _scalar(self, text: Any) -> Any:
+        if self.kind in ("boolean", "string"):
+            return text
+        if self.kind == "choice":
+            for choice in self.choices:
+                if str(choice) == text:
+                    return choice
+            return text
+        try:
+            return int(text) if self.kind == "integer" else float(text)
+        except ValueError:
+            expected = "an integer" if self.kind == "integer" else "a number"
+            raise InputRejected(f"--{self.option}: expected {expected}, found {text!r}") from None
+
+
+def kebab(name: str) -> str:
+    """``max_items`` / ``maxItems`` → ``max-items``."""
+    spaced = re.sub(r"(?<=[a-z0-9])([A-Z])", r"-\1", name)
+    return spaced.replace("_", "-").lower()
+
+
+def _resolve(node: Any, root: Mapping[str, Any]) -> Any:
+    """Follow local ``$ref``s (``#/...``) a few levels deep."""
+    for _ in range(16):
+        if not isinstance(node, Mapping) or "$ref" not in node:
+            return node
+        ref = node["$ref"]
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return node
+        target: Any = root
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(target, Mapping) or part not in target:
+                return node
+            target = target[part]
+        node = target
+    return node
+
+
+def _unwrap_nullable(node: Any, root: Mapping[str, Any]) -> Any:
+    node = _resolve(node, root)
+    if isinstance(node, Mapping):
+        for key in ("anyOf", "oneOf"):
+            branches = node.get(key)
+            if isinstance(branches, list):
+                kept = [b for b in branches if _resolve(b, root) != {"type": "null"}]
+                if len(kept) == 1 and len(kept) < len(branches):
+                    merged = dict(_resolve(kept[0], root))
+                    for extra in ("description", "default", "title"):
+                        if extra in node and extra not in merged:
+                            merged[extra] = node[extra]
+                    return merged
+    return node
+
+
+def _scalar_kind(node: Any) -> Kind | None:
+    if not isinstance(node, Mapping):
+        return None
+    enum = node.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, (str, int, float)) for v in enum):
+        return "choice"
+    if "const" in node and isinstance(node["const"], (str, int, float)):
+        return "choice"
+    kind = node.get("type")
+    if kind in ("string", "integer", "number"):
+        return kind  # type: ignore[no-any-return]
+    return None
+
+
+def derive_flags(schema: Mapping[str, Any] | None) -> list[DerivedFlag]:
+    """The flags of an input schema's top-level properties, in declaration order."""
+    if not isinstance(schema, Mapping):
+        return []
+    root = _resolve(schema, schema)
+    if not isinstance(root, Mapping):
+        return []
+    properties = root.get("properties")
+    if not isinstance(properties, Mapping):
+        return []
+    required = set(root.get("required") or ())
+    flags: list[DerivedFlag] = []
+    for name, raw in properties.items():
+        option = kebab(str(name))
+        if option in BUILTIN_FLAGS or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", option):
+            continue
+        node = _unwrap_nullable(raw, schema)
+        if not isinstance(node, Mapping):
+            continue
+        description = node.get("description") if isinstance(node.get("description"), str) else None
+        multiple = False
+        kind: Kind | None
+        item = node
+        if node.get("type") == "boolean":
+            kind = "boolean"
+        elif node.get("type") == "array":
+            item = _unwrap_nullable(node.get("items", {}), schema)
+            kind = _scalar_kind(item)
+            multiple = True
+        else:
+            kind = _scalar_kind(node)
+        if kind is None:
+            continue
+        choices: tuple[Any, ...] = ()
+        if kind == "choice":
+            assert isinstance(item, Mapping)
+            choices = tuple(item["enum"]) if "enum" in item else (item["const"],)
+        flags.append(
+            DerivedFlag(
+                property=str(name),
+                option=option,
+                kind=kind,
+                multiple=multiple,
+                required=name in required,
+                choices=choices,
+                help=description,
+            )
+        )
+    return flags

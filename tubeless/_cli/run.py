@@ -1,0 +1,317 @@
+"""``tubeless run PROJECT [ID] [--<flag>...]``: run one entry of a project.
+
+The project is loaded first (its path is the first argument that names a YAML file, wherever it
+stands), then a command for the chosen entry is built with one flag per input property, and the
+rest of the arguments are parsed by it, so ``tubeless run PROJECT ID --help`` lists the entry's
+own flags. The result is printed to stdout as JSON (stderr with ``--trace -``); the run report
+goes to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tubeless._cli._exit import CliInputError, CliLoadError
+from tubeless._cli._flags import DerivedFlag, InputRejected, derive_flags
+
+if TYPE_CHECKING:
+    from tubeless import Pipeline, PipelineRun
+    from tubeless.project import Project
+
+__all__ = ["run"]
+
+_VALUE_OPTIONS = frozenset(
+    {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace"}
+)
+_OUTER_HELP = """Run an agent or pipeline of PROJECT (a YAML file) and print its result as JSON.
+
+ID may be omitted when the project has one entry or names a default. Flags may come in any
+order; each input property has its own flag: see `tubeless run PROJECT [ID] --help`."""
+
+
+def _find_project(args: list[str]) -> int | None:
+    """The index of the project argument: the first YAML path (or, failing that, file)."""
+    previous = ""
+    candidates: list[int] = []
+    for index, arg in enumerate(args):
+        if not arg.startswith("-") and previous not in _VALUE_OPTIONS:
+            candidates.append(index)
+        previous = arg if arg.startswith("--") and "=" not in arg else ""
+    for index in candidates:
+        if args[index].endswith((".yaml", ".yml")):
+            return index
+    for index in candidates:
+        if os.path.isfile(args[index]):
+            return index
+    return candidates[0] if candidates else None
+
+
+def _load(path: str) -> Project:
+    from tubeless.project import load_project
+
+    if not Path(path).exists():
+        raise FileNotFoundError(2, "No such file or directory", path)
+    return load_project(path)
+
+
+def _entry_id(args: list[str], value_options: frozenset[str] | set[str]) -> str | None:
+    """The ID argument: the first positional that is not an option's value."""
+    previous = ""
+    for arg in args:
+        if not arg.startswith("-") and previous not in value_options:
+            return arg
+        previous = arg if arg.startswith("--") and "=" not in arg else ""
+    return None
+
+
+def _input_schema(entry: Pipeline) -> dict[str, Any] | None:
+    schema = entry.options_schema
+    if schema is None:
+        return None
+    try:
+        generated = schema.json_schema()
+    except Exception:  # a type without a JSON Schema simply gets no flags
+        return None
+    return dict(generated)
+
+
+@click.command(
+    "run",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+    help=_OUTER_HELP,
+    options_metavar="PROJECT [ID] [FLAGS]...",
+)
+@click.pass_context
+def run(ctx: click.Context) -> None:
+    args = [arg for arg in ctx.args if arg != "--"]
+    position = _find_project(args)
+    if position is None:
+        if "--help" in args or "-h" in args:
+            click.echo(ctx.get_help())
+            ctx.exit(0)
+        raise click.UsageError("Missing argument 'PROJECT' (a project YAML file).", ctx=ctx)
+    path = args.pop(position)
+    project = _load(path)
+    # Values of derived options can look like ids; tell them apart using every entry's flags.
+    derived_values = {
+        f"--{flag.option}"
+        for entry in project.entries.values()
+        for flag in derive_flags(_input_schema(entry))
+        if flag.kind != "boolean"
+    }
+    entry_id = _entry_id(args, _VALUE_OPTIONS | derived_values)
+    if entry_id is not None:
+        args.remove(entry_id)
+    try:
+        entry = project.entry(entry_id)
+    except KeyError as exc:
+        raise CliLoadError(str(exc.args[0])) from None
+    chosen = entry_id or next(k for k, v in project.entries.items() if v is entry)
+    command = _entry_command(project, chosen, entry, path)
+    with command.make_context(f"{path} {chosen}", args, parent=ctx) as entry_ctx:
+        command.invoke(entry_ctx)
+
+
+def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) -> click.Command:
+    is_agent = entry_id in project.agents
+    flags = derive_flags(_input_schema(entry))
+    params: list[click.Parameter] = [flag.click_option() for flag in flags]
+    params += [
+        click.Option(["--input", "input_json"], default=None, metavar="JSON",
+                     help="The whole input as JSON; flags override its top-level keys."),
+        click.Option(["--input-file"], default=None, metavar="FILE",
+                     help="Read the input from FILE (JSON, or YAML for .yaml/.yml; - for stdin)."),
+        click.Option(["--dry-run"], is_flag=True, help="Run the previews instead."),
+        click.Option(["--target"], multiple=True, type=click.Choice(list(entry.target_ids)),
+                     help="A declared target to reach (repeatable)."),
+        click.Option(["--step"], multiple=True, type=click.Choice(list(entry.step_ids)),
+                     help="An exact step to run (repeatable)."),
+        click.Option(["--continue-on-error"], is_flag=True,
+                     help="Keep running independent steps after a failure."),
+        click.Option(["--trace"], multiple=True, metavar="PATH|-",
+                     help="Record the run: .ndjson/.jsonl, .sqlite/.sqlite3/.db, or - for "
+                     "NDJSON on stdout (repeatable)."),
+        click.Option(["--quiet", "-q"], is_flag=True, help="Print no run report."),
+    ]
+    if not is_agent:
+        params.append(click.Option(["--max-concurrency"], type=click.IntRange(min=1),
+                                   default=1, show_default=True,
+                                   help="Steps of this pipeline running at once."))
+    kind = "agent" if is_agent else "pipeline"
+    description = entry.description or entry.name or ""
+
+    def callback(**options: Any) -> None:
+        raw = _build_input(flags, options, _input_schema(entry))
+        code = _execute(entry, raw, options, is_agent=is_agent)
+        if code:
+            raise SystemExit(code)
+
+    return click.Command(
+        name=entry_id,
+        params=params,
+        callback=callback,
+        help=f"Run the {kind} {entry_id!r} of {path}. {description}".strip(),
+        context_settings={"max_content_width": 100},
+    )
+
+
+def _read_input_file(name: str) -> Any:
+    import yaml
+
+    if name == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise click.FileError(name, hint=exc.strerror) from None
+    try:
+        if name.endswith((".yaml", ".yml")):
+            return yaml.safe_load(text)
+        return json.loads(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise CliInputError(f"--input-file {name}: not valid input: {exc}") from None
+
+
+def _build_input(
+    flags: Sequence[DerivedFlag], options: dict[str, Any], schema: dict[str, Any] | None
+) -> Any:
+    """``--input`` / ``--input-file``, then each given flag overriding a top-level key."""
+    raw: Any = None
+    if options.get("input_json") is not None and options.get("input_file") is not None:
+        raise click.UsageError("Give --input or --input-file, not both.")
+    if options.get("input_json") is not None:
+        try:
+            raw = json.loads(options["input_json"])
+        except ValueError as exc:
+            raise CliInputError(f"--input is not valid JSON: {exc}") from None
+    elif options.get("input_file") is not None:
+        raw = _read_input_file(options["input_file"])
+    given = {}
+    for flag in flags:
+        value = options.get(flag.property)
+        if value is None or (flag.multiple and not value):
+            continue
+        try:
+            given[flag.property] = flag.convert(value)
+        except InputRejected as exc:
+            raise CliInputError(str(exc)) from None
+    is_object = schema is not None and (schema.get("type") == "object" or "properties" in schema)
+    if raw is None and (given or is_object):
+        raw = {}
+    if given:
+        if not isinstance(raw, dict):
+            raise CliInputError("flags set top-level keys, so --input must be a JSON object")
+        raw = {**raw, **given}
+    return raw
+
+
+def _execute(entry: Pipeline, raw: Any, options: dict[str, Any], *, is_agent: bool) -> int:
+    from tubeless.pipeline import CancelToken
+
+    sinks: list[Any] = []
+    trace_to_stdout = "-" in options["trace"]
+    report_stream = sys.stderr
+    result_stream = sys.stderr if trace_to_stdout else sys.stdout
+    try:
+        from tubeless.tracing import open_sink
+
+        for target in options["trace"]:
+            sinks.append(open_sink(target))
+        reporter = _reporter(report_stream, quiet=options["quiet"])
+        token = CancelToken()
+        run_record = asyncio.run(
+            _run_with_signals(entry, raw, options, [*sinks, *([reporter] if reporter else [])],
+                              token, is_agent=is_agent)
+        )
+    finally:
+        for sink in sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
+    if run_record is None:
+        return 7
+    return _finish(run_record, result_stream)
+
+
+def _reporter(stream: Any, *, quiet: bool) -> Any:
+    try:
+        from tubeless.reporting import choose_reporter
+    except ImportError:
+        return None
+    return choose_reporter(stream, quiet=quiet)
+
+
+async def _run_with_signals(
+    entry: Pipeline,
+    raw: Any,
+    options: dict[str, Any],
+    trace: list[Any],
+    token: Any,
+    *,
+    is_agent: bool,
+) -> PipelineRun | None:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def on_signal(name: str) -> None:
+        if not token.cancelled:
+            click.echo(f"{name} received; cancelling the run (again to stop waiting).", err=True)
+            token.cancel(f"{name} received")
+        else:
+            task.cancel()
+
+    installed = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, on_signal, signal.Signals(signum).name)
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            pass
+    try:
+        return await entry.run(
+            raw,
+            dry_run=options["dry_run"],
+            targets=list(options["target"]) or None,
+            step_ids=list(options["step"]) or None,
+            max_concurrency=1 if is_agent else options["max_concurrency"],
+            continue_on_error=options["continue_on_error"],
+            trace=trace,
+            signal=token,
+        )
+    except asyncio.CancelledError:
+        return None
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def _finish(run_record: PipelineRun, stream: Any) -> int:
+    from tubeless._cli._exit import exit_code_for, report_error
+    from tubeless.errors import PipelineExecutionError
+
+    if run_record.finalized:
+        click.echo(_json(run_record.value), file=stream)
+    if run_record.status == "completed":
+        return 0
+    error = PipelineExecutionError(run_record)
+    report_error(error, debug=False)
+    return exit_code_for(error, command="run")
+
+
+def _json(value: Any) -> str:
+    from pydantic_core import to_jsonable_python
+
+    return json.dumps(to_jsonable_python(value), ensure_ascii=False)

@@ -1,0 +1,174 @@
+"""``tubeless trace show|convert``: read a stored trace back, or copy it to the other storage.
+
+Both commands read with :func:`tubeless.tracing.read_trace`, so they accept NDJSON
+(``.ndjson``, ``.jsonl``) and SQLite (``.sqlite``, ``.sqlite3``, ``.db``) traces alike. Exit codes
+follow the ``trace`` column of DESIGN.md §6: a missing or unreadable trace exits 2 (a
+``FileNotFoundError`` or a ``TraceReadError`` reaching :func:`tubeless._cli._exit.exit_code_for`),
+an unknown run id exits 1 (a :class:`CliLoadError` under ``trace``), and so does a refused
+``convert``.
+
+The tracing modules are imported inside the commands: ``tubeless --help`` imports this module,
+and must not pay for ``sqlite3`` or the projection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import click
+
+from tubeless._cli._exit import CliLoadError
+
+if TYPE_CHECKING:
+    from tubeless.tracing.projection import RunTree
+
+__all__ = ["trace"]
+
+#: How many run ids an "unknown run" error lists.
+_MAX_LISTED_RUNS: Final = 10
+_STDOUT: Final = "-"
+
+
+@click.group("trace", no_args_is_help=False)
+def trace() -> None:
+    """Show stored traces, or convert them between NDJSON and SQLite."""
+
+
+@trace.command("show")
+@click.argument("trace_file", metavar="TRACE", type=click.Path(path_type=str))
+@click.argument("run_id", metavar="[RUN_ID]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def show(trace_file: str, run_id: str | None, as_json: bool) -> None:
+    """List the runs in TRACE, or show one run as a tree of steps, turns and calls.
+
+    TRACE is an NDJSON (.ndjson, .jsonl) or SQLite (.sqlite, .sqlite3, .db) trace. Without
+    RUN_ID, one line per root run; with RUN_ID, that run (any run of the file, such as an agent
+    turn) with everything it started.
+    """
+    from tubeless.tracing.projection import find_run, format_run_list, format_tree, run_trees
+    from tubeless.tracing.reader import read_trace
+
+    trees = run_trees(read_trace(trace_file))
+    if run_id is None:
+        if as_json:
+            click.echo(_dumps({"runs": [_summary(tree) for tree in trees]}))
+        else:
+            click.echo(format_run_list(trees), nl=False)
+        return
+    tree = find_run(trees, run_id)
+    if tree is None:
+        raise CliLoadError(_unknown_run(run_id, trace_file, trees))
+    click.echo(_dumps(tree.to_dict()) if as_json else format_tree(tree), nl=as_json)
+
+
+@trace.command("convert")
+@click.argument("source", metavar="IN", type=click.Path(path_type=str))
+@click.argument("target", metavar="OUT", type=click.Path(path_type=str))
+def convert(source: str, target: str) -> None:
+    """Copy the records of trace IN into a new trace OUT, in order.
+
+    The storage of each side follows its extension: .ndjson or .jsonl for NDJSON, .sqlite,
+    .sqlite3 or .db for SQLite; OUT may be - for NDJSON on standard output. OUT must not exist.
+    """
+    from tubeless.tracing.reader import TraceReadError, read_trace, storage_kind, write_trace
+
+    to_stdout = target == _STDOUT
+    if not to_stdout:
+        try:
+            storage_kind(target)
+        except TraceReadError as exc:
+            raise click.BadParameter(_problem_of(exc), param_hint="OUT") from exc
+        _refuse_existing(source, target)
+    records = read_trace(source)
+    if not to_stdout:
+        _claim(target)
+    try:
+        count = write_trace(records, target)
+    except BaseException as exc:
+        if not to_stdout:
+            _discard(target)
+        if _is_sqlite_error(exc):
+            raise OSError(f"cannot write {_safe(target)}: {exc}") from exc
+        raise
+    noun = "record" if count == 1 else "records"
+    click.echo(f"wrote {count} {noun} to {_safe(target)}", err=True)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _dumps(value: Any) -> str:
+    # ensure_ascii (the default) escapes every control and bidi character of recorded text.
+    return json.dumps(value, indent=2)
+
+
+def _summary(tree: RunTree) -> dict[str, Any]:
+    return {
+        "run_id": tree.run_id,
+        "pipeline_id": tree.pipeline_id,
+        "status": tree.status,
+        "started_at_ms": tree.started_at_ms,
+        "duration_ms": tree.duration_ms,
+    }
+
+
+def _safe(text: str) -> str:
+    from tubeless.tracing.projection import terminal_safe
+
+    return terminal_safe(text)
+
+
+def _unknown_run(run_id: str, trace_file: str, trees: Sequence[RunTree]) -> str:
+    where = _safe(trace_file)
+    asked = repr(_safe(run_id))
+    if not trees:
+        return f"unknown run {asked}; {where} holds no runs"
+    listed = ", ".join(_safe(tree.run_id) for tree in trees[:_MAX_LISTED_RUNS])
+    more = len(trees) - _MAX_LISTED_RUNS
+    suffix = f" (and {more} more)" if more > 0 else ""
+    return f"unknown run {asked}; runs in {where}: {listed}{suffix}"
+
+
+def _problem_of(exc: Exception) -> str:
+    """A ``TraceReadError``'s problem without its ``TUBELESS_*`` code."""
+    return str(getattr(exc, "message", exc))
+
+
+def _refuse_existing(source: str, target: str) -> None:
+    if os.path.lexists(target):
+        if os.path.exists(source) and os.path.samefile(source, target):
+            raise click.ClickException(f"IN and OUT are the same file: {_safe(target)}")
+        raise click.ClickException(f"{_safe(target)} exists; remove it or choose another path")
+
+
+def _claim(target: str) -> None:
+    """Create OUT empty, atomically refusing a file that appeared since the first check.
+
+    An empty file is a valid start for both storages: NDJSON appends to it, and SQLite treats
+    a zero-byte file as a new database.
+    """
+    parent = os.path.dirname(target)
+    if parent:
+        os.makedirs(parent, exist_ok=True)  # as the sinks do
+    try:
+        with open(target, "x", encoding="utf-8"):
+            pass
+    except FileExistsError as exc:
+        raise click.ClickException(
+            f"{_safe(target)} exists; remove it or choose another path"
+        ) from exc
+
+
+def _discard(target: str) -> None:
+    """Remove a half-written OUT (created by this command) so that a retry is not refused."""
+    with contextlib.suppress(OSError):
+        os.unlink(target)
+
+
+def _is_sqlite_error(exc: BaseException) -> bool:
+    # sqlite3 is loaded already when a SQLite sink raised; otherwise the error is not its own.
+    sqlite3 = sys.modules.get("sqlite3")
+    return sqlite3 is not None and isinstance(exc, sqlite3.Error)

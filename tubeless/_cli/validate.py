@@ -1,0 +1,288 @@
+"""``tubeless validate``: check project files in CI, without importing anything from them.
+
+By default each file goes through :func:`tubeless.project.check_project` (safe loading, the
+meta-schema, cross-references and template syntax), which imports and runs nothing from the
+project, so the command is safe on untrusted pull requests. ``--resolve`` goes through
+:func:`tubeless.project.load_project` instead, which also imports every reference and compiles
+the agents and pipelines.
+
+Every file is checked, whatever the earlier ones gave; the exit code comes from
+:func:`tubeless._cli._exit.exit_code_for` (the ``validate`` column of DESIGN.md §6), and a file
+that cannot be read (2) outranks an invalid one (4).
+
+The project package is imported inside the command: ``tubeless --help`` imports this module
+and must not pay for pydantic, jsonschema or yaml (:mod:`tubeless.errors` is cheap, and
+:mod:`tubeless._cli._exit` imports it anyway).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import click
+
+from tubeless._cli._exit import EXIT_LOAD, EXIT_OK, EXIT_VALIDATION, exit_code_for
+from tubeless.errors import (
+    AgentDefinitionError,
+    DocumentError,
+    PipelineDefinitionError,
+    ReferenceResolutionError,
+    TemplateError,
+)
+
+__all__ = ["validate"]
+
+Format = Literal["text", "json", "github"]
+
+#: How much of a file is read to decide whether a YAML file found in a directory is a project
+#: (a project is at most 1 MiB; see ``tubeless.project._yaml.MAX_BYTES``).
+_SNIFF_BYTES: Final = 1024 * 1024 + 1
+_SUFFIXES: Final = (".yaml", ".yml")
+
+
+def _top_level_key(name: str) -> re.Pattern[str]:
+    """A block-style mapping key at the start of a line (column 1 means the top level)."""
+    return re.compile(rf"^(?P<q>[\"']?){name}(?P=q)[ \t]*:(?:[ \t]|$)", re.MULTILINE)
+
+
+_PROJECT_KEYS: Final = (_top_level_key("version"), _top_level_key("project"))
+#: C0 and C1 controls, DEL, and the bidi controls that can reorder what a terminal shows.
+_UNPRINTABLE: Final = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Problem:
+    """One problem of one file, in the shape of ``--format json``."""
+
+    code: str | None
+    message: str
+    pointer: str | None = None
+    line: int | None = None
+    column: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "pointer": self.pointer,
+            "line": self.line,
+            "column": self.column,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Outcome:
+    """What checking one file gave."""
+
+    file: str
+    exit_code: int = EXIT_OK
+    problems: tuple[_Problem, ...] = ()
+    definition: bool = False
+    """Whether the problems come from the pipeline core (their text names the code)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+
+@click.command("validate")
+@click.argument("file_or_dir", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json", "github"]),
+    default=None,
+    help="text (default): 'ok: FILE' on stdout, 'error: FILE:LINE:COL POINTER: MESSAGE' on "
+    "stderr; json: one object on stdout; github: ::error annotations on stdout.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option(
+    "--resolve",
+    is_flag=True,
+    help="Also import every reference and compile the agents and pipelines. This runs the "
+    "project's Python code: use it only on files you trust.",
+)
+def validate(
+    file_or_dir: Sequence[str], output_format: Format | None, as_json: bool, resolve: bool
+) -> None:
+    """Check project files: structure, meta-schema, cross-references and template syntax.
+
+    Without --resolve nothing is imported or run from the projects, so this is safe on
+    untrusted pull requests.
+
+    A FILE is always checked. A DIR is searched recursively (hidden folders such as .git are
+    skipped) for *.yaml and *.yml files whose top level has both a version: and a project: key
+    at the start of a line; other YAML files there (CI configs, ...) are skipped, and files are
+    checked in sorted order.
+
+    Exit status: 0 when every file is valid, 4 when a file is invalid, 2 when a file is missing
+    or unreadable (this outranks 4), 1 for a usage error.
+    """
+    if as_json and output_format not in (None, "json"):
+        raise click.UsageError(f"--json conflicts with --format {output_format}")
+    chosen: Format = "json" if as_json else output_format or "text"
+    outcomes = [_check(file, resolve=resolve) for file in _files(file_or_dir)]
+    _report(outcomes, chosen)
+    codes = {outcome.exit_code for outcome in outcomes}
+    for code in (EXIT_LOAD, EXIT_VALIDATION):
+        if code in codes:
+            click.get_current_context().exit(code)
+    assert codes <= {EXIT_OK}, codes
+
+
+# -- finding files ------------------------------------------------------------------------------
+def _files(paths: Sequence[str]) -> list[str]:
+    """The files to check, in argument order (each directory's in sorted order), once each."""
+    found: dict[str, None] = {}
+    for path in paths:
+        if os.path.isdir(path):
+            projects = list(_projects_in(path))
+            if not projects:
+                click.echo(_printable(f"warning: {path}: no project files found"), err=True)
+            found.update(dict.fromkeys(projects))
+        else:
+            found[path] = None  # a missing file is reported when it is checked
+    return list(found)
+
+
+def _projects_in(folder: str) -> Iterator[str]:
+    candidates: list[str] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [name for name in dirs if not name.startswith(".")]
+        candidates.extend(os.path.join(root, name) for name in files if name.endswith(_SUFFIXES))
+    for path in sorted(candidates):
+        if _looks_like_project(path):
+            yield path
+
+
+def _looks_like_project(path: str) -> bool:
+    """Whether a YAML file has top-level ``version:`` and ``project:`` keys (a plain text scan:
+    nothing is parsed, so a project with a syntax error is still found and reported)."""
+    try:
+        with open(path, "rb") as stream:
+            text = stream.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return True  # let the check report why it cannot be read
+    return all(key.search(text) for key in _PROJECT_KEYS)
+
+
+# -- checking -----------------------------------------------------------------------------------
+def _check(file: str, *, resolve: bool) -> _Outcome:
+    from tubeless.project import check_project, load_project
+
+    try:
+        if resolve:
+            load_project(file)
+        else:
+            check_project(file)
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return _Outcome(
+            file=file,
+            exit_code=exit_code_for(exc, command="validate"),
+            problems=(_Problem(code=None, message=reason),),
+        )
+    except (DocumentError, TemplateError, ReferenceResolutionError) as exc:
+        problems = tuple(_Problem(**issue.to_dict()) for issue in exc.issues) or (
+            _Problem(code=exc.code, message=exc.message),
+        )
+        return _Outcome(
+            file=file, exit_code=exit_code_for(exc, command="validate"), problems=problems
+        )
+    except (PipelineDefinitionError, AgentDefinitionError) as exc:
+        return _Outcome(
+            file=file,
+            exit_code=exit_code_for(exc, command="validate"),
+            problems=_definition_problems(file, exc),
+            definition=True,
+        )
+    return _Outcome(file=file)
+
+
+def _definition_problems(
+    file: str, exc: PipelineDefinitionError | AgentDefinitionError
+) -> tuple[_Problem, ...]:
+    """The core's problems, located at the entry ``load_project`` names in the message."""
+    location = re.match(rf"{re.escape(file)}:(\d+):(\d+) (\S*): ", exc.message)
+    where: dict[str, Any] = {}
+    if location is not None:
+        line, column, pointer = location.groups()
+        where = {"pointer": pointer, "line": int(line), "column": int(column)}
+    if isinstance(exc, PipelineDefinitionError):
+        return tuple(_Problem(code=e.code, message=e.message, **where) for e in exc.errors)
+    message = exc.message[location.end() :] if location is not None else exc.message
+    return (_Problem(code=exc.code, message=message, **where),)
+
+
+# -- reporting ----------------------------------------------------------------------------------
+def _report(outcomes: Sequence[_Outcome], output_format: Format) -> None:
+    if output_format == "json":
+        files = [
+            {
+                "file": outcome.file,
+                "ok": outcome.ok,
+                "errors": [problem.to_dict() for problem in outcome.problems],
+            }
+            for outcome in outcomes
+        ]
+        document = {"ok": all(outcome.ok for outcome in outcomes), "files": files}
+        # ensure_ascii escapes every control and bidi character a hostile file could hold.
+        click.echo(json.dumps(document, indent=2))
+        return
+    for outcome in outcomes:
+        if output_format == "github":
+            for problem in outcome.problems:
+                click.echo(_printable(_annotation(outcome.file, problem)))
+        elif outcome.ok:
+            click.echo(_printable(f"ok: {outcome.file}"))
+        else:
+            for problem in outcome.problems:
+                click.echo(_printable(f"error: {_text(outcome, problem)}"), err=True)
+
+
+def _printable(line: str) -> str:
+    """``line`` with control and bidi characters escaped (``\\n``, ``\\x1b``, ``\\u202e``).
+
+    Pointers and file names come from the checked files, which may be hostile (validate runs on
+    pull requests): one problem stays one line, and nothing reaches the terminal as a control.
+    """
+    return _UNPRINTABLE.sub(lambda match: repr(match.group())[1:-1], line)
+
+
+def _text(outcome: _Outcome, problem: _Problem) -> str:
+    """``<file>:<line>:<col> <pointer>: <message>`` (as ``DocumentIssue.format()`` gives it)."""
+    message = problem.message
+    if outcome.definition and problem.code is not None:
+        message = f"[{problem.code}] {message}"
+    if problem.line is None:
+        return f"{outcome.file}: {message}"
+    return f"{outcome.file}:{problem.line}:{problem.column} {problem.pointer or '/'}: {message}"
+
+
+def _annotation(file: str, problem: _Problem) -> str:
+    """A GitHub Actions ``::error`` workflow command for one problem."""
+    properties = [f"file={_escape_property(file)}"]
+    message = problem.message
+    if problem.line is not None:
+        properties += [f"line={problem.line}", f"col={problem.column}"]
+        message = f"{problem.pointer or '/'}: {message}"
+    if problem.code is not None:
+        properties.append(f"title={_escape_property(problem.code)}")
+    return f"::error {','.join(properties)}::{_escape_data(message)}"
+
+
+def _escape_data(text: str) -> str:
+    """Escape a workflow command's message as GitHub's toolkit does."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    """Escape a workflow command's property value (``:`` and ``,`` delimit properties)."""
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
