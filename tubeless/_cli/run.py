@@ -246,11 +246,10 @@ def _execute(entry: Pipeline, raw: Any, options: dict[str, Any], *, is_agent: bo
 
 
 def _reporter(stream: Any, *, quiet: bool) -> Any:
-    try:
-        from tubeless.reporting import choose_reporter
-    except ImportError:
-        return None
-    return choose_reporter(stream, quiet=quiet)
+    from tubeless import reporting
+
+    choose = getattr(reporting, "choose_reporter", None)
+    return None if choose is None else choose(stream, quiet=quiet)
 
 
 async def _run_with_signals(
