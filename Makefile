@@ -2,8 +2,9 @@
 # .venv on first use and reinstalls only when pyproject.toml changes (tracked by stamp files).
 
 PYTHON ?= python3
-EXAMPLE ?= scripted_agent
+PROJECT ?= projects/scripted-agent.yaml
 ARGS ?= --question "hello tubeless"
+PLAN_ARGS ?=
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,8 +17,8 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 .PHONY: help run plan test lint bench schema check-python clean
 
 help:
-	@echo "make run [EXAMPLE=name] [ARGS='...']  run examples/<name>.py (default $(EXAMPLE))"
-	@echo "make plan [EXAMPLE=name]              print that example's plan without running it"
+	@echo "make run [PROJECT=file] [ARGS='...']  tubeless run a project (default $(PROJECT))"
+	@echo "make plan [PROJECT=file]              print that project's plan without running it"
 	@echo "make test                             ruff, mypy, import contracts, pytest"
 	@echo "make lint                             ruff, mypy, import contracts"
 	@echo "make bench                            on-demand benchmarks (never part of test)"
@@ -55,10 +56,10 @@ $(VENV)/.stamp-dev: pyproject.toml | $(PY)
 	@touch $@
 
 run: $(VENV)/.stamp-run
-	$(PY) -m examples.$(EXAMPLE) $(ARGS)
+	$(BIN)/tubeless run $(PROJECT) $(ARGS)
 
 plan: $(VENV)/.stamp-run
-	$(PY) -m examples.$(EXAMPLE) --plan
+	$(BIN)/tubeless plan $(PROJECT) $(PLAN_ARGS)
 
 test: $(VENV)/.stamp-dev
 	$(BIN)/ruff check tubeless tests

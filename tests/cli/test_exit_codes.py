@@ -169,8 +169,8 @@ def stderr_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
         pytest.param(
             failed_run(STEP, CANCELLED),
             [
-                "error: execution at step fetch [TUBELESS_STEP_FAILED]: TUBELESS_STEP_FAILED here",
-                "error: execution [TUBELESS_RUN_CANCELLED]: TUBELESS_RUN_CANCELLED here",
+                "error: TUBELESS_STEP_FAILED: step fetch: TUBELESS_STEP_FAILED here",
+                "error: TUBELESS_RUN_CANCELLED: TUBELESS_RUN_CANCELLED here",
             ],
             id="one-line-per-run-error",
         ),

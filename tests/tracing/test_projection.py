@@ -748,6 +748,8 @@ def _unsafe(ch: str) -> bool:
         or 0x202A <= code <= 0x202E
         or 0x2066 <= code <= 0x2069
         or code in (0x200E, 0x200F, 0x061C)
+        or code in (0x2028, 0x2029, 0x2060, 0xFEFF)  # separators, invisible characters
+        or 0x200B <= code <= 0x200D
     )
 
 

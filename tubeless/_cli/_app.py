@@ -16,6 +16,7 @@ from typing import TextIO
 import click
 
 from tubeless._cli._exit import EXIT_OK, exit_code_for, report_error
+from tubeless._cli.look import graph, inspect, list_, plan
 from tubeless._cli.run import run
 from tubeless._cli.schema import schema
 from tubeless._cli.trace import trace
@@ -115,6 +116,10 @@ def main(args: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
+cli.add_command(graph)
+cli.add_command(inspect)
+cli.add_command(list_)
+cli.add_command(plan)
 cli.add_command(run)
 cli.add_command(schema)
 cli.add_command(trace)

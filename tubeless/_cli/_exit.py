@@ -227,10 +227,19 @@ def _error_lines(exc: BaseException) -> list[str]:
 
 
 def _format_run_error(error: Any) -> str:
-    formatted = getattr(error, "format", None)
-    if callable(formatted):
-        return str(formatted())
-    return f"{getattr(error, 'code', 'TUBELESS_ERROR')}: {getattr(error, 'message', error)}"
+    """``<CODE>[ (<source code>)]: [step <id>: ]<message>[; caused by: <deepest cause>]``."""
+    code = getattr(error, "code", "TUBELESS_ERROR")
+    source = getattr(error, "source_code", None)
+    text = str(code) if not source or source == code else f"{code} ({source})"
+    step_id = getattr(error, "step_id", None)
+    where = f"step {step_id}: " if step_id else ""
+    message = str(getattr(error, "message", error))
+    line = f"{text}: {where}{message}"
+    cause = getattr(error, "cause", None)
+    deepest = cause.deepest() if cause is not None and hasattr(cause, "deepest") else None
+    if deepest is not None and deepest.message not in message:
+        line += f"; caused by: {deepest.message}"
+    return line
 
 
 def _format_issue(issue: Any) -> str:

@@ -77,11 +77,13 @@ def _input_schema(entry: Pipeline) -> dict[str, Any] | None:
     schema = entry.options_schema
     if schema is None:
         return None
+    from tubeless.frozen import thaw
+
     try:
-        generated = schema.json_schema()
+        generated = thaw(schema.json_schema())
     except Exception:  # a type without a JSON Schema simply gets no flags
         return None
-    return dict(generated)
+    return generated if isinstance(generated, dict) else None
 
 
 @click.command(
@@ -229,10 +231,11 @@ def _execute(entry: Pipeline, raw: Any, options: dict[str, Any], *, is_agent: bo
         for target in options["trace"]:
             sinks.append(open_sink(target))
         reporter = _reporter(report_stream, quiet=options["quiet"])
+        if reporter is not None:
+            sinks.append(reporter)
         token = CancelToken()
         run_record = asyncio.run(
-            _run_with_signals(entry, raw, options, [*sinks, *([reporter] if reporter else [])],
-                              token, is_agent=is_agent)
+            _run_with_signals(entry, raw, options, sinks, token, is_agent=is_agent)
         )
     finally:
         for sink in sinks:
@@ -246,10 +249,9 @@ def _execute(entry: Pipeline, raw: Any, options: dict[str, Any], *, is_agent: bo
 
 
 def _reporter(stream: Any, *, quiet: bool) -> Any:
-    from tubeless import reporting
+    from tubeless.reporting import choose_reporter
 
-    choose = getattr(reporting, "choose_reporter", None)
-    return None if choose is None else choose(stream, quiet=quiet)
+    return choose_reporter(stream, quiet=quiet)
 
 
 async def _run_with_signals(

@@ -1,0 +1,291 @@
+"""``tubeless run``: derived flags, input merging, traces, result on stdout, exit codes, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tubeless._cli import main
+from tubeless._cli._flags import derive_flags
+from tubeless.tracing import read_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTED = ROOT / "projects" / "scripted-agent.yaml"
+DELEGATION = ROOT / "projects" / "delegation.yaml"
+TEXT = ROOT / "projects" / "text-pipeline.yaml"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+
+def tubeless(capsys: pytest.CaptureFixture[str], *args: str | Path) -> Outcome:
+    """The CLI in process, through ``main()`` (the real exit-code mapping)."""
+    code = main([str(arg) for arg in args])
+    captured = capsys.readouterr()
+    return Outcome(code, captured.out, captured.err)
+
+
+@pytest.mark.parametrize(
+    ("args", "answer"),
+    [
+        pytest.param([SCRIPTED, "--question", "hello tubeless"],
+                     "14 characters; HELLO; TUBELESS", id="flag"),
+        pytest.param([SCRIPTED], "14 characters; HELLO; TUBELESS", id="default-input"),
+        pytest.param(["--question", "missing word", SCRIPTED],
+                     "12 characters; Observed NOT_FOUND: Word unavailable; WORD",
+                     id="flags-before-project"),
+        pytest.param([SCRIPTED, "scripted-agent", "--dry-run", "--question", "preview"],
+                     "7 characters; PREVIEW", id="explicit-id-dry-run"),
+        pytest.param([SCRIPTED, "--", "--question", "red"], "3 characters; RED",
+                     id="lone-double-dash"),
+        pytest.param([DELEGATION, "--question", "red blue"],
+                     "Summary: 3 characters; RED | 4 characters; BLUE", id="delegation-default"),
+        pytest.param([TEXT, "--target", "count", "--input", '{"question": "abc"}'],
+                     "3 characters", id="pipeline-target"),
+        pytest.param([TEXT, "--input", '{"question": "x y"}', "--question", "hello tubeless"],
+                     "14 characters; HELLO; TUBELESS", id="flag-overrides-input"),
+    ],
+)
+def test_run_prints_only_the_result_json_on_stdout(
+    capsys: pytest.CaptureFixture[str], args: list[str | Path], answer: str
+) -> None:
+    outcome = tubeless(capsys, "run", *args, "--quiet")
+    assert (outcome.code, outcome.err) == (0, "")
+    assert json.loads(outcome.out) == {"answer": answer}
+
+
+def test_input_file_yaml_and_stdin(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "input.yaml"
+    source.write_text("question: from yaml\n", encoding="utf-8")
+    outcome = tubeless(capsys, "run", SCRIPTED, "--input-file", source, "-q")
+    assert json.loads(outcome.out) == {"answer": "9 characters; FROM; YAML"}
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO('{"question": "stdin"}'))
+    outcome = tubeless(capsys, "run", SCRIPTED, "--input-file", "-", "-q")
+    assert json.loads(outcome.out) == {"answer": "5 characters; STDIN"}
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        pytest.param(["run"], 1, "Missing argument 'PROJECT'", id="no-project"),
+        pytest.param(["run", SCRIPTED, "--nope"], 1, "No such option", id="unknown-flag"),
+        pytest.param(["run", ROOT / "projects" / "missing.yaml"], 2, "No such file",
+                     id="missing-project"),
+        pytest.param(["run", DELEGATION, "nope"], 2,
+                     "no entry 'nope'; choose from agent-summary, delegating-agent, "
+                     "scripted-agent", id="unknown-id"),
+        pytest.param(["run", SCRIPTED, "--input", "{bad"], 4, "--input is not valid JSON",
+                     id="bad-input-json"),
+        pytest.param(["run", SCRIPTED, "--input", '{"question": 5}'], 4,
+                     "TUBELESS_OPTIONS_VALIDATION_FAILED", id="input-rejected-by-schema"),
+        pytest.param(["run", SCRIPTED, "--max-concurrency", "2"], 1, "No such option",
+                     id="max-concurrency-is-for-pipelines"),
+        pytest.param(["run", TEXT, "--max-concurrency", "0"], 1, "--max-concurrency",
+                     id="max-concurrency-range"),
+        pytest.param(["run", TEXT, "--target", "words"], 1, "Invalid value for '--target'",
+                     id="undeclared-target-choice"),
+        pytest.param(["run", TEXT, "--target", "count", "--step", "words"], 5,
+                     "TUBELESS_PLANNING_SELECTION_CONFLICT", id="plan-not-ok"),
+    ],
+)
+def test_run_exit_codes(capsys: pytest.CaptureFixture[str], args: list[str | Path], code: int,
+                        message: str) -> None:
+    outcome = tubeless(capsys, *args, "-q") if len(args) > 1 else tubeless(capsys, *args)
+    assert outcome.code == code, outcome.err
+    assert message in outcome.err
+    assert "Traceback" not in outcome.err
+
+
+def _project(tmp_path: Path, body: str, module: str = "") -> Path:
+    """A project whose ``helpers:`` references name a module unique to this test."""
+    name = f"helpers_{uuid.uuid4().hex}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(module), encoding="utf-8")
+    path = tmp_path / "project.yaml"
+    path.write_text(textwrap.dedent(body).replace('"helpers:', f'"{name}:'), encoding="utf-8")
+    return path
+
+
+FAILING = """\
+    version: 1
+    project: {id: failing}
+    python_path: [.]
+    pipelines:
+      failing:
+        input: {schema: {type: object}}
+        steps:
+          - {id: boom, run: "helpers:boom"}
+"""
+
+
+def test_a_failed_run_exits_6_with_one_error_line(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
+    path = _project(tmp_path, FAILING, """\
+        def boom(inputs, ctx):
+            raise RuntimeError("disk on fire")
+    """)
+    outcome = tubeless(capsys, "run", path, "-q")
+    assert outcome.code == 6
+    assert outcome.out == ""
+    assert outcome.err.splitlines() == ["error: TUBELESS_STEP_FAILED: step boom: disk on fire"]
+
+
+def test_trace_dash_keeps_stdout_pure_ndjson(capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = tubeless(capsys, "run", SCRIPTED, "--question", "hi", "--trace", "-")
+    assert outcome.code == 0
+    records = [json.loads(line) for line in outcome.out.splitlines()]
+    assert records[0]["name"] == "pipeline.started"
+    assert records[-1]["name"] == "pipeline.completed"
+    assert json.loads(outcome.err.splitlines()[-1]) == {"answer": "2 characters; HI"}
+
+
+def test_traces_go_to_every_file_given(capsys: pytest.CaptureFixture[str],
+                                       tmp_path: Path) -> None:
+    ndjson, sqlite = tmp_path / "out" / "run.ndjson", tmp_path / "run.sqlite"
+    outcome = tubeless(capsys, "run", SCRIPTED, "--trace", ndjson, "--trace", sqlite, "-q")
+    assert outcome.code == 0
+    assert read_trace(ndjson) == read_trace(sqlite)
+    assert read_trace(ndjson)[-1]["payload"]["status"] == "completed"
+
+
+def test_entry_help_lists_the_derived_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = tubeless(capsys, "run", SCRIPTED, "scripted-agent", "--help")
+    assert outcome.code == 0
+    assert "--question STRING" in outcome.out
+    assert "The text to work on." in outcome.out
+    assert "--max-concurrency" not in outcome.out  # agents bound concurrency with limits
+    pipeline_help = tubeless(capsys, "run", TEXT, "--help").out
+    assert "--max-concurrency" in pipeline_help
+    assert "--target [count|report]" in pipeline_help
+
+
+def test_flag_derivation_follows_the_rules() -> None:
+    """snake/camel → kebab, nullable unwrapped, enum → choice, bool pair, arrays repeat."""
+    schema = {
+        "type": "object",
+        "required": ["max_items"],
+        "$defs": {"Mode": {"enum": ["fast", "slow"]}},
+        "properties": {
+            "max_items": {"type": "integer", "description": "How many."},
+            "maxDepth": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+            "mode": {"$ref": "#/$defs/Mode"},
+            "verbose": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "nested": {"type": "object"},
+            "trace": {"type": "string"},
+        },
+    }
+    flags = {f.option: (f.kind, f.multiple, f.required, f.choices) for f in derive_flags(schema)}
+    assert flags == {
+        "max-items": ("integer", False, True, ()),
+        "max-depth": ("number", False, False, ()),
+        "mode": ("choice", False, False, ("fast", "slow")),
+        "verbose": ("boolean", False, False, ()),
+        "tags": ("string", True, False, ()),
+    }
+
+
+FLAGS = """\
+    version: 1
+    project: {id: flags}
+    python_path: [.]
+    pipelines:
+      echo:
+        input:
+          schema:
+            type: object
+            required: [count]
+            properties:
+              count: {type: integer}
+              ratio: {type: number}
+              loud: {type: boolean}
+              tags: {type: array, items: {type: string}}
+              mode: {enum: [fast, slow]}
+        steps:
+          - {id: echo, run: "helpers:echo"}
+"""
+
+
+def test_derived_flags_build_a_typed_input(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    path = _project(tmp_path, FLAGS, """\
+        def echo(inputs, ctx):
+            return ctx.options
+    """)
+    outcome = tubeless(capsys, "run", path, "--count", "3", "--ratio", "0.5", "--loud",
+                       "--tags", "a", "--tags", "b", "--mode", "slow", "-q")
+    assert outcome.code == 0, outcome.err
+    assert json.loads(outcome.out) == {"count": 3, "ratio": 0.5, "loud": True,
+                                       "tags": ["a", "b"], "mode": "slow"}
+    assert json.loads(tubeless(capsys, "run", path, "--count", "1", "--no-loud", "-q").out) == {
+        "count": 1, "loud": False}
+    bad = tubeless(capsys, "run", path, "--count", "three", "-q")
+    assert (bad.code, bad.err.strip()) == (4, "error: --count: expected an integer, found 'three'")
+    missing = tubeless(capsys, "run", path, "-q")  # required, but never click-required
+    assert missing.code == 4
+    assert "TUBELESS_OPTIONS_VALIDATION_FAILED" in missing.err
+    assert "[required]" in tubeless(capsys, "run", path, "--help").out
+
+
+SLOW = """\
+    version: 1
+    project: {id: slow}
+    python_path: [.]
+    pipelines:
+      slow:
+        input: {schema: {type: object}}
+        steps:
+          - {id: wait, run: "helpers:wait"}
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_cancels_the_run_exits_7_and_completes_the_trace(
+    tmp_path: Path, signum: int
+) -> None:
+    ready = tmp_path / "ready"
+    path = _project(tmp_path, SLOW, f"""\
+        import pathlib
+
+        async def wait(inputs, ctx):
+            pathlib.Path({str(ready)!r}).write_text("ready")
+            await ctx.signal.wait()
+            ctx.signal.raise_if_cancelled()
+    """)
+    trace = tmp_path / "run.sqlite"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tubeless", "run", str(path), "--trace", str(trace)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    deadline = time.monotonic() + 60  # a hang guard, not a timing assertion
+    while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 7, err
+    assert out == ""
+    assert f"{signal.Signals(signum).name} received" in err
+    records = read_trace(trace)
+    assert records[-1]["name"] == "pipeline.completed"
+    assert records[-1]["payload"]["status"] == "cancelled"
+
+
+def test_verbose_shows_handler_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = tubeless(capsys, "-v", "run", TEXT, "-q")
+    assert outcome.code == 0
+    assert "uppercasing a word of 5 characters" in outcome.err

@@ -1,0 +1,179 @@
+"""Look before you run: ``tubeless plan``, ``inspect``, ``graph`` and ``list``.
+
+None of these runs a handler, validates an input or reads a credential: they load the project
+(which imports the Python modules it references) and read the compiled definitions. The project
+and reporting packages are imported inside the commands so that ``tubeless --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import click
+
+from tubeless._cli._exit import EXIT_PLANNING, CliLoadError
+
+if TYPE_CHECKING:
+    from tubeless import Pipeline
+    from tubeless.project import Project
+
+__all__ = ["graph", "inspect", "list_", "plan"]
+
+# Kept here rather than imported from tubeless.reporting.graph (tests check they agree), so that
+# building the command line imports nothing heavy.
+_DIRECTIONS = ("TB", "TD", "BT", "LR", "RL")
+_FORMATS = ("mermaid", "dot", "json")
+
+_project_argument = click.argument("project", metavar="PROJECT")
+_id_argument = click.argument("entry_id", metavar="[ID]", required=False)
+
+
+def _load(path: str) -> Project:
+    from tubeless.project import load_project
+
+    if not Path(path).exists():
+        raise FileNotFoundError(2, "No such file or directory", path)
+    return load_project(path)
+
+
+def _entry(path: str, entry_id: str | None) -> tuple[str, Literal["agent", "pipeline"], Pipeline]:
+    """The chosen entry's id, kind and pipeline; an unknown or ambiguous id exits 2."""
+    project = _load(path)
+    try:
+        pipeline = project.entry(entry_id)
+    except KeyError as exc:
+        raise CliLoadError(str(exc.args[0])) from None
+    chosen = entry_id or project.default or next(iter(project.entries))
+    return chosen, "agent" if chosen in project.agents else "pipeline", pipeline
+
+
+def _echo_json(value: object) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+@click.command("plan", short_help="Show what a run would do, without running anything.")
+@_project_argument
+@_id_argument
+@click.option(
+    "--target", "targets", multiple=True, metavar="T",
+    help="Plan for a declared target and what it needs (repeatable).",
+)
+@click.option(
+    "--step", "steps", multiple=True, metavar="S",
+    help="Plan exactly this step, without its prerequisites (repeatable).",
+)
+@click.option("--dry-run", is_flag=True, help="Plan a dry run (previews instead of handlers).")
+@click.option("--explain", is_flag=True, help="Say why each step runs or is skipped.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan and definition as JSON.")
+@click.pass_context
+def plan(
+    ctx: click.Context,
+    project: str,
+    entry_id: str | None,
+    targets: tuple[str, ...],
+    steps: tuple[str, ...],
+    dry_run: bool,
+    explain: bool,
+    as_json: bool,
+) -> None:
+    """Show what a run of an entry of PROJECT would do, without running anything.
+
+    Exits 5 (after printing the plan and its errors) when the plan is not ok, for example for an
+    unknown target or step, or --target together with --step.
+    """
+    from tubeless.reporting import format_plan
+
+    _, _, pipeline = _entry(project, entry_id)
+    result = pipeline.plan(
+        dry_run=dry_run, targets=list(targets) or None, step_ids=list(steps) or None
+    )
+    if as_json:
+        _echo_json(result.to_dict(definition=True))
+    else:
+        click.echo(format_plan(result, explain=explain), nl=False)
+    if not result.ok:
+        ctx.exit(EXIT_PLANNING)
+
+
+@click.command("inspect", short_help="Show an entry: steps, identity, plan, limits and tools.")
+@_project_argument
+@_id_argument
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def inspect(project: str, entry_id: str | None, as_json: bool) -> None:
+    """Show an entry of PROJECT: targets, steps, identity and default plan, and for an agent
+    its limits, tools (descriptions and input schemas) and result descriptor."""
+    from tubeless.reporting.inspect_text import format_inspect, inspect_dict
+
+    chosen, kind, pipeline = _entry(project, entry_id)
+    if as_json:
+        _echo_json(inspect_dict(pipeline, entry_id=chosen, kind=kind))
+    else:
+        click.echo(format_inspect(pipeline, entry_id=chosen, kind=kind), nl=False)
+
+
+@click.command("graph", short_help="Draw an entry as Mermaid, Graphviz DOT or JSON.")
+@_project_argument
+@_id_argument
+@click.option(
+    "--format", "output_format", type=click.Choice(_FORMATS), default="mermaid",
+    show_default=True, help="Mermaid flowchart, Graphviz DOT, or a JSON node/edge list.",
+)
+@click.option(
+    "-d", "--direction", type=click.Choice(_DIRECTIONS), default="TD", show_default=True,
+    help="Layout direction: top-down (TD/TB), bottom-up, left-right or right-left.",
+)
+@click.option("--markdown", is_flag=True, help="Wrap the output in a fenced code block.")
+@click.option("--descriptions", is_flag=True, help="Add descriptions to the labels.")
+def graph(
+    project: str,
+    entry_id: str | None,
+    output_format: str,
+    direction: str,
+    markdown: bool,
+    descriptions: bool,
+) -> None:
+    """Draw an entry of PROJECT: its steps and dependencies, or an agent's turn loop
+    (decide, calls, reduce) and its tools."""
+    from tubeless.reporting.graph import render_graph
+
+    _, _, pipeline = _entry(project, entry_id)
+    text = render_graph(
+        pipeline,
+        format=output_format,
+        direction=direction,
+        descriptions=descriptions,
+        markdown=markdown,
+    )
+    click.echo(text, nl=False)
+
+
+@click.command("list", short_help="List the agents and pipelines of a project.")
+@_project_argument
+@click.option("--json", "as_json", is_flag=True, help="Print the project inventory as JSON.")
+def list_(project: str, as_json: bool) -> None:
+    """List the entries of PROJECT: one line each, `ID<TAB>KIND[<TAB>NAME]`, the default
+    entry followed by ` (default)`."""
+    loaded = _load(project)
+    if as_json:
+        _echo_json(
+            {
+                "id": loaded.id,
+                "name": loaded.name,
+                "description": loaded.description,
+                "default": loaded.default,
+                "path": str(loaded.path.resolve()),
+                "agents": list(loaded.agents),
+                "pipelines": list(loaded.pipelines),
+            }
+        )
+        return
+    for entry_id, pipeline in loaded.entries.items():
+        fields = [entry_id, "agent" if entry_id in loaded.agents else "pipeline"]
+        if pipeline.name:
+            fields.append(pipeline.name)
+        line = "\t".join(fields)
+        if entry_id == loaded.default:
+            line += " (default)"
+        click.echo(line)

@@ -1,0 +1,139 @@
+"""What ``tubeless inspect`` prints: an entry's targets, steps, identity, default plan and, for
+agents, limits, tool inventory and result descriptor (text or a JSON-ready dict)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from tubeless.pipeline import DefinitionIdentity, Pipeline, Step
+from tubeless.reporting.graph import agent_tools
+from tubeless.reporting.plan_text import format_plan
+
+__all__ = ["EntryKind", "format_inspect", "inspect_dict"]
+
+EntryKind = Literal["agent", "pipeline"]
+
+#: Tool input schemas and the result descriptor are shown on one line, cut to this many chars.
+SCHEMA_WIDTH = 200
+_LIMITS = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency")
+
+
+def format_inspect(pipeline: Pipeline, *, entry_id: str, kind: EntryKind) -> str:
+    """The text report of one project entry, ending in one newline.
+
+    Args:
+        pipeline: The entry's compiled pipeline (an agent is a pipeline too).
+        entry_id: The entry's id in its project.
+        kind: Whether the project declares it under ``agents`` or ``pipelines``.
+    """
+    lines = [f"Entry {entry_id} ({kind})", f"Pipeline {pipeline.id}"]
+    if pipeline.name:
+        lines.append(f"Name: {pipeline.name}")
+    if pipeline.description:
+        lines.append(f"Description: {_one_line(pipeline.description)}")
+    lines.append(f"Targets: {', '.join(pipeline.target_ids) or 'none'}")
+    lines.append(f"Steps: {', '.join(pipeline.step_ids) or 'none'}")
+    lines.append(f"Identity: {_identity_text(pipeline.identity)}")
+    lines.append("")
+    lines.extend(format_plan(pipeline.plan()).splitlines())
+    for s in _agent_steps(pipeline):
+        lines.append("")
+        lines.extend(_agent_lines(s))
+    return "\n".join(lines) + "\n"
+
+
+def inspect_dict(pipeline: Pipeline, *, entry_id: str, kind: EntryKind) -> dict[str, Any]:
+    """The JSON form of :func:`format_inspect` (``tubeless inspect --json``).
+
+    ``agent`` describes the first agent step (every agent has exactly one), or is ``None``.
+    """
+    agents = _agent_steps(pipeline)
+    return {
+        "entry": entry_id,
+        "kind": kind,
+        "pipeline_id": pipeline.id,
+        "name": pipeline.name,
+        "description": pipeline.description,
+        "target_ids": list(pipeline.target_ids),
+        "step_ids": list(pipeline.step_ids),
+        "identity": _identity_dict(pipeline.identity),
+        "plan": pipeline.plan().to_dict(definition=True),
+        "agent": _agent_dict(agents[0]) if agents else None,
+    }
+
+
+def _agent_steps(pipeline: Pipeline) -> list[Step]:
+    return [s for s in pipeline.order if s.agent is not None]
+
+
+def _identity_text(identity: DefinitionIdentity) -> str:
+    text = (
+        f"version={identity.version} structural={identity.structural_fingerprint} "
+        f"definition={identity.definition_id}"
+    )
+    if identity.implementation_version is not None:
+        text += f" implementation={identity.implementation_version}"
+    return text
+
+
+def _identity_dict(identity: DefinitionIdentity) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "version": identity.version,
+        "structural_fingerprint": identity.structural_fingerprint,
+        "definition_id": identity.definition_id,
+    }
+    if identity.implementation_version is not None:
+        out["implementation_version"] = identity.implementation_version
+    return out
+
+
+def _agent_lines(s: Step) -> list[str]:
+    assert s.agent is not None
+    limits: Mapping[str, Any] = s.agent.get("limits", {})
+    shown = " ".join(f"{_snake(key)}={limits[key]}" for key in _LIMITS if key in limits)
+    lines = [f"Limits: {shown or 'none'}"]
+    tools = agent_tools(s)
+    lines.append("Tools:" if tools else "Tools: none")
+    for tool in tools:
+        target = "" if tool.kind == "function" else f" {tool.pipeline_id}"
+        lines.append(f"  {tool.name} ({tool.kind}{target})")
+        lines.append(f"    description: {_one_line(tool.description)}")
+        lines.append(f"    input: {_compact(tool.input_json_schema)}")
+    lines.append(f"Result: {_compact(s.agent.get('resultJsonSchema'))}")
+    return lines
+
+
+def _agent_dict(s: Step) -> dict[str, Any]:
+    assert s.agent is not None
+    limits: Mapping[str, Any] = s.agent.get("limits", {})
+    return {
+        "limits": {_snake(key): value for key, value in limits.items()},
+        "capabilities": [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "input_json_schema": tool.input_json_schema,
+                "kind": tool.kind,
+                "pipeline_id": tool.pipeline_id,
+            }
+            for tool in agent_tools(s)
+        ],
+        "result_json_schema": s.agent.get("resultJsonSchema"),
+        "turn_pipeline_id": s.agent.get("turnPipelineId"),
+    }
+
+
+def _snake(key: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in key)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _compact(value: Any) -> str:
+    """``value`` as one line of compact JSON, cut to :data:`SCHEMA_WIDTH` characters."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text if len(text) <= SCHEMA_WIDTH else text[: SCHEMA_WIDTH - 1] + "…"
