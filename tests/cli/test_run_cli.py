@@ -289,3 +289,89 @@ def test_verbose_shows_handler_logs(capsys: pytest.CaptureFixture[str]) -> None:
     outcome = tubeless(capsys, "-v", "run", TEXT, "-q")
     assert outcome.code == 0
     assert "uppercasing a word of 5 characters" in outcome.err
+
+
+def test_a_second_signal_stops_waiting_for_a_handler_that_ignores_cancellation(
+    tmp_path: Path,
+) -> None:
+    ready = tmp_path / "ready"
+    path = _project(tmp_path, SLOW, f"""\
+        import asyncio, pathlib
+
+        async def wait(inputs, ctx):
+            pathlib.Path({str(ready)!r}).write_text("ready")
+            await asyncio.sleep(3600)  # ignores ctx.signal on purpose
+    """)
+    trace = tmp_path / "run.ndjson"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tubeless", "run", str(path), "--trace", str(trace), "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    deadline = time.monotonic() + 60  # hang guards, not timing assertions
+    while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    assert process.stderr is not None
+    first = process.stderr.readline()  # the run has handled the first signal once this prints
+    assert "SIGINT received" in first
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert out == ""
+    assert process.returncode == 7, first + err
+    assert "SIGINT received" not in err  # one line for the first signal only
+    records = read_trace(trace)
+    assert records[-1]["name"] == "pipeline.completed"
+    assert records[-1]["payload"]["status"] == "cancelled"
+
+
+CONTINUING = """\
+    version: 1
+    project: {id: continuing}
+    python_path: [.]
+    pipelines:
+      continuing:
+        input: {schema: {type: object}}
+        finalize: {run: "helpers:summary"}
+        steps:
+          - {id: boom, run: "helpers:boom"}
+          - {id: fine, run: "helpers:fine"}
+"""
+
+
+def test_continue_on_error_finalizes_prints_the_value_and_still_exits_6(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = _project(tmp_path, CONTINUING, """\
+        def boom(inputs, ctx):
+            raise RuntimeError("broken branch")
+
+        def fine(inputs, ctx):
+            return "fine"
+
+        def summary(outputs, ctx):
+            return sorted(outputs)
+    """)
+    stopped = tubeless(capsys, "run", path, "-q")
+    assert (stopped.code, stopped.out) == (6, "")
+    continued = tubeless(capsys, "run", path, "--continue-on-error", "-q")
+    assert continued.code == 6
+    assert json.loads(continued.out) == ["fine"]
+    assert "broken branch" in continued.err
+
+
+def test_step_selects_exact_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = tubeless(capsys, "run", TEXT, "--step", "count", "--question", "four", "-q")
+    assert (outcome.code, json.loads(outcome.out)) == (0, {"answer": "4 characters"})
+
+
+def test_debug_shows_a_traceback_for_a_failing_load(capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("version: 1\nproject: {id: x}\nagents: {a: {}}\n", encoding="utf-8")
+    plain = tubeless(capsys, "run", broken)
+    assert plain.code == 4
+    assert "Traceback" not in plain.err
+    debug = tubeless(capsys, "--debug", "run", broken)
+    assert debug.code == 4
+    assert "Traceback" in debug.err
