@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Literal
 
 from tubeless.agent._limits import LimitReachedError, Limits
@@ -51,7 +49,10 @@ class PermitPool:
 
     @staticmethod
     def _fits(chain: tuple[Budget, ...]) -> bool:
-        return all(b.active < b.limits.max_concurrency for b in chain)
+        for b in chain:
+            if b.active >= b.limits.max_concurrency:
+                return False
+        return True
 
     @staticmethod
     def _take(chain: tuple[Budget, ...]) -> None:
@@ -155,11 +156,22 @@ class Scope:
                     scope=b.id,
                 )
 
-    @asynccontextmanager
-    async def permit(self, signal: CancelToken) -> AsyncIterator[None]:
-        """Hold a concurrency permit on every budget of the chain."""
-        await self.pool.acquire(self.chain, signal)
-        try:
-            yield
-        finally:
-            self.pool.release(self.chain)
+    def permit(self, signal: CancelToken) -> _Permit:
+        """An async context manager holding a permit on every budget of the chain."""
+        return _Permit(self, signal)
+
+
+class _Permit:
+    """``async with scope.permit(signal):`` (a plain class: cheaper than a generator)."""
+
+    __slots__ = ("_scope", "_signal")
+
+    def __init__(self, scope: Scope, signal: CancelToken) -> None:
+        self._scope = scope
+        self._signal = signal
+
+    async def __aenter__(self) -> None:
+        await self._scope.pool.acquire(self._scope.chain, self._signal)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._scope.pool.release(self._scope.chain)

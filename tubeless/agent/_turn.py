@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from tubeless.agent._decisions import DecisionError, Finish, parse_decision
@@ -14,7 +14,7 @@ from tubeless.agent._scope import Scope
 from tubeless.agent._state import own
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import CancelToken, Pipeline, StepContext, StepLogger, define_pipeline
-from tubeless.pipeline._failures import maybe_await
+from tubeless.pipeline._failures import not_awaitable
 from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
 
@@ -132,17 +132,29 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
             dry_run=ctx.dry_run,
             agent_run_id=t.agent_run_id,
         )
-        async with t.scope.permit(ctx.signal):
-            raw = await maybe_await(source(t.state, decision_ctx))
+        pool, chain = t.scope.pool, t.scope.chain
+        await pool.acquire(chain, ctx.signal)
+        try:
+            raw = source(t.state, decision_ctx)
+            if not_awaitable(raw) is False:
+                raw = await raw
+        finally:
+            pool.release(chain)
         decision = parse_decision(raw)
-        summary = {
-            "agent.runId": t.agent_run_id,
-            "agent.turn": t.turn,
-            "agent.stateVersion": t.state_version,
-            "agent.callsAdmitted": t.calls,
-        }
+        tracing = ctx.tracing
+        summary = (
+            {
+                "agent.runId": t.agent_run_id,
+                "agent.turn": t.turn,
+                "agent.stateVersion": t.state_version,
+                "agent.callsAdmitted": t.calls,
+            }
+            if tracing
+            else {}
+        )
         if isinstance(decision, Finish):
-            _attributes(ctx, {**summary, "agent.decision": "finish", "agent.callCount": 0})
+            if tracing:
+                _attributes(ctx, {**summary, "agent.decision": "finish", "agent.callCount": 0})
             try:
                 return _Finished(spec.result_schema.validate(decision.result))
             except SchemaValidationError as exc:
@@ -150,7 +162,8 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
                     f"Agent finish result was rejected: {exc}", exc.issues
                 ) from None
         count = len(decision.calls)
-        _attributes(ctx, {**summary, "agent.decision": "continue", "agent.callCount": count})
+        if tracing:
+            _attributes(ctx, {**summary, "agent.decision": "continue", "agent.callCount": count})
         if t.turn >= spec.limits.max_turns:
             raise LimitReachedError(
                 limit="max_turns",
@@ -189,7 +202,10 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
         outcomes = inputs["calls"]
         state = t.state
         if spec.reduce is not None:
-            state = own(await maybe_await(spec.reduce(state, outcomes)))
+            reduced = spec.reduce(state, outcomes)
+            if not_awaitable(reduced) is False:
+                reduced = await reduced
+            state = own(reduced)
         admitted = t.calls + len(outcomes)
         _attributes(
             ctx,
@@ -200,8 +216,14 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
                 "agent.callsAdmitted": admitted,
             },
         )
-        following = replace(
-            t, state=state, turn=t.turn + 1, state_version=t.state_version + 1, calls=admitted
+        following = TurnInput(
+            state=state,
+            turn=t.turn + 1,
+            state_version=t.state_version + 1,
+            calls=admitted,
+            agent_input=t.agent_input,
+            agent_run_id=t.agent_run_id,
+            scope=t.scope,
         )
         return {"kind": "next", "state": following}
 

@@ -17,7 +17,7 @@ from tubeless import errors as codes
 from tubeless.errors import TubelessError
 from tubeless.pipeline._context import StepContext
 from tubeless.pipeline._execute import UNVALIDATED, Controls, execute
-from tubeless.pipeline._failures import ChildRunFailedError, maybe_await
+from tubeless.pipeline._failures import ChildRunFailedError, maybe_await, not_awaitable
 from tubeless.pipeline._step import NestedPipeline, Step, _refs
 
 if TYPE_CHECKING:
@@ -113,9 +113,12 @@ def run_child(
     )
 
 
+_DEFAULT_CONTROLS = Controls()
+
+
 def _controls(value: Any, *args: Any) -> Controls:
     if value is None:
-        return Controls()
+        return _DEFAULT_CONTROLS
     if callable(value):
         value = value(*args)
     if isinstance(value, Controls):
@@ -446,7 +449,9 @@ def iterate_pipeline(
         for index in range(1, max_iterations + 1):
             if groups is not None:
                 groups.report(ctx, index, max_iterations)
-            raw = await maybe_await(map_options(state, inputs, ctx))
+            raw = map_options(state, inputs, ctx)
+            if not not_awaitable(raw):
+                raw = await raw
             child = await run_child(
                 ctx,
                 pipeline,
@@ -466,7 +471,9 @@ def iterate_pipeline(
                 if groups is not None:
                     groups.report(ctx, None, max_iterations)
                 raise ChildRunFailedError(child)
-            decision = await maybe_await(transition(child.value, state, ctx))
+            decision = transition(child.value, state, ctx)
+            if not not_awaitable(decision):
+                decision = await decision
             kind = _transition_kind(decision)
             if kind == "finish":
                 if groups is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from tubeless.pipeline._failures import (
     maybe_await,
 )
 from tubeless.pipeline._finalize import finalize
+from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._plan import Plan, PlanStep, ladder
 from tubeless.pipeline._results import (
     PipelineRun,
@@ -111,7 +111,7 @@ async def execute(
         controls,
         env=env,
         signal=signal,
-        run_id=run_id or f"{pipeline.id}:{uuid.uuid4()}",
+        run_id=run_id or new_run_id(pipeline.id),
         parent_run_id=parent_run_id,
         item_key=item_key,
         iteration=iteration,
@@ -322,14 +322,22 @@ class _Run:
     def settled_without_running(self, ps: PlanStep) -> bool:
         """Apply the ladder and the cancellation check; record the step if it must not start."""
         s = ps.step
-        state = self.state
-        disposition = ladder(
-            s,
-            selected=ps.selected,
-            dry_run=self.controls.dry_run,
-            is_met=lambda dep: state.get(dep) in _PUBLISHED,
-            gate_failed=lambda gate: state.get(gate) in _GATE_FAILED,
-        )
+        dry_run = self.controls.dry_run
+        if (
+            not ps.selected
+            or s.depends_on
+            or s.skip_after_failure_of
+            or (dry_run and s.dry_run == "skip")
+        ):
+            disposition = ladder(
+                s,
+                selected=ps.selected,
+                dry_run=dry_run,
+                is_met=self.is_met,
+                gate_failed=self.gate_failed,
+            )
+        else:
+            disposition = None  # nothing on the ladder can apply: skip the call
         if disposition is not None:
             self.skipped(ps, disposition[0], dependency_id=disposition[1])
             return True
@@ -337,6 +345,14 @@ class _Run:
             self.cancelled_unstarted(ps)
             return True
         return False
+
+    def is_met(self, dep: str) -> bool:
+        """A required dependency completed or was policy-skipped (it published)."""
+        return self.state.get(dep) in _PUBLISHED
+
+    def gate_failed(self, gate: str) -> bool:
+        """A failure gate failed or was cancelled."""
+        return self.state.get(gate) in _GATE_FAILED
 
     def inputs(self, ps: PlanStep) -> dict[str, Any]:
         """Required dependency outputs plus the optional ones that were published."""
@@ -435,8 +451,9 @@ class _Run:
 
     def open_attempt(self, ps: PlanStep) -> tuple[str, int, float]:
         self.attempts += 1
-        attempt_id = f"{self.run_id}:attempt:{_base36(self.attempts)}"
-        started = now_ms()
+        n = self.attempts
+        attempt_id = f"{self.run_id}:attempt:{n if n < 10 else _base36(n)}"
+        started = time.time_ns() // 1_000_000
         if self.envelope is not None:
             self.emit(self.envelope.step_running(started, step_id=ps.id, attempt_id=attempt_id))
         return attempt_id, started, time.perf_counter()
@@ -576,17 +593,32 @@ class _Run:
             self.cancelled_unstarted(ps)
 
     async def finalize_if_allowed(self, plan: Plan) -> None:
-        if any(e.kind == "cancellation" for e in self.step_errors.values()):
+        if self.step_errors and (
+            not self.controls.continue_on_error
+            or any(e.kind == "cancellation" for e in self.step_errors.values())
+        ):
             return
-        if self.step_errors and not self.controls.continue_on_error:
+        finalizer = self.pipeline.finalizer
+        if (
+            finalizer.kind == "step"
+            and self.envelope is None
+            and self.pipeline.result_schema is None
+            and not self.signal.cancelled
+            and finalizer.required[0] in self.outputs
+        ):
+            # The common case (agents, turns, tools): the result is one published output.
+            self.value = self.outputs[finalizer.required[0]]
+            self.finalized = True
             return
         await finalize(self, plan)
 
     def complete(self, plan: Plan, started_ms: int, t0: float, *, steps: bool) -> PipelineRun:
         errors = list(self.run_errors)
-        if steps:
-            errors.extend(self.step_errors[ps.id] for ps in plan.steps if ps.id in self.step_errors)
-        errors.extend(self.final_errors)
+        if steps and self.step_errors:
+            step_errors = self.step_errors
+            errors.extend([step_errors[ps.id] for ps in plan.steps if ps.id in step_errors])
+        if self.final_errors:
+            errors.extend(self.final_errors)
         status: RunStatus
         if not errors:
             status = "completed"
@@ -607,7 +639,7 @@ class _Run:
             started_at_ms=started_ms,
             finished_at_ms=finished,
             errors=tuple(errors),
-            steps=tuple(self.reports[ps.id] for ps in plan.steps) if steps else (),
+            steps=tuple([self.reports[ps.id] for ps in plan.steps]) if steps else (),
             finalized=finalized,
             value=self.value if finalized else None,
             definition_identity=self.pipeline.identity,

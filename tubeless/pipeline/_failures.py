@@ -33,6 +33,7 @@ __all__ = [
     "deepest_code",
     "is_cancellation",
     "maybe_await",
+    "not_awaitable",
 ]
 
 
@@ -145,6 +146,14 @@ def deepest_code(exc: BaseException, cause: ErrorCause | None) -> str | None:
             found = node.source_code
         node = node.cause
     return found
+
+
+_PLAIN = frozenset({dict, list, tuple, str, int, float, bool, type(None)})
+
+
+def not_awaitable(value: Any) -> bool:
+    """Whether ``value`` certainly needs no ``await`` (cheap for plain data)."""
+    return type(value) in _PLAIN or not inspect.isawaitable(value)
 
 
 async def maybe_await(value: Any) -> Any:

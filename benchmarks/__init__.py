@@ -1,0 +1,1 @@
+"""On-demand benchmarks (``make bench``); never part of ``make test``."""

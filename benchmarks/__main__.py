@@ -1,0 +1,181 @@
+"""Run every workload and print one JSON line each, then a summary table.
+
+``python -m benchmarks`` (or ``make bench``); ``--quick`` runs fewer repetitions. Ratios compare
+with the baseline measured in the same process, so a busy machine moves both sides together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.workloads import agent, baseline
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _median_seconds(make: Callable[[], Awaitable[Any]], repeats: int) -> float:
+    async def measure() -> list[float]:
+        await make()  # warm-up
+        timings = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            await make()
+            timings.append(time.perf_counter() - start)
+        return timings
+
+    return statistics.median(asyncio.run(measure()))
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _emit(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def _agent_workload(name: str, turns: int, width: int, repeats: int, rows: list[dict[str, Any]],
+                    *, concurrency: int = 1, sync_tool: bool = False) -> float:
+    pipeline = agent(turns, width, concurrency=concurrency, sync_tool=sync_tool)
+    ours = _median_seconds(lambda: pipeline.run_or_raise({}), repeats)
+    base = _median_seconds(lambda: baseline(turns, width, sync_tool=sync_tool), repeats)
+    calls = turns * width
+    per_call = ours / calls * 1e6
+    _emit(rows, {
+        "workload": name, "turns": turns, "calls": calls,
+        "us_per_call": round(per_call, 2), "us_per_turn": round(ours / turns * 1e6, 2),
+        "baseline_us_per_call": round(base / calls * 1e6, 2),
+        "ratio": round(ours / base, 2), "peak_rss_mib": round(_rss_mib(), 1),
+    })
+    return ours / turns
+
+
+def _runs_workload(rows: list[dict[str, Any]], repeats: int) -> None:
+    pipeline = agent(1, 1)
+    runs = 200
+
+    async def ours() -> None:
+        for _ in range(runs):
+            await pipeline.run_or_raise({})
+
+    async def base() -> None:
+        for _ in range(runs):
+            await baseline(1, 1)
+
+    mine = _median_seconds(ours, repeats)
+    theirs = _median_seconds(base, repeats)
+    _emit(rows, {
+        "workload": "W3 single", "runs": runs, "us_per_run": round(mine / runs * 1e6, 2),
+        "baseline_us_per_run": round(theirs / runs * 1e6, 2), "ratio": round(mine / theirs, 2),
+        "peak_rss_mib": round(_rss_mib(), 1),
+    })
+
+
+def _tracing_workload(rows: list[dict[str, Any]], repeats: int) -> None:
+    from tubeless.tracing import NdjsonSink, SqliteSink
+
+    for name, turns, width, concurrency in (("W1", 200, 1, 1), ("W2", 20, 5, 3)):
+        pipeline = agent(turns, width, concurrency=concurrency)
+        untraced = _median_seconds(lambda p=pipeline: p.run_or_raise({}), repeats)  # type: ignore[misc]
+        for kind in ("ndjson", "sqlite"):
+            with tempfile.TemporaryDirectory() as folder:
+                counter = {"n": 0}
+
+                async def traced(p: Any = pipeline, kind: str = kind, folder: str = folder) -> None:
+                    counter["n"] += 1
+                    path = Path(folder) / f"t{counter['n']}.{kind}"
+                    sink = NdjsonSink(path) if kind == "ndjson" else SqliteSink(path)
+                    try:
+                        run = await p.run({}, trace=sink)
+                    finally:
+                        sink.close()
+                    counter["records"] = len(path.read_text().splitlines()) if kind == "ndjson" else 0
+                    assert run.status == "completed"
+
+                seconds = _median_seconds(traced, repeats)
+                from tubeless.tracing import read_trace
+
+                records = len(read_trace(Path(folder) / f"t{counter['n']}.{kind}"))
+            _emit(rows, {
+                "workload": f"W5 {name} {kind}", "records": records,
+                "us_per_record": round((seconds - untraced) / records * 1e6, 2),
+                "total_ms": round(seconds * 1e3, 2), "untraced_ms": round(untraced * 1e3, 2),
+            })
+
+
+def _startup_workload(rows: list[dict[str, Any]], repeats: int) -> None:
+    tubeless = [sys.executable, "-m", "tubeless"]
+    project = str(ROOT / "projects" / "scripted-agent.yaml")
+    for name, args, bound in (
+        ("W6 --help", ["--help"], 250),
+        ("W6 validate", ["validate", project], 400),
+        ("W6 run", ["run", project, "--quiet"], None),
+    ):
+        timings = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            subprocess.run([*tubeless, *args], check=True, capture_output=True, cwd=ROOT)
+            timings.append(time.perf_counter() - start)
+        row: dict[str, Any] = {"workload": name, "ms": round(statistics.median(timings[1:]) * 1e3, 1)}
+        if bound is not None:
+            row["target_ms"] = bound
+        _emit(rows, row)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--only", help="run only workloads whose name starts with this")
+    args = parser.parse_args()
+    repeats = 3 if args.quick else 7
+    rows: list[dict[str, Any]] = []
+    only = args.only or ""
+
+    def wanted(name: str) -> bool:
+        return name.startswith(only) or only.startswith(name)
+
+    if wanted("W1"):
+        _agent_workload("W1 long", 200, 1, repeats, rows)
+        _agent_workload("W1 long (sync tool)", 200, 1, repeats, rows, sync_tool=True)
+    if wanted("W2"):
+        _agent_workload("W2 wide", 20, 5, repeats, rows, concurrency=3)
+    if wanted("W3"):
+        _runs_workload(rows, repeats)
+    if wanted("W4"):
+        per_turn = {}
+        for turns in (250, 500, 1000, 2000, 4000):
+            per_turn[turns] = _agent_workload(f"W4 scaling {turns}", turns, 1, max(1, repeats // 2),
+                                              rows)
+        _emit(rows, {"workload": "W4 flatness", "ratio_4000_to_250":
+                     round(per_turn[4000] / per_turn[250], 2)})
+    if wanted("W5"):
+        _tracing_workload(rows, repeats)
+    if wanted("W6"):
+        _startup_workload(rows, repeats)
+    print()
+    print(f"{'workload':28} {'measure':>14} {'baseline':>12} {'ratio':>7}")
+    for row in rows:
+        measure = next((f"{row[k]} {k}" for k in ("us_per_call", "us_per_run", "us_per_record",
+                                                   "ms", "ratio_4000_to_250") if k in row), "")
+        base = next((str(row[k]) for k in ("baseline_us_per_call", "baseline_us_per_run")
+                     if k in row), "")
+        print(f"{row['workload']:28} {measure:>28} {base:>10} {row.get('ratio', ''):>7}")
+    print(f"\nmachine: {os.cpu_count()} cpus, python {sys.version.split()[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
