@@ -44,7 +44,7 @@ def _decide(turns: int, width: int) -> Any:
 
 
 def _reduce(state: Any, outcomes: Sequence[Any]) -> dict[str, Any]:
-    return {"history": (*state["history"], *outcomes)}
+    return {"history": state["history"] + outcomes}
 
 
 def agent(turns: int, width: int = 1, *, concurrency: int = 1, sync_tool: bool = False) -> Pipeline:

@@ -31,6 +31,7 @@ from typing import Any, NoReturn, Self, final
 __all__ = [
     "FreezeError",
     "FrozenDict",
+    "FrozenTuple",
     "canonical_json",
     "fingerprint",
     "freeze",
@@ -177,11 +178,64 @@ class FrozenDict(dict[str, Any]):
         return FrozenDict({**other, **self})
 
 
+@final
+class FrozenTuple(tuple[Any, ...]):
+    """A tuple whose items are deeply frozen, so ``freeze`` reuses it without a look.
+
+    Plain tuples are frozen values too; a ``FrozenTuple`` adds that concatenating two of them
+    (``history + outcomes``) yields another one at the cost of the copy alone, so an agent's
+    history can grow by one batch per turn without re-checking what it already holds. The
+    harness hands reducers their outcomes as a ``FrozenTuple``.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, iterable: Iterable[Any] = (), /) -> Self:
+        if type(iterable) is cls:
+            return iterable
+        return tuple.__new__(cls, _frozen_items(iterable))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        raise TypeError("FrozenTuple cannot be subclassed")
+
+    @classmethod
+    def _trusted(cls, items: Iterable[Any]) -> FrozenTuple:
+        """Wrap items that are already frozen, without checking them."""
+        return tuple.__new__(cls, items)
+
+    def __add__(self, other: Any) -> Any:
+        if type(other) is FrozenTuple:
+            return tuple.__new__(FrozenTuple, tuple.__add__(self, other))
+        if type(other) is tuple or type(other) is list:
+            return tuple.__new__(FrozenTuple, tuple.__add__(self, _frozen_items(other)))
+        return NotImplemented
+
+    def __radd__(self, other: Any) -> Any:
+        if type(other) is tuple or type(other) is list:
+            return tuple.__new__(FrozenTuple, tuple.__add__(_frozen_items(other), self))
+        return NotImplemented
+
+    def __reduce__(self) -> tuple[type[FrozenTuple], tuple[tuple[Any, ...]]]:
+        return (FrozenTuple, (tuple(self),))
+
+    def __copy__(self) -> Self:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        return self
+
+
+def _frozen_items(items: Iterable[Any]) -> tuple[Any, ...]:
+    """The items as a tuple of frozen values (raises ``FreezeError``)."""
+    frozen = freeze(tuple(items))
+    return frozen if type(frozen) is tuple else tuple(frozen)
+
+
 # Exact types that are frozen as they are. Subclasses (IntEnum, StrEnum, ...) are rejected:
 # they can carry behaviour and do not round-trip through JSON as themselves.
 _SCALARS = frozenset({str, int, bool, NoneType})
 # Items a container can hold without a Python-level look (floats only once checked finite).
-_TRUSTED_ITEMS = frozenset({str, int, bool, NoneType, FrozenDict})
+_TRUSTED_ITEMS = frozenset({str, int, bool, NoneType, FrozenDict, FrozenTuple})
 _TRUSTED_ITEMS_AND_FLOAT = _TRUSTED_ITEMS | {float}
 _STR_ONLY = frozenset({str})
 _isfinite = math.isfinite
@@ -215,7 +269,7 @@ def freeze(value: Any) -> Any:
             first problem and a reason that never quotes the value.
     """
     kind = type(value)
-    if kind in _SCALARS or kind is FrozenDict:
+    if kind in _SCALARS or kind is FrozenDict or kind is FrozenTuple:
         return value
     if kind is float:
         if _isfinite(value):
@@ -368,7 +422,7 @@ def is_frozen(value: Any) -> bool:
     :func:`freeze` rejects are not.
     """
     kind = type(value)
-    if kind in _SCALARS or kind is FrozenDict:
+    if kind in _SCALARS or kind is FrozenDict or kind is FrozenTuple:
         return True
     if kind is float:
         return _isfinite(value)
@@ -443,7 +497,7 @@ def _thaw_open(value: Any) -> _ThawFrame | None:
     kind = type(value)
     if kind is FrozenDict or kind is dict:
         return value, iter(dict.items(value)), {}
-    if kind is tuple or kind is list:
+    if kind is tuple or kind is list or kind is FrozenTuple:
         return value, enumerate(value), []
     return None
 

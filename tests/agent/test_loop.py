@@ -263,7 +263,7 @@ async def test_successful_outcomes_carry_the_validated_output_frozen_in_a_tuple(
 
     assert run.status == "completed"
     [outcomes] = outcomes_seen
-    assert type(outcomes) is tuple
+    assert isinstance(outcomes, tuple)  # a FrozenTuple: outcomes are frozen plain data
     assert outcomes == ({"id": "m", "tool": "measure", "ok": True, "value": {"n": 5}},)
     [outcome] = outcomes
     assert type(outcome) is FrozenDict

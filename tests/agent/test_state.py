@@ -74,7 +74,7 @@ def _assert_deeply_frozen(value: Any) -> None:
         for item in value.values():
             _assert_deeply_frozen(item)
     elif isinstance(value, list | tuple):
-        assert type(value) is tuple
+        assert isinstance(value, tuple)
         for item in value:
             _assert_deeply_frozen(item)
     else:

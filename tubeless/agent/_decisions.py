@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tubeless.errors import AGENT_INVALID_DECISION, TubelessError, ValidationIssue
-from tubeless.frozen import FrozenDict
+from tubeless.frozen import FrozenDict, FrozenTuple
 
 __all__ = ["Call", "Continue", "DecisionError", "Finish", "parse_decision"]
 
 _MAX_CALL_ID = 256
 _SHOWN = 128
 _PLAIN_DICTS = (dict, FrozenDict)
-_PLAIN_LISTS = (list, tuple)
+_PLAIN_LISTS = (list, tuple, FrozenTuple)
 _CALL_KEYS = frozenset({"id", "tool", "input"})
 _SHAPE = "Agent decision must finish(result) or continue with a nonempty calls array"
 

@@ -16,7 +16,7 @@ from tubeless.agent._prepare import PreparedCall
 from tubeless.agent._scope import SCOPE_SLOT, Scope
 from tubeless.agent._tools import ToolError
 from tubeless.errors import CHILD_FAILED, TOOL_ERRORS
-from tubeless.frozen import FreezeError, FrozenDict, freeze
+from tubeless.frozen import FreezeError, FrozenDict, FrozenTuple, freeze
 from tubeless.pipeline import (
     ChildRunFailedError,
     FanOutFailedError,
@@ -145,7 +145,7 @@ async def dispatch(
 
     if total == 1:
         await one(0)
-        return (outcomes[0],)  # type: ignore[return-value]
+        return _outcomes(outcomes)
 
     cursor = 0
 
@@ -171,6 +171,13 @@ async def dispatch(
         raise fatal[0]
     if any(outcome is None for outcome in outcomes):
         raise RunCancelledError(signal.reason)
+    return _outcomes(outcomes)
+
+
+def _outcomes(outcomes: list[Mapping[str, Any] | None]) -> tuple[Mapping[str, Any], ...]:
+    """The batch's outcomes: a ``FrozenTuple`` when every one is frozen plain data."""
+    if all(type(outcome) is FrozenDict for outcome in outcomes):
+        return FrozenTuple._trusted(outcomes)
     return tuple(outcomes)  # type: ignore[arg-type]
 
 
