@@ -92,23 +92,24 @@ def _tracing_workload(rows: list[dict[str, Any]], repeats: int) -> None:
         untraced = _median_seconds(lambda p=pipeline: p.run_or_raise({}), repeats)  # type: ignore[misc]
         for kind in ("ndjson", "sqlite"):
             with tempfile.TemporaryDirectory() as folder:
-                counter = {"n": 0}
+                paths = iter(Path(folder) / f"t{n}.{kind}" for n in range(1000))
+                last: list[Path] = []
 
-                async def traced(p: Any = pipeline, kind: str = kind, folder: str = folder) -> None:
-                    counter["n"] += 1
-                    path = Path(folder) / f"t{counter['n']}.{kind}"
+                async def traced(p: Any = pipeline, kind: str = kind, paths: Any = paths,
+                                 last: list[Path] = last) -> None:
+                    path = next(paths)
+                    last[:] = [path]
                     sink = NdjsonSink(path) if kind == "ndjson" else SqliteSink(path)
                     try:
                         run = await p.run({}, trace=sink)
                     finally:
                         sink.close()
-                    counter["records"] = len(path.read_text().splitlines()) if kind == "ndjson" else 0
                     assert run.status == "completed"
 
                 seconds = _median_seconds(traced, repeats)
                 from tubeless.tracing import read_trace
 
-                records = len(read_trace(Path(folder) / f"t{counter['n']}.{kind}"))
+                records = len(read_trace(last[0]))
             _emit(rows, {
                 "workload": f"W5 {name} {kind}", "records": records,
                 "us_per_record": round((seconds - untraced) / records * 1e6, 2),
@@ -129,7 +130,8 @@ def _startup_workload(rows: list[dict[str, Any]], repeats: int) -> None:
             start = time.perf_counter()
             subprocess.run([*tubeless, *args], check=True, capture_output=True, cwd=ROOT)
             timings.append(time.perf_counter() - start)
-        row: dict[str, Any] = {"workload": name, "ms": round(statistics.median(timings[1:]) * 1e3, 1)}
+        median = statistics.median(timings[1:])
+        row: dict[str, Any] = {"workload": name, "ms": round(median * 1e3, 1)}
         if bound is not None:
             row["target_ms"] = bound
         _emit(rows, row)

@@ -49,7 +49,7 @@ class PermitPool:
 
     @staticmethod
     def _fits(chain: tuple[Budget, ...]) -> bool:
-        for b in chain:
+        for b in chain:  # noqa: SIM110 -- a plain loop beats all() on chains of one or two
             if b.active >= b.limits.max_concurrency:
                 return False
         return True

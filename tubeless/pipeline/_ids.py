@@ -15,9 +15,9 @@ __all__ = ["new_run_id"]
 
 def _reseed() -> None:
     global _prefix, _counter
-    bits = secrets.token_hex(8)
+    bits = secrets.token_hex(9)
     variant = "89ab"[secrets.randbelow(4)]
-    _prefix = f"{bits[:8]}-{bits[8:12]}-4{bits[12:15]}-{variant}{bits[15:16]}{secrets.token_hex(1)}-"
+    _prefix = f"{bits[:8]}-{bits[8:12]}-4{bits[12:15]}-{variant}{bits[15:18]}-"
     _counter = itertools.count(secrets.randbelow(2**32))
 
 

@@ -1,0 +1,253 @@
+"""One JSON POST to a model provider: deadline, cancellation, optional retries, no body leaks.
+
+API shared by the adapters (``openai``, and later ``chat`` and ``anthropic``)::
+
+    body = encode_body(payload, max_request_bytes, "OpenAI")       # _budgets: before the key
+    key = require_env(api_key_env)                                  # "<NAME> is required"
+    data = await post_json(
+        join_url(setting(base_url, base_url_env, DEFAULT), "responses"),
+        body,
+        headers={"Authorization": f"Bearer {key}"},
+        provider="OpenAI",
+        signal=ctx.signal,
+        timeout_s=30.0,
+        max_retries=0,
+        transport=None,               # or an httpx.AsyncBaseTransport, e.g. httpx.MockTransport
+    )
+
+:func:`post_json` sends ``body`` once (plus ``max_retries`` retries of transient failures) and
+returns the parsed JSON of a 2xx answer, which may be any JSON value (``None`` for ``null``):
+the adapter checks its shape. Each attempt has its own deadline of ``timeout_s`` seconds and
+is raced against ``signal``: when the run is cancelled the request is abandoned (its task
+cancelled and awaited, so nothing is left running) and :class:`RunCancelledError` is raised,
+which the harness records as a cancelled step. Failures are
+:class:`~tubeless.providers.ProviderError`\\s:
+
+- ``PROVIDER_REQUEST_FAILED``: ``"<provider> request failed (HTTP <status>)"`` (``.status``
+  set; the body is never read) or ``"<provider> request failed (<ExceptionType>)"`` for
+  transport errors;
+- ``PROVIDER_TIMEOUT``: ``"<provider> request timed out after <timeout_s> s"``;
+- ``PROVIDER_INVALID_RESPONSE``: ``"<provider> returned invalid JSON"``, or a body larger than
+  ``max_response_bytes``.
+
+Retries (only when ``max_retries > 0``; the default is none) cover transport errors, timeouts
+and HTTP 408, 409, 429 and 5xx, after a cancellable back-off of 0.5 s, 1 s, 2 s, ... (at most
+8 s). The ``transport`` is the caller's: it is used as is and never closed; without one each
+request opens and closes its own client (honouring proxy settings from the environment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+import httpx
+
+from tubeless.pipeline import CancelToken, RunCancelledError
+from tubeless.providers._errors import (
+    PROVIDER_INVALID_RESPONSE,
+    PROVIDER_NOT_CONFIGURED,
+    PROVIDER_REQUEST_FAILED,
+    PROVIDER_TIMEOUT,
+    ProviderError,
+)
+
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "join_url",
+    "post_json",
+    "require_env",
+    "setting",
+]
+
+#: The largest response body read (after content decoding); larger ones fail the request.
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+_RETRY_STATUSES = frozenset({408, 409, 429})
+_MAX_BACKOFF_S = 8.0
+
+
+def setting(value: str | None, env_name: str | None, default: str) -> str:
+    """``value`` if given, else the nonblank environment variable ``env_name``, else ``default``.
+
+    Read when a request is about to be sent, never when a project is loaded.
+    """
+    if value is not None:
+        return value
+    if env_name:
+        from_env = os.environ.get(env_name, "").strip()
+        if from_env:
+            return from_env
+    return default
+
+
+def require_env(name: str) -> str:
+    """The value of the environment variable ``name``; ``PROVIDER_NOT_CONFIGURED`` if blank.
+
+    The message reads ``"<name> is required ..."`` and never includes any value.
+    """
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise ProviderError(
+            PROVIDER_NOT_CONFIGURED,
+            f"{name} is required to send a model request; set it in the environment",
+        )
+    return value
+
+
+def join_url(base_url: str, path: str) -> str:
+    """``base_url`` and ``path`` joined by exactly one slash."""
+    return base_url.rstrip("/") + "/" + path.lstrip("/")
+
+
+async def post_json(
+    url: str,
+    body: bytes,
+    *,
+    headers: dict[str, str],
+    provider: str,
+    signal: CancelToken,
+    timeout_s: float,
+    max_retries: int = 0,
+    transport: httpx.AsyncBaseTransport | None = None,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
+) -> Any:
+    """POST ``body`` (JSON bytes) to ``url`` and return the parsed JSON of a 2xx answer.
+
+    Args:
+        url: The full endpoint URL.
+        body: The encoded JSON request (already checked against its byte budget).
+        headers: Extra headers (credentials); ``Content-Type`` and ``Accept`` are added.
+        provider: The name used in error messages, e.g. ``"OpenAI"``.
+        signal: The run's cancellation token; cancelling it abandons the request.
+        timeout_s: The deadline of each attempt, in seconds.
+        max_retries: Retries of transient failures (0: none).
+        transport: An httpx transport to send through (tests use ``httpx.MockTransport``).
+        max_response_bytes: The largest body read.
+
+    Returns:
+        The parsed JSON value.
+
+    Raises:
+        ProviderError: See the module docstring.
+        RunCancelledError: When ``signal`` is cancelled before or during the request.
+    """
+    all_headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        **headers,
+    }
+    attempt = 0
+    while True:
+        signal.raise_if_cancelled()
+        try:
+            return await _race(
+                _send(url, body, all_headers, provider, timeout_s, transport, max_response_bytes),
+                signal=signal,
+                timeout_s=timeout_s,
+                provider=provider,
+            )
+        except ProviderError as exc:
+            if attempt >= max_retries or not _retryable(exc):
+                raise
+        attempt += 1
+        await signal.sleep(min(0.5 * 2 ** (attempt - 1), _MAX_BACKOFF_S))
+
+
+def _retryable(error: ProviderError) -> bool:
+    if error.code == PROVIDER_TIMEOUT:
+        return True
+    if error.code != PROVIDER_REQUEST_FAILED:
+        return False
+    return error.status is None or error.status in _RETRY_STATUSES or error.status >= 500
+
+
+def _timeout_error(provider: str, timeout_s: float) -> ProviderError:
+    return ProviderError(PROVIDER_TIMEOUT, f"{provider} request timed out after {timeout_s:g} s")
+
+
+async def _race(request: Any, *, signal: CancelToken, timeout_s: float, provider: str) -> Any:
+    """Await ``request`` unless ``signal`` is cancelled or ``timeout_s`` passes first.
+
+    Whatever happens (including cancellation of the caller's own task), both helper tasks are
+    cancelled and awaited before this returns, so no request outlives its decision.
+    """
+    sent = asyncio.ensure_future(request)
+    stopped = asyncio.ensure_future(signal.wait())
+    done: set[asyncio.Future[Any]] = set()
+    try:
+        done, _ = await asyncio.wait(
+            {sent, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        for task in (sent, stopped):
+            task.cancel()
+        await asyncio.wait({sent, stopped})
+        if not sent.cancelled():
+            sent.exception()  # retrieved, so an abandoned failure is not reported as unhandled
+    if stopped in done:
+        raise RunCancelledError(signal.reason)
+    if sent in done:
+        return sent.result()
+    raise _timeout_error(provider, timeout_s)
+
+
+async def _send(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    provider: str,
+    timeout_s: float,
+    transport: httpx.AsyncBaseTransport | None,
+    max_response_bytes: int,
+) -> Any:
+    # An injected transport is the caller's to close; env proxy and netrc settings are ignored
+    # for it so that a test transport is never bypassed.
+    client = httpx.AsyncClient(
+        transport=transport,
+        timeout=httpx.Timeout(timeout_s),
+        trust_env=transport is None,
+        follow_redirects=False,
+    )
+    try:
+        async with client.stream("POST", url, content=body, headers=headers) as response:
+            status = response.status_code
+            if not 200 <= status < 300:
+                raise ProviderError(
+                    PROVIDER_REQUEST_FAILED,
+                    f"{provider} request failed (HTTP {status})",
+                    status=status,
+                )
+            data = await _read(response, provider, max_response_bytes)
+    except httpx.TimeoutException:
+        raise _timeout_error(provider, timeout_s) from None
+    except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
+        # The exception type says what went wrong (ConnectError, RemoteProtocolError, ...);
+        # its text is left out because it may echo what was received.
+        raise ProviderError(
+            PROVIDER_REQUEST_FAILED, f"{provider} request failed ({type(exc).__name__})"
+        ) from None
+    finally:
+        if transport is None:
+            await client.aclose()
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise ProviderError(
+            PROVIDER_INVALID_RESPONSE, f"{provider} returned invalid JSON"
+        ) from None
+
+
+async def _read(response: httpx.Response, provider: str, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise ProviderError(
+                PROVIDER_INVALID_RESPONSE, f"{provider} response exceeds {limit} bytes"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,232 @@
+"""The OpenAI Responses adapter: ``decide`` for a real model over plain HTTP (httpx, no SDK).
+
+Use it from YAML by swapping one line::
+
+    decide: {use: tubeless.providers.openai:responses, with: {model: gpt-4.1-mini}}
+
+Each decision is one stateless ``POST {base_url}/responses`` (``store: false``): the
+instructions, the current state and turn as a JSON string, one function per capability wrapping
+its raw argument in ``{input}``, and the adapter-only ``_finish`` function wrapping the result
+schema in ``{result}``; ``tool_choice: "required"``, ``parallel_tool_calls: true``. Tubeless owns
+the state: no provider conversation, no replayed reasoning items. The encoded body is checked
+against ``max_request_bytes`` before the API key is read; the key is read only then, so loading,
+planning, inspecting and validating a project never need it. Each request has a deadline of
+``timeout_s`` seconds, is abandoned when the run is cancelled, and is not retried unless
+``max_retries`` > 0. Failures are :class:`~tubeless.providers.ProviderError`\\s whose messages
+never contain a response body, the key, the question or the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from tubeless.agent import DecisionContext
+from tubeless.providers._budgets import encode_body, json_text, positive_int, positive_number
+from tubeless.providers._calls import (
+    FunctionSpec,
+    ParsedCall,
+    compile_instructions,
+    decision,
+    function_specs,
+    parse_arguments,
+    strict_problems,
+)
+from tubeless.providers._errors import (
+    PROVIDER_INVALID_RESPONSE,
+    PROVIDER_REFUSED,
+    ProviderError,
+)
+from tubeless.providers._http import join_url, post_json, require_env, setting
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MODEL",
+    "parse_response",
+    "request_body",
+    "responses",
+    "strict_problems",
+]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_MODEL = "gpt-4.1-mini"
+_PROVIDER = "OpenAI"
+# Reasons OpenAI gives for an incomplete response; only these are repeated in messages.
+_INCOMPLETE_REASONS = frozenset({"max_output_tokens", "content_filter"})
+
+Decide = Callable[[Any, DecisionContext], Awaitable[dict[str, Any]]]
+
+
+def responses(
+    model: str | None = None,
+    instructions: str | None = None,
+    base_url: str | None = None,
+    base_url_env: str | None = "OPENAI_BASE_URL",
+    api_key_env: str = "OPENAI_API_KEY",
+    model_env: str | None = "OPENAI_MODEL",
+    timeout_s: float = 30.0,
+    max_request_bytes: int = 32768,
+    max_output_tokens: int = 2048,
+    max_retries: int = 0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Decide:
+    """A ``decide(state, ctx)`` that asks the OpenAI Responses API for each decision.
+
+    Settings are checked now (so a project with a bad ``with:`` value fails to load); the
+    environment is read only when a request is about to be sent.
+
+    Args:
+        model: The model; else the variable ``model_env``; else ``gpt-4.1-mini``.
+        instructions: A jinja2 template (sandboxed, strict about undefined names) rendered per
+            request with ``{input, turn, capabilities}``; ``None`` uses a default paragraph.
+        base_url: The API root including ``/v1``; else the variable ``base_url_env``; else
+            ``https://api.openai.com/v1``.
+        base_url_env: The variable naming the base URL (``None``: not consulted).
+        api_key_env: The variable holding the API key, required when a request is sent.
+        model_env: The variable naming the model (``None``: not consulted).
+        timeout_s: The deadline of each request, in seconds.
+        max_request_bytes: The budget for the whole encoded request body, in UTF-8 bytes.
+        max_output_tokens: Sent as ``max_output_tokens``.
+        max_retries: Retries of transient failures (timeouts, transport errors, HTTP 408, 409,
+            429, 5xx); 0, the default, sends each request once.
+        transport: An ``httpx`` async transport to send through (tests inject
+            ``httpx.MockTransport``); the caller keeps ownership.
+
+    Returns:
+        The async ``decide`` callable.
+
+    Raises:
+        ValueError: For an argument of the wrong type or range.
+        TemplateError: For an instructions template that does not parse.
+    """
+    factory = "responses"
+    for name, value in (("model", model), ("base_url", base_url)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"{factory}({name}=...) must be a nonblank string, got {value!r}")
+    for name, value in (
+        ("base_url_env", base_url_env),
+        ("api_key_env", api_key_env),
+        ("model_env", model_env),
+    ):
+        if (value is not None or name == "api_key_env") and (
+            not isinstance(value, str) or not value.strip()
+        ):
+            raise ValueError(f"{factory}({name}=...) must name an environment variable")
+    timeout = positive_number(factory, "timeout_s", timeout_s)
+    body_limit = positive_int(factory, "max_request_bytes", max_request_bytes)
+    output_tokens = positive_int(factory, "max_output_tokens", max_output_tokens)
+    retries = positive_int(factory, "max_retries", max_retries, minimum=0)
+    if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+        raise ValueError(f"{factory}(transport=...) must be an httpx.AsyncBaseTransport")
+    render = compile_instructions(instructions, f"{factory}(instructions=...)")
+
+    async def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
+        body = request_body(
+            state,
+            ctx,
+            model=setting(model, model_env, DEFAULT_MODEL),
+            instructions=render(ctx),
+            max_output_tokens=output_tokens,
+        )
+        encoded = encode_body(body, body_limit, _PROVIDER)
+        key = require_env(api_key_env)
+        url = join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "responses")
+        data = await post_json(
+            url,
+            encoded,
+            headers={"Authorization": f"Bearer {key}"},
+            provider=_PROVIDER,
+            signal=ctx.signal,
+            timeout_s=timeout,
+            max_retries=retries,
+            transport=transport,
+        )
+        return parse_response(data)
+
+    return decide
+
+
+def _function(spec: FunctionSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": spec.parameters,
+        "strict": spec.strict,
+    }
+
+
+def request_body(
+    state: Any, ctx: DecisionContext, *, model: str, instructions: str, max_output_tokens: int
+) -> dict[str, Any]:
+    """The JSON body of one Responses request for ``state`` at ``ctx.turn``."""
+    specs = function_specs(ctx.capabilities, ctx.result_json_schema)
+    return {
+        "model": model,
+        "store": False,
+        "max_output_tokens": max_output_tokens,
+        "instructions": instructions,
+        "input": json_text({"state": state, "turn": ctx.turn}),
+        "tools": [_function(spec) for spec in specs],
+        "tool_choice": "required",
+        "parallel_tool_calls": True,
+    }
+
+
+def _invalid(message: str) -> ProviderError:
+    return ProviderError(PROVIDER_INVALID_RESPONSE, message)
+
+
+def _not_completed(data: Any) -> ProviderError:
+    message = "OpenAI did not return a completed response"
+    if isinstance(data, dict) and data.get("status") == "incomplete":
+        details = data.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        if reason in _INCOMPLETE_REASONS:
+            message += f" (incomplete: {reason})"
+    return _invalid(message)
+
+
+def parse_response(data: Any) -> dict[str, Any]:
+    """The Tubeless decision in a parsed Responses body (UPSTREAM §5.2).
+
+    ``reasoning`` items and messages without a refusal are ignored; every other item must be
+    a ``function_call`` with string ``call_id``, ``name`` and ``arguments``.
+
+    Raises:
+        ProviderError: ``PROVIDER_REFUSED`` for a refusal, else ``PROVIDER_INVALID_RESPONSE``.
+    """
+    if (
+        not isinstance(data, dict)
+        or data.get("status") != "completed"
+        or not isinstance(data.get("output"), list)
+    ):
+        raise _not_completed(data)
+    calls: list[ParsedCall] = []
+    for index, item in enumerate(data["output"]):
+        if not isinstance(item, dict):
+            raise _invalid(f"OpenAI output item {index} is not an object")
+        kind = item.get("type")
+        if kind == "reasoning":
+            continue
+        if kind == "message":
+            content = item.get("content")
+            if not isinstance(content, list) or any(
+                isinstance(part, dict) and part.get("type") == "refusal" for part in content
+            ):
+                raise ProviderError(PROVIDER_REFUSED, "OpenAI refused to answer")
+            continue
+        call_id, name, arguments = (item.get(k) for k in ("call_id", "name", "arguments"))
+        if (
+            kind != "function_call"
+            or not isinstance(call_id, str)
+            or not isinstance(name, str)
+            or not isinstance(arguments, str)
+        ):
+            raise _invalid(f"Invalid OpenAI function call (output item {index})")
+        calls.append(
+            ParsedCall(id=call_id, name=name, value=parse_arguments(_PROVIDER, name, arguments))
+        )
+    return decision(_PROVIDER, calls)
