@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
-from tubeless.errors import PipelineError, TubelessError
+from tubeless.errors import TubelessError
 from tubeless.pipeline._cancel import CancelToken
 from tubeless.pipeline._context import RunEnvironment, StepContext, now_ms
 from tubeless.pipeline._failures import (
     OutputInvalidError,
     call_in_thread,
-    classify,
     maybe_await,
 )
 from tubeless.pipeline._finalize import finalize
@@ -23,13 +22,10 @@ from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._plan import Plan, PlanStep, ladder
 from tubeless.pipeline._results import (
     PipelineRun,
-    RunStatus,
-    SkipReason,
     StepReport,
-    StepStatus,
 )
+from tubeless.pipeline._run_state import UNVALIDATED, RunState
 from tubeless.schema import SchemaValidationError
-from tubeless.tracing.records import Envelope
 from tubeless.tracing.sinks import TraceFanout, TraceSink
 
 if TYPE_CHECKING:
@@ -38,8 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["UNVALIDATED", "Controls", "execute", "run_root"]
 
-#: Pass as ``validated`` when the input still needs the options schema.
-UNVALIDATED: Any = object()
 _PUBLISHED = frozenset({"completed", "policy"})
 _GATE_FAILED = frozenset({"failed", "cancelled"})
 
@@ -119,81 +113,10 @@ async def execute(
     return await runner.go(raw_input, validated)
 
 
-class _Run:
-    """The mutable state of one run; everything it records is immutable."""
+class _Run(RunState):
+    """One run: applies the ladder, starts steps, and drives them to the end."""
 
-    __slots__ = (
-        "attempts",
-        "cancel_error_recorded",
-        "controls",
-        "env",
-        "envelope",
-        "failed_step",
-        "fanout",
-        "final_errors",
-        "finalized",
-        "item_key",
-        "options",
-        "outputs",
-        "parent_run_id",
-        "pipeline",
-        "reports",
-        "run_errors",
-        "run_id",
-        "signal",
-        "state",
-        "step_errors",
-        "stop",
-        "value",
-    )
-
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        controls: Controls,
-        *,
-        env: RunEnvironment,
-        signal: CancelToken,
-        run_id: str,
-        parent_run_id: str | None,
-        item_key: str | None,
-        iteration: Mapping[str, Any] | None,
-    ) -> None:
-        self.pipeline = pipeline
-        self.controls = controls
-        self.env = env
-        self.signal = signal
-        self.run_id = run_id
-        self.parent_run_id = parent_run_id
-        self.item_key = item_key
-        self.fanout = env.fanout
-        self.envelope: Envelope | None = None
-        if env.fanout is not None:
-            self.envelope = Envelope(
-                run_id=run_id,
-                pipeline_id=pipeline.id,
-                parent_run_id=parent_run_id,
-                correlation_id=env.correlation_id,
-                item_key=item_key,
-                iteration=iteration,
-            )
-        self.options: Any = None
-        self.outputs: dict[str, Any] = {}
-        self.state: dict[str, str] = {}
-        self.reports: dict[str, StepReport] = {}
-        self.step_errors: dict[str, PipelineError] = {}
-        self.run_errors: list[PipelineError] = []
-        self.attempts = 0
-        self.failed_step: str | None = None
-        self.stop: str | None = None
-        self.cancel_error_recorded = False
-        self.final_errors: list[PipelineError] = []
-        self.finalized = False
-        self.value: Any = None
-
-    def emit(self, record: Mapping[str, Any]) -> None:
-        assert self.fanout is not None
-        self.fanout.export(record)
+    __slots__ = ()
 
     # -- the run ------------------------------------------------------------------------------
     async def go(self, raw_input: Any, validated: Any) -> PipelineRun:
@@ -250,30 +173,6 @@ class _Run:
         if interrupted:
             raise asyncio.CancelledError
         return result
-
-    def validate_options(self, raw_input: Any, validated: Any) -> bool:
-        if validated is not UNVALIDATED:
-            self.options = validated
-            return True
-        schema = self.pipeline.options_schema
-        if schema is None:
-            self.options = raw_input
-            return True
-        try:
-            self.options = schema.validate(raw_input)
-        except SchemaValidationError as exc:
-            self.run_errors.append(
-                PipelineError(
-                    code=codes.OPTIONS_VALIDATION_FAILED,
-                    kind="validation",
-                    phase="execution",
-                    message=f"Pipeline {self.pipeline.id} options validation failed: {exc}",
-                    issues=exc.issues,
-                    exception=exc,
-                )
-            )
-            return False
-        return True
 
     async def sequential(self, plan: Plan) -> None:
         for ps in plan.steps:
@@ -449,149 +348,6 @@ class _Run:
         self.skipped(ps, "policy", message=message, attempt=attempt, state="policy")
         return True
 
-    def open_attempt(self, ps: PlanStep) -> tuple[str, int, float]:
-        self.attempts += 1
-        n = self.attempts
-        attempt_id = f"{self.run_id}:attempt:{n if n < 10 else _base36(n)}"
-        started = time.time_ns() // 1_000_000
-        if self.envelope is not None:
-            self.emit(self.envelope.step_running(started, step_id=ps.id, attempt_id=attempt_id))
-        return attempt_id, started, time.perf_counter()
-
-    def context(self, step_id: str, attempt_id: str | None) -> StepContext:
-        return StepContext(
-            pipeline_id=self.pipeline.id,
-            run_id=self.run_id,
-            step_id=step_id,
-            options=self.options,
-            dry_run=self.controls.dry_run,
-            signal=self.signal,
-            env=self.env,
-            envelope=self.envelope,
-            attempt_id=attempt_id,
-        )
-
-    # -- recording ----------------------------------------------------------------------------
-    def skipped(
-        self,
-        ps: PlanStep,
-        reason: SkipReason,
-        *,
-        dependency_id: str | None = None,
-        message: str | None = None,
-        attempt: tuple[str, int, float] | None = None,
-        state: str = "skipped",
-    ) -> None:
-        self.state[ps.id] = state
-        finished = now_ms()
-        self.reports[ps.id] = StepReport(
-            id=ps.id,
-            status="skipped",
-            name=ps.name,
-            description=ps.description,
-            reason=reason,
-            message=message,
-            dependency_id=dependency_id,
-            attempt_id=None if attempt is None else attempt[0],
-            started_at_ms=None if attempt is None else attempt[1],
-            finished_at_ms=None if attempt is None else finished,
-        )
-        if self.envelope is not None:
-            self.emit(
-                self.envelope.step_terminal(
-                    finished,
-                    status="skipped",
-                    step_id=ps.id,
-                    reason=reason,
-                    message=message,
-                    dependency_id=dependency_id,
-                    attempt_id=None if attempt is None else attempt[0],
-                    duration_ms=None if attempt is None else _elapsed(attempt[2]),
-                )
-            )
-
-    def failed(
-        self,
-        ps: PlanStep,
-        attempt: tuple[str, int, float] | None,
-        exc: BaseException,
-        *,
-        from_handler: bool = False,
-    ) -> None:
-        error = classify(exc, ps.id, from_handler=from_handler)
-        cancelled = error.kind == "cancellation"
-        status: StepStatus = "cancelled" if cancelled else "failed"
-        self.state[ps.id] = status
-        self.step_errors[ps.id] = error
-        if cancelled:
-            self.cancel_error_recorded = True
-            self.stop = self.stop or "cancelled"
-        elif self.failed_step is None:
-            self.failed_step = ps.id
-            if not self.controls.continue_on_error:
-                self.stop = self.stop or "fail-fast"
-        finished = now_ms()
-        self.reports[ps.id] = StepReport(
-            id=ps.id,
-            status=status,
-            name=ps.name,
-            description=ps.description,
-            attempt_id=None if attempt is None else attempt[0],
-            started_at_ms=None if attempt is None else attempt[1],
-            finished_at_ms=None if attempt is None else finished,
-            error=error,
-        )
-        if self.envelope is not None:
-            self.emit(
-                self.envelope.step_terminal(
-                    finished,
-                    status=status,
-                    step_id=ps.id,
-                    attempt_id=None if attempt is None else attempt[0],
-                    duration_ms=None if attempt is None else _elapsed(attempt[2]),
-                    error=error.to_wire(),
-                )
-            )
-
-    def cancelled_unstarted(self, ps: PlanStep) -> None:
-        """Record a runnable step that cancellation kept from starting (no attempt)."""
-        error = PipelineError(
-            code=codes.RUN_CANCELLED,
-            kind="cancellation",
-            phase="execution",
-            message=self.signal.reason or f"Step {ps.id} was not started: the run was cancelled.",
-            step_id=ps.id,
-        )
-        self.state[ps.id] = "cancelled"
-        self.stop = self.stop or "cancelled"
-        if not self.cancel_error_recorded:
-            self.step_errors[ps.id] = error
-            self.cancel_error_recorded = True
-        self.reports[ps.id] = StepReport(
-            id=ps.id, status="cancelled", name=ps.name, description=ps.description, error=error
-        )
-        if self.envelope is not None:
-            self.emit(
-                self.envelope.step_terminal(
-                    now_ms(), status="cancelled", step_id=ps.id, error=error.to_wire()
-                )
-            )
-
-    def record_remaining(self, ps: PlanStep) -> None:
-        """Record a step never reached because the run stopped dispatching."""
-        if ps.skip_reason is not None:
-            self.skipped(ps, ps.skip_reason, dependency_id=ps.dependency_id)
-        elif self.stop == "fail-fast" and not self.signal.cancelled:
-            assert self.failed_step is not None
-            self.skipped(
-                ps,
-                "fail-fast",
-                dependency_id=self.failed_step,
-                message=f"Not run because fail-fast stopped after {self.failed_step} failed.",
-            )
-        else:
-            self.cancelled_unstarted(ps)
-
     async def finalize_if_allowed(self, plan: Plan) -> None:
         if self.step_errors and (
             not self.controls.continue_on_error
@@ -612,53 +368,6 @@ class _Run:
             return
         await finalize(self, plan)
 
-    def complete(self, plan: Plan, started_ms: int, t0: float, *, steps: bool) -> PipelineRun:
-        errors = list(self.run_errors)
-        if steps and self.step_errors:
-            step_errors = self.step_errors
-            errors.extend([step_errors[ps.id] for ps in plan.steps if ps.id in step_errors])
-        if self.final_errors:
-            errors.extend(self.final_errors)
-        status: RunStatus
-        if not errors:
-            status = "completed"
-        elif all(e.kind == "cancellation" for e in errors):
-            status = "cancelled"
-        else:
-            status = "failed"
-        finalized = self.finalized
-        finished = now_ms()
-        run = PipelineRun(
-            run_id=self.run_id,
-            pipeline_id=self.pipeline.id,
-            parent_run_id=self.parent_run_id,
-            correlation_id=self.env.correlation_id,
-            item_key=self.item_key,
-            status=status,
-            dry_run=self.controls.dry_run,
-            started_at_ms=started_ms,
-            finished_at_ms=finished,
-            errors=tuple(errors),
-            steps=tuple([self.reports[ps.id] for ps in plan.steps]) if steps else (),
-            finalized=finalized,
-            value=self.value if finalized else None,
-            definition_identity=self.pipeline.identity,
-        )
-        if self.envelope is not None:
-            self.emit(
-                self.envelope.pipeline_completed(
-                    finished,
-                    status=status,
-                    dry_run=self.controls.dry_run,
-                    error_count=len(errors),
-                    finalized=finalized,
-                    step_count=len(run.steps),
-                    duration_ms=_elapsed(t0),
-                    error=errors[0].to_wire() if errors else None,
-                )
-            )
-        return run
-
 
 async def _invoke(s: Step, inputs: dict[str, Any], ctx: StepContext, *, dry_run: bool) -> Any:
     """Call the step's handler (or its preview in dry runs) the way its colour requires."""
@@ -673,18 +382,6 @@ async def _invoke(s: Step, inputs: dict[str, Any], ctx: StepContext, *, dry_run:
     return await maybe_await(await call_in_thread(handler, inputs, ctx, signal=ctx.signal))
 
 
-def _elapsed(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000
-
-
-def _base36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        n, r = divmod(n, 36)
-        out = digits[r] + out
-        if n == 0:
-            return out
 
 
 def _parse_skip(decision: Any) -> tuple[str | None, Any] | None:

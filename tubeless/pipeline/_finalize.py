@@ -19,14 +19,14 @@ from tubeless.pipeline._plan import Plan
 from tubeless.schema import SchemaValidationError
 
 if TYPE_CHECKING:
-    from tubeless.pipeline._execute import _Run
+    from tubeless.pipeline._run_state import RunState
 
 __all__ = ["FINALIZE_STEP_ID", "finalize"]
 
 FINALIZE_STEP_ID = "__finalize__"
 
 
-async def finalize(run: _Run, plan: Plan) -> None:
+async def finalize(run: RunState, plan: Plan) -> None:
     """Run the finalizer of ``run``'s pipeline; records the value or a finalization error."""
     envelope = run.envelope
     if envelope is not None:
@@ -65,7 +65,7 @@ async def finalize(run: _Run, plan: Plan) -> None:
         run.emit(envelope.finalize_completed(now_ms(), duration_ms=_ms(t0)))
 
 
-async def _result(run: _Run, plan: Plan) -> Any:
+async def _result(run: RunState, plan: Plan) -> Any:
     finalizer = run.pipeline.finalizer
     outputs = run.outputs
     if run.signal.cancelled:
@@ -108,7 +108,7 @@ def _error(exc: BaseException, *, cancelled: bool) -> PipelineError:
     )
 
 
-def _record(run: _Run, error: PipelineError, t0: float) -> None:
+def _record(run: RunState, error: PipelineError, t0: float) -> None:
     run.final_errors.append(error)
     if run.envelope is not None:
         run.emit(
