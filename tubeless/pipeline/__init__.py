@@ -7,7 +7,6 @@ from tubeless.pipeline._compose import (
     FanOutFailedError,
     for_each_pipeline,
     from_pipeline,
-    iterate_pipeline,
     run_child,
 )
 from tubeless.pipeline._context import StepContext, StepLogger
@@ -15,6 +14,7 @@ from tubeless.pipeline._definition import define_pipeline
 from tubeless.pipeline._execute import Controls
 from tubeless.pipeline._failures import ChildRunFailedError
 from tubeless.pipeline._finalize import FINALIZE_STEP_ID
+from tubeless.pipeline._iterate import iterate_pipeline
 from tubeless.pipeline._pipeline import Pipeline
 from tubeless.pipeline._plan import Plan, PlanStep, SelectionReason
 from tubeless.pipeline._results import DefinitionIdentity, PipelineRun, StepReport

@@ -1,0 +1,182 @@
+"""Bounded iteration: run a child pipeline again and again until a transition finishes."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from tubeless import errors as codes
+from tubeless.errors import TubelessError
+from tubeless.pipeline._compose import _composed, _controls, run_child
+from tubeless.pipeline._context import StepContext
+from tubeless.pipeline._failures import ChildRunFailedError, maybe_await, not_awaitable
+from tubeless.pipeline._pipeline import Pipeline
+from tubeless.pipeline._step import NestedPipeline, Step
+
+__all__ = ["iterate_pipeline"]
+
+_MAX_SAFE_INT = 2**53 - 1
+_RECENT_ITERATIONS = 31
+
+
+def iterate_pipeline(
+    id: str,
+    pipeline: Pipeline,
+    *,
+    max_iterations: int,
+    initial_state: Callable[..., Any],
+    map_options: Callable[..., Any],
+    transition: Callable[..., Any],
+    controls: Any = None,
+    depends_on: Iterable[Any] | str | Step = (),
+    optional_depends_on: Iterable[Any] | str | Step = (),
+    skip_after_failure_of: Iterable[Any] | str | Step = (),
+    skip: Callable[..., Any] | None = None,
+    dry_run: Any = None,
+    name: str | None = None,
+    description: str | None = None,
+) -> Step:
+    """A step that runs ``pipeline`` repeatedly, at most ``max_iterations`` times.
+
+    Args:
+        id: The step id.
+        pipeline: The child pipeline run once per iteration.
+        max_iterations: The bound (a positive integer).
+        initial_state: ``initial_state(inputs, ctx)``, called once per invocation.
+        map_options: ``map_options(state, inputs, ctx)`` returns the child's raw input.
+        transition: ``transition(result, state, ctx)`` returns ``{"kind": "next", "state": s}``
+            or ``{"kind": "finish", "result": r}``; ``r`` is the step's output.
+        controls: Child controls, or ``controls(state, inputs, ctx)``.
+        depends_on: As for :func:`step`.
+        optional_depends_on: As for :func:`step`.
+        skip_after_failure_of: As for :func:`step`.
+        skip: As for :func:`step`.
+        dry_run: ``"skip"`` to skip the whole iteration in dry runs.
+        name: Display name.
+        description: Display description.
+    """
+    problems: tuple[tuple[str, str], ...] = ()
+    if (
+        isinstance(max_iterations, bool)
+        or not isinstance(max_iterations, int)
+        or not 1 <= max_iterations <= _MAX_SAFE_INT
+    ):
+        problems = (
+            (
+                codes.DEFINITION_STEP_INVALID,
+                f"Step {id!r}: max_iterations must be a positive integer.",
+            ),
+        )
+    label = pipeline.name or "Iteration"
+
+    async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
+        state = await maybe_await(initial_state(inputs, ctx))
+        groups = _IterationGroups(label) if ctx.tracing else None
+        for index in range(1, max_iterations + 1):
+            if groups is not None:
+                groups.report(ctx, index, max_iterations)
+            raw = map_options(state, inputs, ctx)
+            if not not_awaitable(raw):
+                raw = await raw
+            child = await run_child(
+                ctx,
+                pipeline,
+                raw,
+                item_key=f"iteration-{index}",
+                iteration={
+                    "runId": ctx.run_id,
+                    "stepId": ctx.step_id,
+                    "attemptId": ctx.attempt_id,
+                    "index": index,
+                },
+                controls=_controls(controls, state, inputs, ctx),
+            )
+            if groups is not None:
+                groups.finished(index, child.status)
+            if child.status != "completed":
+                if groups is not None:
+                    groups.report(ctx, None, max_iterations)
+                raise ChildRunFailedError(child)
+            decision = transition(child.value, state, ctx)
+            if not not_awaitable(decision):
+                decision = await decision
+            kind = _transition_kind(decision)
+            if kind == "finish":
+                if groups is not None:
+                    groups.report(ctx, None, max_iterations)
+                return decision["result"]
+            state = decision["state"]
+        raise TubelessError(
+            codes.ITERATION_LIMIT_REACHED,
+            f"Iteration did not finish within maxIterations={max_iterations} "
+            f"({max_iterations} child runs).",
+        )
+
+    return _composed(
+        id,
+        run,
+        NestedPipeline(mode="iterate", pipeline=pipeline, max_iterations=max_iterations),
+        depends_on=depends_on,
+        optional_depends_on=optional_depends_on,
+        skip_after_failure_of=skip_after_failure_of,
+        skip=skip,
+        dry_run=dry_run,
+        name=name,
+        description=description,
+        problems=problems,
+    )
+
+
+class _IterationGroups:
+    """Progress rows of an iteration: the current one, at most 31 recent ones, then a count."""
+
+    __slots__ = ("done", "label", "recent")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.done = 0
+        self.recent: deque[dict[str, Any]] = deque(maxlen=_RECENT_ITERATIONS)
+
+    def finished(self, index: int, status: str) -> None:
+        self.done = index
+        self.recent.appendleft(
+            {
+                "id": f"iteration-{index}",
+                "name": f"{self.label} {index}",
+                "depth": 0,
+                "status": status,
+            }
+        )
+
+    def report(self, ctx: StepContext, current: int | None, bound: int) -> None:
+        rows: list[dict[str, Any]] = []
+        if current is not None:
+            rows.append(
+                {
+                    "id": f"iteration-{current}",
+                    "name": f"{self.label} {current}",
+                    "depth": 0,
+                    "status": "running",
+                }
+            )
+        rows.extend(self.recent)
+        earlier = self.done - len(self.recent)
+        if earlier > 0:
+            rows.append({"id": "earlier", "label": f"{earlier} earlier iterations", "depth": 0})
+        shown = current if current is not None else self.done
+        ctx.report_progress(self.done, None, f"{self.label} {shown} of at most {bound}", rows)
+
+
+def _transition_kind(decision: Any) -> str:
+    if isinstance(decision, Mapping) and len(decision) == 2:
+        kind = decision.get("kind")
+        if kind == "next" and "state" in decision:
+            return "next"
+        if kind == "finish" and "result" in decision:
+            return "finish"
+    raise TubelessError(
+        codes.ITERATION_INVALID_DECISION,
+        "An iteration transition must return exactly {'kind': 'next', 'state': ...} or "
+        "{'kind': 'finish', 'result': ...}.",
+    )
