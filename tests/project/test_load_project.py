@@ -79,9 +79,14 @@ async def test_every_shipped_project_gives_its_documented_answer(
     assert run.value == answer
 
 
+# Projects whose decisions come from a live model (paid requests) run against recorded responses
+# in tests/providers/test_openai_responses.py instead.
+MODEL_BACKED = {"openai-agent"}
+
+
 def test_the_answers_cover_every_shipped_project() -> None:
     covered = {param.values[0] for param in ANSWERS}
-    assert covered == {path.stem for path in SHIPPED}
+    assert covered == {path.stem for path in SHIPPED} - MODEL_BACKED
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[path.stem for path in SHIPPED])

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tubeless.errors import AGENT_INVALID_STATE, TubelessError
+from tubeless.frozen import FreezeError, FrozenTuple
 from tubeless.providers._errors import (
     PROVIDER_BUDGET_EXCEEDED,
     PROVIDER_INVALID_INPUT,
@@ -54,8 +55,11 @@ _ABSENT = object()
 
 
 def utf8_size(text: str) -> int:
-    """The length of ``text`` in UTF-8 bytes (an emoji is 4, ``é`` is 2)."""
-    return len(text.encode("utf-8"))
+    """The length of ``text`` in UTF-8 bytes (an emoji is 4, ``é`` is 2).
+
+    A lone surrogate (valid in JSON text, not in UTF-8) counts 3 bytes instead of failing.
+    """
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def json_text(value: Any) -> str:
@@ -83,7 +87,14 @@ def check_budget(size: int, limit: int, what: str) -> None:
 
 def encode_body(body: Mapping[str, Any], limit: int, provider: str) -> bytes:
     """``body`` as UTF-8 JSON bytes, checked against ``limit`` (``"<provider> request ..."``)."""
-    encoded = json_text(body).encode("utf-8")
+    text = json_text(body)
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates cannot be UTF-8; escaped as \uXXXX the body stays valid JSON.
+        encoded = json.dumps(
+            body, ensure_ascii=True, separators=(",", ":"), allow_nan=False
+        ).encode("ascii")
     check_budget(len(encoded), limit, f"{provider} request")
     return encoded
 
@@ -191,7 +202,13 @@ def append_outcomes(
                 AGENT_INVALID_STATE,
                 f"append_outcomes needs a state mapping whose {field!r} is a list",
             )
-        history = [*previous, *outcomes]
+        try:
+            # Frozen histories concatenate at the cost of the copy alone (nothing re-checked).
+            history = FrozenTuple(previous) + FrozenTuple(outcomes)
+        except FreezeError as exc:
+            raise TubelessError(
+                AGENT_INVALID_STATE, f"append_outcomes needs plain outcome data ({exc})"
+            ) from None
         check_budget(json_size(history), limit, "Observation history")
         return {**state, field: history}
 

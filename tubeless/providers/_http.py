@@ -84,7 +84,7 @@ def setting(value: str | None, env_name: str | None, default: str) -> str:
 
 
 def require_env(name: str) -> str:
-    """The value of the environment variable ``name``; ``PROVIDER_NOT_CONFIGURED`` if blank.
+    """The environment variable ``name``; ``PROVIDER_NOT_CONFIGURED`` if blank or not ASCII.
 
     The message reads ``"<name> is required ..."`` and never includes any value.
     """
@@ -93,6 +93,11 @@ def require_env(name: str) -> str:
         raise ProviderError(
             PROVIDER_NOT_CONFIGURED,
             f"{name} is required to send a model request; set it in the environment",
+        )
+    if not (value.isascii() and value.isprintable()):
+        # Checked here because httpx's own header error would quote the offending character.
+        raise ProviderError(
+            PROVIDER_NOT_CONFIGURED, f"{name} must contain only printable ASCII characters"
         )
     return value
 
