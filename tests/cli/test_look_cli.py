@@ -311,9 +311,11 @@ def test_inspect_text_for_the_scripted_agent() -> None:
             "  count (function)",
             "    description: Count the characters of a piece of text.",
             '    input: {"type":"string"}',
+            "    strict: yes",
             "  uppercase (function)",
             "    description: Uppercase a piece of text.",
             '    input: {"type":"string"}',
+            "    strict: yes",
             'Result: {"description":"The final answer text.","type":"string"}',
             "",
         ]
@@ -356,7 +358,11 @@ def test_inspect_shows_pipeline_and_agent_tools_with_schemas_cut_to_200() -> Non
     schema_line = lines[start + 3].removeprefix("    input: ")
     assert len(schema_line) == 200 and schema_line.endswith("…")
     assert schema_line.startswith('{"description":"The example agents\' input')
-    assert lines[start + 4] == "  summarize (pipeline agent-summary)"
+    assert lines[start + 4] == (
+        "    strict: no (/properties/input: an object needs additionalProperties: false; "
+        "/properties/input: property 'question' must be required)"
+    )
+    assert lines[start + 5] == "  summarize (pipeline agent-summary)"
 
 
 def test_inspect_json_for_the_scripted_agent() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -110,7 +110,23 @@ def inspect(project: str, entry_id: str | None, as_json: bool) -> None:
     if as_json:
         _echo_json(inspect_dict(pipeline, entry_id=chosen, kind=kind))
     else:
-        click.echo(format_inspect(pipeline, entry_id=chosen, kind=kind), nl=False)
+        strict = _strict_notes(pipeline)
+        click.echo(format_inspect(pipeline, entry_id=chosen, kind=kind, strict=strict), nl=False)
+
+
+def _strict_notes(pipeline: Any) -> dict[str, list[str]]:
+    """Per tool of each agent step, why OpenAI's strict mode cannot apply (empty: it can)."""
+    from tubeless.providers._calls import strict_problems, wrap_parameters
+    from tubeless.reporting.graph import agent_tools
+
+    notes: dict[str, list[str]] = {}
+    for s in pipeline.order:
+        if s.agent is None:
+            continue
+        for tool in agent_tools(s):
+            schema = tool.input_json_schema if isinstance(tool.input_json_schema, dict) else {}
+            notes[tool.name] = strict_problems(wrap_parameters("input", schema))
+    return notes
 
 
 @click.command("graph", short_help="Draw an entry as Mermaid, Graphviz DOT or JSON.")

@@ -4,7 +4,7 @@ agents, limits, tool inventory and result descriptor (text or a JSON-ready dict)
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from tubeless.pipeline import DefinitionIdentity, Pipeline, Step
@@ -20,13 +20,21 @@ SCHEMA_WIDTH = 200
 _LIMITS = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency")
 
 
-def format_inspect(pipeline: Pipeline, *, entry_id: str, kind: EntryKind) -> str:
+def format_inspect(
+    pipeline: Pipeline,
+    *,
+    entry_id: str,
+    kind: EntryKind,
+    strict: Mapping[str, Sequence[str]] | None = None,
+) -> str:
     """The text report of one project entry, ending in one newline.
 
     Args:
         pipeline: The entry's compiled pipeline (an agent is a pipeline too).
         entry_id: The entry's id in its project.
         kind: Whether the project declares it under ``agents`` or ``pipelines``.
+        strict: Per tool name, why its descriptor is outside OpenAI's strict subset (empty:
+            strict mode applies); shown under each tool when given.
     """
     lines = [f"Entry {entry_id} ({kind})", f"Pipeline {pipeline.id}"]
     if pipeline.name:
@@ -40,7 +48,7 @@ def format_inspect(pipeline: Pipeline, *, entry_id: str, kind: EntryKind) -> str
     lines.extend(format_plan(pipeline.plan()).splitlines())
     for s in _agent_steps(pipeline):
         lines.append("")
-        lines.extend(_agent_lines(s))
+        lines.extend(_agent_lines(s, strict))
     return "\n".join(lines) + "\n"
 
 
@@ -89,7 +97,7 @@ def _identity_dict(identity: DefinitionIdentity) -> dict[str, Any]:
     return out
 
 
-def _agent_lines(s: Step) -> list[str]:
+def _agent_lines(s: Step, strict: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     assert s.agent is not None
     limits: Mapping[str, Any] = s.agent.get("limits", {})
     shown = " ".join(f"{_snake(key)}={limits[key]}" for key in _LIMITS if key in limits)
@@ -101,6 +109,12 @@ def _agent_lines(s: Step) -> list[str]:
         lines.append(f"  {tool.name} ({tool.kind}{target})")
         lines.append(f"    description: {_one_line(tool.description)}")
         lines.append(f"    input: {_compact(tool.input_json_schema)}")
+        if strict is not None and tool.name in strict:
+            problems = strict[tool.name]
+            verdict = "yes" if not problems else "no (" + "; ".join(problems[:3]) + (
+                f"; and {len(problems) - 3} more)" if len(problems) > 3 else ")"
+            )
+            lines.append(f"    strict: {verdict}")
     lines.append(f"Result: {_compact(s.agent.get('resultJsonSchema'))}")
     return lines
 
