@@ -270,7 +270,13 @@ class Schema:
         Raises:
             SchemaValidationError: If ``value`` does not match; its issues never quote it.
         """
-        return self._validate(value)
+        try:
+            return self._validate(value)
+        except RecursionError:
+            # Untrusted data nested deeper than a recursive validator can follow.
+            raise SchemaValidationError(
+                [ValidationIssue(message="value is nested too deeply to validate")]
+            ) from None
 
     def json_schema(self) -> dict[str, Any]:
         """The draft 2020-12 JSON Schema of accepted *input*, as frozen JSON data.

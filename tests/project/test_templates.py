@@ -107,7 +107,6 @@ def test_each_run_renders_the_templates_again(tmp_path: Path) -> None:
     [
         pytest.param("{{ input.missing }}", id="native"),
         pytest.param("Question: {{ input.missing }}", id="text"),
-        pytest.param("{{ missing_name }}", id="unknown-name"),
     ],
 )
 def test_an_undefined_name_fails_the_run_with_template_invalid_naming_the_pointer(
@@ -124,6 +123,16 @@ def test_an_undefined_name_fails_the_run_with_template_invalid_naming_the_pointe
     assert error.source_code == TEMPLATE_INVALID
     assert error.message.startswith("/agents/helper/initial_state/broken: template failed: ")
     assert "missing" in error.message
+
+
+def test_a_name_other_than_input_is_refused_when_the_project_loads(tmp_path: Path) -> None:
+    """Templates see only ``input``: an unknown name is a load error, located, not a run error."""
+    path = write_project(tmp_path, {"question": "{{ input.question }}", "broken": "{{ nope }}"})
+    with pytest.raises(TemplateError) as caught:
+        load_project(path, overrides=echo_state())
+    assert caught.value.code == TEMPLATE_INVALID
+    assert "/agents/helper/initial_state/broken" in str(caught.value)
+    assert "unknown: nope" in str(caught.value)
 
 
 def template_failure(tmp_path: Path, template: str) -> str | None:

@@ -181,7 +181,7 @@ def _read_input_file(name: str) -> Any:
         if name.endswith((".yaml", ".yml")):
             return yaml.safe_load(text)
         return json.loads(text)
-    except (ValueError, yaml.YAMLError) as exc:
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:
         raise CliInputError(f"--input-file {name}: not valid input: {exc}") from None
 
 
@@ -195,7 +195,7 @@ def _build_input(
     if options.get("input_json") is not None:
         try:
             raw = json.loads(options["input_json"])
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise CliInputError(f"--input is not valid JSON: {exc}") from None
     elif options.get("input_file") is not None:
         raw = _read_input_file(options["input_file"])

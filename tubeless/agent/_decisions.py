@@ -21,6 +21,7 @@ _SHOWN = 128
 _PLAIN_DICTS = (dict, FrozenDict)
 _PLAIN_LISTS = (list, tuple, FrozenTuple)
 _CALL_KEYS = frozenset({"id", "tool", "input"})
+_STR_ONLY = frozenset({str})
 _SHAPE = "Agent decision must finish(result) or continue with a nonempty calls array"
 
 
@@ -64,6 +65,9 @@ def parse_decision(value: Any) -> Finish | Continue:
     """Check a decision's envelope and calls; raises :class:`DecisionError`."""
     if type(value) not in _PLAIN_DICTS:
         raise DecisionError("Agent decision must be a plain dict")
+    # Keys are looked up only once they are known to be strings: no user code runs here.
+    if not _STR_ONLY.issuperset(map(type, value)):
+        raise DecisionError(_SHAPE)
     kind = value.get("kind")
     if type(kind) is not str:
         raise DecisionError(_SHAPE)
@@ -79,7 +83,11 @@ def parse_decision(value: Any) -> Finish | Continue:
     calls: list[Call] = []
     seen: set[str] = set()
     for raw in raw_calls:
-        if type(raw) not in _PLAIN_DICTS or raw.keys() != _CALL_KEYS:
+        if (
+            type(raw) not in _PLAIN_DICTS
+            or not _STR_ONLY.issuperset(map(type, raw))
+            or raw.keys() != _CALL_KEYS
+        ):
             raise DecisionError(
                 "Each call requires a nonblank id (up to 256 characters), tool, and input"
             )

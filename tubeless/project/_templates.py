@@ -11,15 +11,17 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jinja2 import StrictUndefined, Undefined
 from jinja2 import TemplateError as JinjaError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import Undefined
 
 from tubeless.errors import TemplateError
+from tubeless.project._sandbox import SANDBOX, check_names
 
 __all__ = ["compile_template", "compile_template_mapping", "template_problems"]
 
-_ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+_ENV = SANDBOX
+#: What parsing a hostile template can raise besides jinja2's own errors.
+_PARSE_ERRORS = (JinjaError, RecursionError, ValueError, OverflowError, MemoryError, TypeError)
 _SINGLE = re.compile(r"\A\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*\Z", re.DOTALL)
 
 Renderer = Callable[[Mapping[str, Any]], Any]
@@ -29,8 +31,29 @@ def _escape(part: str) -> str:
     return part.replace("~", "~0").replace("/", "~1")
 
 
+def _problem(text: str) -> str | None:
+    """Why ``text`` is not a usable template (parse errors, names it may not see), or None."""
+    single = _SINGLE.match(text)
+    source = "{{" + single.group("expr") + "}}" if single is not None else text
+    try:
+        names = check_names(_ENV.parse(source))
+    except JinjaError as exc:
+        return f"invalid template: {exc}"
+    except _PARSE_ERRORS as exc:  # nesting or sizes the parser itself cannot take
+        return f"invalid template: {type(exc).__name__}: {exc}"
+    if names:
+        return (
+            f"templates see only 'input' (and names they set themselves); unknown: "
+            f"{', '.join(names)}"
+        )
+    return None
+
+
 def compile_template(text: str, where: str) -> Renderer:
     """Compile one template string; raises :class:`TemplateError` naming ``where``."""
+    problem = _problem(text)
+    if problem is not None:
+        raise TemplateError(f"{where}: {problem}")
     single = _SINGLE.match(text)
     try:
         if single is not None:
@@ -49,8 +72,8 @@ def compile_template(text: str, where: str) -> Renderer:
 
             return native
         template = _ENV.from_string(text)
-    except JinjaError as exc:
-        raise TemplateError(f"{where}: invalid template: {exc}") from None
+    except _PARSE_ERRORS as exc:
+        raise TemplateError(f"{where}: invalid template: {type(exc).__name__}: {exc}") from None
 
     def render(context: Mapping[str, Any]) -> Any:
         try:
@@ -79,14 +102,9 @@ def template_problems(value: Any, pointer: str) -> list[tuple[str, str]]:
     """``(pointer, message)`` for every string of ``value`` that is not a valid template."""
     found: list[tuple[str, str]] = []
     if isinstance(value, str):
-        single = _SINGLE.match(value)
-        try:
-            if single is not None:
-                _ENV.compile_expression(single.group("expr"))
-            else:
-                _ENV.parse(value)
-        except JinjaError as exc:
-            found.append((pointer, f"invalid template: {exc}"))
+        problem = _problem(value)
+        if problem is not None:
+            found.append((pointer, problem))
     elif isinstance(value, Mapping):
         for key, item in value.items():
             found.extend(template_problems(item, f"{pointer}/{_escape(str(key))}"))

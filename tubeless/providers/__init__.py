@@ -1,7 +1,9 @@
 """Model ``decide`` adapters and the state helpers that bound what a model is sent.
 
 Adapters live in their own modules and are referenced from YAML by import path
-(``decide: {use: tubeless.providers.openai:responses, with: {...}}``); this package itself
+(``decide: {use: tubeless.providers.openai:responses, with: {...}}``, or
+``tubeless.providers.chat:completions`` for OpenAI-compatible chat endpoints, or
+``tubeless.providers.anthropic:messages``); this package itself
 offers the byte-budget helpers usable as ``initial_state`` and ``reduce``::
 
     initial_state: {use: tubeless.providers:question_state, with: {max_bytes: 4096}}

@@ -5,7 +5,7 @@ the accumulated observations (as serialized JSON) and the whole encoded request 
 check fails with a :class:`~tubeless.providers.ProviderError` whose code is
 ``PROVIDER_BUDGET_EXCEEDED`` and whose message reads ``<what> exceeds <limit> UTF-8 bytes``.
 
-API shared by the adapters (``openai``, and later ``chat`` and ``anthropic``):
+API shared by the adapters (``openai``, ``chat`` and ``anthropic``):
 
 - :func:`json_text` / :func:`json_size`: the compact JSON that is measured and sent
   (``separators=(",", ":")``, non-ASCII kept as UTF-8, NaN refused), so a budget counts exactly

@@ -1,6 +1,6 @@
 """Function calling pieces every adapter shares: instructions, tool functions, call parsing.
 
-API for the adapters (``openai``, and later ``chat`` and ``anthropic``):
+API for the adapters (``openai``, ``chat`` and ``anthropic``):
 
 - :data:`FINISH` (``"_finish"``): the adapter-only function whose ``{result}`` argument
   finishes the run. It cannot collide with a tool: registered names start with a letter.
@@ -269,21 +269,22 @@ def _invalid(message: str) -> ProviderError:
     return ProviderError(PROVIDER_INVALID_RESPONSE, message)
 
 
-def parse_arguments(provider: str, name: str, arguments: Any) -> Any:
+def parse_arguments(
+    provider: str, name: str, arguments: Any, *, what: str = "function call arguments"
+) -> Any:
     """The one wrapped argument: ``result`` for ``_finish``, ``input`` for any other name.
 
-    ``arguments`` is JSON text (OpenAI) or an already decoded object (Anthropic).
+    ``arguments`` is JSON text (OpenAI, chat completions) or an already decoded object
+    (Anthropic, whose messages say ``what="tool_use input"``).
     """
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
         except (ValueError, RecursionError):
-            raise _invalid(f"{provider} function call arguments must be JSON") from None
+            raise _invalid(f"{provider} {what} must be JSON") from None
     key = "result" if name == FINISH else "input"
     if not isinstance(arguments, dict) or list(arguments) != [key]:
-        raise _invalid(
-            f"{provider} function call arguments must be an object with exactly the key {key!r}"
-        )
+        raise _invalid(f"{provider} {what} must be an object with exactly the key {key!r}")
     return arguments[key]
 
 

@@ -1,6 +1,6 @@
 """One JSON POST to a model provider: deadline, cancellation, optional retries, no body leaks.
 
-API shared by the adapters (``openai``, and later ``chat`` and ``anthropic``)::
+API shared by the adapters (``openai``, ``chat`` and ``anthropic``)::
 
     body = encode_body(payload, max_request_bytes, "OpenAI")       # _budgets: before the key
     key = require_env(api_key_env)                                  # "<NAME> is required"

@@ -55,8 +55,23 @@ RECORD_NAMES: Final = (
 
 
 def bounded_str(text: str) -> str:
-    """``text`` cut to at most ``MAX_STRING`` characters."""
-    return text if len(text) <= MAX_STRING else text[: MAX_STRING - 1] + "…"
+    """``text`` cut to at most ``MAX_STRING`` characters, lone surrogates made U+FFFD.
+
+    Text from tool data may hold lone surrogates, which no UTF-8 file or SQLite text can store;
+    replacing them keeps every sink able to write the record.
+    """
+    if len(text) > MAX_STRING:
+        text = text[: MAX_STRING - 1] + "…"
+    return text if text.isascii() else safe_text(text)
+
+
+def safe_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD (other text unchanged)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+    return text
 
 
 def bounded_list(items: Iterable[Any]) -> list[Any]:
@@ -69,7 +84,7 @@ def bounded_error(error: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
     """A wire error (or cause) with every message, list and nesting level within bounds."""
     out: dict[str, Any] = {}
     for key, value in error.items():
-        if key == "message" and isinstance(value, str):
+        if isinstance(value, str):  # message, name, codes: bounded, storable text
             out[key] = bounded_str(value)
         elif key == "cause" and isinstance(value, Mapping):
             if depth < 15:
@@ -119,6 +134,11 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
             except (TypeError, ValueError):  # non-string keys or a circular row: drop it
                 continue
             copy = json.loads(text)
+        if not text.isascii():
+            safe = safe_text(text)
+            if safe is not text:  # a lone surrogate: store the row with U+FFFD in its place
+                text = safe
+                copy = json.loads(text)
         row_bytes = len(text) if text.isascii() else len(text.encode("utf-8"))
         added = row_bytes + (1 if kept else 0)
         if size + added > MAX_DETAILS_BYTES or len(kept) == MAX_LIST:
@@ -179,7 +199,8 @@ def bounded_snapshot(snapshot: Mapping[str, Any] | None) -> Mapping[str, Any] | 
     """The definition snapshot, or ``None`` when its JSON would exceed 256 KiB."""
     if snapshot is None:
         return None
-    size = len(json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    text = json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False)
+    size = len(text.encode("utf-8", "surrogatepass"))
     return snapshot if size <= MAX_SNAPSHOT_BYTES else None
 
 

@@ -1,0 +1,247 @@
+"""The Anthropic Messages adapter: ``decide`` for a Claude model over plain HTTP (httpx, no SDK).
+
+Use it from YAML by swapping one line::
+
+    decide: {use: tubeless.providers.anthropic:messages, with: {model: claude-sonnet-4-5}}
+
+Each decision is one stateless ``POST {base_url}/v1/messages`` (the base URL has no ``/v1``):
+the instructions as ``system``, one user message with the current state and turn as a JSON
+string, one tool per capability whose ``input_schema`` wraps its raw argument in ``{input}``,
+and the adapter-only ``_finish`` tool wrapping the result schema in ``{result}``;
+``tool_choice: {type: "any", disable_parallel_tool_use: false}`` so the model must call tools
+and may call several. The key goes in ``x-api-key`` with an ``anthropic-version`` header.
+Budgets, deadline, cancellation, retries and errors are those of
+:mod:`tubeless.providers.openai`; messages name ``Anthropic``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from tubeless.agent import DecisionContext
+from tubeless.providers._budgets import encode_body, json_text, positive_int, positive_number
+from tubeless.providers._calls import (
+    FunctionSpec,
+    ParsedCall,
+    compile_instructions,
+    decision,
+    function_specs,
+    parse_arguments,
+)
+from tubeless.providers._errors import (
+    PROVIDER_INVALID_RESPONSE,
+    PROVIDER_REFUSED,
+    ProviderError,
+)
+from tubeless.providers._http import join_url, post_json, require_env, setting
+
+__all__ = [
+    "DEFAULT_ANTHROPIC_VERSION",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MODEL",
+    "messages",
+    "parse_response",
+    "request_body",
+]
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+_PROVIDER = "Anthropic"
+# stop_reason values that carry the decision: "tool_use" is what a forced tool choice gives;
+# "end_turn" with tool_use blocks is accepted from compatible servers.
+_COMPLETED = frozenset({"tool_use", "end_turn"})
+# Reasons of a cut-off answer; only these are repeated in messages.
+_INCOMPLETE_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
+# Content blocks that carry no call and are ignored (never replayed).
+_IGNORED_BLOCKS = frozenset({"text", "thinking", "redacted_thinking"})
+
+Decide = Callable[[Any, DecisionContext], Awaitable[dict[str, Any]]]
+
+
+def messages(
+    model: str | None = None,
+    instructions: str | None = None,
+    base_url: str | None = None,
+    base_url_env: str | None = "ANTHROPIC_BASE_URL",
+    api_key_env: str = "ANTHROPIC_API_KEY",
+    model_env: str | None = "ANTHROPIC_MODEL",
+    timeout_s: float = 30.0,
+    max_request_bytes: int = 32768,
+    max_output_tokens: int = 2048,
+    max_retries: int = 0,
+    anthropic_version: str = DEFAULT_ANTHROPIC_VERSION,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Decide:
+    """A ``decide(state, ctx)`` that asks the Anthropic Messages API for each decision.
+
+    Settings are checked now (so a project with a bad ``with:`` value fails to load); the
+    environment is read only when a request is about to be sent.
+
+    Args:
+        model: The model; else the variable ``model_env``; else ``claude-sonnet-4-5``.
+        instructions: A jinja2 template (sandboxed, strict about undefined names) rendered per
+            request with ``{input, turn, capabilities}``; ``None`` uses a default paragraph.
+        base_url: The API root without ``/v1``; else the variable ``base_url_env``; else
+            ``https://api.anthropic.com``.
+        base_url_env: The variable naming the base URL (``None``: not consulted).
+        api_key_env: The variable holding the API key, required when a request is sent.
+        model_env: The variable naming the model (``None``: not consulted).
+        timeout_s: The deadline of each request, in seconds.
+        max_request_bytes: The budget for the whole encoded request body, in UTF-8 bytes.
+        max_output_tokens: Sent as ``max_tokens`` (required by the API).
+        max_retries: Retries of transient failures (timeouts, transport errors, HTTP 408, 409,
+            429, 5xx, which includes Anthropic's 529 "overloaded"); 0, the default, sends each
+            request once.
+        anthropic_version: Sent as the ``anthropic-version`` header.
+        transport: An ``httpx`` async transport to send through (tests inject
+            ``httpx.MockTransport``); the caller keeps ownership.
+
+    Returns:
+        The async ``decide`` callable.
+
+    Raises:
+        ValueError: For an argument of the wrong type or range.
+        TemplateError: For an instructions template that does not parse.
+    """
+    factory = "messages"
+    for name, value in (
+        ("model", model),
+        ("base_url", base_url),
+        ("anthropic_version", anthropic_version),
+    ):
+        if (value is not None or name == "anthropic_version") and (
+            not isinstance(value, str) or not value.strip()
+        ):
+            raise ValueError(f"{factory}({name}=...) must be a nonblank string, got {value!r}")
+    for name, value in (
+        ("base_url_env", base_url_env),
+        ("api_key_env", api_key_env),
+        ("model_env", model_env),
+    ):
+        if (value is not None or name == "api_key_env") and (
+            not isinstance(value, str) or not value.strip()
+        ):
+            raise ValueError(f"{factory}({name}=...) must name an environment variable")
+    timeout = positive_number(factory, "timeout_s", timeout_s)
+    body_limit = positive_int(factory, "max_request_bytes", max_request_bytes)
+    output_tokens = positive_int(factory, "max_output_tokens", max_output_tokens)
+    retries = positive_int(factory, "max_retries", max_retries, minimum=0)
+    if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+        raise ValueError(f"{factory}(transport=...) must be an httpx.AsyncBaseTransport")
+    if not (anthropic_version.isascii() and anthropic_version.isprintable()):
+        raise ValueError(f"{factory}(anthropic_version=...) must be printable ASCII")
+    render = compile_instructions(instructions, f"{factory}(instructions=...)")
+
+    async def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
+        body = request_body(
+            state,
+            ctx,
+            model=setting(model, model_env, DEFAULT_MODEL),
+            instructions=render(ctx),
+            max_output_tokens=output_tokens,
+        )
+        encoded = encode_body(body, body_limit, _PROVIDER)
+        key = require_env(api_key_env)
+        url = join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "v1/messages")
+        data = await post_json(
+            url,
+            encoded,
+            headers={"x-api-key": key, "anthropic-version": anthropic_version},
+            provider=_PROVIDER,
+            signal=ctx.signal,
+            timeout_s=timeout,
+            max_retries=retries,
+            transport=transport,
+        )
+        return parse_response(data)
+
+    return decide
+
+
+def _tool(spec: FunctionSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
+
+
+def request_body(
+    state: Any, ctx: DecisionContext, *, model: str, instructions: str, max_output_tokens: int
+) -> dict[str, Any]:
+    """The JSON body of one Messages request for ``state`` at ``ctx.turn``."""
+    specs = function_specs(ctx.capabilities, ctx.result_json_schema)
+    return {
+        "model": model,
+        "max_tokens": max_output_tokens,
+        "system": instructions,
+        "messages": [
+            {"role": "user", "content": json_text({"state": state, "turn": ctx.turn})},
+        ],
+        "tools": [_tool(spec) for spec in specs],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": False},
+    }
+
+
+def _invalid(message: str) -> ProviderError:
+    return ProviderError(PROVIDER_INVALID_RESPONSE, message)
+
+
+def _not_completed(reason: Any = None) -> ProviderError:
+    message = "Anthropic did not return a completed response"
+    if reason in _INCOMPLETE_REASONS:
+        message += f" (incomplete: {reason})"
+    return _invalid(message)
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def parse_response(data: Any) -> dict[str, Any]:
+    """The Tubeless decision in a parsed Messages body (UPSTREAM §5.2, Messages shapes).
+
+    The body must be a ``message`` with a ``content`` list. ``stop_reason: refusal`` is a
+    refusal; ``max_tokens`` and ``model_context_window_exceeded`` are cut-off answers; only
+    ``tool_use`` (or ``end_turn``) carries a decision. ``text`` and ``thinking`` blocks are
+    ignored; every other block must be ``tool_use`` with string ``id`` and ``name`` and an
+    object ``input`` (already decoded: the wrapped ``{input}`` or ``{result}`` argument).
+
+    Raises:
+        ProviderError: ``PROVIDER_REFUSED`` for a refusal, else ``PROVIDER_INVALID_RESPONSE``.
+    """
+    if (
+        not isinstance(data, dict)
+        or data.get("type") != "message"
+        or not isinstance(data.get("content"), list)
+    ):
+        raise _not_completed()
+    # Only strings name a reason or a block type (and unhashable values must not reach a set).
+    stop_reason = _string(data.get("stop_reason"))
+    if stop_reason == "refusal":
+        raise ProviderError(PROVIDER_REFUSED, "Anthropic refused to answer")
+    if stop_reason not in _COMPLETED:
+        raise _not_completed(stop_reason)
+    calls: list[ParsedCall] = []
+    for index, block in enumerate(data["content"]):
+        if not isinstance(block, dict):
+            raise _invalid(f"Anthropic content block {index} is not an object")
+        kind = _string(block.get("type"))
+        if kind in _IGNORED_BLOCKS:
+            continue
+        call_id, name, arguments = (block.get(k) for k in ("id", "name", "input"))
+        if (
+            kind != "tool_use"
+            or not isinstance(call_id, str)
+            or not isinstance(name, str)
+            or not isinstance(arguments, dict)
+        ):
+            raise _invalid(f"Invalid Anthropic tool_use block (content block {index})")
+        calls.append(
+            ParsedCall(
+                id=call_id,
+                name=name,
+                value=parse_arguments(_PROVIDER, name, arguments, what="tool_use input"),
+            )
+        )
+    return decision(_PROVIDER, calls)

@@ -1,0 +1,249 @@
+"""The OpenAI-compatible chat completions adapter: ``decide`` over any ``/v1/chat/completions``.
+
+Use it from YAML by swapping one line::
+
+    decide: {use: tubeless.providers.chat:completions, with: {model: llama3.1}}
+
+It speaks the Chat Completions API that OpenAI and most local servers (vLLM, Ollama, LM Studio,
+llama.cpp) share, so ``base_url`` may point at a local server (``http://localhost:11434/v1``)
+and ``api_key_env: ""`` sends no key. Each decision is one stateless ``POST
+{base_url}/chat/completions``: a system message with the instructions, a user message with the
+current state and turn as a JSON string, one function tool per capability wrapping its raw
+argument in ``{input}``, and the adapter-only ``_finish`` function wrapping the result schema in
+``{result}``; ``tool_choice: "required"``, ``parallel_tool_calls: true``, and ``max_tokens`` (the
+name every compatible server accepts; OpenAI's reasoning models want ``max_completion_tokens``
+and are better served by the Responses adapter). Budgets, deadline, cancellation, retries and
+errors are those of :mod:`tubeless.providers.openai`; messages name ``Chat completions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from tubeless.agent import DecisionContext
+from tubeless.providers._budgets import encode_body, json_text, positive_int, positive_number
+from tubeless.providers._calls import (
+    FunctionSpec,
+    ParsedCall,
+    compile_instructions,
+    decision,
+    function_specs,
+    parse_arguments,
+)
+from tubeless.providers._errors import (
+    PROVIDER_INVALID_RESPONSE,
+    PROVIDER_REFUSED,
+    ProviderError,
+)
+from tubeless.providers._http import join_url, post_json, require_env, setting
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MODEL",
+    "completions",
+    "parse_response",
+    "request_body",
+]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_MODEL = "gpt-4.1-mini"
+_PROVIDER = "Chat completions"
+# finish_reason values that carry the decision: OpenAI reports "stop" rather than "tool_calls"
+# when the tool choice is forced, and so do several compatible servers.
+_COMPLETED = frozenset({"tool_calls", "stop"})
+# Reasons of a cut-off answer; only these are repeated in messages.
+_INCOMPLETE_REASONS = frozenset({"length", "content_filter"})
+
+Decide = Callable[[Any, DecisionContext], Awaitable[dict[str, Any]]]
+
+
+def completions(
+    model: str | None = None,
+    instructions: str | None = None,
+    base_url: str | None = None,
+    base_url_env: str | None = "OPENAI_BASE_URL",
+    api_key_env: str | None = "OPENAI_API_KEY",
+    model_env: str | None = "OPENAI_MODEL",
+    timeout_s: float = 30.0,
+    max_request_bytes: int = 32768,
+    max_output_tokens: int = 2048,
+    max_retries: int = 0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Decide:
+    """A ``decide(state, ctx)`` that asks an OpenAI-compatible chat endpoint for each decision.
+
+    Settings are checked now (so a project with a bad ``with:`` value fails to load); the
+    environment is read only when a request is about to be sent.
+
+    Args:
+        model: The model; else the variable ``model_env``; else ``gpt-4.1-mini``.
+        instructions: A jinja2 template (sandboxed, strict about undefined names) rendered per
+            request with ``{input, turn, capabilities}``; ``None`` uses a default paragraph.
+        base_url: The API root including ``/v1``; else the variable ``base_url_env``; else
+            ``https://api.openai.com/v1``.
+        base_url_env: The variable naming the base URL (``None``: not consulted).
+        api_key_env: The variable holding the key, required when a request is sent and sent
+            as ``Authorization: Bearer <key>``; ``""`` or ``None``: no key and no header (local
+            servers).
+        model_env: The variable naming the model (``None``: not consulted).
+        timeout_s: The deadline of each request, in seconds.
+        max_request_bytes: The budget for the whole encoded request body, in UTF-8 bytes.
+        max_output_tokens: Sent as ``max_tokens``.
+        max_retries: Retries of transient failures (timeouts, transport errors, HTTP 408, 409,
+            429, 5xx); 0, the default, sends each request once.
+        transport: An ``httpx`` async transport to send through (tests inject
+            ``httpx.MockTransport``); the caller keeps ownership.
+
+    Returns:
+        The async ``decide`` callable.
+
+    Raises:
+        ValueError: For an argument of the wrong type or range.
+        TemplateError: For an instructions template that does not parse.
+    """
+    factory = "completions"
+    for name, value in (("model", model), ("base_url", base_url)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"{factory}({name}=...) must be a nonblank string, got {value!r}")
+    for name, value in (
+        ("base_url_env", base_url_env),
+        ("api_key_env", None if api_key_env == "" else api_key_env),
+        ("model_env", model_env),
+    ):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(
+                f"{factory}({name}=...) must name an environment variable"
+                + (' (or be "" for no key)' if name == "api_key_env" else "")
+            )
+    timeout = positive_number(factory, "timeout_s", timeout_s)
+    body_limit = positive_int(factory, "max_request_bytes", max_request_bytes)
+    output_tokens = positive_int(factory, "max_output_tokens", max_output_tokens)
+    retries = positive_int(factory, "max_retries", max_retries, minimum=0)
+    if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+        raise ValueError(f"{factory}(transport=...) must be an httpx.AsyncBaseTransport")
+    render = compile_instructions(instructions, f"{factory}(instructions=...)")
+
+    async def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
+        body = request_body(
+            state,
+            ctx,
+            model=setting(model, model_env, DEFAULT_MODEL),
+            instructions=render(ctx),
+            max_output_tokens=output_tokens,
+        )
+        encoded = encode_body(body, body_limit, _PROVIDER)
+        headers = {"Authorization": f"Bearer {require_env(api_key_env)}"} if api_key_env else {}
+        url = join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "chat/completions")
+        data = await post_json(
+            url,
+            encoded,
+            headers=headers,
+            provider=_PROVIDER,
+            signal=ctx.signal,
+            timeout_s=timeout,
+            max_retries=retries,
+            transport=transport,
+        )
+        return parse_response(data)
+
+    return decide
+
+
+def _tool(spec: FunctionSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+            "strict": spec.strict,
+        },
+    }
+
+
+def request_body(
+    state: Any, ctx: DecisionContext, *, model: str, instructions: str, max_output_tokens: int
+) -> dict[str, Any]:
+    """The JSON body of one chat completions request for ``state`` at ``ctx.turn``."""
+    specs = function_specs(ctx.capabilities, ctx.result_json_schema)
+    return {
+        "model": model,
+        "max_tokens": max_output_tokens,
+        "messages": [
+            {"role": "system", "content": instructions},
+            {"role": "user", "content": json_text({"state": state, "turn": ctx.turn})},
+        ],
+        "tools": [_tool(spec) for spec in specs],
+        "tool_choice": "required",
+        "parallel_tool_calls": True,
+    }
+
+
+def _invalid(message: str) -> ProviderError:
+    return ProviderError(PROVIDER_INVALID_RESPONSE, message)
+
+
+def _not_completed(reason: Any = None) -> ProviderError:
+    message = "Chat completions did not return a completed response"
+    if reason in _INCOMPLETE_REASONS:
+        message += f" (incomplete: {reason})"
+    return _invalid(message)
+
+
+def _message(data: Any) -> tuple[dict[str, Any], Any]:
+    """The first choice's message and finish reason, or the not-completed error."""
+    if not isinstance(data, dict):
+        raise _not_completed()
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _not_completed()
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise _not_completed()
+    reason = choices[0].get("finish_reason")
+    # Only a string can name a reason (and an unhashable value must not reach a set lookup).
+    return message, reason if isinstance(reason, str) else None
+
+
+def parse_response(data: Any) -> dict[str, Any]:
+    """The Tubeless decision in a parsed chat completions body (UPSTREAM §5.2, chat shapes).
+
+    Only ``choices[0]`` is read. Its ``message.refusal`` is a refusal; its ``finish_reason``
+    must be ``tool_calls`` or ``stop`` (``length`` and ``content_filter`` are cut-off
+    answers); ``message.content`` text is ignored; every entry of ``message.tool_calls`` must
+    be ``{id, type: "function", function: {name, arguments}}`` with string ``id``, ``name``
+    and JSON-text ``arguments``.
+
+    Raises:
+        ProviderError: ``PROVIDER_REFUSED`` for a refusal, else ``PROVIDER_INVALID_RESPONSE``.
+    """
+    message, finish_reason = _message(data)
+    if message.get("refusal"):
+        raise ProviderError(PROVIDER_REFUSED, "Chat completions refused to answer")
+    if finish_reason not in _COMPLETED:
+        raise _not_completed(finish_reason)
+    tool_calls = message.get("tool_calls")
+    if tool_calls is None:
+        tool_calls = []
+    if not isinstance(tool_calls, list):
+        raise _invalid("Chat completions tool_calls is not a list")
+    calls: list[ParsedCall] = []
+    for index, item in enumerate(tool_calls):
+        function = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or not isinstance(function, dict):
+            raise _invalid(f"Invalid Chat completions tool call (tool call {index})")
+        call_id, name, arguments = item.get("id"), function.get("name"), function.get("arguments")
+        if (
+            item.get("type") != "function"
+            or not isinstance(call_id, str)
+            or not isinstance(name, str)
+            or not isinstance(arguments, str)
+        ):
+            raise _invalid(f"Invalid Chat completions tool call (tool call {index})")
+        calls.append(
+            ParsedCall(id=call_id, name=name, value=parse_arguments(_PROVIDER, name, arguments))
+        )
+    return decision(_PROVIDER, calls)
