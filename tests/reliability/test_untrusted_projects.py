@@ -706,11 +706,6 @@ def test_a_standard_library_callable_is_accepted_once_its_module_is_allowed(
             assert set(project.entries) == ({"flow"} if position == "step-run" else {"helper"})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the allow_modules rule checks only the module part of a reference, so a "
-    "standard-library callable reached through a project module's attribute is accepted",
-)
 @pytest.mark.parametrize(
     ("reference", "module"),
     [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,16 @@ Kind = Literal["callable", "schema", "tool", "object"]
 
 class ReferenceProblem(Exception):
     """A reference that cannot be used; the message says why and what to change."""
+
+
+_FUNCTIONS = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.BuiltinMethodType,
+)
+#: Implementation modules that stand for a public standard-library module.
+_ALIASES = {"posix": "os", "nt": "os", "posixpath": "os", "ntpath": "os", "_io": "io"}
 
 
 def _stdlib(module_name: str) -> bool:
@@ -71,11 +82,30 @@ class Resolver:
                 raise ReferenceProblem(
                     f"module {module_name!r} has no attribute {attribute!r}"
                 ) from None
+            if kind != "schema":
+                self._refuse_stdlib(reference, value)
         if kind == "callable" and not callable(value):
             kind_name = type(value).__name__
             article = "an" if kind_name[:1].lower() in "aeiou" else "a"
             raise ReferenceProblem(f"{reference!r} is {article} {kind_name}, not a callable")
         return value
+
+    def _refuse_stdlib(self, reference: str, value: Any) -> None:
+        """Refuse a standard-library module or callable reached through another module."""
+        if isinstance(value, types.ModuleType):
+            origin = value.__name__
+        elif isinstance(value, _FUNCTIONS):
+            # Plain and built-in functions only: instances such as functools.partial report
+            # their class's module, which says nothing about what they call.
+            origin = getattr(value, "__module__", None) or ""
+        else:
+            return
+        origin = _ALIASES.get(origin, origin)
+        if origin and _stdlib(origin) and not self._allowed(origin):
+            raise ReferenceProblem(
+                f"{reference!r} reaches the standard library module {origin!r}; add it to "
+                "allow_modules if the project really needs it"
+            )
 
     def _allowed(self, module_name: str) -> bool:
         parts = module_name.split(".")
