@@ -705,22 +705,17 @@ def test_the_reader_names_the_partial_last_line_a_crash_left(tmp_path: Path) -> 
     assert f"{path}:{len(records) + 1}:" in str(caught.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: read_ndjson has no option to skip the partial last line a crash leaves "
-    "(issue 9: 'which the reader reports and skips on request')",
-)
 def test_the_reader_skips_a_partial_last_line_on_request(tmp_path: Path) -> None:
     path, records = _crashed_ndjson(tmp_path)
-    assert read_ndjson(path, allow_partial_tail=True) == records  # type: ignore[call-arg]
+    assert read_ndjson(path, allow_partial_tail=True) == records
     complete = tmp_path / "complete.ndjson"
     complete.write_bytes(path.read_bytes().rpartition(b"\n")[0] + b"\n")
-    assert read_ndjson(complete, allow_partial_tail=True) == records  # type: ignore[call-arg]
+    assert read_ndjson(complete, allow_partial_tail=True) == records
     corrupt = tmp_path / "corrupt.ndjson"
     lines = path.read_bytes().split(b"\n")
     lines[3] = b"{not json"
     corrupt.write_bytes(b"\n".join(lines))
     with pytest.raises(TraceReadError) as caught:  # only the last line may be partial
-        read_ndjson(corrupt, allow_partial_tail=True)  # type: ignore[call-arg]
+        read_ndjson(corrupt, allow_partial_tail=True)
     assert caught.value.line == 4
     assert read_trace(complete) == records

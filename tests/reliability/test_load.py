@@ -291,11 +291,6 @@ def test_a_ten_thousand_turn_run_completes_and_its_trace_projects_every_turn(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: read_trace (and so trace show) caps NDJSON at 64 MiB / 100,000 records with no "
-    "way to raise the bound, and reads the whole file into memory",
-)
 def test_trace_show_reads_back_the_ten_thousand_turn_trace(
     long_trace: tuple[Path, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -604,38 +604,6 @@ def test_any_value_runs_only_when_valid_else_fails_before_any_handler(decision: 
     _check(decision, HARNESS.run(decision), expected)
 
 
-@settings(
-    max_examples=250,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(decision=decisions)
-def test_any_value_without_colliding_hostile_keys_runs_only_when_valid(decision: Any) -> None:
-    """The property above, minus the one family of values that trips the known bug (delete this
-    test once the xfail above passes)."""
-    if _has_hostile_key(decision):
-        event("skipped: hostile key")
-        return
-    expected = expected_outcome(decision)
-    event(expected)
-    _check(decision, HARNESS.run(decision), expected)
-
-
-def _has_hostile_key(decision: Any) -> bool:
-    """Whether a dict of the envelope or of a call has a HostileKey key (plain dicts only)."""
-    if type(decision) is not dict:
-        return False
-    if any(type(key) is HostileKey for key in dict.keys(decision)):
-        return True
-    calls = dict.get(decision, "calls")
-    if type(calls) in _SEQS:
-        return any(
-            type(entry) is dict and any(type(key) is HostileKey for key in dict.keys(entry))
-            for entry in calls
-        )
-    return False
-
-
 @pytest.mark.parametrize(
     "decision",
     [

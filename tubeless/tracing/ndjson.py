@@ -11,7 +11,7 @@ import codecs
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO
 
@@ -23,6 +23,7 @@ __all__ = [
     "MAX_TRACE_BYTES",
     "NdjsonSink",
     "compact_json",
+    "iter_ndjson",
     "read_ndjson",
 ]
 
@@ -145,64 +146,111 @@ class NdjsonSink:
 def read_ndjson(
     path: str | os.PathLike[str],
     *,
-    max_bytes: int = MAX_TRACE_BYTES,
+    max_bytes: int | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
-    max_records: int = MAX_RECORDS,
+    max_records: int | None = None,
+    allow_partial_tail: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every record of an NDJSON trace file, in file order.
+    """Every record of an NDJSON trace file, in file order (see :func:`iter_ndjson`).
 
-    CRLF line ends and blank or whitespace-only lines are accepted. The whole file is read
-    into memory, within the bounds given.
+    Args:
+        path: The file.
+        max_bytes: Refuse files larger than this (no limit by default: lines are streamed).
+        max_line_bytes: Refuse longer lines.
+        max_records: Refuse files with more records (no limit by default).
+        allow_partial_tail: Skip an unterminated last line that does not parse (what a crash
+            mid-write leaves) instead of refusing the file.
 
     Raises:
         FileNotFoundError: The file does not exist.
-        TraceReadError: The file is too large, or a line is too long, not UTF-8, not JSON, not an
-            object, or not a trace record (naming the 1-based line), or there are too many
-            records.
+        TraceReadError: A bound is exceeded, or a line is not UTF-8, not JSON, not an object or
+            not a trace record (naming the 1-based line).
     """
-    with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
-        if size > max_bytes:
-            raise TraceReadError(
-                f"the file has {size} bytes, more than the {max_bytes} allowed", path=path
-            )
-        # Read one byte more than allowed, in case the file grew since the size was taken.
-        data = file.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise TraceReadError(f"the file has more than the {max_bytes} bytes allowed", path=path)
     records: list[dict[str, Any]] = []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        line = raw[:-1] if raw.endswith(b"\r") else raw
-        if len(line) > max_line_bytes:
-            raise TraceReadError(
-                f"the line has {len(line)} bytes, more than the {max_line_bytes} allowed",
-                path=path,
-                line=number,
-            )
-        if number == 1 and line.startswith(codecs.BOM_UTF8):
-            line = line[len(codecs.BOM_UTF8) :]
-        if not line.strip():
-            continue
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise TraceReadError(
-                f"invalid UTF-8 at byte {exc.start + 1} of the line", path=path, line=number
-            ) from exc
-        if not text.strip():
-            continue  # Unicode whitespace only
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceReadError(
-                f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=number
-            ) from exc
-        problem = record_problem(record)
-        if problem is not None:
-            raise TraceReadError(f"not a trace record: {problem}", path=path, line=number)
-        if len(records) == max_records:
+    for number, record in iter_ndjson(
+        path, max_bytes=max_bytes, max_line_bytes=max_line_bytes,
+        allow_partial_tail=allow_partial_tail,
+    ):
+        if max_records is not None and len(records) == max_records:
             raise TraceReadError(
                 f"more than the {max_records} records allowed", path=path, line=number
             )
         records.append(record)
     return records
+
+
+def iter_ndjson(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    allow_partial_tail: bool = False,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` for each record, reading one line at a time.
+
+    CRLF line ends and blank or whitespace-only lines are accepted; memory stays bounded by
+    ``max_line_bytes`` whatever the file's size.
+    """
+    with open(path, "rb") as file:
+        if max_bytes is not None:
+            size = os.fstat(file.fileno()).st_size
+            if size > max_bytes:
+                raise TraceReadError(
+                    f"the file has {size} bytes, more than the {max_bytes} allowed", path=path
+                )
+        seen = 0
+        number = 0
+        while True:
+            raw = file.readline(max_line_bytes + 3)
+            if not raw:
+                return
+            number += 1
+            seen += len(raw)
+            if max_bytes is not None and seen > max_bytes:
+                raise TraceReadError(
+                    f"the file has more than the {max_bytes} bytes allowed", path=path
+                )
+            terminated = raw.endswith(b"\n")
+            line = raw[:-1] if terminated else raw
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if len(line) > max_line_bytes:
+                raise TraceReadError(
+                    f"the line has more than the {max_line_bytes} bytes allowed",
+                    path=path,
+                    line=number,
+                )
+            try:
+                record = _decode_line(line, number, path)
+            except TraceReadError:
+                if allow_partial_tail and not terminated and not file.read(1):
+                    return  # the partial last line a crash left: skipped on request
+                raise
+            if record is not None:
+                yield number, record
+
+
+def _decode_line(line: bytes, number: int, path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    if number == 1 and line.startswith(codecs.BOM_UTF8):
+        line = line[len(codecs.BOM_UTF8) :]
+    if not line.strip():
+        return None
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceReadError(
+            f"invalid UTF-8 at byte {exc.start + 1} of the line", path=path, line=number
+        ) from exc
+    if not text.strip():
+        return None  # Unicode whitespace only
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceReadError(
+            f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=number
+        ) from exc
+    problem = record_problem(record)
+    if problem is not None:
+        raise TraceReadError(f"not a trace record: {problem}", path=path, line=number)
+    assert isinstance(record, dict)
+    return record

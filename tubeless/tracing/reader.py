@@ -119,8 +119,16 @@ def storage_kind(path: str | os.PathLike[str]) -> Literal["ndjson", "sqlite"]:
 
 
 # The storage modules import TraceReadError from here, so they are imported when first used.
-def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_trace(
+    path: str | os.PathLike[str],
+    *,
+    max_records: int | None = None,
+    allow_partial_tail: bool = False,
+) -> list[dict[str, Any]]:
     """Every record of a stored trace, in the order written (NDJSON file or SQLite store).
+
+    NDJSON is read one line at a time. ``max_records`` refuses larger traces;
+    ``allow_partial_tail`` skips an unterminated, unparsable last NDJSON line (a crash's).
 
     Raises:
         FileNotFoundError: The file does not exist.
@@ -131,10 +139,10 @@ def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if storage_kind(path) == "ndjson":
         from tubeless.tracing.ndjson import read_ndjson
 
-        return read_ndjson(path)
+        return read_ndjson(path, max_records=max_records, allow_partial_tail=allow_partial_tail)
     from tubeless.tracing.sqlite import read_sqlite
 
-    return read_sqlite(path)
+    return read_sqlite(path, max_records=max_records)
 
 
 def open_sink(target: str | os.PathLike[str]) -> TraceSink:

@@ -245,7 +245,7 @@ class SqliteSink:
 
 
 def read_sqlite(
-    path: str | os.PathLike[str], *, max_records: int = 100_000
+    path: str | os.PathLike[str], *, max_records: int | None = None
 ) -> list[dict[str, Any]]:
     """Every record of a SQLite trace store, in the order written (by row id).
 
@@ -276,7 +276,9 @@ def read_sqlite(
         conn.close()
 
 
-def _read_rows(conn: sqlite3.Connection, file: Path, max_records: int) -> list[dict[str, Any]]:
+def _read_rows(
+    conn: sqlite3.Connection, file: Path, max_records: int | None
+) -> list[dict[str, Any]]:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version not in (3, STORE_VERSION):
         if version == 0:
@@ -291,7 +293,7 @@ def _read_rows(conn: sqlite3.Connection, file: Path, max_records: int) -> list[d
     cursor = conn.execute(_SELECT.format(iteration="NULL" if version == 3 else "iteration_json"))
     records: list[dict[str, Any]] = []
     for row in cursor:
-        if len(records) == max_records:
+        if max_records is not None and len(records) == max_records:
             raise TraceReadError(f"more than the {max_records} records allowed", path=file)
         record = _record(row, file)
         problem = record_problem(record)
