@@ -354,3 +354,12 @@ def test_the_runtime_never_imports_the_openai_sdk_and_tubeless_never_imports_pro
         "tubeless.providers._http",
         "tubeless.providers.openai",
     ]
+
+
+def test_an_incomplete_reason_of_the_wrong_type_is_an_invalid_response_not_a_crash() -> None:
+    from tubeless.providers import ProviderError
+    from tubeless.providers.openai import parse_response
+
+    with pytest.raises(ProviderError) as caught:
+        parse_response({"status": "incomplete", "incomplete_details": {"reason": ["x"]}})
+    assert "did not return a completed response" in str(caught.value)

@@ -394,11 +394,6 @@ def test_an_ndjson_stream_closed_and_its_folder_removed_mid_run_does_not_fail_th
     assert_trace_complete(healthy.records)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a SQLite store deleted mid-run keeps taking commits into the unlinked file "
-    "with no warning, so the rest of the trace is silently lost",
-)
 def test_a_sqlite_store_deleted_mid_run_is_reported_once_and_does_not_fail_the_run(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -604,11 +599,6 @@ def _exceeds_file_size() -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE behaviour differs elsewhere")
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a failing sink prints an unprefixed logging line and a second 'warning: "
-    "closing trace' line, not the one 'warning:' line DESIGN.md §6 asks for",
-)
 def test_cli_traces_that_fill_up_leave_the_exit_code_alone_with_one_warning_each(
     tmp_path: Path,
 ) -> None:

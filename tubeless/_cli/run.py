@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -225,6 +226,10 @@ def _execute(entry: Pipeline, raw: Any, options: dict[str, Any], *, is_agent: bo
     trace_to_stdout = "-" in options["trace"]
     report_stream = sys.stderr
     result_stream = sys.stderr if trace_to_stdout else sys.stdout
+    warnings = _SinkWarnings()
+    trace_log = logging.getLogger("tubeless.trace")
+    trace_log.addHandler(warnings)
+    propagate, trace_log.propagate = trace_log.propagate, False
     try:
         from tubeless.tracing import open_sink
 
@@ -242,10 +247,26 @@ def _execute(entry: Pipeline, raw: Any, options: dict[str, Any], *, is_agent: bo
             try:
                 sink.close()
             except Exception as exc:
-                click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
+                if not any(sink is failed for failed in warnings.failed):  # warned already
+                    click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
+        trace_log.removeHandler(warnings)
+        trace_log.propagate = propagate
     if run_record is None:
         return 7
     return _finish(run_record, result_stream)
+
+
+class _SinkWarnings(logging.Handler):
+    """Prints the one ``warning:`` line of each retired sink and remembers the sink."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.failed: list[Any] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.args, tuple) and record.args:
+            self.failed.append(record.args[0])
+        click.echo(f"warning: {record.getMessage()}", err=True)
 
 
 def _reporter(stream: Any, *, quiet: bool) -> Any:

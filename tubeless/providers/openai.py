@@ -184,7 +184,7 @@ def _not_completed(data: Any) -> ProviderError:
     if isinstance(data, dict) and data.get("status") == "incomplete":
         details = data.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, dict) else None
-        if reason in _INCOMPLETE_REASONS:
+        if isinstance(reason, str) and reason in _INCOMPLETE_REASONS:
             message += f" (incomplete: {reason})"
     return _invalid(message)
 

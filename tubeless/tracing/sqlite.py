@@ -156,7 +156,7 @@ class SqliteSink:
         TraceReadError: The file is not a trace store, or its version is unsupported.
     """
 
-    __slots__ = ("_conn", "_failure", "_rows", "path")
+    __slots__ = ("_conn", "_failure", "_identity", "_rows", "path")
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
         self.path = Path(path)
@@ -178,6 +178,7 @@ class SqliteSink:
                 raise TraceReadError(f"not a tubeless trace store: {exc}", path=self.path) from exc
             raise
         self._conn: sqlite3.Connection | None = conn
+        self._identity = _file_identity(self.path)
 
     def __repr__(self) -> str:
         return f"SqliteSink({str(self.path)!r})"
@@ -231,6 +232,9 @@ class SqliteSink:
         assert conn is not None
         self._rows = []
         try:
+            if _file_identity(self.path) != self._identity:
+                # Deleted or replaced under the sink: commits would land in an unlinked file.
+                raise OSError(f"{self.path} was removed or replaced while the run wrote to it")
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(_INSERT, rows)
@@ -242,6 +246,14 @@ class SqliteSink:
         except Exception as exc:
             self._failure = exc
             raise
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def read_sqlite(
