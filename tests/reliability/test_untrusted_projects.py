@@ -764,12 +764,6 @@ def _template_outcome(path: Path) -> tuple[str, str | None, str]:
     return "none", None, ""
 
 
-def _xfail(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"bug: {reason}")
-
-
-_GLOBALS = "templates see jinja's globals and self besides input (DESIGN.md §5: {input} only)"
-_FOLDING = "jinja folds constant expressions at load, so validate computes them unbounded"
 TEMPLATES = [
     pytest.param("{{ input.__class__ }}", id="dunder-class"),
     pytest.param("{{ input.__class__.__mro__[1].__subclasses__() }}", id="subclasses"),
