@@ -352,6 +352,7 @@ def test_the_runtime_never_imports_the_openai_sdk_and_tubeless_never_imports_pro
         "tubeless.providers._calls",
         "tubeless.providers._errors",
         "tubeless.providers._http",
+        "tubeless.providers._settings",
         "tubeless.providers.openai",
     ]
 

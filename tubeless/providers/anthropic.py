@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from tubeless.agent import DecisionContext
-from tubeless.providers._budgets import encode_body, json_text, positive_int, positive_number
+from tubeless.providers._budgets import encode_body, json_text
 from tubeless.providers._calls import (
     FunctionSpec,
     ParsedCall,
@@ -37,6 +37,7 @@ from tubeless.providers._errors import (
     ProviderError,
 )
 from tubeless.providers._http import join_url, post_json, require_env, setting
+from tubeless.providers._settings import adapter_settings
 
 __all__ = [
     "DEFAULT_ANTHROPIC_VERSION",
@@ -108,30 +109,25 @@ def messages(
         TemplateError: For an instructions template that does not parse.
     """
     factory = "messages"
-    for name, value in (
-        ("model", model),
-        ("base_url", base_url),
-        ("anthropic_version", anthropic_version),
-    ):
-        if (value is not None or name == "anthropic_version") and (
-            not isinstance(value, str) or not value.strip()
-        ):
-            raise ValueError(f"{factory}({name}=...) must be a nonblank string, got {value!r}")
-    for name, value in (
-        ("base_url_env", base_url_env),
-        ("api_key_env", api_key_env),
-        ("model_env", model_env),
-    ):
-        if (value is not None or name == "api_key_env") and (
-            not isinstance(value, str) or not value.strip()
-        ):
-            raise ValueError(f"{factory}({name}=...) must name an environment variable")
-    timeout = positive_number(factory, "timeout_s", timeout_s)
-    body_limit = positive_int(factory, "max_request_bytes", max_request_bytes)
-    output_tokens = positive_int(factory, "max_output_tokens", max_output_tokens)
-    retries = positive_int(factory, "max_retries", max_retries, minimum=0)
-    if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
-        raise ValueError(f"{factory}(transport=...) must be an httpx.AsyncBaseTransport")
+    settings = adapter_settings(
+        factory,
+        model=model,
+        base_url=base_url,
+        base_url_env=base_url_env,
+        api_key_env=api_key_env,
+        model_env=model_env,
+        timeout_s=timeout_s,
+        max_request_bytes=max_request_bytes,
+        max_output_tokens=max_output_tokens,
+        max_retries=max_retries,
+        transport=transport,
+    )
+    timeout, body_limit = settings.timeout_s, settings.max_request_bytes
+    output_tokens, retries = settings.max_output_tokens, settings.max_retries
+    if not isinstance(anthropic_version, str) or not anthropic_version.strip():
+        raise ValueError(
+            f"{factory}(anthropic_version=...) must be a nonblank string, got {anthropic_version!r}"
+        )
     if not (anthropic_version.isascii() and anthropic_version.isprintable()):
         raise ValueError(f"{factory}(anthropic_version=...) must be printable ASCII")
     render = compile_instructions(instructions, f"{factory}(instructions=...)")

@@ -1,0 +1,66 @@
+"""The factory arguments every model adapter takes, checked once when a project compiles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tubeless.providers._budgets import positive_int, positive_number
+
+__all__ = ["AdapterSettings", "adapter_settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterSettings:
+    """Checked numbers of one adapter instance."""
+
+    timeout_s: float
+    max_request_bytes: int
+    max_output_tokens: int
+    max_retries: int
+
+
+def adapter_settings(
+    factory: str,
+    *,
+    model: Any,
+    base_url: Any,
+    base_url_env: Any,
+    api_key_env: Any,
+    model_env: Any,
+    timeout_s: Any,
+    max_request_bytes: Any,
+    max_output_tokens: Any,
+    max_retries: Any,
+    transport: Any,
+    key_optional: bool = False,
+) -> AdapterSettings:
+    """Check an adapter factory's arguments; raises ``ValueError`` naming the bad one.
+
+    Args:
+        factory: The factory's name, for messages (``responses``, ``completions``, ...).
+        key_optional: ``api_key_env`` may be ``""`` or ``None`` (no key is sent).
+        (the rest): The factory's own arguments.
+    """
+    for name, value in (("model", model), ("base_url", base_url)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"{factory}({name}=...) must be a nonblank string, got {value!r}")
+    key_env = None if key_optional and api_key_env == "" else api_key_env
+    for name, value, required in (
+        ("base_url_env", base_url_env, False),
+        ("api_key_env", key_env, not key_optional),
+        ("model_env", model_env, False),
+    ):
+        if (value is not None or required) and (not isinstance(value, str) or not value.strip()):
+            hint = ' (or be "" for no key)' if key_optional and name == "api_key_env" else ""
+            raise ValueError(f"{factory}({name}=...) must name an environment variable{hint}")
+    if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+        raise ValueError(f"{factory}(transport=...) must be an httpx.AsyncBaseTransport")
+    return AdapterSettings(
+        timeout_s=positive_number(factory, "timeout_s", timeout_s),
+        max_request_bytes=positive_int(factory, "max_request_bytes", max_request_bytes),
+        max_output_tokens=positive_int(factory, "max_output_tokens", max_output_tokens),
+        max_retries=positive_int(factory, "max_retries", max_retries, minimum=0),
+    )
