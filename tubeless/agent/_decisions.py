@@ -9,7 +9,7 @@ characters and unique. Messages name ids and tool names (bounded) but never quot
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tubeless.errors import AGENT_INVALID_DECISION, TubelessError, ValidationIssue
 from tubeless.frozen import FrozenDict, FrozenTuple
@@ -33,8 +33,7 @@ class DecisionError(TubelessError):
         self.issues = issues
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     """One requested call, as the decision gave it (input not yet validated)."""
 
     id: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tubeless.agent._decisions import Call, DecisionError, shown
 from tubeless.agent._scope import Scope
@@ -30,8 +30,7 @@ class CompiledTool:
     pipeline: Pipeline
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedCall:
+class PreparedCall(NamedTuple):
     """A call ready to dispatch: its pipeline and its already validated input."""
 
     id: str

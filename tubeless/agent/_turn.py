@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tubeless.agent._decisions import DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
@@ -36,8 +36,7 @@ class AgentSpec:
     limits: Limits
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TurnInput:
+class TurnInput(NamedTuple):
     """The iteration state handed from one turn to the next (never validated or traced)."""
 
     state: Any
