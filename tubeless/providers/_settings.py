@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from tubeless.providers._budgets import positive_int, positive_number
+from tubeless.agent import DecisionContext
+from tubeless.providers._budgets import encode_body, positive_int, positive_number
+from tubeless.providers._http import post_json
 
-__all__ = ["AdapterSettings", "adapter_settings"]
+__all__ = ["AdapterSettings", "adapter_decide", "adapter_settings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +67,46 @@ def adapter_settings(
         max_output_tokens=positive_int(factory, "max_output_tokens", max_output_tokens),
         max_retries=positive_int(factory, "max_retries", max_retries, minimum=0),
     )
+
+
+def adapter_decide(
+    *,
+    provider: str,
+    settings: AdapterSettings,
+    transport: httpx.AsyncBaseTransport | None,
+    render: Callable[[DecisionContext], str],
+    model: Callable[[], str],
+    request_body: Callable[..., dict[str, Any]],
+    headers: Callable[[], dict[str, str]],
+    url: Callable[[], str],
+    parse_response: Callable[[Any], dict[str, Any]],
+) -> Callable[[Any, DecisionContext], Awaitable[dict[str, Any]]]:
+    """The ``decide`` callable every adapter returns: one stateless request per decision.
+
+    The encoded body is checked against its budget before ``headers()`` runs, so a credential
+    is read only for a request that will really be sent.
+    """
+
+    async def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
+        body = request_body(
+            state,
+            ctx,
+            model=model(),
+            instructions=render(ctx),
+            max_output_tokens=settings.max_output_tokens,
+        )
+        encoded = encode_body(body, settings.max_request_bytes, provider)
+        request_headers = headers()
+        data = await post_json(
+            url(),
+            encoded,
+            headers=request_headers,
+            provider=provider,
+            signal=ctx.signal,
+            timeout_s=settings.timeout_s,
+            max_retries=settings.max_retries,
+            transport=transport,
+        )
+        return parse_response(data)
+
+    return decide

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from tubeless.agent import DecisionContext
-from tubeless.providers._budgets import encode_body, json_text
+from tubeless.providers._budgets import json_text
 from tubeless.providers._calls import (
     FunctionSpec,
     ParsedCall,
@@ -36,8 +36,8 @@ from tubeless.providers._errors import (
     PROVIDER_REFUSED,
     ProviderError,
 )
-from tubeless.providers._http import join_url, post_json, require_env, setting
-from tubeless.providers._settings import adapter_settings
+from tubeless.providers._http import join_url, require_env, setting
+from tubeless.providers._settings import adapter_decide, adapter_settings
 
 __all__ = [
     "DEFAULT_ANTHROPIC_VERSION",
@@ -122,8 +122,6 @@ def messages(
         max_retries=max_retries,
         transport=transport,
     )
-    timeout, body_limit = settings.timeout_s, settings.max_request_bytes
-    output_tokens, retries = settings.max_output_tokens, settings.max_retries
     if not isinstance(anthropic_version, str) or not anthropic_version.strip():
         raise ValueError(
             f"{factory}(anthropic_version=...) must be a nonblank string, got {anthropic_version!r}"
@@ -132,30 +130,20 @@ def messages(
         raise ValueError(f"{factory}(anthropic_version=...) must be printable ASCII")
     render = compile_instructions(instructions, f"{factory}(instructions=...)")
 
-    async def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
-        body = request_body(
-            state,
-            ctx,
-            model=setting(model, model_env, DEFAULT_MODEL),
-            instructions=render(ctx),
-            max_output_tokens=output_tokens,
-        )
-        encoded = encode_body(body, body_limit, _PROVIDER)
-        key = require_env(api_key_env)
-        url = join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "v1/messages")
-        data = await post_json(
-            url,
-            encoded,
-            headers={"x-api-key": key, "anthropic-version": anthropic_version},
-            provider=_PROVIDER,
-            signal=ctx.signal,
-            timeout_s=timeout,
-            max_retries=retries,
-            transport=transport,
-        )
-        return parse_response(data)
-
-    return decide
+    return adapter_decide(
+        provider=_PROVIDER,
+        settings=settings,
+        transport=transport,
+        render=render,
+        model=lambda: setting(model, model_env, DEFAULT_MODEL),
+        request_body=request_body,
+        headers=lambda: {
+            "x-api-key": require_env(api_key_env),
+            "anthropic-version": anthropic_version,
+        },
+        url=lambda: join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "v1/messages"),
+        parse_response=parse_response,
+    )
 
 
 def _tool(spec: FunctionSpec) -> dict[str, Any]:
