@@ -23,8 +23,8 @@ from tubeless.pipeline import (
     PipelineRun,
     RunCancelledError,
     StepContext,
-    run_child,
 )
+from tubeless.pipeline._compose import run_child_value
 
 __all__ = ["DEPTH_SLOT", "EXECUTION_SLOT", "dispatch"]
 
@@ -68,18 +68,21 @@ def _error_outcome(errors: list[ToolError]) -> FrozenDict:
     return FrozenDict({"code": TOOL_ERRORS, "message": text[:_MAX_MESSAGE]})
 
 
-def _outcome(
+def _outcome(call: PreparedCall, value: Any) -> Mapping[str, Any]:
+    outcome = {"id": call.id, "tool": call.tool, "ok": True, "value": value}
+    try:
+        outcome["value"] = freeze(value)
+    except FreezeError:
+        # Not plain data (e.g. a model instance): the outcome keeps the exact value in a
+        # read-only mapping, which state rejects, so it can never hide inside frozen state.
+        return MappingProxyType(outcome)
+    return FrozenDict._trusted(outcome)
+
+
+def _failed_outcome(
     call: PreparedCall, run: PipelineRun, signal_cancelled: bool
 ) -> Mapping[str, Any]:
-    if run.status == "completed":
-        outcome = {"id": call.id, "tool": call.tool, "ok": True, "value": run.value}
-        try:
-            outcome["value"] = freeze(run.value)
-        except FreezeError:
-            # Not plain data (e.g. a model instance): the outcome keeps the exact value in a
-            # read-only mapping, which state rejects, so it can never hide inside frozen state.
-            return MappingProxyType(outcome)
-        return FrozenDict._trusted(outcome)
+    """A recoverable failure as an outcome; raises ``ChildRunFailedError`` for any other."""
     if run.status == "failed" and not signal_cancelled:
         errors = _handler_tool_errors(run)
         if errors:
@@ -132,13 +135,17 @@ async def dispatch(
                     "agent.parentAttemptId": ctx.attempt_id,
                 },
             )
-        run = await run_child(ctx, call.pipeline, None, item_key=call.id, validated=call.value,
-                              slots=slots)
-        try:
-            outcomes[index] = _outcome(call, run, signal.cancelled)
-        except ChildRunFailedError:
-            status[index] = "failed" if run.status == "failed" else "cancelled"
-            raise
+        ok, result = await run_child_value(
+            ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
+        )
+        if ok:
+            outcomes[index] = _outcome(call, result)
+        else:
+            try:
+                outcomes[index] = _failed_outcome(call, result, signal.cancelled)
+            except ChildRunFailedError:
+                status[index] = "failed" if result.status == "failed" else "cancelled"
+                raise
         status[index] = "completed" if outcomes[index]["ok"] else "failed"  # type: ignore[index]
         if ctx.tracing:
             _progress(ctx, calls, status)

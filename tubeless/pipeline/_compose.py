@@ -17,6 +17,7 @@ from tubeless.errors import TubelessError
 from tubeless.pipeline._context import StepContext
 from tubeless.pipeline._execute import UNVALIDATED, Controls, execute
 from tubeless.pipeline._failures import ChildRunFailedError, maybe_await
+from tubeless.pipeline._lean import lean_program, run_lean
 from tubeless.pipeline._step import NestedPipeline, Step, _refs
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ __all__ = [
     "for_each_pipeline",
     "from_pipeline",
     "run_child",
+    "run_child_value",
 ]
 
 _MAX_FAN_OUT_FAILURES = 32
@@ -107,6 +109,55 @@ def run_child(
         iteration=iteration,
         validated=validated,
     )
+
+
+async def run_child_value(
+    ctx: StepContext,
+    pipeline: Pipeline,
+    raw_input: Any,
+    *,
+    item_key: str | None = None,
+    iteration: Mapping[str, Any] | None = None,
+    controls: Controls | None = None,
+    validated: Any = UNVALIDATED,
+    slots: Mapping[str, Any] | None = None,
+) -> tuple[bool, Any]:
+    """Like :func:`run_child`, for callers that need the run record only when it failed.
+
+    Returns ``(True, value)`` when the child completed, else ``(False, its PipelineRun)``.
+    Without trace sinks, a straight-line child takes the lean path (no records built unless it
+    fails); the outcome and every record anyone can read are the same either way.
+    """
+    env = ctx._env if not slots else ctx._env.derive(**slots)
+    if (
+        env.fanout is None
+        and not ctx.dry_run
+        and (controls is None or controls is _DEFAULT_CONTROLS)
+        and (program := lean_program(pipeline)) is not None
+    ):
+        return await run_lean(
+            pipeline,
+            program,
+            raw_input,
+            env=env,
+            signal=ctx.signal,
+            parent_run_id=ctx.run_id,
+            item_key=item_key,
+            validated=validated,
+        )
+    run = await run_child(
+        ctx,
+        pipeline,
+        raw_input,
+        item_key=item_key,
+        iteration=iteration,
+        controls=controls,
+        validated=validated,
+        slots=slots,
+    )
+    if run.status == "completed":
+        return True, run.value
+    return False, run
 
 
 _DEFAULT_CONTROLS = Controls()
@@ -219,10 +270,11 @@ def from_pipeline(
 
     async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
         raw = ctx.options if map_options is None else await maybe_await(map_options(inputs, ctx))
-        child = await run_child(ctx, pipeline, raw, controls=_controls(controls, inputs, ctx))
-        if child.status != "completed":
-            raise ChildRunFailedError(child)
-        value = child.value
+        ok, value = await run_child_value(
+            ctx, pipeline, raw, controls=_controls(controls, inputs, ctx)
+        )
+        if not ok:
+            raise ChildRunFailedError(value)
         if map_result is not None:
             value = await maybe_await(map_result(value))
         return value
@@ -351,12 +403,14 @@ async def _fan_out(
         except Exception as exc:
             setup_errors.append(exc)
             return
-        child = await run_child(ctx, pipeline, raw, item_key=keys[index], controls=child_controls)
+        ok, result = await run_child_value(
+            ctx, pipeline, raw, item_key=keys[index], controls=child_controls
+        )
         finished += 1
-        if child.status == "completed":
-            results[index] = child.value
+        if ok:
+            results[index] = result
         else:
-            failures.append((index, keys[index], child))
+            failures.append((index, keys[index], result))
         ctx.report_progress(finished, total, f"{finished} of {total} items")
 
     async def worker() -> None:

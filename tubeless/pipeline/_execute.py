@@ -24,7 +24,7 @@ from tubeless.pipeline._results import (
     PipelineRun,
     StepReport,
 )
-from tubeless.pipeline._run_state import UNVALIDATED, RunState
+from tubeless.pipeline._run_state import UNVALIDATED, Replay, RunState
 from tubeless.schema import SchemaValidationError
 from tubeless.tracing.sinks import TraceFanout, TraceSink
 
@@ -97,8 +97,13 @@ async def execute(
     item_key: str | None = None,
     iteration: Mapping[str, Any] | None = None,
     validated: Any = UNVALIDATED,
+    replay: Replay | None = None,
 ) -> PipelineRun:
-    """Run ``pipeline`` once inside a run tree (the root or a child)."""
+    """Run ``pipeline`` once inside a run tree (the root or a child).
+
+    ``replay`` carries what the lean path already did in this run (same ``run_id``): those
+    outcomes are recorded, never produced again.
+    """
     _check_concurrency(controls.max_concurrency)
     runner = _Run(
         pipeline,
@@ -109,6 +114,7 @@ async def execute(
         parent_run_id=parent_run_id,
         item_key=item_key,
         iteration=iteration,
+        replay=replay,
     )
     return await runner.go(raw_input, validated)
 
@@ -121,8 +127,11 @@ class _Run(RunState):
     # -- the run ------------------------------------------------------------------------------
     async def go(self, raw_input: Any, validated: Any) -> PipelineRun:
         pipeline, controls = self.pipeline, self.controls
-        started_ms = now_ms()
-        t0 = time.perf_counter()
+        if self.replay is None:
+            started_ms = now_ms()
+            t0 = time.perf_counter()
+        else:
+            started_ms, t0 = self.replay.started_ms, self.replay.t0
         plan = pipeline.plan(
             dry_run=controls.dry_run, targets=controls.targets, step_ids=controls.step_ids
         )
@@ -220,6 +229,8 @@ class _Run(RunState):
     # -- one step -----------------------------------------------------------------------------
     def settled_without_running(self, ps: PlanStep) -> bool:
         """Apply the ladder and the cancellation check; record the step if it must not start."""
+        if self.replay is not None and ps.id in self.replay.steps:
+            return False  # it already started on the lean path
         s = ps.step
         dry_run = self.controls.dry_run
         if (
@@ -275,27 +286,32 @@ class _Run(RunState):
             return
         attempt = self.open_attempt(ps)
         ctx = self.context(ps.id, attempt[0])
-        in_handler = True
+        replayed = self.replay.steps.get(ps.id) if self.replay is not None else None
+        from_handler = not s.orchestration
         try:
-            gate = None if s.orchestration else self.env.gate
-            if gate is None:
-                value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
+            if replayed is not None:
+                from_handler = replayed.from_handler
+                value = replayed.result()
             else:
-                async with gate(self.signal):
+                gate = None if s.orchestration else self.env.gate
+                if gate is None:
                     value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
-            in_handler = False
-            if s.output_schema is not None:
-                try:
-                    value = s.output_schema.validate(value)
-                except SchemaValidationError as exc:
-                    raise OutputInvalidError(ps.id, exc) from exc
+                else:
+                    async with gate(self.signal):
+                        value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
+                from_handler = False
+                if s.output_schema is not None:
+                    try:
+                        value = s.output_schema.validate(value)
+                    except SchemaValidationError as exc:
+                        raise OutputInvalidError(ps.id, exc) from exc
         except asyncio.CancelledError as exc:
             ctx.close()
             self.failed(ps, attempt, exc)
             raise
         except Exception as exc:
             ctx.close()
-            self.failed(ps, attempt, exc, from_handler=in_handler and not s.orchestration)
+            self.failed(ps, attempt, exc, from_handler=from_handler)
             return
         ctx.close()
         self.outputs[ps.id] = value

@@ -8,7 +8,7 @@ from typing import Any
 
 from tubeless import errors as codes
 from tubeless.errors import TubelessError
-from tubeless.pipeline._compose import _composed, _controls, run_child
+from tubeless.pipeline._compose import _composed, _controls, run_child_value
 from tubeless.pipeline._context import StepContext
 from tubeless.pipeline._failures import ChildRunFailedError, maybe_await, not_awaitable
 from tubeless.pipeline._pipeline import Pipeline
@@ -79,7 +79,7 @@ def iterate_pipeline(
             raw = map_options(state, inputs, ctx)
             if not not_awaitable(raw):
                 raw = await raw
-            child = await run_child(
+            ok, result = await run_child_value(
                 ctx,
                 pipeline,
                 raw,
@@ -89,16 +89,18 @@ def iterate_pipeline(
                     "stepId": ctx.step_id,
                     "attemptId": ctx.attempt_id,
                     "index": index,
-                },
+                }
+                if groups is not None
+                else None,
                 controls=_controls(controls, state, inputs, ctx),
             )
             if groups is not None:
-                groups.finished(index, child.status)
-            if child.status != "completed":
+                groups.finished(index, "completed" if ok else result.status)
+            if not ok:
                 if groups is not None:
                     groups.report(ctx, None, max_iterations)
-                raise ChildRunFailedError(child)
-            decision = transition(child.value, state, ctx)
+                raise ChildRunFailedError(result)
+            decision = transition(result, state, ctx)
             if not not_awaitable(decision):
                 decision = await decision
             kind = _transition_kind(decision)

@@ -41,6 +41,7 @@ class Pipeline:
     __slots__ = (
         "_by_id",
         "_identity",
+        "_lean",
         "_plans",
         "_snapshot",
         "_trace_snapshot",
@@ -88,6 +89,8 @@ class Pipeline:
         self.has_agent = any(s.agent is not None for s in steps)
         """Whether a step is an agent loop (its runs carry the definition snapshot)."""
         self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._lean: Any = None
+        """The straight-line program of the default plan (``False`` if none), made once."""
         self._identity: DefinitionIdentity | None = None
         self._snapshot: dict[str, Any] | None = None
         self._trace_snapshot: tuple[Mapping[str, Any] | None] | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tubeless import errors as codes
 from tubeless.errors import PipelineError
@@ -26,10 +26,37 @@ if TYPE_CHECKING:
     from tubeless.pipeline._execute import Controls
     from tubeless.pipeline._pipeline import Pipeline
 
-__all__ = ["UNVALIDATED", "RunState"]
+__all__ = ["UNVALIDATED", "Replay", "ReplayedStep", "RunState", "attempt_id_of"]
 
 #: Pass as ``validated`` when the input still needs the options schema.
 UNVALIDATED: Any = object()
+
+
+class ReplayedStep(NamedTuple):
+    """A step the lean path already ran: its attempt and its output or exception."""
+
+    attempt: tuple[str, int, float]
+    value: Any
+    error: BaseException | None
+    from_handler: bool
+
+    def result(self) -> Any:
+        """The step's output, or raise the exception it ended with."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class Replay(NamedTuple):
+    """What the lean path did before it handed a run over (see ``_lean``).
+
+    The executor records these outcomes instead of running the steps again, then carries on.
+    """
+
+    started_ms: int
+    t0: float
+    options_error: SchemaValidationError | None
+    steps: dict[str, ReplayedStep]
 
 
 class RunState:
@@ -54,6 +81,7 @@ class RunState:
         "outputs",
         "parent_run_id",
         "pipeline",
+        "replay",
         "reports",
         "run_errors",
         "run_id",
@@ -75,8 +103,10 @@ class RunState:
         parent_run_id: str | None,
         item_key: str | None,
         iteration: Mapping[str, Any] | None,
+        replay: Replay | None = None,
     ) -> None:
         self.pipeline = pipeline
+        self.replay = replay
         self.controls = controls
         self.env = env
         self.signal = signal
@@ -121,6 +151,8 @@ class RunState:
             self.options = raw_input
             return True
         try:
+            if self.replay is not None and self.replay.options_error is not None:
+                raise self.replay.options_error
             self.options = schema.validate(raw_input)
         except SchemaValidationError as exc:
             self.run_errors.append(
@@ -138,8 +170,9 @@ class RunState:
 
     def open_attempt(self, ps: PlanStep) -> tuple[str, int, float]:
         self.attempts += 1
-        n = self.attempts
-        attempt_id = f"{self.run_id}:attempt:{n if n < 10 else _base36(n)}"
+        if self.replay is not None and ps.id in self.replay.steps:
+            return self.replay.steps[ps.id].attempt
+        attempt_id = attempt_id_of(self.run_id, self.attempts)
         started = time.time_ns() // 1_000_000
         if self.envelope is not None:
             self.emit(self.envelope.step_running(started, step_id=ps.id, attempt_id=attempt_id))
@@ -326,6 +359,11 @@ class RunState:
             )
         return run
 
+
+
+def attempt_id_of(run_id: str, n: int) -> str:
+    """The id of the ``n``-th attempt opened in run ``run_id``."""
+    return f"{run_id}:attempt:{n if n < 10 else _base36(n)}"
 
 
 def _elapsed(t0: float) -> float:

@@ -1,0 +1,179 @@
+"""The lean path of a child run: the same run, without the records nobody reads.
+
+A caller that needs a child's value only when the child completes (an iteration's next pass, a
+fan-out item, an agent's tool call) goes through :func:`run_lean`. When nothing records the run
+tree and the child's plan is straight-line (every step selected, no skip predicate, one step at a
+time, finalized by one step's output), its steps run here in plan order with the run id, attempt
+ids, contexts, handler gate and output validation the executor would use, and no run record,
+step reports or plan walk is built.
+
+The first thing that is not a plain success (an exception, a task cancellation, a rejected input
+or output, a cancelled signal) hands the run over to the executor with the same run id and a
+:class:`~tubeless.pipeline._run_state.Replay` of what already happened. The executor records those
+outcomes without calling any handler or validator again, carries on exactly as it always does,
+and returns the record every failure needs. Records are therefore made in one place only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from tubeless.pipeline._context import RunEnvironment, StepContext, now_ms
+from tubeless.pipeline._execute import Controls, _invoke, execute
+from tubeless.pipeline._failures import OutputInvalidError
+from tubeless.pipeline._ids import new_run_id
+from tubeless.pipeline._run_state import UNVALIDATED, Replay, ReplayedStep, attempt_id_of
+from tubeless.schema import SchemaValidationError
+
+if TYPE_CHECKING:
+    from tubeless.pipeline._cancel import CancelToken
+    from tubeless.pipeline._pipeline import Pipeline
+    from tubeless.pipeline._step import Step
+
+__all__ = ["lean_program", "run_lean"]
+
+_CONTROLS = Controls()
+
+
+class _LeanStep(NamedTuple):
+    id: str
+    step: Step
+    inputs: tuple[str, ...]
+    """Required, then optional dependencies: all of them published once earlier steps ran."""
+
+
+class LeanProgram(NamedTuple):
+    """A straight-line plan, ready to run without the scheduler."""
+
+    steps: tuple[_LeanStep, ...]
+    result_id: str
+
+
+def lean_program(pipeline: Pipeline) -> LeanProgram | None:
+    """The lean program of ``pipeline``'s default plan, or ``None`` if it needs the executor."""
+    cached = pipeline._lean
+    if cached is None:
+        cached = _compile(pipeline)
+        pipeline._lean = cached
+    return cached or None
+
+
+def _compile(pipeline: Pipeline) -> LeanProgram | bool:
+    plan = pipeline.plan()
+    finalizer = pipeline.finalizer
+    if not plan.ok or pipeline.result_schema is not None or finalizer.kind != "step":
+        return False
+    steps: list[_LeanStep] = []
+    for ps in plan.steps:
+        s = ps.step
+        if not ps.selected or ps.skip_reason is not None or s.skip is not None:
+            return False
+        steps.append(_LeanStep(ps.id, s, (*s.depends_on, *s.optional_depends_on)))
+    return LeanProgram(tuple(steps), finalizer.required[0])
+
+
+async def run_lean(
+    pipeline: Pipeline,
+    program: LeanProgram,
+    raw_input: Any,
+    *,
+    env: RunEnvironment,
+    signal: CancelToken,
+    parent_run_id: str,
+    item_key: str | None,
+    validated: Any,
+) -> tuple[bool, Any]:
+    """Run a child; ``(True, value)`` when it completed, else ``(False, its PipelineRun)``."""
+    run_id = new_run_id(pipeline.id)
+    started_ms = now_ms()
+    t0 = time.perf_counter()
+    done: dict[str, ReplayedStep] = {}
+
+    async def hand_over(options_error: SchemaValidationError | None = None) -> tuple[bool, Any]:
+        run = await execute(
+            pipeline,
+            raw_input,
+            _CONTROLS,
+            env=env,
+            signal=signal,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            item_key=item_key,
+            validated=validated,
+            replay=Replay(started_ms, t0, options_error, done),
+        )
+        if run.status == "completed":
+            return True, run.value
+        return False, run
+
+    options = validated
+    if options is UNVALIDATED:
+        schema = pipeline.options_schema
+        if schema is None:
+            options = raw_input
+        else:
+            try:
+                options = validated = schema.validate(raw_input)
+            except SchemaValidationError as exc:
+                return await hand_over(exc)
+
+    outputs: dict[str, Any] = {}
+    attempts: list[tuple[str, int, float]] = []
+    pipeline_id = pipeline.id
+    for lean_step in program.steps:
+        if signal.cancelled:
+            _replay_outputs(done, program, outputs, attempts)
+            return await hand_over()
+        step_id, s = lean_step.id, lean_step.step
+        attempt = (attempt_id_of(run_id, len(attempts) + 1), now_ms(), time.perf_counter())
+        attempts.append(attempt)
+        ctx = StepContext(
+            pipeline_id=pipeline_id,
+            run_id=run_id,
+            step_id=step_id,
+            options=options,
+            dry_run=False,
+            signal=signal,
+            env=env,
+            envelope=None,
+            attempt_id=attempt[0],
+        )
+        inputs = {dep: outputs[dep] for dep in lean_step.inputs}
+        from_handler = not s.orchestration
+        try:
+            gate = None if s.orchestration else env.gate
+            if gate is None:
+                value = await _invoke(s, inputs, ctx, dry_run=False)
+            else:
+                async with gate(signal):
+                    value = await _invoke(s, inputs, ctx, dry_run=False)
+            from_handler = False
+            if s.output_schema is not None:
+                try:
+                    value = s.output_schema.validate(value)
+                except SchemaValidationError as exc:
+                    raise OutputInvalidError(step_id, exc) from exc
+        except (Exception, asyncio.CancelledError) as exc:
+            ctx.close()
+            _replay_outputs(done, program, outputs, attempts)
+            done[step_id] = ReplayedStep(attempt, None, exc, from_handler)
+            return await hand_over()
+        ctx.close()
+        outputs[step_id] = value
+    if signal.cancelled:
+        _replay_outputs(done, program, outputs, attempts)
+        return await hand_over()
+    return True, outputs[program.result_id]
+
+
+def _replay_outputs(
+    done: dict[str, ReplayedStep],
+    program: LeanProgram,
+    outputs: dict[str, Any],
+    attempts: list[tuple[str, int, float]],
+) -> None:
+    for lean_step, attempt in zip(program.steps, attempts, strict=False):
+        if lean_step.id in outputs:
+            done[lean_step.id] = ReplayedStep(attempt, outputs[lean_step.id], None, False)
