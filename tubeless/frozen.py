@@ -236,6 +236,7 @@ _SCALARS = frozenset({str, int, bool, NoneType})
 _TRUSTED_ITEMS = frozenset({str, int, bool, NoneType, FrozenDict, FrozenTuple})
 _TRUSTED_ITEMS_AND_FLOAT = _TRUSTED_ITEMS | {float}
 _isfinite = math.isfinite
+_STR_ONLY = frozenset({str})
 
 
 def freeze(value: Any) -> Any:
@@ -269,7 +270,13 @@ def freeze(value: Any) -> Any:
         # The hot path: a tuple of scalars and FrozenDicts, checked in one C-level pass.
         if _TRUSTED_ITEMS.issuperset(map(type, value)):
             return value
-    elif kind is not dict and kind is not list:
+    elif kind is dict:
+        # The other hot path: a dict of string keys whose values are already frozen.
+        if _STR_ONLY.issuperset(map(type, value)) and _TRUSTED_ITEMS.issuperset(
+            map(type, value.values())
+        ):
+            return FrozenDict._trusted(value)
+    elif kind is not list:
         _reject(value, ())
     return _freeze_container(value)
 

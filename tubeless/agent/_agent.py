@@ -271,7 +271,7 @@ def _compile(
         parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
         depth = ctx.slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
         scope = Scope(Budget(ctx.run_id, depth, limits), parent)
-        return await iterate(step_inputs, ctx.derive(gate=scope.permit, **{SCOPE_SLOT: scope}))
+        return await iterate(step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope}))
 
     agent_step = replace(
         loop,

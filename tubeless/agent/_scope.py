@@ -89,6 +89,8 @@ class PermitPool:
         """Return the permits of ``chain`` and wake waiters that now fit."""
         for b in chain:
             b.active -= 1
+        if not self._waiters:
+            return
         for entry in list(self._waiters):
             waiting_chain, waiter = entry
             if waiter.done():
@@ -156,22 +158,19 @@ class Scope:
                     scope=b.id,
                 )
 
-    def permit(self, signal: CancelToken) -> _Permit:
-        """An async context manager holding a permit on every budget of the chain."""
-        return _Permit(self, signal)
+    # -- the handler gate (HandlerGate): a permit on every budget of the chain ---------------
+    def try_enter(self, signal: CancelToken) -> bool:
+        """Take a permit at once when nobody waits and every budget has a free slot."""
+        pool = self.pool
+        if signal.cancelled or pool._waiters or not pool._fits(self.chain):
+            return False
+        pool._take(self.chain)
+        return True
 
+    async def enter(self, signal: CancelToken) -> None:
+        """Wait for a permit (in arrival order); cancellation rejects the wait."""
+        await self.pool.acquire(self.chain, signal)
 
-class _Permit:
-    """``async with scope.permit(signal):`` (a plain class: cheaper than a generator)."""
-
-    __slots__ = ("_scope", "_signal")
-
-    def __init__(self, scope: Scope, signal: CancelToken) -> None:
-        self._scope = scope
-        self._signal = signal
-
-    async def __aenter__(self) -> None:
-        await self._scope.pool.acquire(self._scope.chain, self._signal)
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._scope.pool.release(self._scope.chain)
+    def exit(self) -> None:
+        """Give the permit back and wake waiters that now fit."""
+        self.pool.release(self.chain)

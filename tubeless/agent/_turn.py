@@ -131,14 +131,15 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
             dry_run=ctx.dry_run,
             agent_run_id=t.agent_run_id,
         )
-        pool, chain = t.scope.pool, t.scope.chain
-        await pool.acquire(chain, ctx.signal)
+        scope = t.scope
+        if not scope.try_enter(ctx.signal):
+            await scope.enter(ctx.signal)
         try:
             raw = source(t.state, decision_ctx)
             if not_awaitable(raw) is False:
                 raw = await raw
         finally:
-            pool.release(chain)
+            scope.exit()
         decision = parse_decision(raw)
         tracing = ctx.tracing
         summary = (

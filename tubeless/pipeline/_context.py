@@ -5,9 +5,8 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from tubeless.pipeline._cancel import CancelToken
 from tubeless.tracing.records import Envelope
@@ -15,8 +14,25 @@ from tubeless.tracing.sinks import TraceFanout
 
 __all__ = ["HandlerGate", "RunEnvironment", "StepContext", "StepLogger", "now_ms"]
 
-#: ``gate(signal)`` returns an async context manager held around each leaf handler call.
-HandlerGate = Callable[[CancelToken], AbstractAsyncContextManager[Any]]
+
+class HandlerGate(Protocol):
+    """Held around each leaf handler call below a point of the run tree (agent permits).
+
+    ``try_enter`` takes the gate at once if it can (no coroutine on the common path);
+    otherwise ``enter`` waits for it. ``exit`` gives it back after the handler.
+    """
+
+    def try_enter(self, signal: CancelToken) -> bool:
+        """Take the gate now if nobody waits and it is free; never blocks."""
+        ...
+
+    async def enter(self, signal: CancelToken) -> None:
+        """Wait for the gate (raises ``RunCancelledError`` once ``signal`` is cancelled)."""
+        ...
+
+    def exit(self) -> None:
+        """Give the gate back."""
+        ...
 
 
 class _Keep(enum.Enum):

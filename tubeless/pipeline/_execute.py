@@ -297,8 +297,12 @@ class _Run(RunState):
                 if gate is None:
                     value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
                 else:
-                    async with gate(self.signal):
+                    if not gate.try_enter(self.signal):
+                        await gate.enter(self.signal)
+                    try:
                         value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
+                    finally:
+                        gate.exit()
                 from_handler = False
                 if s.output_schema is not None:
                     try:

@@ -17,7 +17,6 @@ and returns the record every failure needs. Records are therefore made in one pl
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tubeless.pipeline._context import RunEnvironment, StepContext, now_ms
@@ -86,28 +85,7 @@ async def run_lean(
     validated: Any,
 ) -> tuple[bool, Any]:
     """Run a child; ``(True, value)`` when it completed, else ``(False, its PipelineRun)``."""
-    run_id = new_run_id(pipeline.id)
-    started_ms = now_ms()
-    t0 = time.perf_counter()
-    done: dict[str, ReplayedStep] = {}
-
-    async def hand_over(options_error: SchemaValidationError | None = None) -> tuple[bool, Any]:
-        run = await execute(
-            pipeline,
-            raw_input,
-            _CONTROLS,
-            env=env,
-            signal=signal,
-            run_id=run_id,
-            parent_run_id=parent_run_id,
-            item_key=item_key,
-            validated=validated,
-            replay=Replay(started_ms, t0, options_error, done),
-        )
-        if run.status == "completed":
-            return True, run.value
-        return False, run
-
+    run = _LeanRun(pipeline, raw_input, env, signal, parent_run_id, item_key)
     options = validated
     if options is UNVALIDATED:
         schema = pipeline.options_schema
@@ -115,22 +93,22 @@ async def run_lean(
             options = raw_input
         else:
             try:
-                options = validated = schema.validate(raw_input)
+                options = schema.validate(raw_input)
             except SchemaValidationError as exc:
-                return await hand_over(exc)
+                return await run.hand_over(UNVALIDATED, exc)
 
-    outputs: dict[str, Any] = {}
-    attempts: list[tuple[str, int, float]] = []
-    pipeline_id = pipeline.id
+    run_id = run.run_id
+    outputs = run.outputs
+    attempts = run.attempts
     for lean_step in program.steps:
         if signal.cancelled:
-            _replay_outputs(done, program, outputs, attempts)
-            return await hand_over()
+            return await run.hand_over(options)
         step_id, s = lean_step.id, lean_step.step
-        attempt = (attempt_id_of(run_id, len(attempts) + 1), now_ms(), time.perf_counter())
+        # Durations are only traced, and a traced run never comes here: no clock for them.
+        attempt = (attempt_id_of(run_id, len(attempts) + 1), now_ms(), 0.0)
         attempts.append(attempt)
         ctx = StepContext(
-            pipeline_id=pipeline_id,
+            pipeline_id=pipeline.id,
             run_id=run_id,
             step_id=step_id,
             options=options,
@@ -147,8 +125,12 @@ async def run_lean(
             if gate is None:
                 value = await _invoke(s, inputs, ctx, dry_run=False)
             else:
-                async with gate(signal):
+                if not gate.try_enter(signal):
+                    await gate.enter(signal)
+                try:
                     value = await _invoke(s, inputs, ctx, dry_run=False)
+                finally:
+                    gate.exit()
             from_handler = False
             if s.output_schema is not None:
                 try:
@@ -157,23 +139,75 @@ async def run_lean(
                     raise OutputInvalidError(step_id, exc) from exc
         except (Exception, asyncio.CancelledError) as exc:
             ctx.close()
-            _replay_outputs(done, program, outputs, attempts)
-            done[step_id] = ReplayedStep(attempt, None, exc, from_handler)
-            return await hand_over()
+            run.failed = (step_id, ReplayedStep(attempt, None, exc, from_handler))
+            return await run.hand_over(options)
         ctx.close()
         outputs[step_id] = value
     if signal.cancelled:
-        _replay_outputs(done, program, outputs, attempts)
-        return await hand_over()
+        return await run.hand_over(options)
     return True, outputs[program.result_id]
 
 
-def _replay_outputs(
-    done: dict[str, ReplayedStep],
-    program: LeanProgram,
-    outputs: dict[str, Any],
-    attempts: list[tuple[str, int, float]],
-) -> None:
-    for lean_step, attempt in zip(program.steps, attempts, strict=False):
-        if lean_step.id in outputs:
-            done[lean_step.id] = ReplayedStep(attempt, outputs[lean_step.id], None, False)
+class _LeanRun:
+    """What a lean run keeps so that it can hand itself over to the executor."""
+
+    __slots__ = (
+        "attempts",
+        "env",
+        "failed",
+        "item_key",
+        "outputs",
+        "parent_run_id",
+        "pipeline",
+        "raw_input",
+        "run_id",
+        "signal",
+        "started_ms",
+    )
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        raw_input: Any,
+        env: RunEnvironment,
+        signal: CancelToken,
+        parent_run_id: str,
+        item_key: str | None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.raw_input = raw_input
+        self.env = env
+        self.signal = signal
+        self.parent_run_id = parent_run_id
+        self.item_key = item_key
+        self.run_id = new_run_id(pipeline.id)
+        self.started_ms = now_ms()
+        self.outputs: dict[str, Any] = {}
+        self.attempts: list[tuple[str, int, float]] = []
+        self.failed: tuple[str, ReplayedStep] | None = None
+
+    async def hand_over(
+        self, options: Any, options_error: SchemaValidationError | None = None
+    ) -> tuple[bool, Any]:
+        """Let the executor record what happened so far and carry on from there."""
+        done = {
+            step_id: ReplayedStep(attempt, value, None, False)
+            for (step_id, value), attempt in zip(self.outputs.items(), self.attempts, strict=False)
+        }
+        if self.failed is not None:
+            done[self.failed[0]] = self.failed[1]
+        run = await execute(
+            self.pipeline,
+            self.raw_input,
+            _CONTROLS,
+            env=self.env,
+            signal=self.signal,
+            run_id=self.run_id,
+            parent_run_id=self.parent_run_id,
+            item_key=self.item_key,
+            validated=options,
+            replay=Replay(self.started_ms, 0.0, options_error, done),
+        )
+        if run.status == "completed":
+            return True, run.value
+        return False, run
