@@ -8,7 +8,7 @@ cancellation token and trace sinks, and always inherit a parent's dry run.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +111,7 @@ def run_child(
     )
 
 
-async def run_child_value(
+def run_child_value(
     ctx: StepContext,
     pipeline: Pipeline,
     raw_input: Any,
@@ -121,7 +121,7 @@ async def run_child_value(
     controls: Controls | None = None,
     validated: Any = UNVALIDATED,
     slots: Mapping[str, Any] | None = None,
-) -> tuple[bool, Any]:
+) -> Awaitable[tuple[bool, Any]]:
     """Like :func:`run_child`, for callers that need the run record only when it failed.
 
     Returns ``(True, value)`` when the child completed, else ``(False, its PipelineRun)``.
@@ -135,7 +135,7 @@ async def run_child_value(
         and (controls is None or controls is _DEFAULT_CONTROLS)
         and (program := lean_program(pipeline)) is not None
     ):
-        return await run_lean(
+        return run_lean(
             pipeline,
             program,
             raw_input,
@@ -145,16 +145,22 @@ async def run_child_value(
             item_key=item_key,
             validated=validated,
         )
-    run = await run_child(
-        ctx,
-        pipeline,
-        raw_input,
-        item_key=item_key,
-        iteration=iteration,
-        controls=controls,
-        validated=validated,
-        slots=slots,
+    return _value_of(
+        run_child(
+            ctx,
+            pipeline,
+            raw_input,
+            item_key=item_key,
+            iteration=iteration,
+            controls=controls,
+            validated=validated,
+            slots=slots,
+        )
     )
+
+
+async def _value_of(child: Awaitable[PipelineRun]) -> tuple[bool, Any]:
+    run = await child
     if run.status == "completed":
         return True, run.value
     return False, run

@@ -92,7 +92,7 @@ def iterate_pipeline(
                 }
                 if groups is not None
                 else None,
-                controls=_controls(controls, state, inputs, ctx),
+                controls=None if controls is None else _controls(controls, state, inputs, ctx),
             )
             if groups is not None:
                 groups.finished(index, "completed" if ok else result.status)

@@ -123,12 +123,18 @@ async def run_lean(
         try:
             gate = None if s.orchestration else env.gate
             if gate is None:
-                value = await _invoke(s, inputs, ctx, dry_run=False)
+                if s.run_is_async:
+                    value = await s.run(inputs, ctx)
+                else:
+                    value = await _invoke(s, inputs, ctx, dry_run=False)
             else:
                 if not gate.try_enter(signal):
                     await gate.enter(signal)
                 try:
-                    value = await _invoke(s, inputs, ctx, dry_run=False)
+                    if s.run_is_async:
+                        value = await s.run(inputs, ctx)
+                    else:
+                        value = await _invoke(s, inputs, ctx, dry_run=False)
                 finally:
                     gate.exit()
             from_handler = False
