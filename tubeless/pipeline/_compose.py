@@ -17,7 +17,7 @@ from tubeless.errors import TubelessError
 from tubeless.pipeline._context import StepContext
 from tubeless.pipeline._execute import UNVALIDATED, Controls, execute
 from tubeless.pipeline._failures import ChildRunFailedError, maybe_await
-from tubeless.pipeline._lean import lean_program, run_lean
+from tubeless.pipeline._lean import _value_of, lean_program, run_lean
 from tubeless.pipeline._step import NestedPipeline, Step, _refs
 
 if TYPE_CHECKING:
@@ -159,11 +159,6 @@ def run_child_value(
     )
 
 
-async def _value_of(child: Awaitable[PipelineRun]) -> tuple[bool, Any]:
-    run = await child
-    if run.status == "completed":
-        return True, run.value
-    return False, run
 
 
 _DEFAULT_CONTROLS = Controls()

@@ -17,9 +17,11 @@ and returns the record every failure needs. Records are therefore made in one pl
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from time import time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tubeless.pipeline._context import RunEnvironment, StepContext, now_ms
+from tubeless.pipeline._context import RunEnvironment, StepContext
 from tubeless.pipeline._execute import Controls, _invoke, execute
 from tubeless.pipeline._failures import OutputInvalidError
 from tubeless.pipeline._ids import new_run_id
@@ -29,6 +31,7 @@ from tubeless.schema import SchemaValidationError
 if TYPE_CHECKING:
     from tubeless.pipeline._cancel import CancelToken
     from tubeless.pipeline._pipeline import Pipeline
+    from tubeless.pipeline._results import PipelineRun
     from tubeless.pipeline._step import Step
 
 __all__ = ["lean_program", "run_lean"]
@@ -85,7 +88,37 @@ async def run_lean(
     validated: Any,
 ) -> tuple[bool, Any]:
     """Run a child; ``(True, value)`` when it completed, else ``(False, its PipelineRun)``."""
-    run = _LeanRun(pipeline, raw_input, env, signal, parent_run_id, item_key)
+    run_id = new_run_id(pipeline.id)
+    started_ms = time_ns() // 1_000_000
+    outputs: dict[str, Any] = {}
+    attempts: list[tuple[str, int, float]] = []
+
+    def hand_over(
+        options: Any,
+        failed: tuple[str, ReplayedStep] | None = None,
+        options_error: SchemaValidationError | None = None,
+    ) -> Awaitable[tuple[bool, Any]]:
+        done = {
+            step_id: ReplayedStep(attempt, value, None, False)
+            for (step_id, value), attempt in zip(outputs.items(), attempts, strict=False)
+        }
+        if failed is not None:
+            done[failed[0]] = failed[1]
+        return _value_of(
+            execute(
+                pipeline,
+                raw_input,
+                _CONTROLS,
+                env=env,
+                signal=signal,
+                run_id=run_id,
+                parent_run_id=parent_run_id,
+                item_key=item_key,
+                validated=options,
+                replay=Replay(started_ms, 0.0, options_error, done),
+            )
+        )
+
     options = validated
     if options is UNVALIDATED:
         schema = pipeline.options_schema
@@ -95,17 +128,19 @@ async def run_lean(
             try:
                 options = schema.validate(raw_input)
             except SchemaValidationError as exc:
-                return await run.hand_over(UNVALIDATED, exc)
+                return await hand_over(UNVALIDATED, options_error=exc)
 
-    run_id = run.run_id
-    outputs = run.outputs
-    attempts = run.attempts
     for lean_step in program.steps:
         if signal.cancelled:
-            return await run.hand_over(options)
+            return await hand_over(options)
         step_id, s = lean_step.id, lean_step.step
+        n = len(attempts) + 1
         # Durations are only traced, and a traced run never comes here: no clock for them.
-        attempt = (attempt_id_of(run_id, len(attempts) + 1), now_ms(), 0.0)
+        attempt = (
+            run_id + _ATTEMPT[n] if n < 10 else attempt_id_of(run_id, n),
+            time_ns() // 1_000_000,
+            0.0,
+        )
         attempts.append(attempt)
         ctx = StepContext(
             pipeline_id=pipeline.id,
@@ -118,7 +153,7 @@ async def run_lean(
             envelope=None,
             attempt_id=attempt[0],
         )
-        inputs = {dep: outputs[dep] for dep in lean_step.inputs}
+        inputs = {dep: outputs[dep] for dep in lean_step.inputs} if lean_step.inputs else {}
         from_handler = not s.orchestration
         try:
             gate = None if s.orchestration else env.gate
@@ -145,75 +180,20 @@ async def run_lean(
                     raise OutputInvalidError(step_id, exc) from exc
         except (Exception, asyncio.CancelledError) as exc:
             ctx.close()
-            run.failed = (step_id, ReplayedStep(attempt, None, exc, from_handler))
-            return await run.hand_over(options)
+            failed = ReplayedStep(attempt, None, exc, from_handler)
+            return await hand_over(options, (step_id, failed))
         ctx.close()
         outputs[step_id] = value
     if signal.cancelled:
-        return await run.hand_over(options)
+        return await hand_over(options)
     return True, outputs[program.result_id]
 
 
-class _LeanRun:
-    """What a lean run keeps so that it can hand itself over to the executor."""
+_ATTEMPT = tuple(f":attempt:{n}" for n in range(10))
 
-    __slots__ = (
-        "attempts",
-        "env",
-        "failed",
-        "item_key",
-        "outputs",
-        "parent_run_id",
-        "pipeline",
-        "raw_input",
-        "run_id",
-        "signal",
-        "started_ms",
-    )
 
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        raw_input: Any,
-        env: RunEnvironment,
-        signal: CancelToken,
-        parent_run_id: str,
-        item_key: str | None,
-    ) -> None:
-        self.pipeline = pipeline
-        self.raw_input = raw_input
-        self.env = env
-        self.signal = signal
-        self.parent_run_id = parent_run_id
-        self.item_key = item_key
-        self.run_id = new_run_id(pipeline.id)
-        self.started_ms = now_ms()
-        self.outputs: dict[str, Any] = {}
-        self.attempts: list[tuple[str, int, float]] = []
-        self.failed: tuple[str, ReplayedStep] | None = None
-
-    async def hand_over(
-        self, options: Any, options_error: SchemaValidationError | None = None
-    ) -> tuple[bool, Any]:
-        """Let the executor record what happened so far and carry on from there."""
-        done = {
-            step_id: ReplayedStep(attempt, value, None, False)
-            for (step_id, value), attempt in zip(self.outputs.items(), self.attempts, strict=False)
-        }
-        if self.failed is not None:
-            done[self.failed[0]] = self.failed[1]
-        run = await execute(
-            self.pipeline,
-            self.raw_input,
-            _CONTROLS,
-            env=self.env,
-            signal=self.signal,
-            run_id=self.run_id,
-            parent_run_id=self.parent_run_id,
-            item_key=self.item_key,
-            validated=options,
-            replay=Replay(self.started_ms, 0.0, options_error, done),
-        )
-        if run.status == "completed":
-            return True, run.value
-        return False, run
+async def _value_of(child: Awaitable[PipelineRun]) -> tuple[bool, Any]:
+    run = await child
+    if run.status == "completed":
+        return True, run.value
+    return False, run
