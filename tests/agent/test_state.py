@@ -606,3 +606,43 @@ async def test_a_second_run_starts_from_a_fresh_initial_state() -> None:
 
     assert await agent.run_or_raise({}) == ["n0", "n1"]
     assert await agent.run_or_raise({}) == ["n0", "n1"]
+
+
+async def test_turns_leave_no_reference_cycles_holding_old_states() -> None:
+    """Each turn's state is freed when the next one replaces it, without the collector.
+
+    A cycle through a turn's context (say, a logger pointing back at it) would keep every
+    intermediate history alive until a collection and make long runs slower per turn.
+    """
+    from tubeless.frozen import FrozenTuple
+
+    def decide(state: Any, ctx: Any) -> Any:
+        ctx.log.debug("turn %s", ctx.turn)  # the logger exists on every turn
+        if ctx.turn > 40:
+            return finish(len(state["history"]))
+        return continue_with(call("echo", "x", id=f"c{ctx.turn}"))
+
+    async def echo(text: str, ctx: Any) -> str:
+        ctx.log.debug("echo")
+        return text
+
+    agent = define_agent(
+        id="history",
+        input_schema=dict,
+        result_schema=int,
+        initial_state=lambda _: {"history": ()},
+        decide=decide,
+        reduce=lambda state, outcomes: {"history": state["history"] + outcomes},
+        tools={"echo": define_tool(description="Echo.", input_schema=str, output_schema=str,
+                                   run=echo)},
+        limits={"max_turns": 50},
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        run = await agent.run({})
+        histories = [o for o in gc.get_objects() if type(o) is FrozenTuple and len(o) > 1]
+    finally:
+        gc.enable()
+    assert run.value == 40
+    assert len(histories) <= 2

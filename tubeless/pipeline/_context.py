@@ -94,13 +94,20 @@ class RunEnvironment:
 class StepLogger:
     """``ctx.log``: lines go to the trace (``pipeline.log``) and the ``tubeless.run`` logger.
 
-    Safe to call from worker threads.
+    Safe to call from worker threads. It keeps what it needs, not the context itself, so a
+    context and its logger never form a reference cycle (which would keep a run's options,
+    such as an agent's whole state, alive until the garbage collector runs).
     """
 
-    __slots__ = ("_ctx",)
+    __slots__ = ("_attempt_id", "_envelope", "_fanout", "_pipeline_id", "_run_id", "_step_id")
 
     def __init__(self, ctx: StepContext) -> None:
-        self._ctx = ctx
+        self._pipeline_id = ctx.pipeline_id
+        self._run_id = ctx.run_id
+        self._step_id = ctx.step_id
+        self._attempt_id = ctx.attempt_id
+        self._envelope = ctx._envelope
+        self._fanout = ctx._env.fanout
 
     def debug(self, message: str, *args: object) -> None:
         """Log at debug level (recorded as ``log``)."""
@@ -120,25 +127,24 @@ class StepLogger:
 
     def _emit(self, level: str, message: str, args: Sequence[object]) -> None:
         text = str(message) % tuple(args) if args else str(message)
-        ctx = self._ctx
         _run_log.log(
             _STDLIB_LEVELS[level],
             "%s/%s: %s",
-            ctx.pipeline_id,
-            ctx.step_id,
+            self._pipeline_id,
+            self._step_id,
             text,
-            extra={"run_id": ctx.run_id, "step_id": ctx.step_id},
+            extra={"run_id": self._run_id, "step_id": self._step_id},
         )
-        envelope = ctx._envelope
-        fanout = ctx._env.fanout
+        envelope = self._envelope
+        fanout = self._fanout
         if envelope is not None and fanout is not None:
             fanout.export(
                 envelope.log(
                     now_ms(),
                     level=_LEVELS[level],
                     message=text,
-                    step_id=ctx.step_id,
-                    attempt_id=ctx.attempt_id,
+                    step_id=self._step_id,
+                    attempt_id=self._attempt_id,
                 )
             )
 
