@@ -152,7 +152,9 @@ async def dispatch(
 
     if total == 1:
         await one(0)
-        return _outcomes(outcomes)
+        if type(outcomes[0]) is FrozenDict:
+            return FrozenTuple._trusted(outcomes)
+        return tuple(outcomes)  # type: ignore[arg-type]
 
     cursor = 0
 

@@ -70,9 +70,9 @@ class DecisionContext:
     """
 
     __slots__ = (
+        "_agent_run_id",
         "capabilities",
         "dry_run",
-        "execution",
         "input",
         "log",
         "result_json_schema",
@@ -102,7 +102,12 @@ class DecisionContext:
         self.signal = signal
         self.log = log
         self.dry_run = dry_run
-        self.execution = FrozenDict._trusted({"agent_run_id": agent_run_id, "turn": turn})
+        self._agent_run_id = agent_run_id
+
+    @property
+    def execution(self) -> FrozenDict:
+        """``{agent_run_id, turn}``."""
+        return FrozenDict._trusted({"agent_run_id": self._agent_run_id, "turn": self.turn})
 
 
 def _attributes(ctx: StepContext, attributes: dict[str, Any]) -> None:
@@ -181,15 +186,16 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
             return ()
         t: TurnInput = ctx.options
         t.scope.reserve("max_calls", len(decided))
-        _attributes(
-            ctx,
-            {
-                "agent.runId": t.agent_run_id,
-                "agent.turn": t.turn,
-                "agent.callsAdmitted": t.calls + len(decided),
-                "agent.callCount": len(decided),
-            },
-        )
+        if ctx.tracing:
+            _attributes(
+                ctx,
+                {
+                    "agent.runId": t.agent_run_id,
+                    "agent.turn": t.turn,
+                    "agent.callsAdmitted": t.calls + len(decided),
+                    "agent.callCount": len(decided),
+                },
+            )
         return await dispatch(
             decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn
         )
@@ -207,15 +213,16 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
                 reduced = await reduced
             state = own(reduced)
         admitted = t.calls + len(outcomes)
-        _attributes(
-            ctx,
-            {
-                "agent.runId": t.agent_run_id,
-                "agent.turn": t.turn,
-                "agent.stateVersion": t.state_version + 1,
-                "agent.callsAdmitted": admitted,
-            },
-        )
+        if ctx.tracing:
+            _attributes(
+                ctx,
+                {
+                    "agent.runId": t.agent_run_id,
+                    "agent.turn": t.turn,
+                    "agent.stateVersion": t.state_version + 1,
+                    "agent.callsAdmitted": admitted,
+                },
+            )
         following = TurnInput(
             state=state,
             turn=t.turn + 1,

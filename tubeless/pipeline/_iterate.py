@@ -171,7 +171,7 @@ class _IterationGroups:
 
 
 def _transition_kind(decision: Any) -> str:
-    if isinstance(decision, Mapping) and len(decision) == 2:
+    if (type(decision) is dict or isinstance(decision, Mapping)) and len(decision) == 2:
         kind = decision.get("kind")
         if kind == "next" and "state" in decision:
             return "next"
