@@ -280,3 +280,22 @@ def test_read_trace_refuses_other_extensions_naming_the_accepted_ones(tmp_path: 
     path.write_bytes(line(record()))
     with pytest.raises(TraceReadError, match=r"'\.json'.*\.ndjson, \.jsonl, \.sqlite, "):
         read_trace(path)
+
+
+async def test_lines_are_exactly_the_compact_json_of_each_record(tmp_path: Path) -> None:
+    """The sink reuses each run's encoded relation fields; the bytes are json.dumps's own."""
+    from examples.agent_delegation import delegating_agent
+    from tubeless.testing import capture_trace
+
+    path = tmp_path / "trace.ndjson"
+    with capture_trace() as trace, NdjsonSink(path) as sink:
+        run = await delegating_agent.run(
+            {"question": "red blue é"}, trace=[sink, trace], correlation_id="corr-ü"
+        )
+    assert run.status == "completed"
+    expected = "".join(
+        json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n" for r in trace.records
+    )
+    assert {r["name"] for r in trace.records} >= {"step.attempted", "step.running"}
+    assert any("iteration" in r and "correlationId" in r for r in trace.records)
+    assert path.read_text(encoding="utf-8") == expected

@@ -11,11 +11,13 @@ import codecs
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO
 
+from tubeless.tracing._json import compact_ascii, compact_json
 from tubeless.tracing.reader import TraceReadError, record_problem
+from tubeless.tracing.records import record_json
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -32,36 +34,6 @@ MAX_LINE_BYTES: Final = 1024 * 1024
 MAX_RECORDS: Final = 100_000
 
 _BUFFER_BYTES: Final = 64 * 1024
-
-
-def _not_serializable(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _compact_encoder(*, ensure_ascii: bool) -> Callable[[Any], str]:
-    """``json.dumps(value, separators=(",", ":"), ensure_ascii=...)``, as fast as it gets.
-
-    ``json.dumps`` with arguments builds a new encoder per call, and ``JSONEncoder.encode`` a
-    new C encoder per call; on a trace sink's hot path that is about a fifth of the cost of a
-    record, so the C encoder is built once when CPython provides it. Records are trees built by
-    the record constructors, so the circular-reference check is left out.
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    quote = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
-    if make is None:  # pragma: no cover - other Python implementations
-        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=ensure_ascii).encode
-    chunks = make(None, _not_serializable, quote, None, ":", ",", False, False, True)
-    join = "".join
-
-    def encode(value: Any) -> str:
-        return join(chunks(value, 0))
-
-    return encode
-
-
-#: The compact UTF-8 JSON text of a record (or part of one), as the sinks store it.
-compact_json: Final = _compact_encoder(ensure_ascii=False)
-_compact_ascii: Final = _compact_encoder(ensure_ascii=True)
 
 
 def _writes_utf8(stream: TextIO) -> bool:
@@ -109,7 +81,7 @@ class NdjsonSink:
         self._stream = stream
         self._owned = owned
         self._write = stream.write
-        self._encode = compact_json if _writes_utf8(stream) else _compact_ascii
+        self._encode = record_json if _writes_utf8(stream) else compact_ascii
         self._closed = False
 
     def __repr__(self) -> str:

@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from itertools import islice
 from typing import Any, Final
+
+from tubeless.tracing._json import compact_json
 
 __all__ = [
     "MAX_DETAILS_BYTES",
@@ -22,11 +25,13 @@ __all__ = [
     "RECORD_NAMES",
     "TRACE_VERSION",
     "Envelope",
+    "TraceRecord",
     "bounded_details",
     "bounded_error",
     "bounded_list",
     "bounded_progress",
     "bounded_str",
+    "record_json",
 ]
 
 TRACE_VERSION: Final = 3
@@ -117,13 +122,26 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
         ``(kept, count)``: ``kept`` are shallow copies of the kept rows; ``count`` is the number
         of rows given when some were dropped (so ``count > len(kept)``), else ``None``.
     """
+    rows = list(rows)
+    if len(rows) <= MAX_LIST:
+        # The common case, at C speed: every row a mapping of plain JSON, the whole list
+        # within the byte bound and storable as it is, so every row is kept.
+        copies = [dict(row) for row in rows if type(row) is dict or isinstance(row, Mapping)]
+        if len(copies) == len(rows):
+            try:
+                text = _encode_row(copies)
+            except (TypeError, ValueError):
+                pass
+            else:
+                if text.isascii() and len(text) <= MAX_DETAILS_BYTES:
+                    return copies, None
     kept: list[dict[str, Any]] = []
     size = 2  # the brackets of the list; each row after the first adds a comma
     total = 0
     full = False
     for row in rows:
         total += 1
-        if full or not isinstance(row, Mapping):
+        if full or (type(row) is not dict and not isinstance(row, Mapping)):
             continue
         copy = dict(row)
         try:
@@ -186,7 +204,10 @@ def bounded_attributes(
     for key, value in attributes.items():
         if len(out) >= MAX_LIST:
             break
-        if isinstance(value, str):
+        kind = type(value)
+        if kind is int or kind is bool:  # the common case, without any further look
+            out[key if len(key) <= MAX_STRING and key.isascii() else bounded_str(key)] = value
+        elif isinstance(value, str):
             out[bounded_str(key)] = bounded_str(value)
         elif isinstance(value, float) and not math.isfinite(value):
             continue
@@ -204,6 +225,19 @@ def bounded_snapshot(snapshot: Mapping[str, Any] | None) -> Mapping[str, Any] | 
     return snapshot if size <= MAX_SNAPSHOT_BYTES else None
 
 
+class TraceRecord(dict[str, Any]):
+    """A trace record: a plain dict to every sink, which also knows its :class:`Envelope`.
+
+    Every record of a run repeats the run's relation fields; through the envelope an encoder
+    can reuse their JSON (made once per run) instead of encoding them again for each record.
+    Sinks must treat records as read-only: every sink of a run receives the same dict.
+    """
+
+    __slots__ = ("envelope",)
+
+    envelope: Envelope
+
+
 class Envelope:
     """The relation fields of one run, built once; each record copies them.
 
@@ -216,7 +250,7 @@ class Envelope:
         iteration: ``{runId, stepId, attemptId, index}`` for iterated children.
     """
 
-    __slots__ = ("_base", "pipeline_id", "run_id")
+    __slots__ = ("_base", "_head_json", "_iteration_json", "pipeline_id", "run_id")
 
     def __init__(
         self,
@@ -240,12 +274,37 @@ class Envelope:
         if iteration is not None:
             base["iteration"] = dict(iteration)
         self._base = base
+        self._head_json: str | None = None
+        self._iteration_json: str | None = None
 
     def _record(self, name: str, timestamp_ms: int) -> dict[str, Any]:
-        record: dict[str, Any] = {"version": TRACE_VERSION, "name": name}
+        record = TraceRecord()
+        record["version"] = TRACE_VERSION
+        record["name"] = name
         record.update(self._base)
         record["timestampMs"] = timestamp_ms
+        record.envelope = self
         return record
+
+    def head_json(self) -> str:
+        """The JSON members of the relation fields (``"runId":…,…``), encoded once."""
+        if self._head_json is None:
+            self._head_json = compact_json(self._base)[1:-1]
+        return self._head_json
+
+    def iteration_json(self) -> str | None:
+        """The JSON of the ``iteration`` field (``None`` without one), encoded once."""
+        iteration = self._base.get("iteration")
+        if iteration is None:
+            return None
+        if self._iteration_json is None:
+            self._iteration_json = compact_json(iteration)
+        return self._iteration_json
+
+    @property
+    def field_count(self) -> int:
+        """How many relation fields each record repeats."""
+        return len(self._base)
 
     # -- run level --------------------------------------------------------------------------
     def pipeline_started(
@@ -431,3 +490,24 @@ _TERMINAL_NAMES: Final = {
     "failed": "step.failed",
     "cancelled": "step.cancelled",
 }
+
+
+_NAME_JSON: Final = {name: compact_json(name) for name in RECORD_NAMES}
+
+
+def record_json(record: Any) -> str:
+    """``compact_json(record)``, reusing the envelope's JSON for a :class:`TraceRecord`."""
+    if type(record) is not TraceRecord:
+        return compact_json(record)
+    envelope = record.envelope
+    head = 3 + envelope.field_count  # version, name, the relation fields, timestampMs
+    rest = compact_json(dict(islice(record.items(), head, None)))
+    return (
+        f'{{"version":{record["version"]},"name":{_name_json(record["name"])},'
+        f'{envelope.head_json()},"timestampMs":{record["timestampMs"]}'
+        + ("}" if rest == "{}" else "," + rest[1:])
+    )
+
+
+def _name_json(name: str) -> str:
+    return _NAME_JSON.get(name) or compact_json(name)

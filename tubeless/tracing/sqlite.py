@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from tubeless.tracing.ndjson import compact_json
+from tubeless.tracing._json import compact_json
 from tubeless.tracing.reader import TraceReadError, record_problem
+from tubeless.tracing.records import TraceRecord
 
 __all__ = ["BATCH_SIZE", "STORE_VERSION", "TABLE", "SqliteSink", "read_sqlite"]
 
@@ -122,6 +123,12 @@ def _row(record: Mapping[str, Any]) -> Row:
     payload = record["payload"]
     error = get("error")
     iteration = get("iteration")
+    if iteration is None:
+        iteration_json = None
+    elif type(record) is TraceRecord:
+        iteration_json = record.envelope.iteration_json()
+    else:
+        iteration_json = compact_json(iteration)
     return (
         record["version"],
         record["runId"],
@@ -136,7 +143,7 @@ def _row(record: Mapping[str, Any]) -> Row:
         get("durationMs"),
         compact_json(payload) if payload else "{}",
         None if error is None else compact_json(error),
-        None if iteration is None else compact_json(iteration),
+        iteration_json,
     )
 
 
