@@ -62,9 +62,9 @@ def _tool_handler(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         return ToolContext(ctx, execution)
 
     if is_async_callable(handler):
-
-        async def run_async(inputs: dict[str, Any], ctx: StepContext) -> Any:
-            return await handler(ctx.options, context(ctx))
+        # Returns the handler's coroutine; the step is ``inline``, so it is awaited on the loop.
+        def run_async(inputs: dict[str, Any], ctx: StepContext) -> Any:
+            return handler(ctx.options, context(ctx))
 
         return run_async
 
@@ -77,17 +77,18 @@ def _tool_handler(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
 def _tool_pipeline(agent_id: str, name: str, tool: Tool) -> Pipeline:
     preview = tool._preview
     assert tool._run is not None
+    tool_step = step(
+        "tool",
+        _tool_handler(name, tool._run),
+        dry_run="skip" if preview is None else _tool_handler(name, preview),
+        output_schema=tool.output_schema,
+    )
+    if is_async_callable(tool._run) and (preview is None or is_async_callable(preview)):
+        tool_step = replace(tool_step, inline=True)  # async handlers: no worker thread
     return define_pipeline(
         id=f"{agent_id}/tool/{name}",
         options_schema=tool.input_schema,
-        steps=[
-            step(
-                "tool",
-                _tool_handler(name, tool._run),
-                dry_run="skip" if preview is None else _tool_handler(name, preview),
-                output_schema=tool.output_schema,
-            )
-        ],
+        steps=[tool_step],
         finalize="tool",
     )
 

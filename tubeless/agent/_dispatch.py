@@ -8,7 +8,7 @@ dispatch; calls already running are drained, never cancelled by the harness.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -92,15 +92,74 @@ def _failed_outcome(
     raise ChildRunFailedError(run)
 
 
-async def dispatch(
+def dispatch(
     calls: tuple[PreparedCall, ...],
     ctx: StepContext,
     *,
     scope: Scope,
     agent_run_id: str,
     turn: int,
-) -> tuple[Mapping[str, Any], ...]:
+) -> Awaitable[tuple[Mapping[str, Any], ...]]:
     """Run every call as a child run; raise on the first fatal failure after draining."""
+    if len(calls) == 1 and not ctx.tracing:
+        return _lone(calls[0], ctx, scope, agent_run_id, turn)
+    return _batch(calls, ctx, scope, agent_run_id, turn)
+
+
+async def _call(
+    call: PreparedCall, ctx: StepContext, scope: Scope, agent_run_id: str, turn: int
+) -> Mapping[str, Any]:
+    """Run one call: its outcome, or ``ChildRunFailedError`` for a fatal failure."""
+    slots: dict[str, Any] = {
+        EXECUTION_SLOT: FrozenDict._trusted(
+            {
+                "agent_run_id": agent_run_id,
+                "turn": turn,
+                "call_id": call.id,
+                "tool": call.tool,
+                "parent_attempt_id": ctx.attempt_id,
+            }
+        )
+    }
+    if call.delegates:
+        slots[DEPTH_SLOT] = scope.depth + 1
+        slots[SCOPE_SLOT] = scope
+    if ctx.tracing:
+        ctx.report_attempt(
+            1,
+            {
+                "agent.runId": agent_run_id,
+                "agent.turn": turn,
+                "agent.callId": call.id,
+                "agent.tool": call.tool,
+                "agent.parentAttemptId": ctx.attempt_id,
+            },
+        )
+    ok, result = await run_child_value(
+        ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
+    )
+    if ok:
+        return _outcome(call, result)
+    return _failed_outcome(call, result, ctx.signal.cancelled)
+
+
+async def _lone(
+    call: PreparedCall, ctx: StepContext, scope: Scope, agent_run_id: str, turn: int
+) -> tuple[Mapping[str, Any], ...]:
+    """A batch of one call, untraced: no workers, no progress rows."""
+    outcome = await _call(call, ctx, scope, agent_run_id, turn)
+    if type(outcome) is FrozenDict:
+        return FrozenTuple._trusted((outcome,))
+    return (outcome,)
+
+
+async def _batch(
+    calls: tuple[PreparedCall, ...],
+    ctx: StepContext,
+    scope: Scope,
+    agent_run_id: str,
+    turn: int,
+) -> tuple[Mapping[str, Any], ...]:
     total = len(calls)
     outcomes: list[Mapping[str, Any] | None] = [None] * total
     fatal: list[BaseException] = []
@@ -108,53 +167,20 @@ async def dispatch(
     signal = ctx.signal
 
     async def one(index: int) -> None:
-        call = calls[index]
-        slots: dict[str, Any] = {
-            EXECUTION_SLOT: FrozenDict._trusted(
-                {
-                    "agent_run_id": agent_run_id,
-                    "turn": turn,
-                    "call_id": call.id,
-                    "tool": call.tool,
-                    "parent_attempt_id": ctx.attempt_id,
-                }
-            )
-        }
-        if call.delegates:
-            slots[DEPTH_SLOT] = scope.depth + 1
-            slots[SCOPE_SLOT] = scope
         status[index] = "running"
-        if ctx.tracing:
-            ctx.report_attempt(
-                1,
-                {
-                    "agent.runId": agent_run_id,
-                    "agent.turn": turn,
-                    "agent.callId": call.id,
-                    "agent.tool": call.tool,
-                    "agent.parentAttemptId": ctx.attempt_id,
-                },
-            )
-        ok, result = await run_child_value(
-            ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
-        )
-        if ok:
-            outcomes[index] = _outcome(call, result)
-        else:
-            try:
-                outcomes[index] = _failed_outcome(call, result, signal.cancelled)
-            except ChildRunFailedError:
-                status[index] = "failed" if result.status == "failed" else "cancelled"
-                raise
-        status[index] = "completed" if outcomes[index]["ok"] else "failed"  # type: ignore[index]
+        try:
+            outcome = await _call(calls[index], ctx, scope, agent_run_id, turn)
+        except ChildRunFailedError as exc:
+            status[index] = "failed" if exc.run.status == "failed" else "cancelled"
+            raise
+        outcomes[index] = outcome
+        status[index] = "completed" if outcome["ok"] else "failed"
         if ctx.tracing:
             _progress(ctx, calls, status)
 
     if total == 1:
         await one(0)
-        if type(outcomes[0]) is FrozenDict:
-            return FrozenTuple._trusted(outcomes)
-        return tuple(outcomes)  # type: ignore[arg-type]
+        return _outcomes(outcomes)
 
     cursor = 0
 

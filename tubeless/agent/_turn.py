@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -200,39 +200,19 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
             decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn
         )
 
-    async def reduce(inputs: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
+    def reduce(inputs: dict[str, Any], ctx: StepContext) -> Any:
+        # Synchronous unless the reducer is: the transition, or an awaitable of it.
         decided = inputs["decide"]
         if isinstance(decided, _Finished):
             return {"kind": "finish", "result": decided.result}
         t: TurnInput = ctx.options
         outcomes = inputs["calls"]
-        state = t.state
-        if spec.reduce is not None:
-            reduced = spec.reduce(state, outcomes)
-            if not_awaitable(reduced) is False:
-                reduced = await reduced
-            state = own(reduced)
-        admitted = t.calls + len(outcomes)
-        if ctx.tracing:
-            _attributes(
-                ctx,
-                {
-                    "agent.runId": t.agent_run_id,
-                    "agent.turn": t.turn,
-                    "agent.stateVersion": t.state_version + 1,
-                    "agent.callsAdmitted": admitted,
-                },
-            )
-        following = TurnInput(
-            state=state,
-            turn=t.turn + 1,
-            state_version=t.state_version + 1,
-            calls=admitted,
-            agent_input=t.agent_input,
-            agent_run_id=t.agent_run_id,
-            scope=t.scope,
-        )
-        return {"kind": "next", "state": following}
+        if spec.reduce is None:
+            return _next(t, t.state, len(outcomes), ctx)
+        reduced = spec.reduce(t.state, outcomes)
+        if not_awaitable(reduced) is False:
+            return _reduce_async(reduced, t, len(outcomes), ctx)
+        return _next(t, own(reduced), len(outcomes), ctx)
 
     steps = [
         Step(id="decide", run=decide, orchestration=True, name="Decide"),
@@ -246,3 +226,34 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
         ),
     ]
     return define_pipeline(id=f"{spec.id}/turn", name="Turn", steps=steps, finalize="reduce")
+
+
+async def _reduce_async(
+    reduced: Awaitable[Any], t: TurnInput, count: int, ctx: StepContext
+) -> dict[str, Any]:
+    return _next(t, own(await reduced), count, ctx)
+
+
+def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, Any]:
+    """The transition to the next turn, with ``state`` committed."""
+    admitted = t.calls + count
+    if ctx.tracing:
+        _attributes(
+            ctx,
+            {
+                "agent.runId": t.agent_run_id,
+                "agent.turn": t.turn,
+                "agent.stateVersion": t.state_version + 1,
+                "agent.callsAdmitted": admitted,
+            },
+        )
+    following = TurnInput(
+        state=state,
+        turn=t.turn + 1,
+        state_version=t.state_version + 1,
+        calls=admitted,
+        agent_input=t.agent_input,
+        agent_run_id=t.agent_run_id,
+        scope=t.scope,
+    )
+    return {"kind": "next", "state": following}

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tubeless.pipeline._context import RunEnvironment, StepContext
 from tubeless.pipeline._execute import Controls, _invoke, execute
-from tubeless.pipeline._failures import OutputInvalidError
+from tubeless.pipeline._failures import OutputInvalidError, not_awaitable
 from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._run_state import UNVALIDATED, Replay, ReplayedStep, attempt_id_of
 from tubeless.schema import SchemaValidationError
@@ -157,20 +157,19 @@ async def run_lean(
         from_handler = not s.orchestration
         try:
             gate = None if s.orchestration else env.gate
-            if gate is None:
+            if gate is not None and not gate.try_enter(signal):
+                await gate.enter(signal)
+            try:
                 if s.run_is_async:
                     value = await s.run(inputs, ctx)
+                elif s.inline or s.orchestration:
+                    value = s.run(inputs, ctx)
+                    if not not_awaitable(value):
+                        value = await value
                 else:
                     value = await _invoke(s, inputs, ctx, dry_run=False)
-            else:
-                if not gate.try_enter(signal):
-                    await gate.enter(signal)
-                try:
-                    if s.run_is_async:
-                        value = await s.run(inputs, ctx)
-                    else:
-                        value = await _invoke(s, inputs, ctx, dry_run=False)
-                finally:
+            finally:
+                if gate is not None:
                     gate.exit()
             from_handler = False
             if s.output_schema is not None:
