@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -148,12 +149,26 @@ def deepest_code(exc: BaseException, cause: ErrorCause | None) -> str | None:
     return found
 
 
-_PLAIN = frozenset({dict, list, tuple, str, int, float, bool, type(None)})
+# Types whose instances are never awaitable: plain data, then every class met without an
+# ``__await__`` (generators are left out: whether one is awaitable depends on the object).
+_NEVER_AWAITABLE: set[type] = {dict, list, tuple, str, int, float, bool, type(None)}
+_MAX_REMEMBERED = 1024
 
 
 def not_awaitable(value: Any) -> bool:
-    """Whether ``value`` certainly needs no ``await`` (cheap for plain data)."""
-    return type(value) in _PLAIN or not inspect.isawaitable(value)
+    """Whether ``value`` certainly needs no ``await`` (cheap for plain data and known types)."""
+    kind = type(value)
+    if kind in _NEVER_AWAITABLE:
+        return True
+    if inspect.isawaitable(value):
+        return False
+    if (
+        not hasattr(kind, "__await__")
+        and not issubclass(kind, types.GeneratorType)
+        and len(_NEVER_AWAITABLE) < _MAX_REMEMBERED
+    ):
+        _NEVER_AWAITABLE.add(kind)
+    return True
 
 
 async def maybe_await(value: Any) -> Any:
