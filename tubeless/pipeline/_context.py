@@ -179,7 +179,6 @@ class StepContext:
 
     def __init__(
         self,
-        *,
         pipeline_id: str,
         run_id: str,
         step_id: str,

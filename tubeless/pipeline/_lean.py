@@ -92,32 +92,7 @@ async def run_lean(
     started_ms = time_ns() // 1_000_000
     outputs: dict[str, Any] = {}
     attempts: list[tuple[str, int, float]] = []
-
-    def hand_over(
-        options: Any,
-        failed: tuple[str, ReplayedStep] | None = None,
-        options_error: SchemaValidationError | None = None,
-    ) -> Awaitable[tuple[bool, Any]]:
-        done = {
-            step_id: ReplayedStep(attempt, value, None, False)
-            for (step_id, value), attempt in zip(outputs.items(), attempts, strict=False)
-        }
-        if failed is not None:
-            done[failed[0]] = failed[1]
-        return _value_of(
-            execute(
-                pipeline,
-                raw_input,
-                _CONTROLS,
-                env=env,
-                signal=signal,
-                run_id=run_id,
-                parent_run_id=parent_run_id,
-                item_key=item_key,
-                validated=options,
-                replay=Replay(started_ms, 0.0, options_error, done),
-            )
-        )
+    where = _Where(pipeline, raw_input, env, signal, run_id, parent_run_id, item_key, started_ms)
 
     options = validated
     if options is UNVALIDATED:
@@ -128,12 +103,12 @@ async def run_lean(
             try:
                 options = schema.validate(raw_input)
             except SchemaValidationError as exc:
-                return await hand_over(UNVALIDATED, options_error=exc)
+                return await _hand_over(where, UNVALIDATED, outputs, attempts, options_error=exc)
 
-    for lean_step in program.steps:
+    pipeline_id = pipeline.id
+    for step_id, s, deps in program.steps:
         if signal.cancelled:
-            return await hand_over(options)
-        step_id, s = lean_step.id, lean_step.step
+            return await _hand_over(where, options, outputs, attempts)
         n = len(attempts) + 1
         # Durations are only traced, and a traced run never comes here: no clock for them.
         attempt = (
@@ -143,17 +118,9 @@ async def run_lean(
         )
         attempts.append(attempt)
         ctx = StepContext(
-            pipeline_id=pipeline.id,
-            run_id=run_id,
-            step_id=step_id,
-            options=options,
-            dry_run=False,
-            signal=signal,
-            env=env,
-            envelope=None,
-            attempt_id=attempt[0],
+            pipeline_id, run_id, step_id, options, False, signal, env, None, attempt[0]
         )
-        inputs = {dep: outputs[dep] for dep in lean_step.inputs} if lean_step.inputs else {}
+        inputs = {dep: outputs[dep] for dep in deps} if deps else {}
         from_handler = not s.orchestration
         try:
             gate = None if s.orchestration else env.gate
@@ -179,13 +146,57 @@ async def run_lean(
                     raise OutputInvalidError(step_id, exc) from exc
         except (Exception, asyncio.CancelledError) as exc:
             ctx.close()
-            failed = ReplayedStep(attempt, None, exc, from_handler)
-            return await hand_over(options, (step_id, failed))
+            failed = (step_id, ReplayedStep(attempt, None, exc, from_handler))
+            return await _hand_over(where, options, outputs, attempts, failed)
         ctx.close()
         outputs[step_id] = value
     if signal.cancelled:
-        return await hand_over(options)
+        return await _hand_over(where, options, outputs, attempts)
     return True, outputs[program.result_id]
+
+
+class _Where(NamedTuple):
+    """Everything the executor needs to take a lean run over."""
+
+    pipeline: Pipeline
+    raw_input: Any
+    env: RunEnvironment
+    signal: CancelToken
+    run_id: str
+    parent_run_id: str
+    item_key: str | None
+    started_ms: int
+
+
+def _hand_over(
+    where: _Where,
+    options: Any,
+    outputs: dict[str, Any],
+    attempts: list[tuple[str, int, float]],
+    failed: tuple[str, ReplayedStep] | None = None,
+    options_error: SchemaValidationError | None = None,
+) -> Awaitable[tuple[bool, Any]]:
+    """Let the executor record what happened so far and carry on from there."""
+    done = {
+        step_id: ReplayedStep(attempt, value, None, False)
+        for (step_id, value), attempt in zip(outputs.items(), attempts, strict=False)
+    }
+    if failed is not None:
+        done[failed[0]] = failed[1]
+    return _value_of(
+        execute(
+            where.pipeline,
+            where.raw_input,
+            _CONTROLS,
+            env=where.env,
+            signal=where.signal,
+            run_id=where.run_id,
+            parent_run_id=where.parent_run_id,
+            item_key=where.item_key,
+            validated=options,
+            replay=Replay(where.started_ms, 0.0, options_error, done),
+        )
+    )
 
 
 _ATTEMPT = tuple(f":attempt:{n}" for n in range(10))
