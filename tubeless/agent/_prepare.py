@@ -59,6 +59,14 @@ def prepare_calls(
     dry_run: bool,
 ) -> tuple[PreparedCall, ...]:
     """Resolve, validate and map every call of a batch; raises before anything runs."""
+    if len(calls) == 1:  # the common batch, without the lists
+        call = calls[0]
+        compiled = registry.get(call.tool)
+        if compiled is not None and compiled.tool.kind == "handler":
+            schema = compiled.tool.input_schema
+            assert schema is not None
+            value = _validate(schema, call.input, call, "Arguments")
+            return (PreparedCall(call.id, call.tool, compiled.pipeline, value, False),)
     resolved: list[CompiledTool] = []
     for call in calls:
         compiled = registry.get(call.tool)

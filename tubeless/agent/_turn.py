@@ -13,7 +13,7 @@ from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._state import own
 from tubeless.frozen import FrozenDict
-from tubeless.pipeline import CancelToken, Pipeline, StepContext, StepLogger, define_pipeline
+from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
 from tubeless.pipeline._failures import not_awaitable
 from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
@@ -71,10 +71,10 @@ class DecisionContext:
 
     __slots__ = (
         "_agent_run_id",
+        "_step",
         "capabilities",
         "dry_run",
         "input",
-        "log",
         "result_json_schema",
         "signal",
         "state_version",
@@ -83,15 +83,12 @@ class DecisionContext:
 
     def __init__(
         self,
-        *,
         turn: int,
         state_version: int,
         capabilities: tuple[FrozenDict, ...],
         result_json_schema: FrozenDict,
         input: Any,
-        signal: CancelToken,
-        log: StepLogger,
-        dry_run: bool,
+        step: StepContext,
         agent_run_id: str,
     ) -> None:
         self.turn = turn
@@ -99,10 +96,15 @@ class DecisionContext:
         self.capabilities = capabilities
         self.result_json_schema = result_json_schema
         self.input = input
-        self.signal = signal
-        self.log = log
-        self.dry_run = dry_run
+        self.signal = step.signal
+        self.dry_run = step.dry_run
+        self._step = step
         self._agent_run_id = agent_run_id
+
+    @property
+    def log(self) -> StepLogger:
+        """A logger whose lines are recorded in the trace."""
+        return self._step.log
 
     @property
     def execution(self) -> FrozenDict:
@@ -126,15 +128,13 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
         t.scope.reserve("max_decisions", 1)
         source = spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
         decision_ctx = DecisionContext(
-            turn=t.turn,
-            state_version=t.state_version,
-            capabilities=spec.capabilities,
-            result_json_schema=spec.result_json_schema,
-            input=t.agent_input,
-            signal=ctx.signal,
-            log=ctx.log,
-            dry_run=ctx.dry_run,
-            agent_run_id=t.agent_run_id,
+            t.turn,
+            t.state_version,
+            spec.capabilities,
+            spec.result_json_schema,
+            t.agent_input,
+            ctx,
+            t.agent_run_id,
         )
         scope = t.scope
         if not scope.try_enter(ctx.signal):
@@ -180,7 +180,8 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
         t.scope.check("max_calls", count)
         return prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
 
-    async def calls(inputs: dict[str, Any], ctx: StepContext) -> tuple[Mapping[str, Any], ...]:
+    def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
+        # The batch's outcomes, or an awaitable of them.
         decided = inputs["decide"]
         if isinstance(decided, _Finished):
             return ()
@@ -196,9 +197,7 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
                     "agent.callCount": len(decided),
                 },
             )
-        return await dispatch(
-            decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn
-        )
+        return dispatch(decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn)
 
     def reduce(inputs: dict[str, Any], ctx: StepContext) -> Any:
         # Synchronous unless the reducer is: the transition, or an awaitable of it.
