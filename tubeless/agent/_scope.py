@@ -24,12 +24,13 @@ SCOPE_SLOT = "tubeless.agent.scope"
 class Budget:
     """The counters of one agent invocation."""
 
-    __slots__ = ("active", "calls", "decisions", "depth", "id", "limits")
+    __slots__ = ("active", "calls", "decisions", "depth", "id", "limits", "max_active")
 
     def __init__(self, id: str, depth: int, limits: Limits) -> None:
         self.id = id
         self.depth = depth
         self.limits = limits
+        self.max_active = limits.max_concurrency
         self.calls = 0
         self.decisions = 0
         self.active = 0
@@ -50,7 +51,7 @@ class PermitPool:
     @staticmethod
     def _fits(chain: tuple[Budget, ...]) -> bool:
         for b in chain:  # noqa: SIM110 -- a plain loop beats all() on chains of one or two
-            if b.active >= b.limits.max_concurrency:
+            if b.active >= b.max_active:
                 return False
         return True
 
@@ -161,10 +162,14 @@ class Scope:
     # -- the handler gate (HandlerGate): a permit on every budget of the chain ---------------
     def try_enter(self, signal: CancelToken) -> bool:
         """Take a permit at once when nobody waits and every budget has a free slot."""
-        pool = self.pool
-        if signal.cancelled or pool._waiters or not pool._fits(self.chain):
+        if signal.cancelled or self.pool._waiters:
             return False
-        pool._take(self.chain)
+        chain = self.chain
+        for b in chain:
+            if b.active >= b.max_active:
+                return False
+        for b in chain:
+            b.active += 1
         return True
 
     async def enter(self, signal: CancelToken) -> None:
