@@ -472,3 +472,17 @@ async def test_a_handler_reporting_huge_details_records_them_within_bounds(
     assert [row["id"] for row in progress["details"]] == ["0", "1"]
     assert progress["detailCount"] == 5
     assert _problems(validator, trace.records) == []
+
+
+def test_progress_rows_that_json_cannot_encode_as_they_are() -> None:
+    """Circular, non-finite and non-JSON rows never break a record (kept as text or dropped)."""
+    from tubeless.tracing.records import bounded_details
+
+    circular: dict[str, object] = {"id": "loop"}
+    circular["self"] = circular
+    rows = [{"id": "a", "value": 1}, circular, {"id": "b", "when": object()}, "not a row"]
+    kept, count = bounded_details(rows)
+    assert kept[0] == {"id": "a", "value": 1}
+    assert [row["id"] for row in kept] == ["a", "b"]
+    assert isinstance(kept[1]["when"], str)
+    assert count == 4

@@ -129,8 +129,8 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
         copies = [dict(row) for row in rows if type(row) is dict or isinstance(row, Mapping)]
         if len(copies) == len(rows):
             try:
-                text = _encode_row(copies)
-            except (TypeError, ValueError):
+                text = compact_json(copies)
+            except (TypeError, ValueError, RecursionError):  # the row-by-row walk decides
                 pass
             else:
                 if text.isascii() and len(text) <= MAX_DETAILS_BYTES:
