@@ -258,13 +258,13 @@ class StepContext:
         fanout = self._env.fanout
         if envelope is None or fanout is None:
             return
-        clean = {k: v for k, v in (attributes or {}).items() if v is not None}
+        # ``None`` values are dropped by the record's bounds, with anything else not scalar.
         fanout.export(
             envelope.step_attempted(
                 now_ms(),
                 step_id=self.step_id,
                 attempt=attempt,
-                attributes=clean,
+                attributes=attributes or {},
                 attempt_id=self.attempt_id,
             )
         )

@@ -197,15 +197,15 @@ def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def bounded_attributes(
-    attributes: Mapping[str, str | int | float | bool],
+    attributes: Mapping[str, str | int | float | bool | None],
 ) -> dict[str, str | int | float | bool]:
-    """Attempt attributes within bounds: strings cut, non-finite numbers and extras dropped."""
+    """Attempt attributes within bounds: strings cut; ``None``, non-finite numbers, other
+    values and extras dropped."""
     out: dict[str, str | int | float | bool] = {}
     for key, value in attributes.items():
         if len(out) >= MAX_LIST:
             break
-        kind = type(value)
-        if kind is int or kind is bool:  # the common case, without any further look
+        if type(value) is int or type(value) is bool:  # the common case, without a further look
             out[key if len(key) <= MAX_STRING and key.isascii() else bounded_str(key)] = value
         elif isinstance(value, str):
             out[bounded_str(key)] = bounded_str(value)
@@ -436,7 +436,7 @@ class Envelope:
         *,
         step_id: str,
         attempt: int,
-        attributes: Mapping[str, str | int | float | bool],
+        attributes: Mapping[str, str | int | float | bool | None],
         attempt_id: str | None = None,
         duration_ms: float | None = None,
     ) -> dict[str, Any]:

@@ -65,11 +65,13 @@ class TraceFanout:
     def export(self, record: Mapping[str, Any]) -> None:
         """Send ``record`` to every healthy sink."""
         with self._lock:
-            failed: list[tuple[TraceSink, BaseException]] = []
+            failed: list[tuple[TraceSink, BaseException]] | None = None
             for sink in self._sinks:
                 try:
                     sink.export(record)
                 except Exception as exc:
+                    if failed is None:
+                        failed = []
                     failed.append((sink, exc))
             if failed:
                 self._retire(failed)
