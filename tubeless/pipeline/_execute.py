@@ -294,21 +294,15 @@ class _Run(RunState):
                 value = replayed.result()
             else:
                 gate = None if s.orchestration else self.env.gate
-                if gate is None:
+                if gate is not None and not gate.try_enter(self.signal):
+                    await gate.enter(self.signal)
+                try:
                     value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
-                else:
-                    if not gate.try_enter(self.signal):
-                        await gate.enter(self.signal)
-                    try:
-                        value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
-                    finally:
+                finally:
+                    if gate is not None:
                         gate.exit()
                 from_handler = False
-                if s.output_schema is not None:
-                    try:
-                        value = s.output_schema.validate(value)
-                    except SchemaValidationError as exc:
-                        raise OutputInvalidError(ps.id, exc) from exc
+                value = checked_output(s, ps.id, value)
         except asyncio.CancelledError as exc:
             ctx.close()
             self.failed(ps, attempt, exc)
@@ -387,6 +381,16 @@ class _Run(RunState):
             self.finalized = True
             return
         await finalize(self, plan)
+
+
+def checked_output(s: Step, step_id: str, value: Any) -> Any:
+    """``value`` through the step's output schema (``OutputInvalidError`` if it is rejected)."""
+    if s.output_schema is None:
+        return value
+    try:
+        return s.output_schema.validate(value)
+    except SchemaValidationError as exc:
+        raise OutputInvalidError(step_id, exc) from exc
 
 
 async def _invoke(s: Step, inputs: dict[str, Any], ctx: StepContext, *, dry_run: bool) -> Any:

@@ -22,8 +22,8 @@ from time import time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tubeless.pipeline._context import RunEnvironment, StepContext
-from tubeless.pipeline._execute import Controls, _invoke, execute
-from tubeless.pipeline._failures import OutputInvalidError, not_awaitable
+from tubeless.pipeline._execute import Controls, _invoke, checked_output, execute
+from tubeless.pipeline._failures import not_awaitable
 from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._run_state import UNVALIDATED, Replay, ReplayedStep, attempt_id_of
 from tubeless.schema import SchemaValidationError
@@ -139,11 +139,7 @@ async def run_lean(
                 if gate is not None:
                     gate.exit()
             from_handler = False
-            if s.output_schema is not None:
-                try:
-                    value = s.output_schema.validate(value)
-                except SchemaValidationError as exc:
-                    raise OutputInvalidError(step_id, exc) from exc
+            value = checked_output(s, step_id, value)
         except (Exception, asyncio.CancelledError) as exc:
             ctx.close()
             failed = (step_id, ReplayedStep(attempt, None, exc, from_handler))
