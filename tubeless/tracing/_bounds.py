@@ -1,0 +1,204 @@
+"""The write bounds every trace record is held to, so that no sink sees an oversized one.
+
+Strings are cut at ``MAX_STRING`` characters (lone surrogates made U+FFFD, so every sink can
+store them), lists at ``MAX_LIST`` entries, progress details at ``MAX_DETAILS_BYTES`` of JSON and
+definition snapshots at ``MAX_SNAPSHOT_BYTES``. The record constructors in
+:mod:`tubeless.tracing.records` apply them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from tubeless.tracing._json import compact_json
+
+__all__ = [
+    "MAX_DETAILS_BYTES",
+    "MAX_LIST",
+    "MAX_SNAPSHOT_BYTES",
+    "MAX_STRING",
+    "bounded_attributes",
+    "bounded_details",
+    "bounded_error",
+    "bounded_list",
+    "bounded_progress",
+    "bounded_snapshot",
+    "bounded_str",
+    "safe_text",
+]
+
+MAX_STRING: Final = 4096
+MAX_LIST: Final = 128
+#: The largest definition snapshot a ``pipeline.started`` record carries.
+MAX_SNAPSHOT_BYTES: Final = 256 * 1024
+#: The most bytes the encoded JSON of a progress record's ``details`` list may take.
+MAX_DETAILS_BYTES: Final = 256 * 1024
+
+
+def bounded_str(text: str) -> str:
+    """``text`` cut to at most ``MAX_STRING`` characters, lone surrogates made U+FFFD.
+
+    Text from tool data may hold lone surrogates, which no UTF-8 file or SQLite text can store;
+    replacing them keeps every sink able to write the record.
+    """
+    if len(text) > MAX_STRING:
+        text = text[: MAX_STRING - 1] + "…"
+    return text if text.isascii() else safe_text(text)
+
+
+def safe_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD (other text unchanged)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+    return text
+
+
+def bounded_list(items: Iterable[Any]) -> list[Any]:
+    """At most ``MAX_LIST`` entries of ``items``."""
+    out = list(items)
+    return out if len(out) <= MAX_LIST else out[:MAX_LIST]
+
+
+def bounded_error(error: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
+    """A wire error (or cause) with every message, list and nesting level within bounds."""
+    out: dict[str, Any] = {}
+    for key, value in error.items():
+        if isinstance(value, str):  # message, name, codes: bounded, storable text
+            out[key] = bounded_str(value)
+        elif key == "cause" and isinstance(value, Mapping):
+            if depth < 15:
+                out[key] = bounded_error(value, depth + 1)
+        elif key == "issues" and isinstance(value, list):
+            out[key] = [bounded_error(issue, depth) for issue in value[:MAX_LIST]]
+        elif key == "path" and isinstance(value, list):
+            out[key] = [bounded_str(p) if isinstance(p, str) else p for p in value[:MAX_LIST]]
+        else:
+            out[key] = value
+    return out
+
+
+# The encoding the sinks write (compact, UTF-8), so sizes measured here are sizes on disk.
+_encode_row = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_encode_row_lenient = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, default=str
+).encode
+
+
+def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | None]:
+    """Progress detail rows within bounds, and the original row count when rows were dropped.
+
+    Rows are appended in order until the next one would take the encoded JSON of the list past
+    ``MAX_DETAILS_BYTES`` or the list past ``MAX_LIST`` entries; every later row is dropped (and
+    counted). A row that is not a mapping is dropped; values JSON cannot encode are replaced by
+    their ``str()`` so that no sink ever fails on a handler's progress report.
+
+    Returns:
+        ``(kept, count)``: ``kept`` are shallow copies of the kept rows; ``count`` is the number
+        of rows given when some were dropped (so ``count > len(kept)``), else ``None``.
+    """
+    rows = list(rows)
+    if len(rows) <= MAX_LIST:
+        # The common case, at C speed: every row a mapping of plain JSON, the whole list
+        # within the byte bound and storable as it is, so every row is kept.
+        copies = [dict(row) for row in rows if type(row) is dict or isinstance(row, Mapping)]
+        if len(copies) == len(rows):
+            try:
+                text = compact_json(copies)
+            except (TypeError, ValueError, RecursionError):  # the row-by-row walk decides
+                pass
+            else:
+                if text.isascii() and len(text) <= MAX_DETAILS_BYTES:
+                    return copies, None
+    kept: list[dict[str, Any]] = []
+    size = 2  # the brackets of the list; each row after the first adds a comma
+    total = 0
+    full = False
+    for row in rows:
+        total += 1
+        if full or (type(row) is not dict and not isinstance(row, Mapping)):
+            continue
+        copy = dict(row)
+        try:
+            text = _encode_row(copy)
+        except (TypeError, ValueError):
+            try:
+                text = _encode_row_lenient(copy)
+            except (TypeError, ValueError):  # non-string keys or a circular row: drop it
+                continue
+            copy = json.loads(text)
+        if not text.isascii():
+            safe = safe_text(text)
+            if safe is not text:  # a lone surrogate: store the row with U+FFFD in its place
+                text = safe
+                copy = json.loads(text)
+        row_bytes = len(text) if text.isascii() else len(text.encode("utf-8"))
+        added = row_bytes + (1 if kept else 0)
+        if size + added > MAX_DETAILS_BYTES or len(kept) == MAX_LIST:
+            full = True
+            continue
+        size += added
+        kept.append(copy)
+    return kept, (total if total > len(kept) else None)
+
+
+def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``step.running`` progress object within bounds, without ``None`` values.
+
+    ``message`` is cut to ``MAX_STRING`` characters and ``details`` goes through
+    :func:`bounded_details`; ``detailCount`` is the larger of the count given and the number of
+    rows given, and is present only with ``details``.
+    """
+    out: dict[str, Any] = {}
+    for key, value in progress.items():
+        if value is None or key == "detailCount":
+            continue
+        if key == "message" and isinstance(value, str):
+            out[key] = bounded_str(value)
+        elif key == "details":
+            rows, original = bounded_details(value)
+            out[key] = rows
+            given = progress.get("detailCount")
+            counts = [n for n in (original, given) if isinstance(n, int) and n > len(rows)]
+            if counts:
+                out["detailCount"] = max(counts)
+        elif isinstance(value, float) and not math.isfinite(value):
+            continue  # NaN and infinities are not JSON
+        else:
+            out[key] = value
+    if "completed" not in out:
+        out["completed"] = 0
+    return out
+
+
+def bounded_attributes(
+    attributes: Mapping[str, str | int | float | bool | None],
+) -> dict[str, str | int | float | bool]:
+    """Attempt attributes within bounds: strings cut; ``None``, non-finite numbers, other
+    values and extras dropped."""
+    out: dict[str, str | int | float | bool] = {}
+    for key, value in attributes.items():
+        if len(out) >= MAX_LIST:
+            break
+        if type(value) is int or type(value) is bool:  # the common case, without a further look
+            out[key if len(key) <= MAX_STRING and key.isascii() else bounded_str(key)] = value
+        elif isinstance(value, str):
+            out[bounded_str(key)] = bounded_str(value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            continue
+        elif isinstance(value, (bool, int, float)):
+            out[bounded_str(key)] = value
+    return out
+
+
+def bounded_snapshot(snapshot: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The definition snapshot, or ``None`` when its JSON would exceed 256 KiB."""
+    if snapshot is None:
+        return None
+    text = json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return snapshot if size <= MAX_SNAPSHOT_BYTES else None
