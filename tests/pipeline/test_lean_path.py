@@ -29,7 +29,7 @@ from tubeless import (
     pipeline_tool,
     step,
 )
-from tubeless.pipeline import _compose
+from tubeless.pipeline import _child
 from tubeless.testing import call, continue_with, finish, scripted
 
 Scenario = Callable[[dict[str, int]], tuple[Any, Any]]
@@ -111,13 +111,13 @@ async def _observe(scenario: Scenario) -> tuple[dict[str, Any], dict[str, int]]:
 @pytest.fixture
 def lean_counter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     used: list[int] = []
-    real = _compose.run_lean
+    real = _child.run_lean
 
     async def counting(*args: Any, **kwargs: Any) -> Any:
         used.append(1)
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(_compose, "run_lean", counting)
+    monkeypatch.setattr(_child, "run_lean", counting)
     return used
 
 
@@ -294,7 +294,7 @@ async def test_lean_path_records_match_the_executor(
 ) -> None:
     lean, lean_calls = await _observe(SCENARIOS[name])
     assert lean_counter, "the scenario never took the lean path"
-    monkeypatch.setattr(_compose, "lean_program", lambda pipeline: None)
+    monkeypatch.setattr(_child, "lean_program", lambda pipeline: None)
     full, full_calls = await _observe(SCENARIOS[name])
     assert lean == full
     assert lean_calls == full_calls

@@ -24,7 +24,7 @@ from tubeless.pipeline import (
     RunCancelledError,
     StepContext,
 )
-from tubeless.pipeline._compose import run_child_value
+from tubeless.pipeline._child import run_child_value
 
 __all__ = ["DEPTH_SLOT", "EXECUTION_SLOT", "dispatch"]
 

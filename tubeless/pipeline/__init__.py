@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from tubeless.pipeline._cancel import CancelToken, RunCancelledError
+from tubeless.pipeline._child import run_child
 from tubeless.pipeline._compose import (
     FanOutFailedError,
     for_each_pipeline,
     from_pipeline,
-    run_child,
 )
 from tubeless.pipeline._context import StepContext, StepLogger
 from tubeless.pipeline._definition import define_pipeline

@@ -8,7 +8,8 @@ from typing import Any
 
 from tubeless import errors as codes
 from tubeless.errors import TubelessError
-from tubeless.pipeline._compose import _composed, _controls, run_child_value
+from tubeless.pipeline._child import _controls, run_child_value
+from tubeless.pipeline._compose import _composed
 from tubeless.pipeline._context import StepContext
 from tubeless.pipeline._failures import ChildRunFailedError, maybe_await, not_awaitable
 from tubeless.pipeline._pipeline import Pipeline
