@@ -92,7 +92,8 @@ async def run_lean(
     started_ms = time_ns() // 1_000_000
     outputs: dict[str, Any] = {}
     attempts: list[tuple[str, int, float]] = []
-    where = _Where(pipeline, raw_input, env, signal, run_id, parent_run_id, item_key, started_ms)
+    # Everything the executor needs to take the run over (a plain tuple: the cheapest to make).
+    where = (pipeline, raw_input, env, signal, run_id, parent_run_id, item_key, started_ms)
 
     options = validated
     if options is UNVALIDATED:
@@ -151,21 +152,8 @@ async def run_lean(
     return True, outputs[program.result_id]
 
 
-class _Where(NamedTuple):
-    """Everything the executor needs to take a lean run over."""
-
-    pipeline: Pipeline
-    raw_input: Any
-    env: RunEnvironment
-    signal: CancelToken
-    run_id: str
-    parent_run_id: str
-    item_key: str | None
-    started_ms: int
-
-
 def _hand_over(
-    where: _Where,
+    where: tuple[Pipeline, Any, RunEnvironment, CancelToken, str, str, str | None, int],
     options: Any,
     outputs: dict[str, Any],
     attempts: list[tuple[str, int, float]],
@@ -179,18 +167,19 @@ def _hand_over(
     }
     if failed is not None:
         done[failed[0]] = failed[1]
+    pipeline, raw_input, env, signal, run_id, parent_run_id, item_key, started_ms = where
     return _value_of(
         execute(
-            where.pipeline,
-            where.raw_input,
+            pipeline,
+            raw_input,
             _CONTROLS,
-            env=where.env,
-            signal=where.signal,
-            run_id=where.run_id,
-            parent_run_id=where.parent_run_id,
-            item_key=where.item_key,
+            env=env,
+            signal=signal,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            item_key=item_key,
             validated=options,
-            replay=Replay(where.started_ms, 0.0, options_error, done),
+            replay=Replay(started_ms, 0.0, options_error, done),
         )
     )
 
