@@ -26,16 +26,37 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _median_seconds(make: Callable[[], Awaitable[Any]], repeats: int) -> float:
-    async def measure() -> list[float]:
-        await make()  # warm-up
-        timings = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            await make()
-            timings.append(time.perf_counter() - start)
-        return timings
+    return _paired_medians(make, None, repeats)[0]
 
-    return statistics.median(asyncio.run(measure()))
+
+def _paired_medians(
+    ours: Callable[[], Awaitable[Any]],
+    theirs: Callable[[], Awaitable[Any]] | None,
+    repeats: int,
+) -> tuple[float, float]:
+    """Median seconds of ``ours`` and ``theirs``, measured alternately in one event loop.
+
+    Alternating keeps a machine that slows down or speeds up during the measurement from
+    landing on one side only, so the ratio of the two medians stays meaningful.
+    """
+
+    async def measure() -> tuple[list[float], list[float]]:
+        await ours()  # warm-up
+        if theirs is not None:
+            await theirs()
+        mine: list[float] = []
+        base: list[float] = []
+        for _ in range(repeats):
+            for make, timings in ((ours, mine), (theirs, base)):
+                if make is None:
+                    continue
+                start = time.perf_counter()
+                await make()
+                timings.append(time.perf_counter() - start)
+        return mine, base
+
+    mine, base = asyncio.run(measure())
+    return statistics.median(mine), statistics.median(base) if base else 0.0
 
 
 def _rss_mib() -> float:
@@ -50,8 +71,11 @@ def _emit(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
 def _agent_workload(name: str, turns: int, width: int, repeats: int, rows: list[dict[str, Any]],
                     *, concurrency: int = 1, sync_tool: bool = False) -> float:
     pipeline = agent(turns, width, concurrency=concurrency, sync_tool=sync_tool)
-    ours = _median_seconds(lambda: pipeline.run_or_raise({}), repeats)
-    base = _median_seconds(lambda: baseline(turns, width, sync_tool=sync_tool), repeats)
+    ours, base = _paired_medians(
+        lambda: pipeline.run_or_raise({}),
+        lambda: baseline(turns, width, sync_tool=sync_tool),
+        repeats,
+    )
     calls = turns * width
     per_call = ours / calls * 1e6
     _emit(rows, {
@@ -75,8 +99,7 @@ def _runs_workload(rows: list[dict[str, Any]], repeats: int) -> None:
         for _ in range(runs):
             await baseline(1, 1)
 
-    mine = _median_seconds(ours, repeats)
-    theirs = _median_seconds(base, repeats)
+    mine, theirs = _paired_medians(ours, base, repeats)
     _emit(rows, {
         "workload": "W3 single", "runs": runs, "us_per_run": round(mine / runs * 1e6, 2),
         "baseline_us_per_run": round(theirs / runs * 1e6, 2), "ratio": round(mine / theirs, 2),
@@ -142,7 +165,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--only", help="run only workloads whose name starts with this")
     args = parser.parse_args()
-    repeats = 3 if args.quick else 7
+    repeats = 5 if args.quick else 25
     rows: list[dict[str, Any]] = []
     only = args.only or ""
 
@@ -166,7 +189,7 @@ def main() -> int:
     if wanted("W5"):
         _tracing_workload(rows, repeats)
     if wanted("W6"):
-        _startup_workload(rows, repeats)
+        _startup_workload(rows, max(3, repeats // 3))
     print()
     print(f"{'workload':28} {'measure':>14} {'baseline':>12} {'ratio':>7}")
     for row in rows:
