@@ -131,7 +131,7 @@ class _Run(RunState):
             started_ms = now_ms()
             t0 = time.perf_counter()
         else:
-            started_ms, t0 = self.replay.started_ms, self.replay.t0
+            started_ms, t0 = self.replay.started_ms, 0.0  # durations are only traced
         plan = pipeline.plan(
             dry_run=controls.dry_run, targets=controls.targets, step_ids=controls.step_ids
         )

@@ -179,7 +179,7 @@ def _hand_over(
             parent_run_id=parent_run_id,
             item_key=item_key,
             validated=options,
-            replay=Replay(started_ms, 0.0, options_error, done),
+            replay=Replay(started_ms, options_error, done),
         )
     )
 

@@ -51,10 +51,10 @@ class Replay(NamedTuple):
     """What the lean path did before it handed a run over (see ``_lean``).
 
     The executor records these outcomes instead of running the steps again, then carries on.
+    Lean runs are never traced, so no clock reading for durations is carried over.
     """
 
     started_ms: int
-    t0: float
     options_error: SchemaValidationError | None
     steps: dict[str, ReplayedStep]
 
