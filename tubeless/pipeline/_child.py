@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tubeless.pipeline._context import StepContext
-from tubeless.pipeline._execute import UNVALIDATED, Controls, execute
+from tubeless.pipeline._execute import DEFAULT_CONTROLS, UNVALIDATED, Controls, execute
 from tubeless.pipeline._lean import _value_of, lean_program, run_lean
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def run_child_value(
     if (
         env.fanout is None
         and not ctx.dry_run
-        and (controls is None or controls is _DEFAULT_CONTROLS)
+        and (controls is None or controls is DEFAULT_CONTROLS)
         and (program := lean_program(pipeline)) is not None
     ):
         return run_lean(
@@ -104,12 +104,11 @@ def run_child_value(
 
 
 
-_DEFAULT_CONTROLS = Controls()
 
 
 def _controls(value: Any, *args: Any) -> Controls:
     if value is None:
-        return _DEFAULT_CONTROLS
+        return DEFAULT_CONTROLS
     if callable(value):
         value = value(*args)
     if isinstance(value, Controls):

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from tubeless.pipeline._pipeline import Pipeline
     from tubeless.pipeline._step import Step
 
-__all__ = ["UNVALIDATED", "Controls", "execute", "run_root"]
+__all__ = ["DEFAULT_CONTROLS", "UNVALIDATED", "Controls", "execute", "run_root"]
 
 _PUBLISHED = frozenset({"completed", "policy"})
 _GATE_FAILED = frozenset({"failed", "cancelled"})
@@ -47,6 +47,10 @@ class Controls:
     step_ids: tuple[str, ...] | None = None
     max_concurrency: int = 1
     continue_on_error: bool = False
+
+
+#: The controls of a run that sets none (shared: ``Controls`` is immutable).
+DEFAULT_CONTROLS = Controls()
 
 
 def _check_concurrency(value: object) -> None:

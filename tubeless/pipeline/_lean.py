@@ -22,7 +22,7 @@ from time import time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tubeless.pipeline._context import RunEnvironment, StepContext
-from tubeless.pipeline._execute import Controls, _invoke, checked_output, execute
+from tubeless.pipeline._execute import DEFAULT_CONTROLS, _invoke, checked_output, execute
 from tubeless.pipeline._failures import not_awaitable
 from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._run_state import UNVALIDATED, Replay, ReplayedStep, attempt_id_of
@@ -35,9 +35,6 @@ if TYPE_CHECKING:
     from tubeless.pipeline._step import Step
 
 __all__ = ["lean_program", "run_lean"]
-
-_CONTROLS = Controls()
-
 
 class _LeanStep(NamedTuple):
     id: str
@@ -172,7 +169,7 @@ def _hand_over(
         execute(
             pipeline,
             raw_input,
-            _CONTROLS,
+            DEFAULT_CONTROLS,
             env=env,
             signal=signal,
             run_id=run_id,

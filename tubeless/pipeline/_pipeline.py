@@ -193,15 +193,25 @@ class Pipeline:
             asyncio.CancelledError: If the awaiting task is cancelled (after recording the
                 cancelled run and flushing the sinks).
         """
-        from tubeless.pipeline._execute import Controls, run_root
+        from tubeless.pipeline._execute import DEFAULT_CONTROLS, Controls, run_root
 
-        controls = Controls(
-            dry_run=bool(dry_run),
-            targets=_ids(targets),
-            step_ids=_ids(step_ids),
-            max_concurrency=max_concurrency,
-            continue_on_error=bool(continue_on_error),
-        )
+        if (
+            not dry_run
+            and targets is None
+            and step_ids is None
+            and max_concurrency == 1
+            and type(max_concurrency) is int
+            and not continue_on_error
+        ):
+            controls = DEFAULT_CONTROLS
+        else:
+            controls = Controls(
+                dry_run=bool(dry_run),
+                targets=_ids(targets),
+                step_ids=_ids(step_ids),
+                max_concurrency=max_concurrency,
+                continue_on_error=bool(continue_on_error),
+            )
         return await run_root(
             self,
             raw_input,
