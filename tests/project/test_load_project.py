@@ -80,7 +80,7 @@ async def test_every_shipped_project_gives_its_documented_answer(
 
 
 # Projects whose decisions come from a live model (paid requests) run against recorded responses
-# in tests/providers/test_openai_responses.py instead.
+# in tests/providers/ (test_adapter_contract.py and one suite per adapter) instead.
 MODEL_BACKED = {"openai-agent"}
 
 

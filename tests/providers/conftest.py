@@ -1,6 +1,6 @@
 """Provider tests never reach a network or a real key: every request goes through an
-``httpx.MockTransport`` (see ``fixtures/openai_responses.py``) and the environment holds a
-known fake key."""
+``httpx.MockTransport`` (see ``fixtures/openai_responses.py``) and the environment holds known
+fake keys."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.providers.fixtures.anthropic_messages import ANTHROPIC_KEY
 from tests.providers.fixtures.openai_responses import SECRET_KEY
 
 
 @pytest.fixture(autouse=True)
-def openai_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A fake key, and no base URL or model taken from the developer's environment."""
+def provider_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fake keys, and no base URL or model taken from the developer's environment."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET_KEY)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    monkeypatch.delenv("OPENAI_MODEL", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    for name in ("OPENAI_BASE_URL", "OPENAI_MODEL", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"):
+        monkeypatch.delenv(name, raising=False)
     yield

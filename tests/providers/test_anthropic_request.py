@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +18,6 @@ from anthropic.types.message_create_params import MessageCreateParamsNonStreamin
 from pydantic import TypeAdapter, ValidationError
 
 from tests.providers.fixtures.anthropic_messages import (
-    ANTHROPIC_KEY,
     THREE_TURNS,
     AnthropicServer,
     finish_call,
@@ -36,15 +34,6 @@ from tubeless.frozen import freeze
 from tubeless.providers import PROVIDER_INVALID_RESPONSE, PROVIDER_REFUSED, ProviderError
 from tubeless.providers._budgets import json_text
 from tubeless.providers.anthropic import messages, parse_response, request_body
-
-
-@pytest.fixture(autouse=True)
-def anthropic_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-    monkeypatch.delenv("ANTHROPIC_MODEL", raising=False)
-    yield
-
 
 # -- fixture shapes are real ones -----------------------------------------------------------------
 REAL_SHAPES = [
