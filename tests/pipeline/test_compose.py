@@ -584,6 +584,23 @@ async def test_for_each_settles_every_running_child_before_the_step_returns() ->
 # -- iterate_pipeline -------------------------------------------------------------------------
 
 
+def _looping(child: Any, transition: Any, *, max_iterations: Any = 5, first: int = 1) -> Any:
+    """A parent whose one step ``loop`` iterates ``child`` on an integer state from ``first``."""
+    return define_pipeline(
+        id="parent",
+        steps=[
+            iterate_pipeline(
+                "loop",
+                child,
+                max_iterations=max_iterations,
+                initial_state=lambda inputs, ctx: first,
+                map_options=lambda state, inputs, ctx: state,
+                transition=transition,
+            )
+        ],
+    )
+
+
 def _counter_child(calls: list[Any]) -> Any:
     async def add_one(inputs: dict[str, Any], ctx: Any) -> int:
         calls.append(ctx.options)
@@ -797,19 +814,8 @@ async def test_iterate_child_failure_never_reaches_transition() -> None:
         transitions.append(result)
         return {"kind": "next", "state": state}
 
-    parent = define_pipeline(
-        id="parent",
-        steps=[
-            iterate_pipeline(
-                "loop",
-                define_pipeline(id="child", steps=[step("explode", explode)]),
-                max_iterations=5,
-                initial_state=lambda inputs, ctx: 0,
-                map_options=lambda state, inputs, ctx: state,
-                transition=transition,
-            )
-        ],
-    )
+    child = define_pipeline(id="child", steps=[step("explode", explode)])
+    parent = _looping(child, transition, first=0)
 
     run = await parent.run()
 
@@ -833,18 +839,11 @@ async def test_iterate_child_failure_never_reaches_transition() -> None:
 def test_iterate_max_iterations_must_be_a_positive_safe_integer(max_iterations: Any) -> None:
     """max_iterations outside 1..2**53-1 is a definition error."""
     with pytest.raises(PipelineDefinitionError) as raised:
-        define_pipeline(
-            id="parent",
-            steps=[
-                iterate_pipeline(
-                    "loop",
-                    _counter_child([]),
-                    max_iterations=max_iterations,
-                    initial_state=lambda inputs, ctx: 0,
-                    map_options=lambda state, inputs, ctx: state,
-                    transition=lambda result, state, ctx: {"kind": "finish", "result": 1},
-                )
-            ],
+        _looping(
+            _counter_child([]),
+            lambda result, state, ctx: {"kind": "finish", "result": 1},
+            max_iterations=max_iterations,
+            first=0,
         )
     assert all(e.code.startswith("TUBELESS_DEFINITION_") for e in raised.value.errors)
     assert any("max_iterations" in e.message for e in raised.value.errors)
@@ -864,19 +863,7 @@ async def test_iteration_children_carry_item_key_and_iteration_relation() -> Non
             return {"kind": "finish", "result": state}
         return {"kind": "next", "state": state + 1}
 
-    parent = define_pipeline(
-        id="parent",
-        steps=[
-            iterate_pipeline(
-                "loop",
-                child,
-                max_iterations=5,
-                initial_state=lambda inputs, ctx: 1,
-                map_options=lambda state, inputs, ctx: state,
-                transition=transition,
-            )
-        ],
-    )
+    parent = _looping(child, transition)
 
     with capture_trace() as trace:
         run = await parent.run(trace=trace)
@@ -1254,19 +1241,8 @@ async def test_cancelling_an_iteration_stops_without_calling_transition() -> Non
         transitions.append(result)
         return {"kind": "next", "state": state + 1}
 
-    parent = define_pipeline(
-        id="parent",
-        steps=[
-            iterate_pipeline(
-                "loop",
-                define_pipeline(id="child", steps=[step("work", work)]),
-                max_iterations=10,
-                initial_state=lambda inputs, ctx: 1,
-                map_options=lambda state, inputs, ctx: state,
-                transition=transition,
-            )
-        ],
-    )
+    child = define_pipeline(id="child", steps=[step("work", work)])
+    parent = _looping(child, transition, max_iterations=10)
 
     run = await parent.run(signal=token)
 
@@ -1287,19 +1263,7 @@ async def test_iteration_progress_counts_finished_iterations() -> None:
     child = define_pipeline(
         id="child", name="Counter", steps=[step("w", lambda inputs, ctx: ctx.options)]
     )
-    parent = define_pipeline(
-        id="parent",
-        steps=[
-            iterate_pipeline(
-                "loop",
-                child,
-                max_iterations=5,
-                initial_state=lambda inputs, ctx: 1,
-                map_options=lambda state, inputs, ctx: state,
-                transition=transition,
-            )
-        ],
-    )
+    parent = _looping(child, transition)
 
     with capture_trace() as trace:
         run = await parent.run(trace=trace)
