@@ -4,12 +4,10 @@ that project files using the chat or Anthropic adapter load without a key, a req
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,12 +25,12 @@ from tests.providers.fixtures.anthropic_messages import (
     tool_call,
     tool_use,
 )
+from tests.providers.fixtures.requests import ECHO, decision_ctx, plain, typed_keys
 from tests.providers.fixtures.runs import ROOT, project_agent, swapped_project
 from tubeless import errors as codes
 from tubeless.errors import TemplateError, deepest_source_code
 from tubeless.frozen import freeze
 from tubeless.providers import PROVIDER_INVALID_RESPONSE, PROVIDER_REFUSED, ProviderError
-from tubeless.providers._budgets import json_text
 from tubeless.providers.anthropic import messages, parse_response, request_body
 
 # -- fixture shapes are real ones -----------------------------------------------------------------
@@ -79,9 +77,6 @@ def test_the_anthropic_types_reject_the_malformed_fixtures_too(fixture: Any) -> 
         Message.model_validate(fixture)
 
 
-def _keys(typed_dict: Any) -> frozenset[str]:
-    return frozenset(typed_dict.__required_keys__ | typed_dict.__optional_keys__)
-
 
 async def test_request_bodies_use_the_messages_create_params_fields() -> None:
     server = AnthropicServer(*THREE_TURNS)
@@ -90,38 +85,21 @@ async def test_request_bodies_use_the_messages_create_params_fields() -> None:
 
     assert len(server.bodies) == 3
     for body in server.bodies:
-        assert set(body) <= _keys(MessageCreateParamsNonStreaming)
+        assert set(body) <= typed_keys(MessageCreateParamsNonStreaming)
         TypeAdapter(MessageCreateParamsNonStreaming).validate_python(body)
-        assert set(body["tool_choice"]) <= _keys(ToolChoiceAnyParam)
+        assert set(body["tool_choice"]) <= typed_keys(ToolChoiceAnyParam)
         for tool in body["tools"]:
-            assert set(tool) <= _keys(ToolParam)
+            assert set(tool) <= typed_keys(ToolParam)
             TypeAdapter(ToolParam).validate_python(tool)
 
 
 # -- request bodies as units ----------------------------------------------------------------------
-def _ctx(turn: int, *capabilities: dict[str, Any]) -> Any:
-    """The parts of a ``DecisionContext`` that a request body reads."""
-    return SimpleNamespace(
-        turn=turn,
-        capabilities=tuple(freeze(c) for c in capabilities),
-        result_json_schema=freeze({"type": "integer"}),
-    )
-
-
-def plain(body: dict[str, Any]) -> Any:
-    """``body`` as it goes on the wire (frozen schemas become plain dicts and lists)."""
-    return json.loads(json_text(body))
-
-
-ECHO = {"name": "echo", "description": "Echo.", "input_json_schema": {"type": "string"}}
-
-
 def test_a_request_body_holds_the_state_as_compact_json_with_text_kept() -> None:
     state = freeze({"question": "caf\N{LATIN SMALL LETTER E WITH ACUTE}?", "observations": []})
 
     body = plain(
         request_body(
-            state, _ctx(4, ECHO), model="m", instructions="Be brief.", max_output_tokens=64
+            state, decision_ctx(4, ECHO), model="m", instructions="Be brief.", max_output_tokens=64
         )
     )
 
@@ -166,7 +144,9 @@ def test_any_schema_is_sent_as_is_without_a_strict_flag() -> None:
     loose = {"name": "loose", "description": "L.", "input_json_schema": {"type": "object"}}
 
     body = plain(
-        request_body({}, _ctx(1, ECHO, loose), model="m", instructions="", max_output_tokens=1)
+        request_body(
+            {}, decision_ctx(1, ECHO, loose), model="m", instructions="", max_output_tokens=1
+        )
     )
 
     assert [sorted(t) for t in body["tools"]] == [["description", "input_schema", "name"]] * 3

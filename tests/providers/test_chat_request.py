@@ -4,12 +4,10 @@ file using the adapter loads, plans and inspects without a key or a request."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,13 +23,13 @@ from tests.providers.fixtures.chat_completions import (
     function_call,
     tool_call,
 )
+from tests.providers.fixtures.requests import ECHO, decision_ctx, plain, typed_keys
 from tests.providers.fixtures.runs import ROOT, project_agent, swapped_project
 from tubeless import define_agent, define_tool
 from tubeless import errors as codes
 from tubeless.errors import TemplateError, deepest_source_code
 from tubeless.frozen import freeze
 from tubeless.providers import PROVIDER_INVALID_RESPONSE, PROVIDER_REFUSED, ProviderError
-from tubeless.providers._budgets import json_text
 from tubeless.providers.chat import completions, parse_response, request_body
 
 # -- fixture shapes are real ones -----------------------------------------------------------------
@@ -76,9 +74,6 @@ def test_the_openai_types_reject_the_malformed_fixtures_too(fixture: Any) -> Non
         ChatCompletion.model_validate(fixture)
 
 
-def _keys(typed_dict: Any) -> frozenset[str]:
-    return frozenset(typed_dict.__required_keys__ | typed_dict.__optional_keys__)
-
 
 async def test_request_bodies_use_the_chat_completions_create_params_fields() -> None:
     server = ChatServer(*THREE_TURNS)
@@ -87,37 +82,20 @@ async def test_request_bodies_use_the_chat_completions_create_params_fields() ->
 
     assert len(server.bodies) == 3
     for body in server.bodies:
-        assert set(body) <= _keys(CompletionCreateParamsNonStreaming)
+        assert set(body) <= typed_keys(CompletionCreateParamsNonStreaming)
         TypeAdapter(CompletionCreateParamsNonStreaming).validate_python(body)
         for tool in body["tools"]:
-            assert set(tool) <= _keys(ChatCompletionToolParam)
+            assert set(tool) <= typed_keys(ChatCompletionToolParam)
             TypeAdapter(ChatCompletionToolParam).validate_python(tool)
 
 
 # -- request bodies as units ----------------------------------------------------------------------
-def _ctx(turn: int, *capabilities: dict[str, Any]) -> Any:
-    """The parts of a ``DecisionContext`` that a request body reads."""
-    return SimpleNamespace(
-        turn=turn,
-        capabilities=tuple(freeze(c) for c in capabilities),
-        result_json_schema=freeze({"type": "integer"}),
-    )
-
-
-def plain(body: dict[str, Any]) -> Any:
-    """``body`` as it goes on the wire (frozen schemas become plain dicts and lists)."""
-    return json.loads(json_text(body))
-
-
-ECHO = {"name": "echo", "description": "Echo.", "input_json_schema": {"type": "string"}}
-
-
 def test_a_request_body_holds_the_state_as_compact_json_with_text_kept() -> None:
     state = freeze({"question": "caf\N{LATIN SMALL LETTER E WITH ACUTE}?", "observations": []})
 
     body = plain(
         request_body(
-            state, _ctx(4, ECHO), model="m", instructions="Be brief.", max_output_tokens=64
+            state, decision_ctx(4, ECHO), model="m", instructions="Be brief.", max_output_tokens=64
         )
     )
 
@@ -171,7 +149,9 @@ def test_a_schema_outside_the_strict_subset_is_sent_with_strict_false() -> None:
     loose = {"name": "loose", "description": "L.", "input_json_schema": {"type": "object"}}
 
     body = plain(
-        request_body({}, _ctx(1, ECHO, loose), model="m", instructions="", max_output_tokens=1)
+        request_body(
+            {}, decision_ctx(1, ECHO, loose), model="m", instructions="", max_output_tokens=1
+        )
     )
 
     assert [(t["function"]["name"], t["function"]["strict"]) for t in body["tools"]] == [

@@ -28,6 +28,7 @@ from tests.providers.fixtures.openai_responses import (
     response,
     tool_call,
 )
+from tests.providers.fixtures.requests import typed_keys
 from tubeless import define_agent, define_tool
 from tubeless import errors as codes
 from tubeless.errors import TemplateError, TubelessError, deepest_source_code
@@ -78,9 +79,6 @@ def test_the_openai_types_reject_the_malformed_fixtures_too(fixture: Any) -> Non
         Response.model_validate(fixture)
 
 
-def _keys(typed_dict: Any) -> frozenset[str]:
-    return frozenset(typed_dict.__required_keys__ | typed_dict.__optional_keys__)
-
 
 async def test_request_bodies_use_the_openai_create_params_fields() -> None:
     server = ScriptedServer(*THREE_TURNS)
@@ -91,10 +89,10 @@ async def test_request_bodies_use_the_openai_create_params_fields() -> None:
 
     function_tool = TypeAdapter(FunctionToolParam)
     for body in server.bodies:
-        assert set(body) <= _keys(ResponseCreateParamsNonStreaming)
+        assert set(body) <= typed_keys(ResponseCreateParamsNonStreaming)
         TypeAdapter(ResponseCreateParamsNonStreaming).validate_python(body)
         for tool in body["tools"]:
-            assert _keys(FunctionToolParam) >= set(tool) >= FunctionToolParam.__required_keys__
+            assert typed_keys(FunctionToolParam) >= set(tool) >= FunctionToolParam.__required_keys__
             function_tool.validate_python(tool)
 
 
