@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         require_outputs,
         step,
     )
+    from tubeless.project import Project, load_project
     from tubeless.schema import Schema
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "PipelineRun",
     "Plan",
     "PlanningError",
+    "Project",
     "ReferenceResolutionError",
     "Schema",
     "StepContext",
@@ -65,6 +67,7 @@ __all__ = [
     "for_each_pipeline",
     "from_pipeline",
     "iterate_pipeline",
+    "load_project",
     "pipeline_tool",
     "require_outputs",
     "step",
@@ -97,6 +100,7 @@ _HOMES = {
         "require_outputs",
         "step",
     ),
+    "tubeless.project": ("Project", "load_project"),
     "tubeless.schema": ("Schema",),
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}

@@ -108,3 +108,26 @@ def test_verbose_twice_installs_one_handler(capsys: pytest.CaptureFixture[str]) 
         "count=0\n",
         ["INFO tubeless.run: handler says hello"],
     )
+
+
+def test_bare_tubeless_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tubeless` with no command (or only global options) prints the help and exits 0."""
+    assert main([]) == 0
+    assert "Commands:" in capsys.readouterr().out
+    assert main(["-v"]) == 0
+    assert "Commands:" in capsys.readouterr().out
+
+
+def test_short_help_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """`-h` is `--help`, for the group and for commands."""
+    assert main(["-h"]) == 0
+    assert "Commands:" in capsys.readouterr().out
+    assert main(["validate", "-h"]) == 0
+    assert "validate" in capsys.readouterr().out
+
+
+def test_verbose_after_the_command_gets_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tubeless validate -v x` says that -v goes before the command."""
+    assert main(["validate", "-v", "x.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert "put it before the command" in err and "tubeless -v run" in err

@@ -52,8 +52,6 @@ def test_main_returns_zero_for_version_and_help(
     [
         pytest.param(["--bogus"], "--bogus", id="unknown-option"),
         pytest.param(["frobnicate"], "frobnicate", id="unknown-command"),
-        pytest.param([], "Missing command", id="no-command"),
-        pytest.param(["-v"], "Missing command", id="options-but-no-command"),
     ],
 )
 def test_usage_errors_exit_1_with_one_error_line_and_the_usage_hint(

@@ -16,6 +16,7 @@ from typing import TextIO
 import click
 
 from tubeless._cli._exit import EXIT_OK, exit_code_for, report_error
+from tubeless._cli.init import init
 from tubeless._cli.look import graph, inspect, list_, plan
 from tubeless._cli.run import run
 from tubeless._cli.schema import schema
@@ -65,9 +66,14 @@ def _configure_logging(verbose: int) -> None:
         logger.addHandler(handler)
 
 
-# Without a command click reports "Missing command." as a usage error (exit 1), whatever its
-# version; no_args_is_help would print the help instead, with an exit code that varies by version.
-@click.group(name="tubeless", no_args_is_help=False)
+# A bare `tubeless` prints the help and exits 0: the group is invoked without a command and says
+# so itself (click's no_args_is_help exits with a code that varies by version).
+@click.group(
+    name="tubeless",
+    invoke_without_command=True,
+    subcommand_metavar="COMMAND [ARGS]...",
+    context_settings={"help_option_names": ["--help", "-h"]},
+)
 @click.version_option(
     __version__, "--version", prog_name="tubeless", message="%(prog)s %(version)s"
 )
@@ -87,6 +93,24 @@ def cli(ctx: click.Context, verbose: int, debug: bool) -> None:
     state.command = ctx.invoked_subcommand
     if verbose:
         _configure_logging(verbose)
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+        ctx.exit(EXIT_OK)
+
+
+#: Options of the `tubeless` group that users often put after the subcommand.
+_GROUP_OPTIONS = frozenset({"-v", "-vv", "--verbose", "--debug"})
+
+
+def _hint_group_option(exc: BaseException) -> BaseException:
+    """Say where ``-v`` / ``--debug`` go when they were given after a subcommand."""
+    if isinstance(exc, click.NoSuchOption) and exc.option_name in _GROUP_OPTIONS:
+        return click.UsageError(
+            f"{exc.message} ({exc.option_name} is an option of tubeless itself: put it before "
+            f"the command, e.g. `tubeless {exc.option_name} run ...`)",
+            ctx=exc.ctx,
+        )
+    return exc
 
 
 def main(args: Sequence[str] | None = None) -> int:
@@ -107,6 +131,7 @@ def main(args: Sequence[str] | None = None) -> int:
             obj=state,
         )
     except BaseException as exc:  # The CLI's outermost boundary: everything becomes a code.
+        exc = _hint_group_option(exc)
         report_error(exc, debug=state.debug)
         return exit_code_for(exc, command=state.command)
     # Without standalone mode click returns the code of a ctx.exit() (--help, --version) instead
@@ -117,6 +142,7 @@ def main(args: Sequence[str] | None = None) -> int:
 
 
 cli.add_command(graph)
+cli.add_command(init)
 cli.add_command(inspect)
 cli.add_command(list_)
 cli.add_command(plan)
