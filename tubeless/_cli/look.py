@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
+from tubeless._cli._complete import complete_entry_id, project_argument
 from tubeless._cli._exit import EXIT_PLANNING, CliLoadError
 
 if TYPE_CHECKING:
@@ -26,8 +27,10 @@ __all__ = ["graph", "inspect", "list_", "plan"]
 _DIRECTIONS = ("TB", "TD", "BT", "LR", "RL")
 _FORMATS = ("mermaid", "dot", "json")
 
-_project_argument = click.argument("project", metavar="PROJECT")
-_id_argument = click.argument("entry_id", metavar="[ID]", required=False)
+_project_argument = project_argument()
+_id_argument = click.argument(
+    "entry_id", metavar="[ID]", required=False, shell_complete=complete_entry_id
+)
 
 
 def _load(path: str) -> Project:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tubeless._cli._complete import RunCommand
 from tubeless._cli._exit import CliInputError, CliLoadError
 from tubeless._cli._flags import DerivedFlag, InputRejected, derive_flags
 
@@ -28,9 +29,9 @@ if TYPE_CHECKING:
     from tubeless import Pipeline, PipelineRun
     from tubeless.project import Project
 
-__all__ = ["run"]
+__all__ = ["VALUE_OPTIONS", "entry_command_for", "find_project", "run"]
 
-_VALUE_OPTIONS = frozenset(
+VALUE_OPTIONS = _VALUE_OPTIONS = frozenset(
     {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace"}
 )
 _OUTER_HELP = """Run an agent or pipeline of PROJECT (a YAML file) and print its result as JSON.
@@ -39,7 +40,7 @@ ID may be omitted when the project has one entry or names a default. Flags may c
 order; each input property has its own flag: see `tubeless run PROJECT [ID] --help`."""
 
 
-def _find_project(args: list[str]) -> int | None:
+def find_project(args: list[str]) -> int | None:
     """The index of the project argument: the first YAML path (or, failing that, file)."""
     previous = ""
     candidates: list[int] = []
@@ -89,6 +90,7 @@ def _input_schema(entry: Pipeline) -> dict[str, Any] | None:
 
 @click.command(
     "run",
+    cls=RunCommand,
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     add_help_option=False,
     help=_OUTER_HELP,
@@ -97,14 +99,20 @@ def _input_schema(entry: Pipeline) -> dict[str, Any] | None:
 @click.pass_context
 def run(ctx: click.Context) -> None:
     args = [arg for arg in ctx.args if arg != "--"]
-    position = _find_project(args)
+    position = find_project(args)
     if position is None:
         if "--help" in args or "-h" in args:
             click.echo(ctx.get_help())
             ctx.exit(0)
         raise click.UsageError("Missing argument 'PROJECT' (a project YAML file).", ctx=ctx)
     path = args.pop(position)
-    project = _load(path)
+    chosen, command = _choose(_load(path), path, args)
+    with command.make_context(f"{path} {chosen}", args, parent=ctx) as entry_ctx:
+        command.invoke(entry_ctx)
+
+
+def _choose(project: Project, path: str, args: list[str]) -> tuple[str, click.Command]:
+    """The entry named in ``args`` (removed from them) or the default, and its command."""
     # Values of derived options can look like ids; tell them apart using every entry's flags.
     derived_values = {
         f"--{flag.option}"
@@ -120,9 +128,18 @@ def run(ctx: click.Context) -> None:
     except KeyError as exc:
         raise CliLoadError(str(exc.args[0])) from None
     chosen = entry_id or next(k for k, v in project.entries.items() if v is entry)
-    command = _entry_command(project, chosen, entry, path)
-    with command.make_context(f"{path} {chosen}", args, parent=ctx) as entry_ctx:
-        command.invoke(entry_ctx)
+    return chosen, _entry_command(project, chosen, entry, path)
+
+
+def entry_command_for(path: str, args: list[str]) -> click.Command | None:
+    """The entry command ``tubeless run PATH ARGS...`` would build, or None (for completion)."""
+    rest = list(args)
+    if path in rest:
+        rest.remove(path)
+    try:
+        return _choose(_load(path), path, rest)[1]
+    except Exception:  # completion never reports errors: it offers nothing instead
+        return None
 
 
 def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) -> click.Command:
