@@ -375,3 +375,51 @@ def test_debug_shows_a_traceback_for_a_failing_load(capsys: pytest.CaptureFixtur
     debug = tubeless(capsys, "--debug", "run", broken)
     assert debug.code == 4
     assert "Traceback" in debug.err
+
+
+_FLAG_HELP_PROJECT = """\
+version: 1
+project: {id: f}
+allow_modules: [builtins]
+pipelines:
+  f:
+    input:
+      schema:
+        type: object
+        properties:
+          count: {type: integer, minimum: 1, maximum: 10, default: 3, description: How many.}
+          ratio: {type: number, exclusiveMinimum: 0}
+          mode: {enum: [fast, slow], default: fast}
+          tags: {type: array, items: {type: string}}
+          config: {type: object}
+          trace: {type: string}
+        required: [mode]
+    steps:
+      - {id: a, run: builtins:len}
+"""
+
+
+def test_entry_help_shows_defaults_ranges_choices_and_repeats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Derived flags show the schema's default, range, choices, repeatability and requiredness."""
+    project = tmp_path / "f.yaml"
+    project.write_text(_FLAG_HELP_PROJECT)
+    assert main(["run", str(project), "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--count INTEGER How many. [default: 3; 1 <= x <= 10]" in text
+    assert "--ratio NUMBER [x > 0]" in text
+    assert '--mode [fast|slow] [default: "fast"; required]' in text
+    assert "--tags STRING [repeatable]" in text
+    assert (
+        "Input properties without a flag, set them with --input or --input-file: "
+        "config (an object); trace (--trace is a built-in option)."
+    ) in text
+
+
+def test_a_bare_word_input_says_to_quote_it_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--input hi` is not JSON: the error shows the quoted form."""
+    assert main(["run", str(SCRIPTED), "--input", "hi"]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith("error: --input is not valid JSON:")
+    assert """(a string must be quoted as JSON: --input '"hi"')""" in err

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import click
 
-__all__ = ["BUILTIN_FLAGS", "DerivedFlag", "InputRejected", "derive_flags"]
+__all__ = ["BUILTIN_FLAGS", "DerivedFlag", "InputRejected", "derive_flags", "unflagged"]
 
 #: Built-in flags of ``tubeless run``; a property with one of these names gets no flag.
 BUILTIN_FLAGS = frozenset(
@@ -53,12 +53,19 @@ class DerivedFlag:
     required: bool
     choices: tuple[Any, ...] = ()
     help: str | None = None
+    notes: tuple[str, ...] = ()
+    """What the schema says beyond the type: its default and range (shown in ``--help``)."""
 
     def click_option(self) -> click.Option:
         """The click option (never click-required: ``--input`` may supply the value)."""
-        help_text = self.help or ""
+        marks = [*self.notes]
+        if self.multiple:
+            marks.append("repeatable")
         if self.required:
-            help_text = f"{help_text} [required]".strip()
+            marks.append("required")
+        help_text = self.help or ""
+        if marks:
+            help_text = f"{help_text} [{'; '.join(marks)}]".strip()
         if self.kind == "boolean":
             return click.Option(
                 [f"--{self.option}/--no-{self.option}", self.property],
@@ -150,52 +157,113 @@ def _scalar_kind(node: Any) -> Kind | None:
     return None
 
 
-def derive_flags(schema: Mapping[str, Any] | None) -> list[DerivedFlag]:
-    """The flags of an input schema's top-level properties, in declaration order."""
+def _notes(node: Mapping[str, Any], item: Mapping[str, Any]) -> tuple[str, ...]:
+    """``default: 3`` and ``1 <= x <= 10`` style notes from the schema, for ``--help``."""
+    notes: list[str] = []
+    if "default" in node:
+        notes.append(f"default: {_shown(node['default'])}")
+    low = _bound(item, "minimum", "exclusiveMinimum", "<=", "<")
+    high = _bound(item, "maximum", "exclusiveMaximum", "<=", "<")
+    if low and high:
+        notes.append(f"{low[1]} {low[0]} x {high[0]} {high[1]}")
+    elif low:
+        notes.append(f"x {low[0].replace('<', '>')} {low[1]}")
+    elif high:
+        notes.append(f"x {high[0]} {high[1]}")
+    lengths = [(key, item[key]) for key in ("minLength", "maxLength") if key in item]
+    notes.extend(f"{key}: {_shown(value)}" for key, value in lengths)
+    return tuple(notes)
+
+
+def _bound(
+    node: Mapping[str, Any], inclusive: str, exclusive: str, inc_op: str, exc_op: str
+) -> tuple[str, str] | None:
+    value = node.get(exclusive)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return exc_op, _shown(value)
+    value = node.get(inclusive)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return inc_op, _shown(value)
+    return None
+
+
+def _shown(value: Any) -> str:
+    import json
+
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _properties(schema: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], set[Any]]:
     if not isinstance(schema, Mapping):
-        return []
+        return {}, set()
     root = _resolve(schema, schema)
     if not isinstance(root, Mapping):
-        return []
+        return {}, set()
     properties = root.get("properties")
     if not isinstance(properties, Mapping):
-        return []
-    required = set(root.get("required") or ())
-    flags: list[DerivedFlag] = []
-    for name, raw in properties.items():
-        option = kebab(str(name))
-        if option in BUILTIN_FLAGS or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", option):
-            continue
-        node = _unwrap_nullable(raw, schema)
-        if not isinstance(node, Mapping):
-            continue
-        description = node.get("description") if isinstance(node.get("description"), str) else None
-        multiple = False
-        kind: Kind | None
-        item = node
-        if node.get("type") == "boolean":
-            kind = "boolean"
-        elif node.get("type") == "array":
-            item = _unwrap_nullable(node.get("items", {}), schema)
-            kind = _scalar_kind(item)
-            multiple = True
-        else:
-            kind = _scalar_kind(node)
-        if kind is None:
-            continue
-        choices: tuple[Any, ...] = ()
-        if kind == "choice":
-            assert isinstance(item, Mapping)
-            choices = tuple(item["enum"]) if "enum" in item else (item["const"],)
-        flags.append(
-            DerivedFlag(
-                property=str(name),
-                option=option,
-                kind=kind,
-                multiple=multiple,
-                required=name in required,
-                choices=choices,
-                help=description,
-            )
-        )
-    return flags
+        return {}, set()
+    return properties, set(root.get("required") or ())
+
+
+def _flag(name: Any, raw: Any, schema: Mapping[str, Any], required: bool) -> DerivedFlag | str:
+    """The flag of one property, or why it has none."""
+    option = kebab(str(name))
+    if option in BUILTIN_FLAGS:
+        return f"--{option} is a built-in option"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", option):
+        return "its name cannot be a flag"
+    node = _unwrap_nullable(raw, schema)
+    if not isinstance(node, Mapping):
+        return "its schema is not a type"
+    description = node.get("description") if isinstance(node.get("description"), str) else None
+    multiple = False
+    kind: Kind | None
+    item = node
+    if node.get("type") == "boolean":
+        kind = "boolean"
+    elif node.get("type") == "array":
+        item = _unwrap_nullable(node.get("items", {}), schema)
+        kind = _scalar_kind(item)
+        multiple = True
+    else:
+        kind = _scalar_kind(node)
+    if kind is None:
+        shape = node.get("type")
+        if shape == "array":
+            return "an array of non-scalars"
+        return f"an {shape}" if shape == "object" else "not a scalar"
+    choices: tuple[Any, ...] = ()
+    if kind == "choice":
+        assert isinstance(item, Mapping)
+        choices = tuple(item["enum"]) if "enum" in item else (item["const"],)
+    return DerivedFlag(
+        property=str(name),
+        option=option,
+        kind=kind,
+        multiple=multiple,
+        required=required,
+        choices=choices,
+        help=description,
+        notes=_notes(node, item if isinstance(item, Mapping) else {}),
+    )
+
+
+def derive_flags(schema: Mapping[str, Any] | None) -> list[DerivedFlag]:
+    """The flags of an input schema's top-level properties, in declaration order."""
+    properties, required = _properties(schema)
+    assert schema is not None or not properties
+    flags = [_flag(name, raw, schema or {}, name in required) for name, raw in properties.items()]
+    return [flag for flag in flags if isinstance(flag, DerivedFlag)]
+
+
+def unflagged(schema: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The top-level properties that get no flag, each with the reason (for ``--help``)."""
+    properties, required = _properties(schema)
+    reasons = [
+        (str(name), _flag(name, raw, schema or {}, name in required))
+        for name, raw in properties.items()
+    ]
+    return [(name, reason) for name, reason in reasons if isinstance(reason, str)]

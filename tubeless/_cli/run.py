@@ -23,7 +23,7 @@ import click
 
 from tubeless._cli._complete import RunCommand
 from tubeless._cli._exit import CliInputError, CliLoadError
-from tubeless._cli._flags import DerivedFlag, InputRejected, derive_flags
+from tubeless._cli._flags import DerivedFlag, InputRejected, derive_flags, unflagged
 
 if TYPE_CHECKING:
     from tubeless import Pipeline, PipelineRun
@@ -181,8 +181,18 @@ def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) 
         params=params,
         callback=callback,
         help=f"Run the {kind} {entry_id!r} of {path}. {description}".strip(),
+        epilog=_unflagged_epilog(_input_schema(entry)),
         context_settings={"max_content_width": 100},
     )
+
+
+def _unflagged_epilog(schema: dict[str, Any] | None) -> str | None:
+    """Which input properties have no flag, and how to pass them."""
+    missing = unflagged(schema)
+    if not missing:
+        return None
+    listed = "; ".join(f"{name} ({reason})" for name, reason in missing)
+    return f"Input properties without a flag, set them with --input or --input-file: {listed}."
 
 
 def _read_input_file(name: str) -> Any:
@@ -214,7 +224,11 @@ def _build_input(
         try:
             raw = json.loads(options["input_json"])
         except (ValueError, RecursionError) as exc:
-            raise CliInputError(f"--input is not valid JSON: {exc}") from None
+            hint = ""
+            text = options["input_json"].strip()
+            if text and text[0] not in '{["' and not text[0].isdigit():
+                hint = f" (a string must be quoted as JSON: --input '{json.dumps(text)}')"
+            raise CliInputError(f"--input is not valid JSON: {exc}{hint}") from None
     elif options.get("input_file") is not None:
         raw = _read_input_file(options["input_file"])
     given = {}
