@@ -423,3 +423,28 @@ def test_a_bare_word_input_says_to_quote_it_as_json(capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert err.startswith("error: --input is not valid JSON:")
     assert """(a string must be quoted as JSON: --input '"hi"')""" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "suggestion"),
+    [
+        pytest.param(["--txt", "hi"], "--txt", "--target", id="before-the-id"),
+        pytest.param(["--question", "q", "--questoin", "hi"], "--questoin", "--question",
+                     id="after-a-flag"),
+    ],
+)
+def test_an_unknown_option_is_reported_not_taken_as_the_id(
+    args: list[str], option: str, suggestion: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run p.yaml --txt hi` is a usage error about --txt (exit 1) with a did-you-mean."""
+    assert main(["run", str(SCRIPTED), *args]) == 1
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == f"error: No such option '{option}'. Did you mean '{suggestion}'?"
+
+
+def test_an_unknown_id_after_a_known_flag_is_still_an_unknown_id(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`run p.yaml --quiet nope`: --quiet is known, so 'nope' really is the id (exit 2)."""
+    assert main(["run", str(SCRIPTED), "--quiet", "nope"]) == 2
+    assert "has no entry 'nope'" in capsys.readouterr().err

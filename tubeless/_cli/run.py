@@ -121,14 +121,32 @@ def _choose(project: Project, path: str, args: list[str]) -> tuple[str, click.Co
         if flag.kind != "boolean"
     }
     entry_id = _entry_id(args, _VALUE_OPTIONS | derived_values)
+    before = ""
     if entry_id is not None:
-        args.remove(entry_id)
+        position = args.index(entry_id)
+        before = args[position - 1] if position else ""
+        del args[position]
     try:
         entry = project.entry(entry_id)
     except KeyError as exc:
+        _refuse_unknown_option(before, project)
         raise CliLoadError(str(exc.args[0])) from None
     chosen = entry_id or next(k for k, v in project.entries.items() if v is entry)
     return chosen, _entry_command(project, chosen, entry, path)
+
+
+def _refuse_unknown_option(option: str, project: Project) -> None:
+    """``run p.yaml --txt hi``: report ``--txt`` (a usage error), not an entry named ``hi``."""
+    if not option.startswith("--") or "=" in option:
+        return
+    known = {"--help", "-h", *_VALUE_OPTIONS, "--dry-run", "--continue-on-error", "--quiet"}
+    for entry in project.entries.values():
+        for flag in derive_flags(_input_schema(entry)):
+            known.add(f"--{flag.option}")
+            if flag.kind == "boolean":
+                known.add(f"--no-{flag.option}")
+    if option not in known:
+        raise click.NoSuchOption(option, possibilities=sorted(known))
 
 
 def entry_command_for(path: str, args: list[str]) -> click.Command | None:
