@@ -448,3 +448,35 @@ def test_an_unknown_id_after_a_known_flag_is_still_an_unknown_id(
     """`run p.yaml --quiet nope`: --quiet is known, so 'nope' really is the id (exit 2)."""
     assert main(["run", str(SCRIPTED), "--quiet", "nope"]) == 2
     assert "has no entry 'nope'" in capsys.readouterr().err
+
+
+def test_run_help_without_a_project_lists_the_built_in_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`tubeless run --help` shows every built-in option, and says how to see the input flags."""
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Usage: tubeless run PROJECT [ID] [OPTIONS]")
+    for option in ("--input JSON", "--input-file FILE", "--dry-run", "--target T", "--step S",
+                   "--trace PATH|-", "--quiet", "--max-concurrency"):
+        assert option in out, option
+    assert "Name a project to see its entry's own input flags" in out
+
+
+def test_run_help_with_several_entries_and_no_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When the entry cannot be chosen, --help still works and lists the choices."""
+    project = tmp_path / "two.yaml"
+    project.write_text(textwrap.dedent(f"""\
+        version: 1
+        project: {{id: two}}
+        python_path: [{ROOT}]
+        pipelines:
+          one: {{steps: [{{id: a, run: examples.text_pipeline:split_words}}]}}
+          other: {{steps: [{{id: a, run: examples.text_pipeline:split_words}}]}}
+        """))
+    assert main(["run", str(project), "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--input JSON" in text
+    assert "has several entries and no default; choose one of one, other" in text

@@ -100,13 +100,23 @@ def _input_schema(entry: Pipeline) -> dict[str, Any] | None:
 def run(ctx: click.Context) -> None:
     args = [arg for arg in ctx.args if arg != "--"]
     position = find_project(args)
+    wants_help = "--help" in args or "-h" in args
     if position is None:
-        if "--help" in args or "-h" in args:
-            click.echo(ctx.get_help())
-            ctx.exit(0)
+        if wants_help:
+            note = "Name a project to see its entry's own input flags as well."
+            _help_command(note).main(["--help"], "tubeless run", standalone_mode=False)
+            return
         raise click.UsageError("Missing argument 'PROJECT' (a project YAML file).", ctx=ctx)
     path = args.pop(position)
-    chosen, command = _choose(_load(path), path, args)
+    project = _load(path)
+    try:
+        chosen, command = _choose(project, path, args)
+    except CliLoadError as exc:
+        if not wants_help:
+            raise
+        note = f"{exc} (name the entry to see its own input flags)."
+        _help_command(note).main(["--help"], "tubeless run", standalone_mode=False)
+        return
     with command.make_context(f"{path} {chosen}", args, parent=ctx) as entry_ctx:
         command.invoke(entry_ctx)
 
@@ -160,19 +170,23 @@ def entry_command_for(path: str, args: list[str]) -> click.Command | None:
         return None
 
 
-def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) -> click.Command:
-    is_agent = entry_id in project.agents
-    flags = derive_flags(_input_schema(entry))
-    params: list[click.Parameter] = [flag.click_option() for flag in flags]
-    params += [
+def _builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[click.Parameter]:
+    """The options every entry has; ``entry=None`` when the entry is not known (``--help``)."""
+    targets = click.Choice(list(entry.target_ids)) if entry is not None else None
+    steps = click.Choice(list(entry.step_ids)) if entry is not None else None
+    params: list[click.Parameter] = [
         click.Option(["--input", "input_json"], default=None, metavar="JSON",
                      help="The whole input as JSON; flags override its top-level keys."),
         click.Option(["--input-file"], default=None, metavar="FILE",
                      help="Read the input from FILE (JSON, or YAML for .yaml/.yml; - for stdin)."),
-        click.Option(["--dry-run"], is_flag=True, help="Run the previews instead."),
-        click.Option(["--target"], multiple=True, type=click.Choice(list(entry.target_ids)),
+        click.Option(["--dry-run"], is_flag=True,
+                     help="A preview run: a step with a dry_run preview runs it instead of its "
+                     "handler, dry_run: skip skips it, and a step without dry_run runs as usual; "
+                     "an agent decides with its dry_run source (skipped without one) and each "
+                     "tool runs its preview or is skipped."),
+        click.Option(["--target"], multiple=True, type=targets, metavar=None if targets else "T",
                      help="A declared target to reach (repeatable)."),
-        click.Option(["--step"], multiple=True, type=click.Choice(list(entry.step_ids)),
+        click.Option(["--step"], multiple=True, type=steps, metavar=None if steps else "S",
                      help="An exact step to run (repeatable)."),
         click.Option(["--continue-on-error"], is_flag=True,
                      help="Keep running independent steps after a failure."),
@@ -182,9 +196,29 @@ def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) 
         click.Option(["--quiet", "-q"], is_flag=True, help="Print no run report."),
     ]
     if not is_agent:
+        where = "" if is_agent is False else " (pipelines only)"
         params.append(click.Option(["--max-concurrency"], type=click.IntRange(min=1),
                                    default=1, show_default=True,
-                                   help="Steps of this pipeline running at once."))
+                                   help=f"Steps of this pipeline running at once{where}."))
+    return params
+
+
+def _help_command(note: str) -> click.Command:
+    """``run --help`` when no entry is known: the built-in options, and what is missing."""
+    return click.Command(
+        name="PROJECT [ID]",
+        params=_builtin_params(None, is_agent=None),
+        help=f"{_OUTER_HELP}\n\n{note}",
+        options_metavar="PROJECT [ID] [OPTIONS]",
+        context_settings={"max_content_width": 100, "help_option_names": ["--help", "-h"]},
+    )
+
+
+def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) -> click.Command:
+    is_agent = entry_id in project.agents
+    flags = derive_flags(_input_schema(entry))
+    params: list[click.Parameter] = [flag.click_option() for flag in flags]
+    params += _builtin_params(entry, is_agent=is_agent)
     kind = "agent" if is_agent else "pipeline"
     description = entry.description or entry.name or ""
 
