@@ -7,6 +7,7 @@ Exceptions (everything raised carries a stable ``code``)::
     ├── AgentDefinitionError                   TUBELESS_AGENT_INVALID_DEFINITION
     ├── PlanningError                          TUBELESS_PLANNING_* (.errors)
     ├── PipelineExecutionError                 a run that did not complete (.run, .source_code)
+    ├── CheckpointError                        TUBELESS_CHECKPOINT_*, checkpoint keys and mismatches
     ├── DocumentError                          TUBELESS_DOCUMENT_INVALID (.issues)
     ├── ReferenceResolutionError               TUBELESS_REFERENCE_INVALID
     └── TemplateError                          TUBELESS_TEMPLATE_INVALID
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentDefinitionError",
+    "CheckpointError",
     "DocumentError",
     "ErrorCause",
     "ErrorKind",
@@ -104,6 +106,13 @@ TOOL_ERRORS = "TUBELESS_TOOL_ERRORS"
 
 # -- traces ---------------------------------------------------------------------------------------
 TRACE_INVALID = "TUBELESS_TRACE_INVALID"
+
+# -- durable runs (round 2) -----------------------------------------------------------------------
+CHECKPOINT_LOCKED = "TUBELESS_CHECKPOINT_LOCKED"
+CHECKPOINT_INVALID = "TUBELESS_CHECKPOINT_INVALID"
+CHECKPOINT_INVALID_KEY = "TUBELESS_AGENT_INVALID_CHECKPOINT_KEY"
+CHECKPOINT_MISMATCH = "TUBELESS_AGENT_CHECKPOINT_MISMATCH"
+CALL_INTERRUPTED = "TUBELESS_AGENT_CALL_INTERRUPTED"
 
 # -- projects -------------------------------------------------------------------------------------
 DOCUMENT_INVALID = "TUBELESS_DOCUMENT_INVALID"
@@ -287,6 +296,10 @@ class PipelineExecutionError(TubelessError):
         self.run = run
         self.source_code = deepest_source_code(first)
         super().__init__(first.code, f"Pipeline {run.pipeline_id} {run.status}: {first.format()}")
+
+
+class CheckpointError(TubelessError):
+    """A checkpoint store refused: a key in use, an unusable file, a key or document mismatch."""
 
 
 class DocumentError(TubelessError):

@@ -1,0 +1,22 @@
+"""Checkpoint stores for durable runs (DESIGN.md §11): plain storage, nothing about agents.
+
+A store hands out one exclusive :class:`Lease` per key (across processes: an OS file lock that
+dies with its process); through it a run reads its last committed document and replaces it
+atomically, each write returning only after a durable commit::
+
+    store = SqliteCheckpoints("runs.sqlite")
+    with store.acquire("scripted-agent:0123abcd") as lease:
+        saved = lease.read()          # None the first time
+        lease.write(next_document)    # committed (fsync'ed) when this returns
+
+A key that another lease holds fails fast with ``TUBELESS_CHECKPOINT_LOCKED``. Checkpoint
+documents hold state and inputs: stores are data files (mode 0600), never traces.
+"""
+
+from __future__ import annotations
+
+from tubeless.durable._memory import MemoryCheckpoints
+from tubeless.durable._sqlite import SqliteCheckpoints
+from tubeless.durable._store import CheckpointStore, Lease, StoredCheckpoint
+
+__all__ = ["CheckpointStore", "Lease", "MemoryCheckpoints", "SqliteCheckpoints", "StoredCheckpoint"]

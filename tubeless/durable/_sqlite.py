@@ -1,0 +1,195 @@
+"""``SqliteCheckpoints``: the embedded store, one SQLite file beside a folder of lock files.
+
+The file is created 0600 and must stay private (one hard link, no group or other access); it
+runs in WAL mode with ``synchronous=FULL``, so a write has reached the disk when it returns.
+Leases are ``flock`` locks on one file per key in ``<path>.leases/``: the kernel drops them
+when the process dies, so a killed run's key can be resumed at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tubeless.durable._store import StoredCheckpoint, check_key
+from tubeless.errors import CHECKPOINT_INVALID, CHECKPOINT_LOCKED, CheckpointError
+
+__all__ = ["SqliteCheckpoints"]
+
+#: ``PRAGMA application_id`` of a checkpoint file ("TBCK"), so no other file is mistaken for one.
+APPLICATION_ID = 0x5442434B
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS checkpoints (
+    key TEXT PRIMARY KEY NOT NULL,
+    document TEXT NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) WITHOUT ROWID
+"""
+_UPSERT = (
+    "INSERT INTO checkpoints (key, document, updated_at_ms) VALUES (?, ?, ?) "
+    "ON CONFLICT(key) DO UPDATE SET document = excluded.document, "
+    "updated_at_ms = excluded.updated_at_ms"
+)
+
+
+def _invalid(path: Path, why: str) -> CheckpointError:
+    return CheckpointError(CHECKPOINT_INVALID, f"{path}: {why}")
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 (unless it exists); never follows a symlink."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def _check_private(path: Path) -> None:
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise _invalid(path, "a checkpoint file must be a regular file (not a link or a folder)")
+    if info.st_nlink != 1:
+        raise _invalid(path, f"a checkpoint file must have one hard link (it has {info.st_nlink})")
+    if info.st_mode & 0o077:
+        mode = stat.S_IMODE(info.st_mode)
+        raise _invalid(
+            path,
+            f"a checkpoint file holds state and inputs and must be private (mode {mode:04o}); "
+            f"run: chmod 600 {path}",
+        )
+
+
+class SqliteCheckpoints:
+    """Checkpoint documents in one SQLite file (created on first use)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        _create_private(self.path)
+        _check_private(self.path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            self._prepare()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise _invalid(self.path, f"not a checkpoint file ({exc})") from None
+        except CheckpointError:
+            self._db.close()
+            raise
+        self._leases = Path(f"{self.path}.leases")
+        self._leases.mkdir(mode=0o700, exist_ok=True)
+
+    def _prepare(self) -> None:
+        db = self._db
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        application_id = db.execute("PRAGMA application_id").fetchone()[0]
+        if tables and application_id != APPLICATION_ID:
+            what = "a trace store" if "pipeline_run_events" in tables else "another SQLite file"
+            raise _invalid(self.path, f"not a checkpoint file (it is {what})")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("PRAGMA busy_timeout = 10000")
+        if not tables:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(_SCHEMA)
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise _invalid(self.path, f"unsupported checkpoint file version {version}")
+
+    # -- the protocol ----------------------------------------------------------------------------
+    def acquire(self, key: str) -> _SqliteLease:
+        check_key(key)
+        name = hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+        fd = os.open(self._leases / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CheckpointError(
+                CHECKPOINT_LOCKED,
+                f"Checkpoint key {key!r} is in use by another run (in {self.path}); wait for it "
+                "to finish, or stop it",
+            ) from None
+        return _SqliteLease(self, key, fd)
+
+    def list(self) -> Sequence[StoredCheckpoint]:
+        rows = self._query("SELECT key, document, updated_at_ms FROM checkpoints ORDER BY key", ())
+        return [StoredCheckpoint(key=k, document=d, updated_at_ms=t) for k, d, t in rows]
+
+    def delete(self, key: str) -> bool:
+        with self.acquire(key), self._lock:
+            cursor = self._db.execute("DELETE FROM checkpoints WHERE key = ?", (key,))
+            return cursor.rowcount > 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- used by leases --------------------------------------------------------------------------
+    def _query(self, sql: str, params: tuple[object, ...]) -> Sequence[tuple[str, str, int]]:
+        with self._lock:
+            try:
+                return list(self._db.execute(sql, params))
+            except sqlite3.DatabaseError as exc:
+                raise _invalid(self.path, f"cannot read checkpoints ({exc})") from None
+
+    def _read(self, key: str) -> str | None:
+        rows = self._query("SELECT key, document, updated_at_ms FROM checkpoints WHERE key = ?",
+                           (key,))
+        return rows[0][1] if rows else None
+
+    def _write(self, key: str, document: str) -> None:
+        now = int(time.time() * 1000)
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute(_UPSERT, (key, document, now))
+                self._db.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise _invalid(self.path, f"cannot write the checkpoint ({exc})") from None
+
+
+class _SqliteLease:
+    def __init__(self, store: SqliteCheckpoints, key: str, fd: int) -> None:
+        self.key = key
+        self._store: SqliteCheckpoints | None = store
+        self._fd = fd
+
+    def _owner(self) -> SqliteCheckpoints:
+        assert self._store is not None, "the lease was closed"
+        return self._store
+
+    def read(self) -> str | None:
+        return self._owner()._read(self.key)
+
+    def write(self, document: str) -> None:
+        if not isinstance(document, str):
+            raise TypeError("a checkpoint document is a str")
+        self._owner()._write(self.key, document)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store = None
+            os.close(self._fd)  # closing the descriptor releases the flock
+
+    def __enter__(self) -> _SqliteLease:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,80 @@
+"""The store protocol every checkpoint backend follows, and the checks they share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from tubeless.errors import CHECKPOINT_INVALID_KEY, CheckpointError
+
+__all__ = ["MAX_KEY_CHARS", "CheckpointStore", "Lease", "StoredCheckpoint", "check_key"]
+
+#: The longest key a store accepts (DESIGN.md §11).
+MAX_KEY_CHARS = 4096
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredCheckpoint:
+    """One key's last committed document, as :meth:`CheckpointStore.list` returns it."""
+
+    key: str
+    document: str
+    updated_at_ms: int
+    """When the document was last written (milliseconds since the epoch)."""
+
+
+@runtime_checkable
+class Lease(Protocol):
+    """Exclusive use of one key until :meth:`close` (or the end of the owning process)."""
+
+    key: str
+
+    def read(self) -> str | None:
+        """The last committed document of the key, or ``None`` when nothing was written."""
+        ...
+
+    def write(self, document: str) -> None:
+        """Replace the document atomically; returns only after a durable commit."""
+        ...
+
+    def close(self) -> None:
+        """Release the key (idempotent)."""
+        ...
+
+    def __enter__(self) -> Lease: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Where durable runs keep their documents, one per key."""
+
+    def acquire(self, key: str) -> Lease:
+        """A lease on ``key``; ``TUBELESS_CHECKPOINT_LOCKED`` when another lease holds it."""
+        ...
+
+    def list(self) -> Sequence[StoredCheckpoint]:
+        """Every stored key with its document, in key order."""
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove a key's document (taking its lease first); whether there was one."""
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds open; leases already handed out stay valid."""
+        ...
+
+
+def check_key(key: object) -> str:
+    """``key`` if it is a usable checkpoint key, else ``TUBELESS_AGENT_INVALID_CHECKPOINT_KEY``."""
+    if not isinstance(key, str) or not key.strip():
+        raise CheckpointError(CHECKPOINT_INVALID_KEY, "A checkpoint key must be a nonblank string")
+    if len(key) > MAX_KEY_CHARS:
+        raise CheckpointError(
+            CHECKPOINT_INVALID_KEY,
+            f"A checkpoint key may have at most {MAX_KEY_CHARS} characters (got {len(key)})",
+        )
+    return key
