@@ -14,13 +14,16 @@ import copy
 import hashlib
 import json
 import sqlite3
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from tests.tracing._upstream_shape import original_fingerprint, problems
 from tubeless import define_pipeline, from_pipeline, step
+from tubeless.pipeline._identity import js_json
 from tubeless.project import load_project
 from tubeless.testing import capture_trace
 from tubeless.tracing import RunTree, SqliteSink, TraceReadError, read_trace, run_trees
@@ -137,6 +140,39 @@ def test_reader_still_reads_limits_and_tools_from_the_earlier_tubeless_snapshot(
     assert tree.agent.limits is not None and tree.agent.limits["max_turns"] == 3
 
 
+def test_golden_fixtures_match_our_record_schema() -> None:
+    """``record.schema.json`` describes the original shape too (snapshot included)."""
+    text = resources.files("tubeless.tracing").joinpath("record.schema.json").read_text("utf-8")
+    validator = jsonschema.Draft202012Validator(json.loads(text))
+    for name in ("plain.ndjson", "fanout.ndjson", "agent.ndjson"):
+        for index, record in enumerate(_fixture(name)):
+            assert [e.message for e in validator.iter_errors(record)] == [], f"{name} #{index}"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        pytest.param(1.0, "1", id="integral-float"),
+        pytest.param(-0.0, "0", id="negative-zero"),
+        pytest.param(0.5, "0.5", id="half"),
+        pytest.param(1e21, "1e+21", id="exponent-21"),
+        pytest.param(1.5e20, "150000000000000000000", id="below-1e21"),
+        pytest.param(1e-7, "1e-7", id="small-exponent"),
+        pytest.param(-2.5e-8, "-2.5e-8", id="negative-small"),
+        pytest.param(0.000001, "0.000001", id="six-places"),
+        pytest.param(123.456, "123.456", id="plain-decimal"),
+        pytest.param(1.5e300, "1.5e+300", id="large"),
+        pytest.param({"b": 1, "10": 2, "2": 3, "a": [True, None]},
+                     '{"2":3,"10":2,"b":1,"a":[true,null]}', id="index-keys-first"),
+        pytest.param({"01": 1, "1": 2}, '{"1":2,"01":1}', id="only-canonical-indexes"),
+        pytest.param("é\n\u0001\ud800", '"é\\n\\u0001\\ud800"', id="string-escapes"),
+    ],
+)
+def test_fingerprints_hash_what_json_stringify_writes(value: Any, text: str) -> None:
+    """The definition fingerprints hash JavaScript's JSON.stringify text (UPSTREAM §1.12)."""
+    assert js_json(value) == text
+
+
 # -- what the reader rejects, as the original does --------------------------------------------
 def _first(records: Records, name: str, **match: Any) -> dict[str, Any]:
     return next(
@@ -175,9 +211,9 @@ REJECTED: list[Any] = [
     ),
     pytest.param(
         "agent.ndjson",
-        lambda rs: _turn_record(rs)["iteration"].update(index=True),
-        "'iteration.index' must be an integer >= 1, got True",
-        id="iteration-index-bool",
+        lambda rs: _turn_record(rs)["iteration"].update(index="1"),
+        "'iteration.index' must be an integer >= 1, got '1'",
+        id="iteration-index-text",
     ),
     pytest.param(
         "agent.ndjson",
@@ -242,7 +278,7 @@ REJECTED: list[Any] = [
     pytest.param(
         "fanout.ndjson",
         lambda rs: _fan_out(rs).pop("failureCount"),
-        "error.fanOut: 'failureCount' must be an integer >= 1",
+        "error.fanOut: 'failureCount' must be an integer >= 0",
         id="fan-out-without-count",
     ),
     pytest.param(

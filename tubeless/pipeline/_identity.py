@@ -181,7 +181,10 @@ def schema_fingerprint(schema: Schema) -> str:
 
 # -- the snapshot and the identity ------------------------------------------------------------
 def _reduced(identity: Mapping[str, Any]) -> dict[str, Any]:
-    return {"version": identity["version"], "structuralFingerprint": identity["structuralFingerprint"]}
+    return {
+        "version": identity["version"],
+        "structuralFingerprint": identity["structuralFingerprint"],
+    }
 
 
 def _full(identity: DefinitionIdentity) -> dict[str, Any]:
