@@ -258,6 +258,22 @@ REJECTED: list[Any] = [
         id="gates-missing",
     ),
     pytest.param(
+        "plain.ndjson",
+        lambda rs: rs[0]["payload"]["definitionSnapshot"]["identity"].update(version=2),
+        "payload 'definitionSnapshot' must be an object carrying the same identity as "
+        "'definitionIdentity'",
+        id="snapshot-of-another-identity",
+    ),
+    pytest.param(
+        "fanout.ndjson",
+        lambda rs: _first(rs, "step.failed", stepId="shout")["error"].update(
+            issues=[{"message": "bad", "path": [{"at": 1}]}]
+        ),
+        "error: 'issues' must be {message, path?} objects whose paths hold strings and finite "
+        "numbers",
+        id="issue-path-object",
+    ),
+    pytest.param(
         "fanout.ndjson",
         lambda rs: _fan_out(rs).update(failures={"index": 1}),
         "error.fanOut: 'failures' must be a list of at most 32 items",
