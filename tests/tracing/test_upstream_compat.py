@@ -23,7 +23,7 @@ import pytest
 
 from tests.tracing._upstream_shape import original_fingerprint, problems
 from tubeless import define_pipeline, from_pipeline, step
-from tubeless.pipeline._identity import js_json
+from tubeless.pipeline._identity import descriptor_fingerprint, js_json
 from tubeless.project import load_project
 from tubeless.testing import capture_trace
 from tubeless.tracing import RunTree, SqliteSink, TraceReadError, read_trace, run_trees
@@ -157,6 +157,8 @@ def test_golden_fixtures_match_our_record_schema() -> None:
         pytest.param(0.5, "0.5", id="half"),
         pytest.param(1e21, "1e+21", id="exponent-21"),
         pytest.param(1.5e20, "150000000000000000000", id="below-1e21"),
+        pytest.param(1.2345678901234567e20, "123456789012345670000", id="shortest-digits"),
+        pytest.param(-3.0, "-3", id="negative-integral"),
         pytest.param(1e-7, "1e-7", id="small-exponent"),
         pytest.param(-2.5e-8, "-2.5e-8", id="negative-small"),
         pytest.param(0.000001, "0.000001", id="six-places"),
@@ -171,6 +173,13 @@ def test_golden_fixtures_match_our_record_schema() -> None:
 def test_fingerprints_hash_what_json_stringify_writes(value: Any, text: str) -> None:
     """The definition fingerprints hash JavaScript's JSON.stringify text (UPSTREAM §1.12)."""
     assert js_json(value) == text
+
+
+def test_descriptor_keys_are_sorted_as_javascript_sorts_strings() -> None:
+    """UTF-16 code units: an astral character sorts before U+FF61, unlike code points."""
+    text = '{"\U0001f600":2,"\uff61":1}'
+    expected = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert descriptor_fingerprint({"\uff61": 1, "\U0001f600": 2}) == expected
 
 
 # -- what the reader rejects, as the original does --------------------------------------------

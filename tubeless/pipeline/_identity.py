@@ -121,8 +121,6 @@ def _js_number(number: float) -> str:
         return "null"
     if number == 0:
         return "0"
-    if number.is_integer() and abs(number) < 1e21:
-        return str(int(number))
     sign = "-" if number < 0 else ""
     # repr gives the shortest digits that round-trip, as JavaScript does; only the layout differs.
     parts = Decimal(repr(abs(number))).as_tuple()
