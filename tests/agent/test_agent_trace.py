@@ -337,5 +337,8 @@ def test_the_root_definition_snapshot_carries_the_agent_limits_and_capabilities(
         "maxDepth": 4,
         "maxConcurrency": 1,
     }
-    assert [c["name"] for c in step["agent"]["capabilities"]] == ["echo", "fail"]
-    assert len(step["capabilities"]) == 2
+    capabilities = step["agent"]["capabilities"]
+    assert [c["name"] for c in capabilities] == ["echo", "fail"]
+    # Each tool carries its input descriptor's fingerprint and its pipeline's identity.
+    assert [c["identity"]["definitionId"][:7] for c in capabilities] == ["sha256:"] * 2
+    assert [c["inputSchemaFingerprint"][:7] for c in capabilities] == ["sha256:"] * 2

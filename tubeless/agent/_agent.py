@@ -27,7 +27,7 @@ from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict, thaw
 from tubeless.pipeline import Pipeline, StepContext, define_pipeline, iterate_pipeline, step
 from tubeless.pipeline._failures import maybe_await
-from tubeless.pipeline._identity import schema_fingerprint
+from tubeless.pipeline._identity import descriptor_fingerprint, schema_fingerprint
 from tubeless.pipeline._step import is_async_callable
 from tubeless.schema import Schema
 
@@ -234,6 +234,34 @@ def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
     }
 
 
+def _snapshot_metadata(spec: AgentSpec) -> dict[str, Any]:
+    """The agent metadata as the definition snapshot records it (the original release's shape).
+
+    Descriptors enter as fingerprints, each tool with its pipeline's identity; the structural
+    fingerprint reduces those identities to ``{version, structuralFingerprint}``.
+    """
+    limits = spec.limits
+    return {
+        "limits": {
+            "maxTurns": limits.max_turns,
+            "maxCalls": limits.max_calls,
+            "maxDecisions": limits.max_decisions,
+            "maxDepth": limits.max_depth,
+            "maxConcurrency": limits.max_concurrency,
+        },
+        "capabilities": [
+            {
+                "name": entry.name,
+                "description": entry.tool.description,
+                "inputSchemaFingerprint": descriptor_fingerprint(entry.tool.input_json_schema),
+                "identity": entry.pipeline.identity.to_wire(),
+            }
+            for entry in spec.registry.values()
+        ],
+        "resultSchemaFingerprint": descriptor_fingerprint(spec.result_json_schema),
+    }
+
+
 def _compile(
     spec: AgentSpec,
     inputs: Schema,
@@ -278,6 +306,7 @@ def _compile(
         loop,
         run=run_agent,
         agent=_metadata(spec, inputs),
+        agent_snapshot=_snapshot_metadata(spec),
         capabilities=tuple(entry.pipeline for entry in spec.registry.values()),
     )
     return define_pipeline(

@@ -1,18 +1,38 @@
-"""Definition identity: canonical-JSON SHA-256 fingerprints of what a pipeline is.
+"""Definition identity: the original release's fingerprints of what a pipeline is (UPSTREAM §1.12).
 
-The structural fingerprint covers the graph (steps in execution order, their dependencies,
-dry-run policies, skip predicates' presence), targets, required finalizer outputs, the
-fingerprints of every schema, agent metadata and, for composed steps, the child's structural
-identity. The definition id adds ``implementation_version`` and the full identities of children
-and capabilities. Names, descriptions and handler code never enter either: bump
-``implementation_version`` when behaviour changes.
+A fingerprint is ``"sha256:" + hex(sha256(JSON.stringify(x)))`` of an object built in a fixed
+key order; JSON descriptors are canonicalised (keys sorted) first. :func:`js_json` writes what
+JavaScript's ``JSON.stringify`` writes, so a reader of the original release recomputes the
+structural fingerprint from a traced definition snapshot and finds the same identity.
+
+- The **structural fingerprint** hashes ``{version, steps, targetIds, requiredFinalizerStepIds?,
+  optionsValidated, resultValidated}``: the steps in execution order (sorted dependency lists,
+  dry-run policy, whether a skip predicate and an output schema exist, agent metadata, the
+  nested child) with child and capability identities reduced to ``{version,
+  structuralFingerprint}``. The snapshot is the same structure with the pipeline's identity in
+  place of ``version`` and the full child and capability identities.
+- The **definition id** hashes ``{version, structuralFingerprint, implementationVersion?,
+  children, implementation?}``: ``children`` has ``null`` per plain step, the child's full
+  identity per composed step and ``{child, capabilities}`` per agent step. ``implementation`` is
+  ours: the fingerprints of the options, result and step output schemas and a finalizer other
+  than the last step's output, which the original (whose validators have no JSON form) cannot
+  hash. It is left out when empty, so a definition without schemas has the original's id.
+
+Names, descriptions and handler code never enter either: bump ``implementation_version`` when
+behaviour changes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final
 
-from tubeless.frozen import fingerprint, thaw
+from tubeless.frozen import thaw
 from tubeless.pipeline._results import DefinitionIdentity
 from tubeless.schema import Schema
 
@@ -20,13 +40,131 @@ if TYPE_CHECKING:
     from tubeless.pipeline._pipeline import Pipeline
     from tubeless.pipeline._step import Step
 
-__all__ = ["compute_identity", "schema_fingerprint"]
+__all__ = ["compute_identity", "descriptor_fingerprint", "js_json", "schema_fingerprint"]
+
+# JavaScript objects list "array index" keys ("0", "7", up to 2**32 - 2) first, ascending.
+_INDEX_KEY: Final = re.compile(r"0|[1-9][0-9]{0,9}")
+_MAX_INDEX: Final = 2**32 - 2
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+# -- JSON.stringify ---------------------------------------------------------------------------
+def js_json(value: Any) -> str:
+    """``JSON.stringify(value)`` as JavaScript writes it.
+
+    Keys keep their order, except that integer-like keys come first in ascending order (as in
+    any JavaScript object); numbers use JavaScript's shortest form (``1.0`` is ``1``, ``1e-7``
+    stays ``1e-7``); lone surrogates are escaped; non-finite numbers are ``null``.
+
+    Raises:
+        TypeError: For values JSON cannot represent.
+    """
+    out: list[str] = []
+    _write(value, out)
+    return "".join(out)
+
+
+def _write(value: Any, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, int):
+        out.append(str(value))
+    elif isinstance(value, float):
+        out.append(_js_number(value))
+    elif isinstance(value, str):
+        out.append(_js_string(value))
+    elif isinstance(value, Mapping):
+        out.append("{")
+        for i, key in enumerate(_js_keys(value)):
+            if i:
+                out.append(",")
+            out.append(_js_string(key))
+            out.append(":")
+            _write(value[key], out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _write(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+def _js_keys(mapping: Mapping[Any, Any]) -> list[str]:
+    for key in mapping:
+        if not isinstance(key, str):
+            raise TypeError(f"JSON object keys must be strings, got {type(key).__name__}")
+    index = [k for k in mapping if _INDEX_KEY.fullmatch(k) and int(k) <= _MAX_INDEX]
+    if not index:
+        return list(mapping)
+    rest = [k for k in mapping if not (_INDEX_KEY.fullmatch(k) and int(k) <= _MAX_INDEX)]
+    return sorted(index, key=int) + rest
+
+
+def _js_string(text: str) -> str:
+    encoded = json.dumps(text, ensure_ascii=False)
+    if _SURROGATE.search(text) is None:
+        return encoded
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
+
+
+def _js_number(number: float) -> str:
+    """JavaScript's ``Number.prototype.toString`` for a float."""
+    if not math.isfinite(number):
+        return "null"
+    if number == 0:
+        return "0"
+    sign = "-" if number < 0 else ""
+    # repr gives the shortest digits that round-trip, as JavaScript does; only the layout differs.
+    parts = Decimal(repr(abs(number))).as_tuple()
+    digits = "".join(map(str, parts.digits)).rstrip("0") or "0"
+    assert isinstance(parts.exponent, int)
+    point = parts.exponent + len(parts.digits)  # value = 0.<digits> * 10**point
+    k = len(digits)
+    if k <= point <= 21:
+        return sign + digits + "0" * (point - k)
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * -point + digits
+    exponent = point - 1
+    mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
+    return f"{sign}{mantissa}e{'+' if exponent >= 0 else '-'}{abs(exponent)}"
+
+
+def _fingerprint(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(js_json(value).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with every object's keys sorted as JavaScript sorts strings (UTF-16 units)."""
+    if isinstance(value, Mapping):
+        return {key: _canonical(value[key]) for key in sorted(value, key=_utf16)}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(item) for item in value]
+    return value
+
+
+def descriptor_fingerprint(descriptor: Any) -> str:
+    """The fingerprint of a JSON descriptor (a JSON Schema), canonicalised with sorted keys."""
+    return _fingerprint(_canonical(descriptor))
 
 
 def schema_fingerprint(schema: Schema) -> str:
     """The fingerprint of a schema's JSON Schema, or of its type name when it has none."""
     try:
-        return schema.fingerprint
+        return descriptor_fingerprint(schema.json_schema())
     except Exception:  # some pydantic types have no JSON Schema; describe them another way
         source = schema.source
         name = getattr(source, "__qualname__", None) or repr(source)
@@ -36,11 +174,27 @@ def schema_fingerprint(schema: Schema) -> str:
             shape["fields"] = {
                 key: [repr(info.annotation), info.is_required()] for key, info in fields.items()
             }
-        return fingerprint(shape)
+        return descriptor_fingerprint(shape)
 
 
-def _structural(identity: DefinitionIdentity) -> dict[str, Any]:
-    return {"version": identity.version, "structuralFingerprint": identity.structural_fingerprint}
+# -- the snapshot and the identity ------------------------------------------------------------
+def _reduced(identity: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "version": identity["version"],
+        "structuralFingerprint": identity["structuralFingerprint"],
+    }
+
+
+def _full(identity: DefinitionIdentity) -> dict[str, Any]:
+    """A child's full identity, keys in the order the definition id hashes them."""
+    out: dict[str, Any] = {
+        "version": identity.version,
+        "structuralFingerprint": identity.structural_fingerprint,
+    }
+    if identity.implementation_version is not None:
+        out["implementationVersion"] = identity.implementation_version
+    out["definitionId"] = identity.definition_id
+    return out
 
 
 def _step_snapshot(s: Step) -> dict[str, Any]:
@@ -53,31 +207,49 @@ def _step_snapshot(s: Step) -> dict[str, Any]:
         "runtimeSkipPossible": s.skip is not None,
         "outputValidated": s.output_schema is not None,
     }
-    if s.output_schema is not None:
-        snap["outputSchema"] = schema_fingerprint(s.output_schema)
-    if s.agent is not None:
-        snap["agent"] = thaw(s.agent)
+    if s.agent_snapshot is not None:
+        snap["agent"] = thaw(s.agent_snapshot)
     if s.nested is not None:
+        child = s.nested.pipeline
         nested: dict[str, Any] = {
             "mode": s.nested.mode,
-            "pipelineId": s.nested.pipeline.id,
-            "identity": _structural(s.nested.pipeline.identity),
+            "pipelineId": child.id,
+            "stepIds": list(child.step_ids),
+            "identity": child.identity.to_wire(),
         }
         if s.nested.concurrency is not None:
             nested["concurrency"] = s.nested.concurrency
         if s.nested.max_iterations is not None:
             nested["maxIterations"] = s.nested.max_iterations
         snap["nestedPipeline"] = nested
-    if s.capabilities:
-        snap["capabilities"] = [_structural(p.identity) for p in s.capabilities]
     return snap
+
+
+def _hashed_step(snap: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot step as the structural fingerprint hashes it: identities reduced in place."""
+    out = dict(snap)
+    nested = snap.get("nestedPipeline")
+    if nested is not None:
+        out["nestedPipeline"] = {**nested, "identity": _reduced(nested["identity"])}
+    agent = snap.get("agent")
+    if isinstance(agent, Mapping) and isinstance(agent.get("capabilities"), list):
+        out["agent"] = {
+            **agent,
+            "capabilities": [
+                {**c, "identity": _reduced(c["identity"])} if "identity" in c else c
+                for c in agent["capabilities"]
+            ],
+        }
+    return out
 
 
 def _version(pipeline: Pipeline) -> int:
     for s in pipeline.order:
-        if s.agent is not None or (s.nested is not None and s.nested.mode == "iterate"):
+        if s.agent is not None or s.agent_snapshot is not None:
             return 2
-        if s.nested is not None and s.nested.pipeline.identity.version >= 2:
+        if s.nested is not None and (
+            s.nested.mode == "iterate" or s.nested.pipeline.identity.version >= 2
+        ):
             return 2
         if any(p.identity.version >= 2 for p in s.capabilities):
             return 2
@@ -85,45 +257,55 @@ def _version(pipeline: Pipeline) -> int:
 
 
 def _child_entry(s: Step) -> Any:
-    if s.nested is None and not s.capabilities:
-        return None
-    child = None if s.nested is None else s.nested.pipeline.identity.to_wire()
-    if not s.capabilities:
+    child = None if s.nested is None else _full(s.nested.pipeline.identity)
+    if s.agent_snapshot is None and not s.capabilities:
         return child
-    return {"child": child, "capabilities": [p.identity.to_wire() for p in s.capabilities]}
+    return {"child": child, "capabilities": [_full(p.identity) for p in s.capabilities]}
+
+
+def _implementation(pipeline: Pipeline) -> dict[str, Any]:
+    """What our identity covers beyond the original structure (definition-id side only)."""
+    out: dict[str, Any] = {}
+    if pipeline.options_schema is not None:
+        out["optionsSchemaFingerprint"] = schema_fingerprint(pipeline.options_schema)
+    if pipeline.result_schema is not None:
+        out["resultSchemaFingerprint"] = schema_fingerprint(pipeline.result_schema)
+    outputs = {
+        s.id: schema_fingerprint(s.output_schema)
+        for s in pipeline.order
+        if s.output_schema is not None
+    }
+    if outputs:
+        out["outputSchemaFingerprints"] = outputs
+    if pipeline.finalizer.kind != "last":
+        out["finalizer"] = pipeline.finalizer.kind
+    return out
 
 
 def compute_identity(pipeline: Pipeline) -> tuple[DefinitionIdentity, dict[str, Any]]:
-    """The identity of ``pipeline`` and the snapshot it was computed from."""
+    """The identity of ``pipeline`` and its definition snapshot (UPSTREAM §1.12 shape)."""
     version = _version(pipeline)
-    structure: dict[str, Any] = {
-        "version": version,
-        "steps": [_step_snapshot(s) for s in pipeline.order],
-        "targetIds": sorted(pipeline.target_ids),
-        "requiredFinalizerStepIds": sorted(pipeline.finalizer.required),
-        "finalizer": pipeline.finalizer.kind,
-        "optionsValidated": pipeline.options_schema is not None,
-        "resultValidated": pipeline.result_schema is not None,
-    }
-    if pipeline.options_schema is not None:
-        structure["optionsSchema"] = schema_fingerprint(pipeline.options_schema)
-    if pipeline.result_schema is not None:
-        structure["resultSchema"] = schema_fingerprint(pipeline.result_schema)
-    structural = fingerprint(structure)
-    definition_id = fingerprint(
-        {
-            "version": version,
-            "structuralFingerprint": structural,
-            "implementationVersion": pipeline.implementation_version,
-            "children": [_child_entry(s) for s in pipeline.order],
-        }
+    steps = [_step_snapshot(s) for s in pipeline.order]
+    body: dict[str, Any] = {"steps": steps, "targetIds": sorted(pipeline.target_ids)}
+    required = sorted(pipeline.finalizer.required)
+    if required:
+        body["requiredFinalizerStepIds"] = required
+    body["optionsValidated"] = pipeline.options_schema is not None
+    body["resultValidated"] = pipeline.result_schema is not None
+    structural = _fingerprint(
+        {"version": version, **body, "steps": [_hashed_step(snap) for snap in steps]}
     )
+    hashed: dict[str, Any] = {"version": version, "structuralFingerprint": structural}
+    if pipeline.implementation_version is not None:
+        hashed["implementationVersion"] = pipeline.implementation_version
+    hashed["children"] = [_child_entry(s) for s in pipeline.order]
+    implementation = _implementation(pipeline)
+    if implementation:
+        hashed["implementation"] = implementation
     identity = DefinitionIdentity(
         version=version,
         structural_fingerprint=structural,
-        definition_id=definition_id,
+        definition_id=_fingerprint(hashed),
         implementation_version=pipeline.implementation_version,
     )
-    snapshot = {"identity": identity.to_wire()}
-    snapshot.update((k, v) for k, v in structure.items() if k != "version")
-    return identity, snapshot
+    return identity, {"identity": identity.to_wire(), **body}

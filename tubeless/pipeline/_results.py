@@ -30,9 +30,11 @@ class DefinitionIdentity:
     version: int
     """Identity scheme version: 1 for plain graphs, 2 with iteration or agent steps."""
     structural_fingerprint: str
-    """``sha256:<hex>`` of the graph, schemas and capabilities; handlers excluded."""
+    """``sha256:<hex>`` of the graph, agent metadata and child structures (UPSTREAM §1.12);
+    it recomputes from the traced definition snapshot. Handlers excluded."""
     definition_id: str
-    """``sha256:<hex>`` of the structure, ``implementation_version`` and child identities."""
+    """``sha256:<hex>`` of the structure, ``implementation_version``, the schemas' fingerprints
+    and the full child identities."""
     implementation_version: str | None = None
 
     def to_wire(self) -> dict[str, Any]:

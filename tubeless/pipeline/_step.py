@@ -52,7 +52,11 @@ class Step:
     description: str | None = None
     nested: NestedPipeline | None = None
     agent: Mapping[str, Any] | None = None
-    """Agent metadata shown in plans and folded into the identity (set by the agent layer)."""
+    """Agent metadata shown in plans, inspect and graphs (set by the agent layer)."""
+    agent_snapshot: Mapping[str, Any] | None = None
+    """The agent metadata as the definition snapshot records it and the identity hashes it
+    (UPSTREAM §1.12: limits, capabilities with fingerprints and identities, the result
+    descriptor's fingerprint); set by the agent layer together with ``agent``."""
     capabilities: tuple[Pipeline, ...] = ()
     """Pipelines whose identities feed this step's definition id (agent tools)."""
     inline: bool = False

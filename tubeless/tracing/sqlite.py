@@ -47,14 +47,20 @@ _CREATE: Final = (
     error_json TEXT,
     iteration_json TEXT
 )""",
-    f"CREATE INDEX {TABLE}_run_id_idx ON {TABLE} (run_id, id)",
-    f"CREATE INDEX {TABLE}_pipeline_id_idx ON {TABLE} (pipeline_id, id DESC)",
-    f"CREATE INDEX {TABLE}_timestamp_ms_idx ON {TABLE} (timestamp_ms DESC)",
     f"""CREATE TRIGGER {TABLE}_no_update BEFORE UPDATE ON {TABLE}
 BEGIN SELECT RAISE(ABORT, '{TABLE} is append-only: rows cannot be updated'); END""",
     f"""CREATE TRIGGER {TABLE}_no_delete BEFORE DELETE ON {TABLE}
 BEGIN SELECT RAISE(ABORT, '{TABLE} is append-only: rows cannot be deleted'); END""",
 )
+#: The indexes, by the upstream names. ``IF NOT EXISTS``: a writable open adds any missing.
+_INDEXES: Final = (
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_run_id_idx ON {TABLE} (run_id, id)",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_pipeline_id_idx ON {TABLE} (pipeline_id, id DESC)",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_timestamp_idx ON {TABLE} (timestamp_ms DESC)",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_parent_run_id_idx ON {TABLE} (parent_run_id, id)",
+)
+#: The name earlier tubeless gave the timestamp index; replaced by the upstream one.
+_OLD_INDEXES: Final = (f"DROP INDEX IF EXISTS {TABLE}_timestamp_ms_idx",)
 _MIGRATE_3_TO_4: Final = f"ALTER TABLE {TABLE} ADD COLUMN iteration_json TEXT"
 _INSERT: Final = (
     f"INSERT INTO {TABLE} (version, run_id, correlation_id, parent_run_id, pipeline_id, step_id,"
@@ -84,6 +90,12 @@ def _has_table(conn: sqlite3.Connection) -> bool:
     return found is not None
 
 
+def _ensure_indexes(conn: sqlite3.Connection) -> None:
+    """Give a store the upstream indexes (only on a writable open; readers never need them)."""
+    for statement in (*_OLD_INDEXES, *_INDEXES):
+        conn.execute(statement)
+
+
 def _prepare(conn: sqlite3.Connection, path: Path) -> None:
     """Initialise a new store, migrate a version-3 one, or check a version-4 one."""
     conn.execute("BEGIN IMMEDIATE")
@@ -111,6 +123,7 @@ def _prepare(conn: sqlite3.Connection, path: Path) -> None:
                 f"unsupported trace store version {version} (this tubeless reads 3 and 4)",
                 path=path,
             )
+        _ensure_indexes(conn)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
