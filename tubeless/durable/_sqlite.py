@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tubeless.durable._store import StoredCheckpoint, check_key
+from tubeless.durable._store import LeaseBase, StoredCheckpoint, check_key
 from tubeless.errors import CHECKPOINT_INVALID, CHECKPOINT_LOCKED, CheckpointError
 
 __all__ = ["SqliteCheckpoints"]
@@ -111,7 +111,7 @@ class SqliteCheckpoints:
             raise _invalid(self.path, f"unsupported checkpoint file version {version}")
 
     # -- the protocol ----------------------------------------------------------------------------
-    def acquire(self, key: str) -> _SqliteLease:
+    def acquire(self, key: str) -> LeaseBase:
         check_key(key)
         name = hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
         fd = os.open(self._leases / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -124,7 +124,7 @@ class SqliteCheckpoints:
                 f"Checkpoint key {key!r} is in use by another run (in {self.path}); wait for it "
                 "to finish, or stop it",
             ) from None
-        return _SqliteLease(self, key, fd)
+        return LeaseBase(self, key, fd)
 
     def list(self) -> Sequence[StoredCheckpoint]:
         rows = self._query("SELECT key, document, updated_at_ms FROM checkpoints ORDER BY key", ())
@@ -152,6 +152,10 @@ class SqliteCheckpoints:
                            (key,))
         return rows[0][1] if rows else None
 
+    def _release(self, key: str, token: object) -> None:
+        assert isinstance(token, int)
+        os.close(token)  # closing the descriptor releases the flock
+
     def _write(self, key: str, document: str) -> None:
         now = int(time.time() * 1000)
         with self._lock:
@@ -163,33 +167,3 @@ class SqliteCheckpoints:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise _invalid(self.path, f"cannot write the checkpoint ({exc})") from None
-
-
-class _SqliteLease:
-    def __init__(self, store: SqliteCheckpoints, key: str, fd: int) -> None:
-        self.key = key
-        self._store: SqliteCheckpoints | None = store
-        self._fd = fd
-
-    def _owner(self) -> SqliteCheckpoints:
-        assert self._store is not None, "the lease was closed"
-        return self._store
-
-    def read(self) -> str | None:
-        return self._owner()._read(self.key)
-
-    def write(self, document: str) -> None:
-        if not isinstance(document, str):
-            raise TypeError("a checkpoint document is a str")
-        self._owner()._write(self.key, document)
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store = None
-            os.close(self._fd)  # closing the descriptor releases the flock
-
-    def __enter__(self) -> _SqliteLease:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from tubeless.errors import CHECKPOINT_INVALID_KEY, CheckpointError
 
-__all__ = ["MAX_KEY_CHARS", "CheckpointStore", "Lease", "StoredCheckpoint", "check_key"]
+__all__ = [
+    "MAX_KEY_CHARS",
+    "CheckpointStore",
+    "Lease",
+    "LeaseBase",
+    "StoredCheckpoint",
+    "check_key",
+]
 
 #: The longest key a store accepts (DESIGN.md §11).
 MAX_KEY_CHARS = 4096
@@ -78,3 +85,43 @@ def check_key(key: object) -> str:
             f"A checkpoint key may have at most {MAX_KEY_CHARS} characters (got {len(key)})",
         )
     return key
+
+
+class _Backend(Protocol):
+    def _read(self, key: str) -> str | None: ...
+
+    def _write(self, key: str, document: str) -> None: ...
+
+    def _release(self, key: str, token: object) -> None: ...
+
+
+class LeaseBase:
+    """The lease the stores hand out: reads and writes go to the store until :meth:`close`."""
+
+    def __init__(self, store: _Backend, key: str, token: object = None) -> None:
+        self.key = key
+        self._store: _Backend | None = store
+        self._token = token
+
+    def _owner(self) -> _Backend:
+        assert self._store is not None, "the lease was closed"
+        return self._store
+
+    def read(self) -> str | None:
+        return self._owner()._read(self.key)
+
+    def write(self, document: str) -> None:
+        if not isinstance(document, str):
+            raise TypeError("a checkpoint document is a str")
+        self._owner()._write(self.key, document)
+
+    def close(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            store._release(self.key, self._token)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
