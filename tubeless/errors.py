@@ -24,6 +24,7 @@ records them as :class:`PipelineError` with the original exception's ``code`` at
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -317,6 +318,14 @@ class TemplateError(TubelessError):
     def __init__(self, message: str, issues: Sequence[Any] = ()) -> None:
         super().__init__(TEMPLATE_INVALID, message)
         self.issues = tuple(issues)
+
+
+_LINE_BREAKS = re.compile(r"\s*(?:\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029])\s*")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break, and the spaces around it, made a single space."""
+    return _LINE_BREAKS.sub(" ", text).strip() if _LINE_BREAKS.search(text) else text
 
 
 def without_period(text: str) -> str:
