@@ -75,3 +75,23 @@ def test_a_sync_decide_failure_of_an_agent_carries_no_false_event_loop_cause() -
     assert not any("no running event loop" in link for link in chain(error.run.errors[0].cause))
     assert isinstance(error.__cause__, KeyError)
     assert error.__cause__.__context__ is None
+
+
+def chained_failure(inputs: Any, ctx: Any) -> None:
+    try:
+        {}["key"]
+    except KeyError as exc:
+        raise ValueError("Lookup failed.") from exc
+
+
+def test_the_error_message_joins_its_cause_without_a_stray_period() -> None:
+    """``...failed.; caused by`` was a typo: the full stop gives way to the clause."""
+    pipeline = define_pipeline(id="p", steps=[step("s", chained_failure)])
+
+    with pytest.raises(PipelineExecutionError) as caught:
+        pipeline.run_sync()
+
+    assert str(caught.value) == (
+        "Pipeline p failed: execution at step s [TUBELESS_STEP_FAILED]: Lookup failed; "
+        "caused by: 'key'"
+    )

@@ -252,7 +252,9 @@ def _error_lines(exc: BaseException, flags: Mapping[str, str] | None = None) -> 
         return [f"{exc.code}: {exc.message}"]
     if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
         return [f"{exc.filename}: {exc.strerror}"]
-    return [str(exc) or type(exc).__name__]
+    # Anything else is said with its type: a KeyError('b') alone would read "'b'".
+    text = str(exc)
+    return [f"{type(exc).__name__}: {text}" if text else type(exc).__name__]
 
 
 def _format_issue(issue: Any) -> str:
