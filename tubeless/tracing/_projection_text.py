@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-from tubeless.errors import without_period
+from tubeless.errors import CHILD_FAILED, without_period
 
 if TYPE_CHECKING:
     from tubeless.tracing._projection_history import TurnNode
@@ -66,11 +66,12 @@ def describe_error(error: Mapping[str, Any]) -> str:
     """A recorded error (a trace record's ``error``, or ``PipelineError.to_wire()``) in a
     user's terms, looking through tubeless's own wrappers of child-run failures.
 
-    The outermost exception that tubeless did not raise itself (a handler's) reads
-    ``<Type>: <message>``, just ``<message>`` when it carries a ``code`` (whoever prints the
-    codes shows that), and the innermost exception below it is added as ``; caused by:
-    <Type>: <message>``. An error that tubeless raised itself (a limit, a rejected decision)
-    reads as the innermost message of its chain. Nothing here is made terminal-safe.
+    The links that only report a failed child run are skipped; the first other link says what
+    went wrong: a handler's exception as ``<Type>: <message>`` (just ``<message>`` when it
+    carries a ``code``: whoever prints the codes shows that), or an error tubeless raised itself
+    (a limit, a rejected decision) by its message. The innermost exception below it, if it is
+    not tubeless's own, is added as ``; caused by: <Type>: <message>``. Nothing here is made
+    terminal-safe.
     """
     message = error.get("message")
     links: list[Mapping[str, Any]] = []
@@ -80,10 +81,9 @@ def describe_error(error: Mapping[str, Any]) -> str:
         node = node.get("cause")
     fallback = message if isinstance(message, str) and message else "unknown error"
     real = [link for link in links if not _is_marker(link)]
-    own = next((link for link in real if not _is_tubeless(link)), None)
+    own = next((link for link in real if not _reports_a_child(link)), None)
     if own is None:
-        innermost = real[-1].get("message") if real else None
-        return innermost if isinstance(innermost, str) and innermost else fallback
+        return fallback
     text = _phrase(own)
     deepest = real[-1]
     if deepest is not own and not _is_tubeless(deepest):
@@ -94,6 +94,14 @@ def describe_error(error: Mapping[str, Any]) -> str:
 def _is_tubeless(link: Mapping[str, Any]) -> bool:
     code, name = link.get("sourceCode"), link.get("name")
     return (isinstance(code, str) and code.startswith(_OWN_PREFIX)) or (
+        isinstance(name, str) and name.startswith(_OWN_PREFIX)
+    )
+
+
+def _reports_a_child(link: Mapping[str, Any]) -> bool:
+    """A child-run failure, or the summary of a child's first error standing in for it."""
+    name = link.get("name")
+    return link.get("sourceCode") == CHILD_FAILED or (
         isinstance(name, str) and name.startswith(_OWN_PREFIX)
     )
 
