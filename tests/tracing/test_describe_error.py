@@ -63,6 +63,13 @@ def child(message: str, inner: Any) -> dict[str, Any]:
             "bad template; caused by: ZeroDivisionError: division by zero",
             id="tubeless-error-keeps-its-words",
         ),
+        pytest.param(
+            error("x", link("OutputInvalidError", "Step s output failed: not an int",
+                            codes.STEP_OUTPUT_VALIDATION_FAILED,
+                            link("SchemaValidationError", "not an int"))),
+            "Step s output failed: not an int",
+            id="cause-already-said",
+        ),
         pytest.param(error("RuntimeError", link("RuntimeError", "RuntimeError")), "RuntimeError",
                      id="no-message"),
         pytest.param(error("plain"), "plain", id="no-cause"),

@@ -86,7 +86,9 @@ def describe_error(error: Mapping[str, Any]) -> str:
         return fallback
     text = _phrase(own)
     deepest = real[-1]
-    if deepest is not own and not _is_tubeless(deepest):
+    inner = deepest.get("message")
+    said = isinstance(inner, str) and inner in text  # e.g. validation issues quoted already
+    if deepest is not own and not _is_tubeless(deepest) and not said:
         text = f"{without_period(text)}; caused by: {_phrase(deepest)}"
     return text
 
