@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from tubeless import define_agent, define_tool, pipeline_tool
 from tubeless.pipeline import define_pipeline, from_pipeline, step
-from tubeless.testing import capture_trace
+from tubeless.testing import call, capture_trace, continue_with, finish, scripted
 
 
 def _record(name: str, run_id: str, **extra: Any) -> dict[str, Any]:
@@ -105,3 +107,113 @@ async def test_capture_trace_records_a_real_run_tree() -> None:
     assert len(child_ids) == 1
     assert len(root) + len(trace.for_run(child_ids.pop())) == len(trace.records)
     assert trace.flushes >= 1
+
+
+# -- scripted decisions restart per agent invocation ---------------------------------------------
+def shout_tool() -> Any:
+    return define_tool(
+        description="Shout.",
+        input_schema=str,
+        output_schema=str,
+        run=lambda text, ctx: text.upper(),
+    )
+
+
+def shouter(decide: Any, **limits: int) -> Any:
+    return define_agent(
+        id="shouter",
+        input_schema=dict,
+        result_schema=str,
+        initial_state=lambda validated: {"seen": []},
+        decide=decide,
+        reduce=lambda state, outcomes: {"seen": [*state["seen"], *(o["value"] for o in outcomes)]},
+        tools={"shout": shout_tool()},
+        limits=limits or None,
+    )
+
+
+#: A module-level script, as users write it next to their agent.
+MODULE_SCRIPT = scripted(
+    continue_with(call("shout", "hi", id="c1")),
+    lambda state, ctx: finish(" ".join(state["seen"])),
+)
+MODULE_AGENT = shouter(MODULE_SCRIPT)
+
+
+def test_a_module_level_script_serves_every_run_of_the_process() -> None:
+    """Two runs in a row each get the whole script (the second used to exhaust it)."""
+    assert MODULE_AGENT.run_sync({}) == "HI"
+    assert MODULE_AGENT.run_sync({}) == "HI"
+    assert MODULE_SCRIPT.remaining == 0
+    MODULE_SCRIPT.assert_done()
+
+
+async def test_concurrent_invocations_each_get_the_whole_script() -> None:
+    """Interleaved runs of one agent keep separate places in the script."""
+    results = await asyncio.gather(*(MODULE_AGENT.run({}) for _ in range(5)))
+
+    assert [(run.status, run.value) for run in results] == [("completed", "HI")] * 5
+    assert [turn for turn, _, _ in MODULE_SCRIPT.seen[-10:]].count(1) == 5
+
+
+async def test_an_agent_tool_called_twice_in_one_run_restarts_its_script() -> None:
+    """Each call of a scripted child agent is its own invocation with the whole script."""
+    child = shouter(
+        scripted(
+            continue_with(call("shout", "a", id="c1")),
+            lambda state, ctx: finish(" ".join(state["seen"])),
+        )
+    )
+    parent = define_agent(
+        id="parent",
+        input_schema=dict,
+        result_schema=list,
+        initial_state=lambda validated: {},
+        decide=scripted(
+            continue_with(call("child", {}, id="first"), call("child", {}, id="second")),
+            lambda state, ctx: finish(state["results"]),
+        ),
+        reduce=lambda state, outcomes: {"results": [o["value"] for o in outcomes]},
+        tools={"child": pipeline_tool(child, description="Shout through a child agent.")},
+        limits={"max_concurrency": 2},
+    )
+
+    run = await parent.run({})
+
+    assert (run.status, run.value) == ("completed", ["A", "A"]), run.errors
+
+
+async def test_a_script_still_fails_an_invocation_that_asks_for_too_many_decisions() -> None:
+    """Within one invocation the script is used in order, and running out fails the turn."""
+    decide = scripted(continue_with(call("shout", "x", id="c1")))
+    agent = shouter(decide)
+
+    run = await agent.run({})
+
+    assert run.status == "failed"
+    assert "The script has 1 decisions, but turn 2 asked for another one." in str(
+        run.errors[0].to_wire()
+    )
+    assert decide.remaining == 0
+
+
+async def test_a_script_keeps_no_place_for_finished_invocations() -> None:
+    """Memory stays bounded: a finished invocation's place is dropped, failed ones are capped."""
+    finishing = scripted(continue_with(call("shout", "x", id="c1")), finish("done"))
+    failing = scripted(continue_with(call("shout", "x", id="c1")))
+    for _ in range(3):
+        assert (await shouter(finishing).run({})).status == "completed"
+    for _ in range(1100):
+        failing(None, _Ctx(f"run-{len(failing.seen)}"))
+
+    assert len(finishing._cursors) == 0
+    assert len(failing._cursors) <= 1024
+
+
+class _Ctx:
+    """A decision context stand-in: a turn and the invocation it belongs to."""
+
+    def __init__(self, agent_run_id: str) -> None:
+        self.turn = 1
+        self.state_version = 0
+        self.execution = {"agent_run_id": agent_run_id, "turn": 1}

@@ -25,6 +25,7 @@ records them as :class:`PipelineError` with the original exception's ``code`` at
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -210,7 +211,7 @@ class PipelineError:
             deepest = self.cause.deepest()
             if deepest.message != self.message:
                 prefix = f" {deepest.source_code}" if deepest.source_code else ""
-                text += f"; caused by{prefix}: {deepest.message}"
+                text = f"{without_period(text)}; caused by{prefix}: {deepest.message}"
         return text
 
     def to_wire(self) -> dict[str, Any]:
@@ -332,6 +333,21 @@ class TemplateError(TubelessError):
         self.issues = tuple(issues)
 
 
+_LINE_BREAKS = re.compile(r"\s*(?:\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029])\s*")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break, and the spaces around it, made a single space."""
+    return _LINE_BREAKS.sub(" ", text).strip() if _LINE_BREAKS.search(text) else text
+
+
+def without_period(text: str) -> str:
+    """``text`` without one closing full stop, so that a clause can follow (``...; caused by``)."""
+    if text.endswith(".") and not text.endswith(".."):
+        return text[:-1]
+    return text
+
+
 def code_of(exc: BaseException) -> str | None:
     """The string ``code`` attribute of an exception, if it has one."""
     code = getattr(exc, "code", None)
@@ -349,39 +365,73 @@ def deepest_source_code(error: PipelineError) -> str | None:
     return found
 
 
-def cause_chain(exc: BaseException | None, *, depth: int = 0) -> ErrorCause | None:
-    """A JSON-safe snapshot of ``exc`` and its causes, at most ``MAX_CAUSE_DEPTH`` deep."""
-    seen: set[int] = set()
-    return _cause(exc, depth, seen)
+def cause_chain(exc: BaseException | None) -> ErrorCause | None:
+    """A JSON-safe snapshot of ``exc`` and its causes, at most ``MAX_CAUSE_DEPTH + 1`` links.
 
-
-def _cause(exc: BaseException | None, depth: int, seen: set[int]) -> ErrorCause | None:
+    A longer chain is cut in the middle, never at the end: the first links, one marker
+    standing for the omitted ones (carrying the innermost ``code`` among them), and the
+    innermost link, so the original exception's type and the deepest code always survive.
+    """
     if exc is None:
         return None
-    if id(exc) in seen:
-        return ErrorCause(message="Circular cause", name="Error")
-    if depth >= MAX_CAUSE_DEPTH:
-        return ErrorCause(message="Cause chain truncated", name="Error")
-    seen.add(id(exc))
-    inner = exc.__cause__ if exc.__cause__ is not None else exc.__context__
-    if exc.__suppress_context__ and exc.__cause__ is None:
-        inner = None
-    nested = getattr(exc, "_tubeless_cause", None)
-    if isinstance(nested, ErrorCause):
-        child: ErrorCause | None = _bounded(nested, depth + 1)
-    else:
-        child = _cause(inner, depth + 1, seen)
-    message = str(exc) or type(exc).__name__
-    return ErrorCause(
-        message=message, name=type(exc).__name__, source_code=code_of(exc), cause=child
-    )
+    return _linked(_cut(_links(exc)))
 
 
-def _bounded(node: ErrorCause, depth: int) -> ErrorCause:
-    """Re-cut an already recorded chain so the combined depth stays bounded."""
-    if depth >= MAX_CAUSE_DEPTH:
-        return ErrorCause(message="Cause chain truncated", name="Error")
-    inner = _bounded(node.cause, depth + 1) if node.cause is not None else None
-    return ErrorCause(
-        message=node.message, name=node.name, source_code=node.source_code, cause=inner
+#: Links followed at most when reading a chain (only a hostile chain is longer).
+_MAX_LINKS_READ = 4096
+_TRUNCATED = "Cause chain truncated"
+_CIRCULAR = "Circular cause"
+
+
+def _links(exc: BaseException) -> list[ErrorCause]:
+    """Every link of ``exc``'s chain, outermost first, each without its ``cause``."""
+    links: list[ErrorCause] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and len(links) < _MAX_LINKS_READ:
+        if id(current) in seen:
+            links.append(ErrorCause(message=_CIRCULAR, name="Error"))
+            break
+        seen.add(id(current))
+        links.append(
+            ErrorCause(
+                message=str(current) or type(current).__name__,
+                name=type(current).__name__,
+                source_code=code_of(current),
+            )
+        )
+        nested = getattr(current, "_tubeless_cause", None)
+        if isinstance(nested, ErrorCause):  # a chain recorded earlier (a child run's error)
+            node: ErrorCause | None = nested
+            while node is not None and len(links) < _MAX_LINKS_READ:
+                links.append(ErrorCause(message=node.message, name=node.name,
+                                        source_code=node.source_code))
+                node = node.cause
+            break
+        inner = current.__cause__ if current.__cause__ is not None else current.__context__
+        if current.__suppress_context__ and current.__cause__ is None:
+            inner = None
+        current = inner
+    return links
+
+
+def _cut(links: list[ErrorCause]) -> list[ErrorCause]:
+    """``links`` bounded to ``MAX_CAUSE_DEPTH + 1``: the first ones, a marker, the last one."""
+    if len(links) <= MAX_CAUSE_DEPTH + 1:
+        return links
+    kept, omitted, last = links[: MAX_CAUSE_DEPTH - 1], links[MAX_CAUSE_DEPTH - 1 : -1], links[-1]
+    code = next((link.source_code for link in reversed(omitted) if link.source_code), None)
+    marker = ErrorCause(
+        message=f"{_TRUNCATED} ({len(omitted)} causes omitted)", name="Error", source_code=code
     )
+    return [*kept, marker, last]
+
+
+def _linked(links: list[ErrorCause]) -> ErrorCause | None:
+    """The links as one nested chain, outermost first."""
+    chain: ErrorCause | None = None
+    for link in reversed(links):
+        chain = ErrorCause(
+            message=link.message, name=link.name, source_code=link.source_code, cause=chain
+        )
+    return chain

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -87,44 +89,79 @@ def continue_with(*calls: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ScriptedDecide:
-    """A ``decide`` callback that returns prepared decisions in order.
+    """A ``decide`` callback that returns prepared decisions in order, per agent invocation.
 
     Each entry is a decision (returned as is, so invalid ones can be scripted too) or a callable
-    ``entry(state, ctx)`` returning one. Asking for more decisions than scripted fails the run
-    with an ``AssertionError`` naming the turn; :meth:`assert_done` fails if some were never used.
+    ``entry(state, ctx)`` returning one. Every agent invocation (keyed by
+    ``ctx.execution["agent_run_id"]``) starts at the first entry, so one script serves every run
+    in the process, an agent tool called twice in one run, and concurrent runs alike. Asking for
+    more decisions than scripted fails that invocation's turn with an ``AssertionError`` naming
+    the turn; :meth:`assert_done` fails if the latest invocation left some unused.
+
+    An invocation's place is dropped when the script hands it a finish decision; places of
+    invocations that never finish (a failed run) are kept for the 1,024 most recent only.
 
     Attributes:
-        seen: ``(turn, state_version, state)`` for every decision asked for.
+        seen: ``(turn, state_version, state)`` for every decision asked for, by any invocation.
     """
 
     def __init__(self, decisions: list[Any]) -> None:
         self._decisions = list(decisions)
-        self._next = 0
+        # Next entry per invocation, least recently asked first (thread-safe under the lock:
+        # runs may happen on several threads' loops at once).
+        self._cursors: OrderedDict[Hashable, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self._latest = 0
         self.seen: list[tuple[int, int, Any]] = []
 
     def __call__(self, state: Any, ctx: Any) -> Any:
-        self.seen.append((ctx.turn, ctx.state_version, state))
-        if self._next >= len(self._decisions):
+        key = _invocation(ctx)
+        with self._lock:
+            self.seen.append((ctx.turn, ctx.state_version, state))
+            index = self._cursors.pop(key, 0)
+            exhausted = index >= len(self._decisions)
+            self._cursors[key] = index if exhausted else index + 1
+            self._latest = self._cursors[key]
+            while len(self._cursors) > _MAX_OPEN_INVOCATIONS:
+                self._cursors.popitem(last=False)
+        if exhausted:
             raise AssertionError(
                 f"The script has {len(self._decisions)} decisions, but turn {ctx.turn} asked "
                 "for another one."
             )
-        entry = self._decisions[self._next]
-        self._next += 1
-        return entry(state, ctx) if callable(entry) else entry
+        entry = self._decisions[index]
+        decision = entry(state, ctx) if callable(entry) else entry
+        if isinstance(decision, Mapping) and decision.get("kind") == "finish":
+            with self._lock:  # the invocation is over: it will not ask again
+                self._cursors.pop(key, None)
+        return decision
 
     @property
     def remaining(self) -> int:
-        """Decisions not yet used."""
-        return len(self._decisions) - self._next
+        """Decisions the latest invocation to ask has not used."""
+        return len(self._decisions) - self._latest
 
     def assert_done(self) -> None:
-        """Fail unless every scripted decision was used."""
+        """Fail unless the latest invocation used every scripted decision."""
         if self.remaining:
             raise AssertionError(
                 f"{self.remaining} scripted decisions were never asked for "
-                f"(the run asked for {self._next})."
+                f"(the run asked for {self._latest})."
             )
+
+
+#: Places kept for invocations that never received a finish decision.
+_MAX_OPEN_INVOCATIONS = 1024
+
+
+def _invocation(ctx: Any) -> Hashable:
+    """The agent invocation a decision context belongs to (``None`` for a hand-made context)."""
+    execution = getattr(ctx, "execution", None)
+    if isinstance(execution, Mapping):
+        key = execution.get("agent_run_id")
+        if isinstance(key, Hashable):
+            return key
+    return None
 
 
 def scripted(*decisions: Any | Callable[[Any, Any], Any]) -> ScriptedDecide:

@@ -153,6 +153,15 @@ async def test_continuing_on_the_last_allowed_turn_fails_before_its_tools_start(
     decide.assert_done()
 
 
+async def test_a_max_turns_error_says_how_many_calls_the_refused_decision_asked_for() -> None:
+    decide = scripted(continue_with(call("echo", "a"), call("echo", "b"), call("echo", "c")))
+    agent = _agent(decide, tools={"echo": _echo_tool([])}, limits={"max_turns": 1})
+
+    run = await agent.run({}, run_id=ROOT)
+
+    assert _limit_error(run).calls == 3
+
+
 # -- max_calls ------------------------------------------------------------------------------------
 
 

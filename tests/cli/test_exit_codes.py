@@ -197,7 +197,13 @@ def stderr_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
         ),
         pytest.param(CliLoadError("unknown id 'x'"), ["error: unknown id 'x'"], id="load"),
         pytest.param(click.Abort(), ["error: interrupted"], id="abort"),
-        pytest.param(RuntimeError("boom"), ["error: boom"], id="other-exception"),
+        pytest.param(RuntimeError("boom"), ["error: RuntimeError: boom"], id="other-exception"),
+        pytest.param(KeyError("b"), ["error: KeyError: 'b'"], id="other-exception-keeps-its-type"),
+        pytest.param(
+            ValueError("two\nlines\x1b[31m"),
+            ["error: ValueError: two lines [31m"],
+            id="every-line-is-one-line",
+        ),
         pytest.param(RuntimeError(), ["error: RuntimeError"], id="other-exception-no-message"),
         pytest.param(click.exceptions.Exit(0), [], id="exit-prints-nothing"),
     ],
@@ -242,6 +248,6 @@ def test_report_error_shows_a_traceback_only_with_debug(
     report_error(exc, debug=True)
     loud = stderr_lines(capsys)
 
-    assert quiet == ["error: boom"]
+    assert quiet == ["error: RuntimeError: boom"]
     assert loud[0] == "Traceback (most recent call last):"
-    assert loud[-2:] == ["RuntimeError: boom", "error: boom"]
+    assert loud[-2:] == ["RuntimeError: boom", "error: RuntimeError: boom"]

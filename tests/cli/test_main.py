@@ -59,7 +59,7 @@ def test_a_command_can_choose_its_exit_code_with_ctx_exit(
 def test_an_unexpected_exception_exits_6_with_one_line_and_no_traceback(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert run(capsys, "probe", "--fail", "boom") == (6, "", ["error: boom"])
+    assert run(capsys, "probe", "--fail", "boom") == (6, "", ["error: RuntimeError: boom"])
 
 
 def test_debug_adds_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +67,7 @@ def test_debug_adds_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert (code, out) == (6, "")
     assert err[0] == "Traceback (most recent call last):"
-    assert err[-2:] == ["RuntimeError: boom", "error: boom"]
+    assert err[-2:] == ["RuntimeError: boom", "error: RuntimeError: boom"]
 
 
 def test_tubeless_errors_print_their_code(capsys: pytest.CaptureFixture[str]) -> None:

@@ -141,7 +141,9 @@ def test_a_failed_run_exits_6_with_one_error_line(capsys: pytest.CaptureFixture[
     outcome = tubeless(capsys, "run", path, "-q")
     assert outcome.code == 6
     assert outcome.out == ""
-    assert outcome.err.splitlines() == ["error: TUBELESS_STEP_FAILED: step boom: disk on fire"]
+    assert outcome.err.splitlines() == [
+        "error: TUBELESS_STEP_FAILED: step boom: RuntimeError: disk on fire"
+    ]
 
 
 def test_trace_dash_keeps_stdout_pure_ndjson(capsys: pytest.CaptureFixture[str]) -> None:

@@ -566,7 +566,7 @@ def test_recorded_control_and_bidi_characters_never_reach_the_terminal(
         assert " ]0;title pipe " in result.out
     if args == ["<run>"]:
         assert "  step st ep   failed  " in result.out
-        assert "  error TUBELESS_STEP_FAILED   [31mred \n" in result.out
+        assert "  error TUBELESS_STEP_FAILED  ValueError:  [31mred \n" in result.out
     if args == ["<run>", "--json"]:
         assert json.loads(result.out)["error_message"] == "\x1b[31mred\u202e"
 

@@ -171,7 +171,7 @@ async def test_failure_with_fail_fast_skips_names_reasons_and_dependencies() -> 
       -> Load - reads the input
       ok Load (<d>)
       -> b
-      fail b: b broke
+      fail b: ValueError: b broke
       - c (fail-fast: b)
       - d (fail-fast: b)
       - s (dry-run)

@@ -240,6 +240,7 @@ async def test_plain_pipeline_projects_steps_with_statuses_reasons_and_error_cod
             "duration_ms": "<ms>",
             "error_code": codes.STEP_FAILED,
             "error_message": "no space left",
+            "error_summary": "no space left",
             "steps": [
                 {"id": "fetch", "status": "completed", "reason": None,
                  "attempt_id": "plain#1:attempt:1", "duration_ms": "<ms>",
@@ -624,7 +625,8 @@ async def test_format_tree_shows_steps_turns_calls_and_errors() -> None:
         "  agent  finish\n"
         "  turn 1  continue  3 calls  completed  <d>\n"
         "    call length  count  completed  <d>\n"
-        f"    call word-0  uppercase  failed  <d>  {codes.STEP_FAILED} (NOT_FOUND)\n"
+        f"    call word-0  uppercase  failed  <d>  {codes.STEP_FAILED} (NOT_FOUND)  "
+        "Word unavailable\n"
         "    call word-1  uppercase  completed  <d>\n"
         "  turn 2  finish  0 calls  completed  <d>\n"
     )
@@ -660,7 +662,8 @@ def test_format_tree_nests_subagent_runs_under_their_calls() -> None:
 
 
 async def test_format_tree_of_a_plain_pipeline_lists_child_runs_and_the_run_error() -> None:
-    """A failed child pipeline: error line, step lines with codes, the child block indented."""
+    """A failed child pipeline: error line (the handler's error, looked up through the child's
+    wrapper), step lines with codes, the child block indented."""
 
     def broken(inputs: dict[str, Any], ctx: Any) -> None:
         raise CodedError("DISK_FULL", "no space\nleft \x1b[31m\u202e")
@@ -672,8 +675,7 @@ async def test_format_tree_of_a_plain_pipeline_lists_child_runs_and_the_run_erro
 
     assert text.splitlines() == [
         "Run parent#1  parent  failed  <d>",
-        f"  error {codes.CHILD_FAILED}  Child pipeline child failed at step store: "
-        "no space left  [31m ",
+        f"  error {codes.CHILD_FAILED}  no space left  [31m ",
         f"  step nested  failed  <d>  {codes.CHILD_FAILED} (DISK_FULL)",
         "  Run child#1  child  failed  <d>",
         f"    error {codes.STEP_FAILED}  no space left  [31m ",

@@ -17,15 +17,16 @@ all run errors are cancellations; Ctrl-C                    7    -     -        
 ==========================================================  ===  ====  ========  =====
 
 This module must stay cheap to import (``tubeless --help`` loads it): it imports only click, the
-standard library and :mod:`tubeless.errors`. Failed runs are recognised by duck typing on
-``.run.errors`` so that :mod:`tubeless.pipeline` is never imported here.
+standard library and :mod:`tubeless.errors` (the wording of failed runs,
+:mod:`tubeless._cli._run_errors`, is loaded once a run has failed). Failed runs are recognised by
+duck typing on ``.run.errors`` so that :mod:`tubeless.pipeline` is never imported here.
 """
 
 from __future__ import annotations
 
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import click
@@ -42,6 +43,7 @@ from tubeless.errors import (
     ReferenceResolutionError,
     TemplateError,
     TubelessError,
+    one_line,
 )
 
 __all__ = [
@@ -182,24 +184,48 @@ def _run_errors(exc: BaseException) -> tuple[Any, ...]:
     return tuple(errors) if isinstance(errors, Iterable) else ()
 
 
-def report_error(exc: BaseException, *, debug: bool) -> None:
+def report_error(
+    exc: BaseException, *, debug: bool, flags: Mapping[str, str] | None = None
+) -> None:
     """Print ``exc`` to stderr, one ``error:`` line per problem; a traceback only if ``debug``.
+
+    Every line is one line: line breaks in a message become spaces, and control and bidi
+    characters are replaced (as everywhere tubeless prints recorded text).
 
     Args:
         exc: What ended the command.
-        debug: Whether ``--debug`` was given.
+        debug: Whether ``--debug`` was given: print the traceback first (for a failed run, that
+            of each handler exception that started an error, with its own cause chain).
+        flags: For ``run``: the entry's derived flags, input property → option name (without
+            ``--``), so that a missing input names the flag that supplies it.
     """
     if isinstance(exc, click.exceptions.Exit | SystemExit):
         return
     if debug and not isinstance(exc, click.ClickException | click.Abort | KeyboardInterrupt):
-        click.echo("".join(traceback.format_exception(exc)).rstrip("\n"), err=True)
-    for line in _error_lines(exc):
-        click.echo(f"error: {line}", err=True)
+        for shown in _traceback_sources(exc):
+            click.echo("".join(traceback.format_exception(shown)).rstrip("\n"), err=True)
+    for line in _error_lines(exc, flags):
+        click.echo(f"error: {_one_line(line)}", err=True)
     if isinstance(exc, click.UsageError):
         _echo_usage_hint(exc)
 
 
-def _error_lines(exc: BaseException) -> list[str]:
+def _traceback_sources(exc: BaseException) -> list[BaseException]:
+    """Whose traceback ``--debug`` shows: a failed run's original exceptions, else ``exc``."""
+    if isinstance(exc, PipelineExecutionError) and exc.__cause__ is None:
+        from tubeless._cli._run_errors import original_exceptions
+
+        return original_exceptions(_run_errors(exc)) or [exc]
+    return [exc]
+
+
+def _one_line(text: str) -> str:
+    from tubeless.tracing.projection import terminal_safe
+
+    return terminal_safe(one_line(text))
+
+
+def _error_lines(exc: BaseException, flags: Mapping[str, str] | None = None) -> list[str]:
     if _is_interrupt(exc):
         return ["interrupted"]
     if isinstance(exc, click.ClickException):
@@ -207,7 +233,10 @@ def _error_lines(exc: BaseException) -> list[str]:
     if isinstance(exc, CliLoadError):
         return [exc.message]
     if isinstance(exc, PipelineExecutionError):
-        lines = [_format_run_error(error) for error in _run_errors(exc)]
+        from tubeless._cli._run_errors import run_error_line
+
+        run = getattr(exc, "run", None)
+        lines = [run_error_line(run, error, flags) for error in _run_errors(exc)]
         return lines or [f"{exc.code}: {exc.message}"]
     issues = getattr(exc, "issues", None)
     if isinstance(exc, DocumentError | TemplateError | ReferenceResolutionError) and issues:
@@ -223,23 +252,9 @@ def _error_lines(exc: BaseException) -> list[str]:
         return [f"{exc.code}: {exc.message}"]
     if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
         return [f"{exc.filename}: {exc.strerror}"]
-    return [str(exc) or type(exc).__name__]
-
-
-def _format_run_error(error: Any) -> str:
-    """``<CODE>[ (<source code>)]: [step <id>: ]<message>[; caused by: <deepest cause>]``."""
-    code = getattr(error, "code", "TUBELESS_ERROR")
-    source = getattr(error, "source_code", None)
-    text = str(code) if not source or source == code else f"{code} ({source})"
-    step_id = getattr(error, "step_id", None)
-    where = f"step {step_id}: " if step_id else ""
-    message = str(getattr(error, "message", error))
-    line = f"{text}: {where}{message}"
-    cause = getattr(error, "cause", None)
-    deepest = cause.deepest() if cause is not None and hasattr(cause, "deepest") else None
-    if deepest is not None and deepest.message not in message:
-        line += f"; caused by: {deepest.message}"
-    return line
+    # Anything else is said with its type: a KeyError('b') alone would read "'b'".
+    text = str(exc)
+    return [f"{type(exc).__name__}: {text}" if text else type(exc).__name__]
 
 
 def _format_issue(issue: Any) -> str:

@@ -224,7 +224,7 @@ def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) 
 
     def callback(**options: Any) -> None:
         raw = _build_input(flags, options, _input_schema(entry))
-        code = _execute(entry, raw, options, is_agent=is_agent)
+        code = _execute(entry, raw, options, is_agent=is_agent, flags=flags)
         if code:
             raise SystemExit(code)
 
@@ -302,7 +302,14 @@ def _build_input(
     return raw
 
 
-def _execute(entry: Pipeline, raw: Any, options: dict[str, Any], *, is_agent: bool) -> int:
+def _execute(
+    entry: Pipeline,
+    raw: Any,
+    options: dict[str, Any],
+    *,
+    is_agent: bool,
+    flags: Sequence[DerivedFlag] = (),
+) -> int:
     from tubeless.pipeline import CancelToken
 
     sinks: list[Any] = []
@@ -336,7 +343,7 @@ def _execute(entry: Pipeline, raw: Any, options: dict[str, Any], *, is_agent: bo
         trace_log.propagate = propagate
     if run_record is None:
         return 7
-    return _finish(run_record, result_stream)
+    return _finish(run_record, result_stream, flags)
 
 
 class _SinkWarnings(logging.Handler):
@@ -403,7 +410,7 @@ async def _run_with_signals(
             loop.remove_signal_handler(signum)
 
 
-def _finish(run_record: PipelineRun, stream: Any) -> int:
+def _finish(run_record: PipelineRun, stream: Any, flags: Sequence[DerivedFlag] = ()) -> int:
     from tubeless._cli._exit import exit_code_for, report_error
     from tubeless.errors import PipelineExecutionError
 
@@ -412,7 +419,12 @@ def _finish(run_record: PipelineRun, stream: Any) -> int:
     if run_record.status == "completed":
         return 0
     error = PipelineExecutionError(run_record)
-    report_error(error, debug=False)
+    state = getattr(click.get_current_context(silent=True), "obj", None)  # the CliState
+    report_error(
+        error,
+        debug=getattr(state, "debug", False) is True,
+        flags={flag.property: flag.option for flag in flags},
+    )
     return exit_code_for(error, command="run")
 
 

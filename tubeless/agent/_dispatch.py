@@ -89,7 +89,7 @@ def _failed_outcome(
             return FrozenDict(
                 {"id": call.id, "tool": call.tool, "ok": False, "error": _error_outcome(errors)}
             )
-    raise ChildRunFailedError(run)
+    raise ChildRunFailedError(run, alias=call.tool)
 
 
 def dispatch(

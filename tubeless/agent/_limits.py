@@ -76,10 +76,18 @@ class LimitReachedError(TubelessError):
         consumed: How much was used before this request.
         requested: How much this request needed.
         scope: The run id of the agent whose budget refused.
+        calls: For ``max_turns``, how many calls the refused decision asked for.
     """
 
     def __init__(
-        self, *, limit: LimitName, bound: int, consumed: int, requested: int, scope: str
+        self,
+        *,
+        limit: LimitName,
+        bound: int,
+        consumed: int,
+        requested: int,
+        scope: str,
+        calls: int | None = None,
     ) -> None:
         super().__init__(
             AGENT_LIMIT_REACHED,
@@ -91,3 +99,4 @@ class LimitReachedError(TubelessError):
         self.consumed = consumed
         self.requested = requested
         self.scope = scope
+        self.calls = calls

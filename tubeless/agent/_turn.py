@@ -176,6 +176,7 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
                 consumed=t.turn,
                 requested=1,
                 scope=t.agent_run_id,
+                calls=count,
             )
         t.scope.check("max_calls", count)
         return prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)

@@ -61,9 +61,13 @@ class RequiredOutputsMissingError(TubelessError):
 
 
 class ChildRunFailedError(TubelessError):
-    """A child run did not complete; ``run`` is its record."""
+    """A child run did not complete; ``run`` is its record.
 
-    def __init__(self, run: PipelineRun) -> None:
+    ``alias`` is the name the caller knows the child by, when that is not its pipeline id (the
+    agent harness passes the tool name of the call that ran it).
+    """
+
+    def __init__(self, run: PipelineRun, *, alias: str | None = None) -> None:
         first = run.errors[0] if run.errors else None
         where = f" at step {first.step_id}" if first is not None and first.step_id else ""
         detail = f": {first.message}" if first is not None else ""
@@ -71,6 +75,7 @@ class ChildRunFailedError(TubelessError):
             codes.CHILD_FAILED, f"Child pipeline {run.pipeline_id} {run.status}{where}{detail}"
         )
         self.run = run
+        self.alias = alias
         self.cancelled = run.status == "cancelled"
         if first is not None:
             self._tubeless_cause = ErrorCause(

@@ -239,11 +239,15 @@ class Pipeline:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.run_or_raise(raw_input, **kwargs))
-        raise RuntimeError(
-            f"run_sync() cannot be called from a running event loop; "
-            f"use 'await pipeline.run_or_raise(...)' for pipeline {self.id!r}."
-        )
+            pass  # no loop: the run below must not start inside this handler (see below)
+        else:
+            raise RuntimeError(
+                f"run_sync() cannot be called from a running event loop; "
+                f"use 'await pipeline.run_or_raise(...)' for pipeline {self.id!r}."
+            )
+        # Outside the except block: anything a callback raises inline on the loop would
+        # otherwise get the "no running event loop" RuntimeError as its __context__.
+        return asyncio.run(self.run_or_raise(raw_input, **kwargs))
 
     def required_finalizer_ids(self) -> tuple[str, ...]:
         """Step ids the finalizer needs outputs from."""

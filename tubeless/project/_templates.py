@@ -14,7 +14,7 @@ from typing import Any
 from jinja2 import TemplateError as JinjaError
 from jinja2 import Undefined
 
-from tubeless.errors import TemplateError
+from tubeless.errors import TemplateError, one_line
 from tubeless.project._sandbox import SANDBOX, check_names
 
 __all__ = ["compile_template", "compile_template_mapping", "template_problems"]
@@ -38,15 +38,20 @@ def _problem(text: str) -> str | None:
     try:
         names = check_names(_ENV.parse(source))
     except JinjaError as exc:
-        return f"invalid template: {exc}"
+        return f"invalid template: {_jinja_message(exc)}"
     except _PARSE_ERRORS as exc:  # nesting or sizes the parser itself cannot take
-        return f"invalid template: {type(exc).__name__}: {exc}"
+        return f"invalid template: {type(exc).__name__}: {one_line(str(exc))}"
     if names:
         return (
             f"templates see only 'input' (and names they set themselves); unknown: "
             f"{', '.join(names)}"
         )
     return None
+
+
+def _jinja_message(exc: JinjaError) -> str:
+    """jinja's own message on one line (a syntax error's ``str()`` may add its location lines)."""
+    return one_line(exc.message or type(exc).__name__)
 
 
 def compile_template(text: str, where: str) -> Renderer:
@@ -66,20 +71,22 @@ def compile_template(text: str, where: str) -> Renderer:
                         str(result)  # StrictUndefined raises, naming what is missing
                 except Exception as exc:  # the sandbox's errors and the expression's own
                     raise TemplateError(
-                        f"{where}: template failed: {type(exc).__name__}: {exc}"
+                        f"{where}: template failed: {type(exc).__name__}: {one_line(str(exc))}"
                     ) from None
                 return result
 
             return native
         template = _ENV.from_string(text)
     except _PARSE_ERRORS as exc:
-        raise TemplateError(f"{where}: invalid template: {type(exc).__name__}: {exc}") from None
+        message = one_line(str(exc))
+        raise TemplateError(f"{where}: invalid template: {type(exc).__name__}: {message}") from None
 
     def render(context: Mapping[str, Any]) -> Any:
         try:
             return template.render(**context)
         except Exception as exc:  # the sandbox's errors and the template's own
-            raise TemplateError(f"{where}: template failed: {type(exc).__name__}: {exc}") from None
+            message = f"{type(exc).__name__}: {one_line(str(exc))}"
+            raise TemplateError(f"{where}: template failed: {message}") from None
 
     return render
 

@@ -37,7 +37,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic_core import to_jsonable_python
 
 from tubeless.agent import DecisionContext
-from tubeless.errors import TemplateError
+from tubeless.errors import TemplateError, one_line
 from tubeless.frozen import FrozenDict, freeze, thaw
 from tubeless.providers._errors import PROVIDER_INVALID_RESPONSE, ProviderError
 
@@ -85,7 +85,7 @@ def compile_instructions(
     try:
         compiled = _ENV.from_string(source)
     except JinjaError as exc:
-        raise TemplateError(f"{where}: invalid template: {exc}") from None
+        raise TemplateError(f"{where}: invalid template: {one_line(exc.message or '')}") from None
 
     def render(ctx: DecisionContext) -> str:
         context = {
@@ -97,7 +97,7 @@ def compile_instructions(
             return compiled.render(**context)
         except Exception as exc:  # the sandbox's errors and the template's own
             raise TemplateError(
-                f"{where}: template failed: {type(exc).__name__}: {exc}"
+                f"{where}: template failed: {type(exc).__name__}: {one_line(str(exc))}"
             ) from None
 
     return render

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from tubeless.tracing.projection import terminal_safe
+from tubeless.tracing.projection import describe_error, terminal_safe
 
 __all__ = ["MAX_ACTIVE_CALLS", "MAX_AGENT_ROWS", "MAX_GROUPS", "LiveModel", "Row", "RowKind"]
 
@@ -98,7 +98,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 def _error_text(record: Mapping[str, Any]) -> str | None:
     error = _mapping(record.get("error"))
     code = _text(error.get("sourceCode")) or _text(error.get("code"))
-    message = _text(error.get("message"))
+    message = _text(describe_error(error)) if error.get("message") is not None else None
     return f"{code}: {message}" if code and message else message or code
 
 

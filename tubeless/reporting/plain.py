@@ -25,14 +25,16 @@ Line formats (``<sym>`` is ASCII, or Unicode on a terminal):
   <completed>/<total or ?>[ <message>]``, at most one line per ``progress_interval_s`` per
   step (a report with ``completed >= total`` is always shown); complete ``  ok <name>
   (<duration>)``; skip ``  - <name> (<reason>: <dependencyId>)`` or ``  - <name> (<message or
-  reason>)``; cancel ``  - <name>: cancelled: <message>``; fail ``  fail <name>: <message>``.
-- finalize ``  -> finalize``, ``  ok finalize (<duration>)``, ``  fail finalize: <message>``.
+  reason>)``; cancel ``  - <name>: cancelled: <message>``; fail ``  fail <name>: <failure>``,
+  where ``<failure>`` is the handler's exception as ``<Type>: <message>`` (see
+  :func:`~tubeless.tracing.projection.describe_error`: child-run wrappers are looked through).
+- finalize ``  -> finalize``, ``  ok finalize (<duration>)``, ``  fail finalize: <failure>``.
 - agent turn (printed when the turn has decided): ``    turn <i>: <n> call(s)`` or ``    turn
-  <i>: finish``; a turn that fails or is cancelled adds ``    fail turn <i>: <message>`` or
+  <i>: finish``; a turn that fails or is cancelled adds ``    fail turn <i>: <failure>`` or
   ``    - turn <i>: cancelled: <message>``. The agent step's own progress reports ("Turn 2 of at
   most 3") are not printed: the turn lines say the same.
 - tool call (printed when the call's run ends): ``      ok <tool> [<call id>] (<duration>)``,
-  ``      fail <tool> [<call id>]: <code>: <message>`` (the tool's own code when it raised a
+  ``      fail <tool> [<call id>]: <code>: <failure>`` (the tool's own code when it raised a
   ``ToolError``), ``      - <tool> [<call id>]: cancelled: <message>``, or ``      - <tool>
   [<call id>] (<reason>)`` when its step was skipped (a dry run without a preview).
 
@@ -57,7 +59,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
-from tubeless.tracing.projection import format_duration, terminal_safe
+from tubeless.tracing.projection import describe_error, format_duration, terminal_safe
 
 __all__ = ["PlainReporter", "color_enabled", "stream_is_terminal", "unicode_enabled"]
 
@@ -129,6 +131,12 @@ def _duration(record: Mapping[str, Any]) -> str:
 
 def _error_message(record: Mapping[str, Any]) -> str:
     return _text(_mapping(record.get("error")).get("message")) or "unknown error"
+
+
+def _failure(record: Mapping[str, Any]) -> str:
+    """A failure in the user's terms: a handler's exception reads ``<Type>: <message>``."""
+    error = record.get("error")
+    return terminal_safe(describe_error(error)) if isinstance(error, Mapping) else "unknown error"
 
 
 @dataclass(slots=True)
@@ -294,7 +302,7 @@ class PlainReporter:
         elif name == "step.skipped":
             self._line(f"  {self._skip} {label} ({_skip_text(payload)})")
         elif name == "step.failed":
-            self._line(f"  {self._fail} {label}: {_error_message(record)}")
+            self._line(f"  {self._fail} {label}: {_failure(record)}")
         elif name == "step.cancelled":
             self._line(f"  {self._skip} {label}: cancelled: {_error_message(record)}")
 
@@ -317,7 +325,7 @@ class PlainReporter:
         elif name == "pipeline.finalize.completed":
             self._line(f"  {self._ok} finalize ({_duration(record)})")
         elif name == "pipeline.finalize.failed":
-            self._line(f"  {self._fail} finalize: {_error_message(record)}")
+            self._line(f"  {self._fail} finalize: {_failure(record)}")
 
     def _root_completed(self, record: Mapping[str, Any], payload: Mapping[str, Any]) -> None:
         status = _text(payload.get("status")) or "?"
@@ -356,7 +364,7 @@ class PlainReporter:
             if not turn.agent:
                 return
             if status == "failed":
-                self._line(f"    {self._fail} turn {turn.index}: {_error_message(record)}")
+                self._line(f"    {self._fail} turn {turn.index}: {_failure(record)}")
             elif status == "cancelled":
                 message = _error_message(record)
                 self._line(f"    {self._skip} turn {turn.index}: cancelled: {message}")
@@ -374,7 +382,7 @@ class PlainReporter:
         if status == "failed":
             error = _mapping(record.get("error"))
             code = _text(error.get("sourceCode")) or _text(error.get("code")) or "ERROR"
-            self._line(f"      {self._fail} {label}: {code}: {_error_message(record)}")
+            self._line(f"      {self._fail} {label}: {code}: {_failure(record)}")
         elif status == "cancelled":
             self._line(f"      {self._skip} {label}: cancelled: {_error_message(record)}")
         elif call.skipped is not None:

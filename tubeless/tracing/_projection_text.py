@@ -7,15 +7,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+from tubeless.errors import CHILD_FAILED, without_period
 
 if TYPE_CHECKING:
     from tubeless.tracing._projection_history import TurnNode
     from tubeless.tracing.projection import RunTree
 
-__all__ = ["format_duration", "format_run_list", "format_tree", "terminal_safe"]
+__all__ = [
+    "describe_error",
+    "format_duration",
+    "format_run_list",
+    "format_tree",
+    "terminal_safe",
+]
 
 # C0, DEL and C1 controls; bidi embeddings/overrides, isolates and marks (LRM, RLM, ALM);
 # line separators and zero-width characters.
@@ -45,6 +53,72 @@ def terminal_safe(text: str) -> str:
     The result has the same length as ``text``, so columns computed on it stay put.
     """
     return text.translate(_SAFE_TABLE)
+
+
+#: Codes (and the names of links standing for child runs) of tubeless's own errors.
+_OWN_PREFIX: Final = "TUBELESS_"
+#: Names and messages of the links that stand for omitted or circular parts of a chain.
+_MARKERS: Final = ("Cause chain truncated", "Circular cause")
+_MAX_LINKS: Final = 64
+
+
+def describe_error(error: Mapping[str, Any]) -> str:
+    """A recorded error (a trace record's ``error``, or ``PipelineError.to_wire()``) in a
+    user's terms, looking through tubeless's own wrappers of child-run failures.
+
+    The links that only report a failed child run are skipped; the first other link says what
+    went wrong: a handler's exception as ``<Type>: <message>`` (just ``<message>`` when it
+    carries a ``code``: whoever prints the codes shows that), or an error tubeless raised itself
+    (a limit, a rejected decision) by its message. The innermost exception below it, if it is
+    not tubeless's own, is added as ``; caused by: <Type>: <message>``. Nothing here is made
+    terminal-safe.
+    """
+    message = error.get("message")
+    links: list[Mapping[str, Any]] = []
+    node = error.get("cause")
+    while isinstance(node, Mapping) and len(links) < _MAX_LINKS:
+        links.append(node)
+        node = node.get("cause")
+    fallback = message if isinstance(message, str) and message else "unknown error"
+    real = [link for link in links if not _is_marker(link)]
+    own = next((link for link in real if not _reports_a_child(link)), None)
+    if own is None:
+        return fallback
+    text = _phrase(own)
+    deepest = real[-1]
+    inner = deepest.get("message")
+    said = isinstance(inner, str) and inner in text  # e.g. validation issues quoted already
+    if deepest is not own and not _is_tubeless(deepest) and not said:
+        text = f"{without_period(text)}; caused by: {_phrase(deepest)}"
+    return text
+
+
+def _is_tubeless(link: Mapping[str, Any]) -> bool:
+    code, name = link.get("sourceCode"), link.get("name")
+    return (isinstance(code, str) and code.startswith(_OWN_PREFIX)) or (
+        isinstance(name, str) and name.startswith(_OWN_PREFIX)
+    )
+
+
+def _reports_a_child(link: Mapping[str, Any]) -> bool:
+    """A child-run failure, or the summary of a child's first error standing in for it."""
+    name = link.get("name")
+    return link.get("sourceCode") == CHILD_FAILED or (
+        isinstance(name, str) and name.startswith(_OWN_PREFIX)
+    )
+
+
+def _is_marker(link: Mapping[str, Any]) -> bool:
+    message = link.get("message")
+    return link.get("name") == "Error" and isinstance(message, str) and message.startswith(_MARKERS)
+
+
+def _phrase(link: Mapping[str, Any]) -> str:
+    name, message = link.get("name"), link.get("message")
+    text = message if isinstance(message, str) else ""
+    if link.get("sourceCode") is not None or not isinstance(name, str) or not name:
+        return text or "unknown error"
+    return name if not text or text == name else f"{name}: {text}"
 
 
 def format_duration(ms: float) -> str:
@@ -95,7 +169,8 @@ def format_tree(tree: RunTree) -> str:
     """The indented text of ``tree``: the run, its steps, agent turns and calls, child runs.
 
     Each run block starts ``Run <id>  <pipeline>  <status>[  <duration>][  dry run]``; failed
-    runs add an ``error`` line; agent runs add ``turn`` lines with their ``call`` lines, and a
+    runs add an ``error <code>  <summary>`` line (see :func:`describe_error`); agent runs add
+    ``turn`` lines with their ``call`` lines (a failed call ends with its error's summary), and a
     call whose run started further runs (a subagent) shows that run's block below the call.
     """
     lines: list[str] = []
@@ -127,7 +202,7 @@ def _block(tree: RunTree, depth: int) -> list[_Item]:
     items: list[_Item] = [(depth, "  ".join(header))]
     inner = depth + 1
     if tree.error_code is not None or tree.error_message is not None:
-        message = terminal_safe(tree.error_message or "")
+        message = terminal_safe(tree.error_summary or tree.error_message or "")
         items.append((inner, f"error {terminal_safe(tree.error_code or '?')}  {message}"))
     for step in tree.steps:
         parts = [f"step {terminal_safe(step.id)}", step.status]
@@ -173,10 +248,12 @@ def _turn_items(turn: TurnNode, run: RunTree | None, depth: int) -> list[_Item]:
         ]
         if call.duration_ms is not None:
             parts.append(format_duration(call.duration_ms))
+        call_run = children.pop(call.run_id, None) if call.run_id is not None else None
         if call.error_code is not None:
             parts.append(_code(call.error_code, call.source_code))
+            if call_run is not None and call_run.error_summary:
+                parts.append(terminal_safe(call_run.error_summary))
         items.append((depth + 1, "  ".join(parts)))
-        call_run = children.pop(call.run_id, None) if call.run_id is not None else None
         if call_run is not None and (call_run.agent is not None or call_run.children):
             items.append((depth + 2, call_run))
     # Whatever else the turn started (nothing, with today's harness) still shows.

@@ -31,6 +31,7 @@ from tubeless.tracing._projection_history import (
     TurnNode,
 )
 from tubeless.tracing._projection_text import (
+    describe_error,
     format_duration,
     format_run_list,
     format_tree,
@@ -46,6 +47,7 @@ __all__ = [
     "StepStatus",
     "Termination",
     "TurnNode",
+    "describe_error",
     "find_run",
     "format_duration",
     "format_run_list",
@@ -117,6 +119,9 @@ class RunTree:
     """The code of the first run error."""
     error_message: str | None
     """The message of the first run error."""
+    error_summary: str | None
+    """The first run error in the user's terms (:func:`describe_error`): a handler's exception
+    as ``<Type>: <message>``, looking through the wrappers of failed child runs."""
     steps: tuple[StepNode, ...]
     """The plan steps, in plan order."""
     children: tuple[RunTree, ...]
@@ -150,6 +155,7 @@ class RunTree:
             "duration_ms": self.duration_ms,
             "error_code": self.error_code,
             "error_message": self.error_message,
+            "error_summary": self.error_summary,
             "steps": [step.to_dict() for step in self.steps],
             "children": [],
             "agent": None if self.agent is None else self.agent.to_dict(),
@@ -268,6 +274,7 @@ def _tree(run: _Run) -> RunTree:
         duration_ms=run.duration_ms,
         error_code=None if error is None else _str(error.get("code")),
         error_message=None if error is None else _str(error.get("message")),
+        error_summary=None if error is None else describe_error(error),
         steps=steps,
         children=tuple(kid.tree for kid in run.kids),
         agent=agent_history(run, run.status, steps),
