@@ -428,3 +428,56 @@ async def test_a_cancelled_run_keeps_its_plain_line(capsys: pytest.CaptureFixtur
     report_error(PipelineExecutionError(run), debug=False)
 
     assert capsys.readouterr().err == "error: TUBELESS_RUN_CANCELLED: step w: stop requested\n"
+
+
+def test_a_dry_run_of_an_agent_without_a_preview_says_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 15: the dry-run error names the agent that has no dry_run decision source."""
+    path = project(tmp_path, agents=LOOKUP)
+    outcome = tubeless(capsys, "run", path, "--text", "x", "--dry-run", "--quiet")
+    assert outcome.code == 6
+    assert outcome.err == [
+        "error: TUBELESS_FINALIZATION_FAILED (TUBELESS_REQUIRED_OUTPUTS_MISSING): finalize: "
+        "Required pipeline outputs missing: agent (agent lookup-agent has no dry_run decision "
+        "source, so the dry run skipped it and there is no result)"
+    ]
+
+
+def test_a_step_selection_that_starves_finalization_says_so_in_run_and_plan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 15: `--step words` skips what the finalizer reads; run and plan both say so."""
+    text = Path(__file__).resolve().parents[2] / "projects" / "text-pipeline.yaml"
+    outcome = tubeless(capsys, "run", text, "--step", "words", "--question", "a b", "--quiet")
+    assert outcome.code == 6
+    assert outcome.err == [
+        "error: TUBELESS_FINALIZATION_FAILED: finalize: KeyError: 'count' (the selection "
+        "skipped count, uppercase, report, so finalization saw only the selected steps' outputs)"
+    ]
+    planned = tubeless(capsys, "plan", text, "--step", "words")
+    assert planned.code == 0
+    assert planned.out.splitlines()[-1] == (
+        "  note: finalization sees only the selected steps' outputs (count, uppercase, report "
+        "are skipped); a finalizer that reads them will fail"
+    )
+    targeted = tubeless(capsys, "plan", text, "--target", "count")
+    assert "note:" not in targeted.out
+
+
+def test_plan_says_when_a_selection_skips_a_required_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 15: with `finalize: <step>`, selecting another step is a finalization failure."""
+    path = project(tmp_path, pipelines="""\
+        pipe:
+          finalize: b
+          steps:
+            - {id: a, run: "helpers:step_lookup"}
+            - {id: b, run: "helpers:step_lookup"}
+        """)
+    planned = tubeless(capsys, "plan", path, "--step", "a")
+    assert planned.out.splitlines()[-1] == (
+        "  note: finalization needs the outputs of b, which this selection skips: the run will "
+        "fail in finalization (select a --target instead)"
+    )

@@ -73,7 +73,7 @@ Pipeline text-pipeline: plan (ok=true, dryRun=false, steps=4)
   - Split words [words]: skip: filtered (outside target closure)
   - Count characters [count]: run (target count)
   - Uppercase words [uppercase]: skip: filtered (outside target closure) -> fan-out pipeline \
-uppercase-word (1 declared steps)
+uppercase-word (1 declared step)
   - Report [report]: skip: filtered (outside target closure)
 """
 
@@ -99,7 +99,7 @@ def test_plan_without_explain_has_no_annotations() -> None:
         "  - Split words [words]: skip: filtered",
         "  - Count characters [count]: run",
         "  - Uppercase words [uppercase]: skip: filtered -> fan-out pipeline uppercase-word "
-        "(1 declared steps)",
+        "(1 declared step)",
         "  - Report [report]: run",
     ]
 
@@ -338,7 +338,7 @@ def test_inspect_text_for_the_text_pipeline() -> None:
         Pipeline text-pipeline: plan (ok=true, dryRun=false, steps=4)
           - Split words [words]: run
           - Count characters [count]: run
-          - Uppercase words [uppercase]: run -> fan-out pipeline uppercase-word (1 declared steps)
+          - Uppercase words [uppercase]: run -> fan-out pipeline uppercase-word (1 declared step)
           - Report [report]: run
         """
     )

@@ -30,7 +30,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tubeless.errors import OPTIONS_VALIDATION_FAILED, without_period
+from tubeless.errors import (
+    FINAL_RESULT_VALIDATION_FAILED,
+    FINALIZATION_FAILED,
+    OPTIONS_VALIDATION_FAILED,
+    without_period,
+)
 
 __all__ = ["original_exceptions", "run_error_line"]
 
@@ -216,7 +221,30 @@ def _story(frames: list[_Frame], flags: Mapping[str, str] | None) -> tuple[str, 
         return path.text(), _limit(exc, agent, agents)
     if getattr(leaf, "code", None) == OPTIONS_VALIDATION_FAILED:
         return path.text(), _input_rejected(leaf, flags)
+    if getattr(leaf, "code", None) in (FINALIZATION_FAILED, FINAL_RESULT_VALIDATION_FAILED):
+        return path.text(), _described(leaf) + _unpublished(frames[-1])
     return path.text(), _described(leaf)
+
+
+def _unpublished(frame: _Frame) -> str:
+    """Why finalization lacked outputs: the steps a dry run or a selection skipped."""
+    steps = [step for step in getattr(frame.run, "steps", None) or ()
+             if getattr(step, "status", None) == "skipped"]
+    previews = [s.id for s in steps if getattr(s, "reason", None) == "dry-run"]
+    filtered = [s.id for s in steps if getattr(s, "reason", None) == "filtered"]
+    notes: list[str] = []
+    if previews and getattr(frame.run, "dry_run", False):
+        agent = _pipeline_id(frame) if _step_ids(frame) == ("agent",) else None
+        if agent is not None:
+            notes.append(f"agent {agent} has no dry_run decision source, so the dry run skipped "
+                         "it and there is no result")
+        else:
+            notes.append(f"the dry run skipped {', '.join(previews)} (dry_run: skip), so "
+                         "finalization had no output from them")
+    if filtered:
+        notes.append(f"the selection skipped {', '.join(filtered)}, so finalization saw only the "
+                     "selected steps' outputs")
+    return "".join(f" ({note})" for note in notes)
 
 
 def _is_call_of(frame: _Frame, agent: _Agent | None) -> bool:

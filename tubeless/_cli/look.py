@@ -96,8 +96,29 @@ def plan(
         _echo_json(result.to_dict(definition=True))
     else:
         click.echo(format_plan(result, explain=explain), nl=False)
+        for note in _finalization_notes(pipeline, result) if steps else ():
+            click.echo(f"  note: {note}")
     if not result.ok:
         ctx.exit(EXIT_PLANNING)
+
+
+def _finalization_notes(pipeline: Any, plan: Any) -> list[str]:
+    """What a selection takes away from finalization (a run would fail or see less)."""
+    filtered = [s.id for s in plan.steps if s.skip_reason == "filtered"]
+    if not plan.ok or not filtered:
+        return []
+    finalizer = pipeline.finalizer
+    missing = [step_id for step_id in finalizer.required if step_id in filtered]
+    if missing:
+        return [f"finalization needs the outputs of {', '.join(missing)}, which this selection "
+                "skips: the run will fail in finalization (select a --target instead)"]
+    if finalizer.kind == "last" and pipeline.order[-1].id in filtered:
+        return [f"the result is the output of {pipeline.order[-1].id}, which this selection "
+                "skips: the run will have no result"]
+    if finalizer.kind == "function":
+        return [f"finalization sees only the selected steps' outputs ({', '.join(filtered)} "
+                "are skipped); a finalizer that reads them will fail"]
+    return []
 
 
 @click.command("inspect", short_help="Show an entry: steps, identity, plan, limits and tools.")

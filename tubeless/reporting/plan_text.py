@@ -99,7 +99,8 @@ def _reason_text(reason: SelectionReason) -> str:
 def _nested(nested: Mapping[str, Any] | None) -> str:
     if nested is None:
         return ""
-    count = f"({len(nested['stepIds'])} declared steps)"
+    declared = len(nested["stepIds"])
+    count = f"({declared} declared step{'' if declared == 1 else 's'})"
     if nested["mode"] == "iterate":
         return (
             f" -> iteration (at most {nested['maxIterations']}) pipeline "
