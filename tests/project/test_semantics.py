@@ -286,3 +286,16 @@ def test_an_unknown_default_lists_the_entries(tmp_path: Path) -> None:
     assert caught.value.issues[0].message == (
         "unknown entry 'helpr'; this project's entries: 'helper', 'words'"
     )
+
+
+def test_a_project_without_entries_is_invalid(tmp_path: Path) -> None:
+    """Issue 15: no agents and no pipelines is a located problem, not a run-time surprise."""
+    path = write(tmp_path, "version: 1\nproject: {id: empty}\n")
+
+    with pytest.raises(DocumentError) as caught:
+        check_project(path)
+
+    assert [(i.line, i.column, i.pointer, i.message) for i in caught.value.issues] == [
+        (2, 1, "/project",
+         "the project has no entries: add an agent under agents: or a pipeline under pipelines:"),
+    ]

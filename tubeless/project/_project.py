@@ -73,6 +73,11 @@ class Project:
         entries = self.entries
         if len(entries) == 1:
             return next(iter(entries.values()))
+        if not entries:
+            raise KeyError(
+                f"project {self.id!r} has no entries: add an agent under agents: or a pipeline "
+                "under pipelines:"
+            )
         choices = ", ".join(sorted(entries)) or "none"
         raise KeyError(
             f"project {self.id!r} has several entries and no default; choose one of {choices}"

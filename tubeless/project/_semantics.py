@@ -212,6 +212,9 @@ def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> li
 def check_semantics(spec: ProjectSpec) -> list[Problem]:
     """Every cross-reference problem of a schema-valid project, without importing anything."""
     found: list[Problem] = []
+    if not spec.agents and not spec.pipelines:
+        found.append(("/project", "the project has no entries: add an agent under agents: or "
+                      "a pipeline under pipelines:", DOCUMENT_INVALID, True))
     for agent_id in spec.agents:
         if agent_id in spec.pipelines:
             found.append((f"/agents/{escape(agent_id)}",
