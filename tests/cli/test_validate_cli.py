@@ -267,9 +267,13 @@ def test_a_directory_checks_its_projects_recursively_in_sorted_order_and_skips_o
     assert outcome.err.startswith(f"error: {tmp_path / 'a' / 'bad.yaml'}:9:25 ")
 
 
-def test_a_directory_without_projects_warns_and_exits_0(tmp_path: Path) -> None:
+def test_a_directory_without_projects_exits_2_unless_empty_is_allowed(tmp_path: Path) -> None:
+    """More cases in test_validate_files.py."""
     write(tmp_path / "ci.yml", "on: push\n")
-    assert invoke(tmp_path) == Outcome(0, "", f"warning: {tmp_path}: no project files found\n")
+    assert invoke(tmp_path).code == 2
+    assert invoke("--allow-empty", tmp_path) == Outcome(
+        0, "", f"warning: {tmp_path}: no project files found\n"
+    )
 
 
 def test_a_file_named_twice_is_checked_once(tmp_path: Path) -> None:
@@ -277,13 +281,14 @@ def test_a_file_named_twice_is_checked_once(tmp_path: Path) -> None:
     assert invoke(good, tmp_path, good) == Outcome(0, f"ok: {good}\n", "")
 
 
-def test_a_named_file_is_checked_even_when_it_does_not_look_like_a_project(
+def test_a_named_file_that_does_not_look_like_a_project_is_skipped_with_a_note(
     tmp_path: Path,
 ) -> None:
+    """The folder rule applies to named files too (more cases in test_validate_files.py)."""
     ci = write(tmp_path / "ci.yml", "on: push\n")
-    outcome = invoke(ci)
-    assert outcome.code == 4
-    assert outcome.err.startswith(f"error: {ci}:1:1 /: ")
+    assert invoke("--allow-empty", ci) == Outcome(
+        0, "", f"skipped: {ci}: not a project file (no top-level version: and project:)\n"
+    )
 
 
 def test_a_missing_file_exits_2_after_the_other_files_are_checked(tmp_path: Path) -> None:

@@ -7,11 +7,14 @@ for a non-error exit status such as "plan not ok", by ``ctx.exit(code)``.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 
@@ -25,6 +28,10 @@ from tubeless._cli.validate import validate
 from tubeless._version import __version__
 
 __all__ = ["CliState", "cli", "main"]
+
+#: The exit status when the reader of the output went away (``tubeless ... | head -1``): 128 +
+#: SIGPIPE, what a shell reports for git, grep or cat in the same pipeline.
+EXIT_CLOSED_OUTPUT = 141
 
 #: The logger that ``ctx.log`` in handlers feeds (DESIGN.md §3); ``-v`` shows it on stderr.
 RUN_LOGGER = "tubeless.run"
@@ -66,10 +73,47 @@ def _configure_logging(verbose: int) -> None:
         logger.addHandler(handler)
 
 
+class _OutputClosed(Exception):
+    """A write found its pipe's reader gone (raised in place of the ``BrokenPipeError``)."""
+
+
+@contextlib.contextmanager
+def _output_closed_is_not_an_os_error() -> Iterator[None]:
+    """Re-raise ``EPIPE`` as :class:`_OutputClosed`: click's ``main`` turns an ``EPIPE`` into a
+    plain ``SystemExit(1)`` even without standalone mode, which ``main()`` could not tell apart
+    from a command's own exit 1."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        raise _OutputClosed() from exc
+
+
+class _Group(click.Group):
+    """The ``tubeless`` group: a closed output while parsing (``--help``) or running a command
+    reaches ``main()`` as :class:`_OutputClosed`."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _output_closed_is_not_an_os_error():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _output_closed_is_not_an_os_error():
+            return super().invoke(ctx)
+
+
 # A bare `tubeless` prints the help and exits 0: the group is invoked without a command and says
 # so itself (click's no_args_is_help exits with a code that varies by version).
 @click.group(
     name="tubeless",
+    cls=_Group,
     invoke_without_command=True,
     subcommand_metavar="COMMAND [ARGS]...",
     context_settings={"help_option_names": ["--help", "-h"]},
@@ -120,7 +164,8 @@ def main(args: Sequence[str] | None = None) -> int:
         args: The arguments after the program name; ``sys.argv[1:]`` when ``None``.
 
     Returns:
-        The process exit code (DESIGN.md §6).
+        The process exit code (DESIGN.md §6), or 141 when stdout or stderr was closed by its
+        reader: then nothing more is written, and the exit is quiet.
     """
     state = CliState()
     try:
@@ -131,14 +176,52 @@ def main(args: Sequence[str] | None = None) -> int:
             obj=state,
         )
     except BaseException as exc:  # The CLI's outermost boundary: everything becomes a code.
+        if _is_broken_pipe(exc):
+            return _closed_output()
         exc = _hint_group_option(exc)
-        report_error(exc, debug=state.debug)
+        try:
+            report_error(exc, debug=state.debug)
+        except BrokenPipeError:  # stderr's reader is gone too
+            return _closed_output()
         return exit_code_for(exc, command=state.command)
     # Without standalone mode click returns the code of a ctx.exit() (--help, --version) instead
     # of raising, and a command's own return value otherwise; commands return None.
     if isinstance(outcome, int) and not isinstance(outcome, bool):
         return outcome
     return EXIT_OK
+
+
+def _is_broken_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` says the output's reader went away."""
+    return isinstance(exc, _OutputClosed) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE)
+
+
+def _closed_output() -> int:
+    """Stop writing, quietly: a stream that still holds what it could not write has its file
+    descriptor pointed at the null device, so that the interpreter's final flush succeeds
+    instead of reporting a second ``BrokenPipeError`` (and exiting 120)."""
+    streams: list[TextIO] = []
+    for candidate in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        if candidate is not None and all(candidate is not seen for seen in streams):
+            streams.append(candidate)
+    for stream in streams:
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            _discard(stream)
+        except (OSError, ValueError):
+            pass  # closed or detached: nothing to flush at exit either
+    return EXIT_CLOSED_OUTPUT
+
+
+def _discard(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at the null device."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
 
 
 cli.add_command(graph)

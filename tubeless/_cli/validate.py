@@ -6,6 +6,11 @@ project, so the command is safe on untrusted pull requests. ``--resolve`` goes t
 :func:`tubeless.project.load_project` instead, which also imports every reference and compiles
 the agents and pipelines.
 
+What a project file is has one rule, for folders, named files and the pre-commit hook alike: a
+``.yaml`` / ``.yml`` file whose top level has both ``version:`` and ``project:`` keys (a text
+sniff, :func:`_looks_like_project`). A named file that does not follow it is skipped with a note;
+a run that finds no project file at all exits 2 unless ``--allow-empty`` is given.
+
 Every file is checked, whatever the earlier ones gave; the exit code comes from
 :func:`tubeless._cli._exit.exit_code_for` (the ``validate`` column of DESIGN.md §6), and a file
 that cannot be read (2) outranks an invalid one (4).
@@ -43,6 +48,8 @@ Format = Literal["text", "json", "github"]
 #: (a project is at most 1 MiB; see ``tubeless.project._yaml.MAX_BYTES``).
 _SNIFF_BYTES: Final = 1024 * 1024 + 1
 _SUFFIXES: Final = (".yaml", ".yml")
+#: The rule, as the "no project files" error states it.
+_RULE: Final = "a project file is a .yaml/.yml file whose top level has version: and project:"
 
 
 def _top_level_key(name: str) -> re.Pattern[str]:
@@ -109,26 +116,43 @@ class _Outcome:
     help="Also import every reference and compile the agents and pipelines. This runs the "
     "project's Python code: use it only on files you trust.",
 )
+@click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="Exit 0 with a warning when the paths hold no project file (default: exit 2).",
+)
 def validate(
-    file_or_dir: Sequence[str], output_format: Format | None, as_json: bool, resolve: bool
+    file_or_dir: Sequence[str],
+    output_format: Format | None,
+    as_json: bool,
+    resolve: bool,
+    allow_empty: bool,
 ) -> None:
     """Check project files: structure, meta-schema, cross-references and template syntax.
 
     Without --resolve nothing is imported or run from the projects, so this is safe on
     untrusted pull requests.
 
-    A FILE is always checked. A DIR is searched recursively (hidden folders such as .git are
-    skipped) for *.yaml and *.yml files whose top level has both a version: and a project: key
-    at the start of a line; other YAML files there (CI configs, ...) are skipped, and files are
-    checked in sorted order.
+    A project file is a *.yaml or *.yml file whose top level has both a version: and a project:
+    key at the start of a line. A DIR is searched recursively for them (hidden folders such as
+    .git are skipped; other YAML files, such as CI configs, are passed over) and they are checked
+    in sorted order. A FILE that is not a project file is skipped with a note on stderr; a FILE
+    that does not exist is an error.
 
     Exit status: 0 when every file is valid, 4 when a file is invalid, 2 when a file is missing
-    or unreadable (this outranks 4), 1 for a usage error.
+    or unreadable (this outranks 4) or when no project file is found at all (unless
+    --allow-empty), 1 for a usage error.
     """
     if as_json and output_format not in (None, "json"):
         raise click.UsageError(f"--json conflicts with --format {output_format}")
     chosen: Format = "json" if as_json else output_format or "text"
-    outcomes = [_check(file, resolve=resolve) for file in _files(file_or_dir)]
+    files, empty_folders = _files(file_or_dir)
+    if not files and not allow_empty:
+        _report_nothing_found(file_or_dir, chosen)
+        click.get_current_context().exit(EXIT_LOAD)
+    for folder in empty_folders:
+        click.echo(_printable(f"warning: {folder}: no project files found"), err=True)
+    outcomes = [_check(file, resolve=resolve) for file in files]
     _report(outcomes, chosen)
     codes = {outcome.exit_code for outcome in outcomes}
     for code in (EXIT_LOAD, EXIT_VALIDATION):
@@ -138,18 +162,38 @@ def validate(
 
 
 # -- finding files ------------------------------------------------------------------------------
-def _files(paths: Sequence[str]) -> list[str]:
-    """The files to check, in argument order (each directory's in sorted order), once each."""
+def _files(paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The files to check, in argument order (each directory's in sorted order), once each; and
+    the directories in which none was found."""
     found: dict[str, None] = {}
+    empty_folders: list[str] = []
     for path in paths:
         if os.path.isdir(path):
             projects = list(_projects_in(path))
             if not projects:
-                click.echo(_printable(f"warning: {path}: no project files found"), err=True)
+                empty_folders.append(path)
             found.update(dict.fromkeys(projects))
-        else:
+        elif _named_file_is_checked(path):
             found[path] = None  # a missing file is reported when it is checked
-    return list(found)
+    return list(found), empty_folders
+
+
+def _named_file_is_checked(path: str) -> bool:
+    """Whether a file named on the command line is a project file; a note says why not.
+
+    Anything that is not a regular file (missing, a special file) is left to the check, which
+    reports it; so is a file that cannot be read.
+    """
+    if not os.path.isfile(path):
+        return True
+    if not path.endswith(_SUFFIXES):
+        reason = "not a .yaml/.yml file"
+    elif not _looks_like_project(path):
+        reason = "no top-level version: and project:"
+    else:
+        return True
+    click.echo(_printable(f"skipped: {path}: not a project file ({reason})"), err=True)
+    return False
 
 
 def _projects_in(folder: str) -> Iterator[str]:
@@ -222,6 +266,18 @@ def _definition_problems(
 
 
 # -- reporting ----------------------------------------------------------------------------------
+def _report_nothing_found(paths: Sequence[str], output_format: Format) -> None:
+    """The error for a run whose paths hold no project file (each format stays well formed)."""
+    message = _printable(
+        f"{', '.join(paths)}: no project files found ({_RULE}); pass --allow-empty to accept this"
+    )
+    if output_format == "json":
+        click.echo(json.dumps({"ok": False, "files": []}, indent=2))
+    elif output_format == "github":
+        click.echo(f"::error::{_escape_data(message)}")
+    click.echo(f"error: {message}", err=True)
+
+
 def _report(outcomes: Sequence[_Outcome], output_format: Format) -> None:
     if output_format == "json":
         files = [
@@ -268,7 +324,7 @@ def _text(outcome: _Outcome, problem: _Problem) -> str:
 
 def _annotation(file: str, problem: _Problem) -> str:
     """A GitHub Actions ``::error`` workflow command for one problem."""
-    properties = [f"file={_escape_property(file)}"]
+    properties = [f"file={_escape_property(_repository_path(file))}"]
     message = problem.message
     if problem.line is not None:
         properties += [f"line={problem.line}", f"col={problem.column}"]
@@ -276,6 +332,30 @@ def _annotation(file: str, problem: _Problem) -> str:
     if problem.code is not None:
         properties.append(f"title={_escape_property(problem.code)}")
     return f"::error {','.join(properties)}::{_escape_data(message)}"
+
+
+def _repository_path(file: str) -> str:
+    """``file`` as GitHub attaches annotations to it: normalised, without ``./``, and relative
+    to the current directory (the repository root in a workflow step) when it is inside it.
+
+    An absolute path elsewhere, or a relative one that leaves the current directory, stays as it
+    is (normalised): GitHub shows it in the log without attaching it to a file.
+    """
+    path = os.path.normpath(file)
+    if not os.path.isabs(path):
+        return path
+    cwd = os.getcwd()
+    # getcwd() has its symlinks resolved: compare with the file's folder resolved too, but keep
+    # the file's own name (a symlinked project is annotated under the name it was given).
+    resolved = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+    for candidate in (path, resolved):
+        try:
+            relative = os.path.relpath(candidate, cwd)
+        except ValueError:  # another drive on Windows
+            continue
+        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+            return relative
+    return path
 
 
 def _escape_data(text: str) -> str:
