@@ -11,6 +11,7 @@ import codecs
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO
@@ -18,6 +19,7 @@ from typing import Any, Final, Literal, TextIO
 from tubeless.tracing._json import compact_ascii, compact_json
 from tubeless.tracing.reader import TraceReadError, record_problem
 from tubeless.tracing.records import record_json
+from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -52,8 +54,12 @@ class NdjsonSink:
             output, or an open text stream. Only a file the sink opened itself is closed by
             :meth:`close`.
 
-    Writes are buffered: :meth:`flush` pushes them to the file (runs flush their sinks when
-    they end) and :meth:`close` flushes and closes. Exporting after ``close`` raises
+    Writes are buffered, and written through to the OS at the end of every run (turns and
+    tool calls included: a ``pipeline.completed`` record), at most a quarter second after a
+    record was exported (see :mod:`tubeless.tracing.sinks`), on :meth:`flush` and on
+    :meth:`close`. A file that was removed or replaced since the sink opened it makes the
+    next write-through raise ``OSError`` (the run's fan-out then retires the sink with a
+    warning) instead of writing into a file nobody can open. Exporting after ``close`` raises
     ``ValueError``. A stream that cannot encode UTF-8 receives ASCII-escaped JSON instead (the
     same records once read back).
 
@@ -62,10 +68,25 @@ class NdjsonSink:
         ...     await pipeline.run(trace=sink)
     """
 
-    __slots__ = ("_closed", "_encode", "_owned", "_stream", "_write", "target")
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_encode",
+        "_failure",
+        "_identity",
+        "_lock",
+        "_owned",
+        "_path",
+        "_stream",
+        "_timer",
+        "_write",
+        "target",
+    )
 
     def __init__(self, target: str | os.PathLike[str] | Literal["-"] | TextIO) -> None:
         stream: TextIO
+        self._path: str | None = None
+        self._identity: tuple[int, int] | None = None
         if isinstance(target, str) and target == "-":
             stream, owned, self.target = sys.stdout, False, "-"
         elif isinstance(target, (str, os.PathLike)):
@@ -75,6 +96,10 @@ class NdjsonSink:
                 path, "a", encoding="utf-8", newline="\n", buffering=_BUFFER_BYTES
             )
             owned, self.target = True, str(path)
+            # Absolute, so that a handler changing the working directory changes nothing.
+            self._path = os.path.abspath(path)
+            opened = os.fstat(stream.fileno())
+            self._identity = (opened.st_dev, opened.st_ino)
         else:
             stream, owned = target, False
             self.target = str(getattr(target, "name", "<stream>"))
@@ -83,26 +108,48 @@ class NdjsonSink:
         self._write = stream.write
         self._encode = record_json if _writes_utf8(stream) else compact_ascii
         self._closed = False
+        self._failure: Exception | None = None
+        # Exports and the timer's write-through come from different threads.
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
 
     def __repr__(self) -> str:
         return f"NdjsonSink({self.target!r})"
 
     def export(self, record: Any) -> None:
-        """Append ``record`` as one line."""
+        """Append ``record`` as one line; a run's last record is written through at once."""
         if self._closed:
             raise ValueError(f"{self!r} is closed")
-        self._write(self._encode(record) + "\n")
+        line = self._encode(record) + "\n"
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            self._write(line)
+            if record.get("name") == RUN_END and writes_through(record):
+                # The file check waits for the timer or flush(): it costs a stat per turn.
+                self._stream.flush()
+            elif self._timer is None:
+                self._timer = flush_later(self._on_timer)
 
     def flush(self) -> None:
         """Push buffered lines to the file."""
-        if not self._closed:
-            self._stream.flush()
+        if self._closed:
+            return
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            self._write_through()
 
     def close(self) -> None:
         """Flush, and close the file if the sink opened it (never standard output)."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            timer, self._timer = self._timer, None
+        if timer is not None:  # outside the lock, which a firing timer may be waiting for
+            timer.cancel()
+            timer.join()
         if self._owned:
             self._stream.close()
         else:
@@ -113,6 +160,37 @@ class NdjsonSink:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _write_through(self) -> None:
+        """Flush the buffer to the OS, unless the file is gone (under the lock).
+
+        A removed or replaced file is noticed here, on the timer and on :meth:`flush`: within
+        a quarter second of the next record, and always by the end of the run.
+        """
+        if self._identity is not None and _identity(self._path) != self._identity:
+            self._failure = OSError(
+                f"{self.target} was removed or replaced while the run wrote to it"
+            )
+            raise self._failure
+        self._stream.flush()
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._closed or self._failure is not None:
+                return
+            try:
+                self._write_through()
+            except Exception as exc:  # reported by the next export or flush, on the run's side
+                self._failure = exc
+
+
+def _identity(path: str | None) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
+    return found.st_dev, found.st_ino
 
 
 def read_ndjson(

@@ -2,17 +2,21 @@
 
 The layout is the upstream one (UPSTREAM §2.7, store version 4): one row per record, the
 envelope in columns and ``payload``/``error``/``iteration`` as JSON text. Triggers forbid UPDATE
-and DELETE. Writers buffer rows and commit them in ``BEGIN IMMEDIATE`` transactions of 64, and
-on ``flush``/``close``; a crash can lose the uncommitted tail, never a committed row. Readers
-open the file read-only, so a ``-wal`` sidecar left by a crashed writer is read, not refused.
+and DELETE. Writers buffer rows and commit them in ``BEGIN IMMEDIATE`` transactions of 64, at
+the end of every run, a quarter second after a row was buffered, and on ``flush``/``close``; a
+crash can lose rows of unfinished runs from the last quarter second, never a committed row.
+Readers open the file read-only, so a ``-wal`` sidecar left by a crashed writer is read, not
+refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -20,6 +24,7 @@ from typing import Any, Final
 from tubeless.tracing._json import compact_json
 from tubeless.tracing.reader import TraceReadError, record_problem
 from tubeless.tracing.records import TraceRecord
+from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = ["BATCH_SIZE", "STORE_VERSION", "TABLE", "SqliteSink", "read_sqlite"]
 
@@ -155,21 +160,38 @@ class SqliteSink:
             version-3 store is migrated to version 4, other versions are refused.
         timeout: Seconds to wait for another writer's lock before a commit fails.
 
-    Rows are committed every 64 records, and on :meth:`flush` and :meth:`close`. After a
-    failed write the sink refuses further exports (the run's fan-out then retires it).
+    Rows are committed every 64 records, at the end of every run (turns and tool calls
+    included: a ``pipeline.completed`` record), at most a quarter second after a record was
+    exported (see :mod:`tubeless.tracing.sinks`), and on :meth:`flush` and :meth:`close`.
+    After a failed write the sink refuses further exports (the run's fan-out then retires it).
     Exports may come from worker threads; the fan-out serialises them.
 
     Raises:
         TraceReadError: The file is not a trace store, or its version is unsupported.
     """
 
-    __slots__ = ("_conn", "_failure", "_identity", "_rows", "path")
+    __slots__ = (
+        "__weakref__",
+        "_conn",
+        "_failure",
+        "_identity",
+        "_location",
+        "_lock",
+        "_rows",
+        "_timer",
+        "path",
+    )
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Absolute, so that a handler changing the working directory changes nothing.
+        self._location = os.path.abspath(self.path)
         self._rows: list[Row] = []
         self._failure: BaseException | None = None
+        # Exports and the timer's commit come from different threads.
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
         # isolation_level=None: the sink issues BEGIN IMMEDIATE / COMMIT itself.
         conn = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -185,38 +207,51 @@ class SqliteSink:
                 raise TraceReadError(f"not a tubeless trace store: {exc}", path=self.path) from exc
             raise
         self._conn: sqlite3.Connection | None = conn
-        self._identity = _file_identity(self.path)
+        self._identity = _file_identity(self._location)
 
     def __repr__(self) -> str:
         return f"SqliteSink({str(self.path)!r})"
 
     def export(self, record: Mapping[str, Any]) -> None:
-        """Buffer one record; every 64th commits the batch."""
+        """Buffer one record; every 64th, and a run's last record, commit the batch."""
         if self._conn is None or self._failure is not None:
             self._refuse()
-        rows = self._rows
-        rows.append(_row(record))
-        if len(rows) >= BATCH_SIZE:
-            self._commit()
+        row = _row(record)
+        with self._lock:
+            rows = self._rows
+            rows.append(row)
+            if len(rows) >= BATCH_SIZE or (
+                record.get("name") == RUN_END and writes_through(record)
+            ):
+                self._commit()
+            elif self._timer is None:
+                self._timer = flush_later(self._on_timer)
 
     def flush(self) -> None:
         """Commit the buffered rows."""
         if self._conn is None or self._failure is not None:
             self._refuse()
-        self._commit()
+        with self._lock:
+            self._commit()
 
     def close(self) -> None:
         """Commit the buffered rows (unless a write failed before) and close the database."""
-        conn = self._conn
-        if conn is None:
-            return
-        try:
-            if self._failure is None:
-                self._commit()
-        finally:
-            self._conn = None
-            self._rows = []
-            conn.close()
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:  # outside the lock, which a firing timer may be waiting for
+            timer.cancel()
+            timer.join()
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                return
+            try:
+                if self._failure is None:
+                    self._commit()
+            finally:
+                self._conn = None
+                self._rows = []
+                conn.close()
 
     def __enter__(self) -> SqliteSink:
         return self
@@ -231,7 +266,17 @@ class SqliteSink:
             f"{self!r} refuses records after a failed write: {self._failure}"
         ) from self._failure
 
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._conn is None or self._failure is not None:
+                return
+            # A failure is kept in _failure: the next export or flush reports it.
+            with contextlib.suppress(Exception):
+                self._commit()
+
     def _commit(self) -> None:
+        """Commit the buffered rows in one transaction (under the lock)."""
         rows = self._rows
         if not rows:
             return
@@ -239,7 +284,7 @@ class SqliteSink:
         assert conn is not None
         self._rows = []
         try:
-            if _file_identity(self.path) != self._identity:
+            if _file_identity(self._location) != self._identity:
                 # Deleted or replaced under the sink: commits would land in an unlinked file.
                 raise OSError(f"{self.path} was removed or replaced while the run wrote to it")
             conn.execute("BEGIN IMMEDIATE")
@@ -255,9 +300,9 @@ class SqliteSink:
             raise
 
 
-def _file_identity(path: Path) -> tuple[int, int] | None:
+def _file_identity(path: str) -> tuple[int, int] | None:
     try:
-        stat = path.stat()
+        stat = os.stat(path)
     except OSError:
         return None
     return stat.st_dev, stat.st_ino
