@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any, Final, Literal, TextIO
 
 from tubeless.tracing._json import compact_ascii, compact_json
-from tubeless.tracing.reader import TraceReadError, record_problem
+from tubeless.tracing.reader import (
+    MAX_LINE_BYTES,
+    MAX_RECORDS,
+    MAX_TRACE_BYTES,
+    TraceReadError,
+    json_problem,
+    record_problem,
+)
 from tubeless.tracing.records import record_json
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
@@ -30,10 +37,6 @@ __all__ = [
     "iter_ndjson",
     "read_ndjson",
 ]
-
-MAX_TRACE_BYTES: Final = 64 * 1024 * 1024
-MAX_LINE_BYTES: Final = 1024 * 1024
-MAX_RECORDS: Final = 100_000
 
 _BUFFER_BYTES: Final = 64 * 1024
 
@@ -196,18 +199,18 @@ def _identity(path: str | None) -> tuple[int, int] | None:
 def read_ndjson(
     path: str | os.PathLike[str],
     *,
-    max_bytes: int | None = None,
+    max_bytes: int | None = MAX_TRACE_BYTES,
     max_line_bytes: int = MAX_LINE_BYTES,
-    max_records: int | None = None,
+    max_records: int | None = MAX_RECORDS,
     allow_partial_tail: bool = False,
 ) -> list[dict[str, Any]]:
     """Every record of an NDJSON trace file, in file order (see :func:`iter_ndjson`).
 
     Args:
         path: The file.
-        max_bytes: Refuse files larger than this (no limit by default: lines are streamed).
-        max_line_bytes: Refuse longer lines.
-        max_records: Refuse files with more records (no limit by default).
+        max_bytes: Refuse files larger than this (64 MiB by default; ``None``: no bound).
+        max_line_bytes: Refuse longer lines (1 MiB by default).
+        max_records: Refuse files with more records (100,000 by default; ``None``: no bound).
         allow_partial_tail: Skip an unterminated last line that does not parse (what a crash
             mid-write leaves) instead of refusing the file.
 
@@ -299,6 +302,8 @@ def _decode_line(line: bytes, number: int, path: str | os.PathLike[str]) -> dict
         raise TraceReadError(
             f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=number
         ) from exc
+    except (RecursionError, ValueError) as exc:  # hostile JSON the decoder itself refuses
+        raise TraceReadError(json_problem(exc), path=path, line=number) from exc
     problem = record_problem(record)
     if problem is not None:
         raise TraceReadError(f"not a trace record: {problem}", path=path, line=number)

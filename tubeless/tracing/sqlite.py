@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
-from tubeless.tracing.reader import TraceReadError, record_problem
+from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, json_problem, record_problem
 from tubeless.tracing.records import TraceRecord
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
@@ -309,7 +309,7 @@ def _file_identity(path: str) -> tuple[int, int] | None:
 
 
 def read_sqlite(
-    path: str | os.PathLike[str], *, max_records: int | None = None
+    path: str | os.PathLike[str], *, max_records: int | None = MAX_RECORDS
 ) -> list[dict[str, Any]]:
     """Every record of a SQLite trace store, in the order written (by row id).
 
@@ -320,7 +320,7 @@ def read_sqlite(
     Raises:
         FileNotFoundError: The file does not exist.
         TraceReadError: The file is not a trace store (or of an unsupported version), or holds
-            more than ``max_records`` records.
+            more than ``max_records`` records (100,000 by default; ``None``: no bound).
     """
     file = Path(path)
     if not file.is_file():
@@ -407,6 +407,8 @@ def _record(row: Row, file: Path) -> dict[str, Any]:
         if error_json is not None:
             record["error"] = json.loads(error_json)
         record["payload"] = json.loads(payload_json)
+    except RecursionError as exc:
+        raise TraceReadError(f"row {row_id}: {json_problem(exc)}", path=file) from exc
     except (TypeError, ValueError) as exc:
         raise TraceReadError(f"row {row_id}: invalid JSON column: {exc}", path=file) from exc
     return record
