@@ -417,6 +417,106 @@ def test_trace_without_a_command_or_a_trace_is_a_usage_error(
     assert tubeless(capsys, "trace", "show", "a.ndjson", "b", "c").code == 1
 
 
+# -- show: SQLite stores in awkward places (issue 13) -------------------------------------------
+def _folder_listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _copy_store(source: Recorded, folder: Path) -> Path:
+    folder.mkdir()
+    copy = folder / "trace.sqlite"
+    copy.write_bytes(source.sqlite.read_bytes())
+    return copy
+
+
+def _crashed_store(folder: Path) -> Path:
+    """A store whose writer committed rows and never closed: its rows are in a ``-wal``."""
+    folder.mkdir()
+    live = folder / "live.sqlite"
+    sink = SqliteSink(live)
+    with capture_trace() as memory:
+        asyncio.run(scripted_agent.run({"question": "hi"}, trace=[memory, sink]))
+    crashed = folder / "crashed"
+    crashed.mkdir()
+    for suffix in ("", "-wal"):  # what a kill -9 leaves: the file and its write-ahead log
+        (crashed / f"trace.sqlite{suffix}").write_bytes(Path(f"{live}{suffix}").read_bytes())
+    sink.close()
+    assert (crashed / "trace.sqlite-wal").stat().st_size > 0
+    return crashed / "trace.sqlite"
+
+
+def test_reading_a_sqlite_trace_leaves_no_files_behind(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, tmp_path: Path
+) -> None:
+    """A closed store (no write-ahead log pending) is read without a ``-wal`` or ``-shm``."""
+    store = _copy_store(scripted, tmp_path / "store")
+
+    shown = tubeless(capsys, "trace", "show", store)
+    tree = tubeless(capsys, "trace", "show", store, scripted.run_id, "--json")
+
+    assert (shown.code, tree.code) == (0, 0)
+    assert _folder_listing(tmp_path / "store") == ["trace.sqlite"]
+
+
+def _uncreatable(*paths: str) -> None:
+    """Make SQLite unable to create these files: dangling links into a missing folder (what a
+    read-only folder amounts to for the reader, and unlike chmod this also stops root)."""
+    for path in paths:
+        os.symlink(Path(path).parent / "missing-folder" / "file", path)
+
+
+def test_a_sqlite_trace_is_read_when_no_sidecar_file_can_be_created(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, tmp_path: Path
+) -> None:
+    """Without a pending ``-wal`` the reader needs neither a ``-wal`` nor a ``-shm``."""
+    store = _copy_store(scripted, tmp_path / "store")
+    _uncreatable(f"{store}-wal", f"{store}-shm")
+
+    result = tubeless(capsys, "trace", "show", store)
+
+    assert result == tubeless(capsys, "trace", "show", scripted.sqlite)
+    assert result.code == 0
+
+
+def test_a_pending_wal_that_cannot_be_opened_is_a_clear_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A crashed writer's ``-wal`` needs a ``-shm`` beside it: when SQLite cannot make one, the
+    error names the file and the fix, instead of a raw ``sqlite3.OperationalError``."""
+    store = _crashed_store(tmp_path / "traces")
+    _uncreatable(f"{store}-shm")
+
+    result = tubeless(capsys, "trace", "show", store)
+
+    assert (result.code, result.out) == (2, "")
+    assert result.err == (
+        f"error: {store}: a write-ahead log ({store}-wal) is pending and SQLite cannot open "
+        f"{store}-shm beside it to read it: copy the store and its -wal file to a folder you "
+        "can write to, and read the copy\n"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_a_sqlite_trace_in_a_read_only_folder_is_read(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, tmp_path: Path
+) -> None:
+    """Documented exit codes in a read-only folder: 0 for a closed store, 2 for a pending WAL."""
+    store = _copy_store(scripted, tmp_path / "store")
+    crashed = _crashed_store(tmp_path / "traces")
+    for folder in (store.parent, crashed.parent):
+        folder.chmod(0o555)
+    try:
+        closed = tubeless(capsys, "trace", "show", store)
+        pending = tubeless(capsys, "trace", "show", crashed)
+    finally:
+        for folder in (store.parent, crashed.parent):
+            folder.chmod(0o755)
+
+    assert closed == tubeless(capsys, "trace", "show", scripted.sqlite)
+    assert (pending.code, pending.out) == (2, "")
+    assert pending.err.startswith(f"error: {crashed}: a write-ahead log ({crashed}-wal) is pending")
+
+
 # -- convert ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("source", "target"),

@@ -313,31 +313,57 @@ def read_sqlite(
 ) -> list[dict[str, Any]]:
     """Every record of a SQLite trace store, in the order written (by row id).
 
-    The store is opened read-only; a ``-wal`` file left by a writer that is still open or that
-    crashed is read too. Records are the wire dicts again: absent optional fields omitted,
-    ``payload``/``error``/``iteration`` decoded, ``durationMs`` a float.
+    The store is opened read-only and never changed. With no write-ahead log pending (no
+    ``-wal`` file, or an empty one) it is opened ``immutable``, so reading creates no ``-wal``
+    or ``-shm`` file and works in a read-only folder. A non-empty ``-wal``, left by a writer
+    that is still open or that crashed, is read too; SQLite then needs a ``-shm`` beside it,
+    and when it cannot make one (a read-only folder) the error says what to do. Records are the
+    wire dicts again: absent optional fields omitted, ``payload``/``error``/``iteration``
+    decoded, ``durationMs`` a float.
 
     Raises:
         FileNotFoundError: The file does not exist.
-        TraceReadError: The file is not a trace store (or of an unsupported version), or holds
-            more than ``max_records`` records (100,000 by default; ``None``: no bound).
+        TraceReadError: The file is not a trace store (or of an unsupported version), cannot be
+            read, or holds more than ``max_records`` records (100,000 by default; ``None``: no
+            bound).
     """
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(file))
-    uri = file.resolve().as_uri() + "?mode=ro"
+    wal = f"{file}-wal"
+    # A hot rollback journal (a version-3 store, say) must not be read past either.
+    pending = _non_empty(wal) or _non_empty(f"{file}-journal")
+    uri = file.resolve().as_uri() + ("?mode=ro" if pending else "?mode=ro&immutable=1")
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise TraceReadError(f"cannot open the trace store: {exc}", path=file) from exc
     try:
         return _read_rows(conn, file, max_records)
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.Error as exc:
         if _not_a_database(exc):
             raise TraceReadError(f"not a tubeless trace store: {exc}", path=file) from exc
-        raise
+        if pending and getattr(exc, "sqlite_errorname", "").startswith(_NO_SHM):
+            raise TraceReadError(
+                f"a write-ahead log ({wal}) is pending and SQLite cannot open {file}-shm beside"
+                " it to read it: copy the store and its -wal file to a folder you can write"
+                " to, and read the copy",
+                path=file,
+            ) from exc
+        raise TraceReadError(f"cannot read the trace store: {exc}", path=file) from exc
     finally:
         conn.close()
+
+
+#: What SQLite says when a reader cannot create or open the ``-shm`` of a pending WAL.
+_NO_SHM: Final = ("SQLITE_CANTOPEN", "SQLITE_READONLY")
+
+
+def _non_empty(path: str) -> bool:
+    try:
+        return os.stat(path).st_size > 0
+    except OSError:
+        return False
 
 
 def _read_rows(
