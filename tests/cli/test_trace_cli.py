@@ -290,6 +290,83 @@ def test_show_several_appended_runs_lists_each(
     assert [line.split("  ")[0] for line in result.out.splitlines()] == roots
 
 
+# -- show: finding a run (issue 13) -------------------------------------------------------------
+@pytest.mark.parametrize("storage", STORAGES)
+def test_show_accepts_a_unique_prefix_of_a_run_id(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, storage: str
+) -> None:
+    path = scripted.path(storage)
+    prefix = scripted.run_id[: len("scripted-agent:") + 4]
+
+    by_prefix = tubeless(capsys, "trace", "show", path, prefix)
+    as_json = tubeless(capsys, "trace", "show", path, prefix, "--json")
+
+    assert by_prefix == tubeless(capsys, "trace", "show", path, scripted.run_id)
+    assert as_json == tubeless(capsys, "trace", "show", path, scripted.run_id, "--json")
+    assert by_prefix.code == 0
+
+
+def test_an_exact_run_id_wins_over_longer_ids_it_begins(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``a`` names run ``a`` even when run ``ab`` exists."""
+    pipeline = define_pipeline(id="p", steps=[step("s", lambda inputs, ctx: 1)])
+    path = tmp_path / "t.ndjson"
+
+    async def go() -> None:
+        with NdjsonSink(path) as sink:
+            for run_id in ("p:a", "p:ab"):
+                await pipeline.run(trace=sink, run_id=run_id)
+
+    asyncio.run(go())
+    result = tubeless(capsys, "trace", "show", path, "p:a")
+
+    assert (result.code, result.out.split("  ")[0]) == (0, "Run p:a")
+
+
+def test_an_ambiguous_prefix_is_an_error_listing_the_runs_it_begins(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded
+) -> None:
+    runs = [tree.run_id for tree in run_trees(scripted.records)[0].walk()]
+
+    result = tubeless(capsys, "trace", "show", scripted.ndjson, "scripted-agent")
+
+    assert (result.code, result.out) == (1, "")
+    assert result.err == (
+        f"error: run 'scripted-agent' is ambiguous: {len(runs)} runs in {scripted.ndjson} "
+        f"begin with it: {', '.join(runs)}\n"
+    )
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_show_last_shows_the_last_root_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, storage: str
+) -> None:
+    recorded = record_to_files(scripted_agent, {"question": "hi"}, tmp_path, runs=2)
+    path = recorded.path(storage)
+    last = run_trees(recorded.records)[-1].run_id
+
+    result = tubeless(capsys, "trace", "show", path, "--last")
+    as_json = tubeless(capsys, "trace", "show", "--json", "--last", path)
+
+    assert result == tubeless(capsys, "trace", "show", path, last)
+    assert result.out.startswith(f"Run {last}  ")
+    assert as_json == tubeless(capsys, "trace", "show", path, last, "--json")
+
+
+def test_show_last_needs_a_run_and_no_run_id(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, tmp_path: Path
+) -> None:
+    (tmp_path / "empty.ndjson").write_bytes(b"")
+
+    both = tubeless(capsys, "trace", "show", scripted.ndjson, scripted.run_id, "--last")
+    empty = tubeless(capsys, "trace", "show", tmp_path / "empty.ndjson", "--last")
+
+    assert (both.code, both.out) == (1, "")
+    assert "give RUN_ID or --last, not both" in both.err
+    assert empty == Outcome(1, "", f"error: {tmp_path / 'empty.ndjson'} holds no runs\n")
+
+
 # -- show: failures ---------------------------------------------------------------------------
 @pytest.mark.parametrize("storage", STORAGES)
 def test_an_unknown_run_id_is_a_usage_error_listing_the_runs(

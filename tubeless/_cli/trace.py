@@ -4,8 +4,8 @@ Both commands read with :func:`tubeless.tracing.read_trace`, so they accept NDJS
 (``.ndjson``, ``.jsonl``) and SQLite (``.sqlite``, ``.sqlite3``, ``.db``) traces alike. Exit codes
 follow the ``trace`` column of DESIGN.md §6: a missing or unreadable trace exits 2 (a
 ``FileNotFoundError`` or a ``TraceReadError`` reaching :func:`tubeless._cli._exit.exit_code_for`),
-an unknown run id exits 1 (a :class:`CliLoadError` under ``trace``), and so does a refused
-``convert``.
+an unknown or ambiguous run id exits 1 (a :class:`CliLoadError` under ``trace``), and so does
+a refused ``convert``.
 
 The tracing modules are imported inside the commands: ``tubeless --help`` imports this module,
 and must not pay for ``sqlite3`` or the projection.
@@ -42,27 +42,34 @@ def trace() -> None:
 @trace.command("show")
 @click.argument("trace_file", metavar="TRACE", type=click.Path(path_type=str))
 @click.argument("run_id", metavar="[RUN_ID]", required=False)
+@click.option("--last", is_flag=True, help="Show the last root run of TRACE.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def show(trace_file: str, run_id: str | None, as_json: bool) -> None:
+def show(trace_file: str, run_id: str | None, last: bool, as_json: bool) -> None:
     """List the runs in TRACE, or show one run as a tree of steps, turns and calls.
 
     TRACE is an NDJSON (.ndjson, .jsonl) or SQLite (.sqlite, .sqlite3, .db) trace. Without
     RUN_ID, one line per root run; with RUN_ID, that run (any run of the file, such as an agent
-    turn) with everything it started.
+    turn) with everything it started. RUN_ID may be the start of a run id that begins no other
+    run; --last shows the run that started last.
     """
-    from tubeless.tracing.projection import find_run, format_run_list, format_tree, run_trees
+    from tubeless.tracing.projection import format_run_list, format_tree, run_trees
     from tubeless.tracing.reader import read_trace
 
+    if last and run_id is not None:
+        raise click.UsageError("give RUN_ID or --last, not both")
     trees = run_trees(read_trace(trace_file))
-    if run_id is None:
+    if last:
+        if not trees:
+            raise CliLoadError(f"{_safe(trace_file)} holds no runs")
+        tree = trees[-1]
+    elif run_id is None:
         if as_json:
             click.echo(_dumps({"runs": [_summary(tree) for tree in trees]}))
         else:
             click.echo(format_run_list(trees), nl=False)
         return
-    tree = find_run(trees, run_id)
-    if tree is None:
-        raise CliLoadError(_unknown_run(run_id, trace_file, trees))
+    else:
+        tree = _find(run_id, trace_file, trees)
     click.echo(_dumps(tree.to_dict()) if as_json else format_tree(tree), nl=as_json)
 
 
@@ -119,6 +126,27 @@ def _safe(text: str) -> str:
     from tubeless.tracing.projection import terminal_safe
 
     return terminal_safe(text)
+
+
+def _find(run_id: str, trace_file: str, trees: Sequence[RunTree]) -> RunTree:
+    """The run called ``run_id``, else the one run whose id begins with it."""
+    from tubeless.tracing.projection import find_run
+
+    exact = find_run(trees, run_id)
+    if exact is not None:
+        return exact
+    begun = [run for tree in trees for run in tree.walk() if run.run_id.startswith(run_id)]
+    if not begun:
+        raise CliLoadError(_unknown_run(run_id, trace_file, trees))
+    if len(begun) > 1:
+        listed = ", ".join(_safe(run.run_id) for run in begun[:_MAX_LISTED_RUNS])
+        more = len(begun) - _MAX_LISTED_RUNS
+        suffix = f" (and {more} more)" if more > 0 else ""
+        raise CliLoadError(
+            f"run {_safe(run_id)!r} is ambiguous: {len(begun)} runs in {_safe(trace_file)} "
+            f"begin with it: {listed}{suffix}"
+        )
+    return begun[0]
 
 
 def _unknown_run(run_id: str, trace_file: str, trees: Sequence[RunTree]) -> str:
