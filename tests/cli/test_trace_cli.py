@@ -367,6 +367,44 @@ def test_show_last_needs_a_run_and_no_run_id(
     assert empty == Outcome(1, "", f"error: {tmp_path / 'empty.ndjson'} holds no runs\n")
 
 
+def test_run_prints_its_id_and_takes_run_and_correlation_ids_that_show_finds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``tubeless run`` names its run first; ``--run-id`` / ``--correlation-id`` are recorded."""
+    trace = tmp_path / "runs.ndjson"
+    project = ROOT / "projects" / "scripted-agent.yaml"
+
+    chosen = tubeless(capsys, "run", project, "--question", "hi", "--trace", trace,
+                      "--run-id", "nightly-1", "--correlation-id", "batch-7")
+    default = tubeless(capsys, "run", project, "--question", "hi", "--trace", trace)
+
+    assert (chosen.code, default.code) == (0, 0)
+    assert chosen.err.splitlines()[0].endswith(", run nightly-1")
+    records = read_trace(trace)
+    second = records[-1]["runId"]
+    assert default.err.splitlines()[0].endswith(f", run {second}")
+    assert second.startswith("scripted-agent:")
+    first_tree = [r for r in records if r.get("correlationId") == "batch-7"]
+    assert first_tree[0]["runId"] == "nightly-1"
+    assert {r["runId"] for r in first_tree} == {
+        r["runId"] for r in records[: len(first_tree)]
+    }
+    shown = tubeless(capsys, "trace", "show", trace, "nightly-1")
+    assert shown.out.startswith("Run nightly-1  scripted-agent  completed")
+
+
+@pytest.mark.parametrize("option", ["--run-id", "--correlation-id"])
+def test_a_blank_run_or_correlation_id_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    project = ROOT / "projects" / "scripted-agent.yaml"
+
+    result = tubeless(capsys, "run", project, "--question", "hi", option, " ")
+
+    assert (result.code, result.out) == (1, "")
+    assert option in result.err and "must not be blank" in result.err
+
+
 # -- show: failures ---------------------------------------------------------------------------
 @pytest.mark.parametrize("storage", STORAGES)
 def test_an_unknown_run_id_is_a_usage_error_listing_the_runs(

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["run"]
 
 _VALUE_OPTIONS = frozenset(
-    {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace"}
+    {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace",
+     "--run-id", "--correlation-id"}
 )
 _OUTER_HELP = """Run an agent or pipeline of PROJECT (a YAML file) and print its result as JSON.
 
@@ -145,6 +146,10 @@ def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) 
                      help="Record the run: .ndjson/.jsonl, .sqlite/.sqlite3/.db, or - for "
                      "NDJSON on stdout (repeatable)."),
         click.Option(["--quiet", "-q"], is_flag=True, help="Print no run report."),
+        click.Option(["--run-id"], default=None, metavar="ID", callback=_nonblank,
+                     help="The root run's id (default: <entry id>:<uuid>)."),
+        click.Option(["--correlation-id"], default=None, metavar="ID", callback=_nonblank,
+                     help="An id recorded on every run of the tree, to tie runs together."),
     ]
     if not is_agent:
         params.append(click.Option(["--max-concurrency"], type=click.IntRange(min=1),
@@ -166,6 +171,12 @@ def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) 
         help=f"Run the {kind} {entry_id!r} of {path}. {description}".strip(),
         context_settings={"max_content_width": 100},
     )
+
+
+def _nonblank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be blank")
+    return value
 
 
 def _read_input_file(name: str) -> Any:
@@ -312,6 +323,8 @@ async def _run_with_signals(
             continue_on_error=options["continue_on_error"],
             trace=trace,
             signal=token,
+            run_id=options["run_id"],
+            correlation_id=options["correlation_id"],
         )
     except asyncio.CancelledError:
         return None
