@@ -57,12 +57,12 @@ class NdjsonSink:
             output, or an open text stream. Only a file the sink opened itself is closed by
             :meth:`close`.
 
-    Writes are buffered, and written through to the OS at the end of every run (turns and
-    tool calls included: a ``pipeline.completed`` record), at most a quarter second after a
-    record was exported (see :mod:`tubeless.tracing.sinks`), on :meth:`flush` and on
-    :meth:`close`. A file that was removed or replaced since the sink opened it makes the
-    next write-through raise ``OSError`` (the run's fan-out then retires the sink with a
-    warning) instead of writing into a file nobody can open. Exporting after ``close`` raises
+    Writes are buffered, and written through to the OS at the end of every turn and of the
+    root run, at most a quarter second after a record was exported (see
+    :mod:`tubeless.tracing.sinks`), on :meth:`flush` and on :meth:`close`. A file that was
+    removed or replaced since the sink opened it makes the next check (on the timer or
+    :meth:`flush`) raise ``OSError``, so the run's fan-out retires the sink with a warning
+    instead of letting it write into a file nobody can open. Exporting after ``close`` raises
     ``ValueError``. A stream that cannot encode UTF-8 receives ASCII-escaped JSON instead (the
     same records once read back).
 
@@ -120,7 +120,7 @@ class NdjsonSink:
         return f"NdjsonSink({self.target!r})"
 
     def export(self, record: Any) -> None:
-        """Append ``record`` as one line; a run's last record is written through at once."""
+        """Append ``record`` as one line; a turn's or root run's last one writes through."""
         if self._closed:
             raise ValueError(f"{self!r} is closed")
         line = self._encode(record) + "\n"

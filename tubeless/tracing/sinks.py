@@ -4,11 +4,11 @@ A sink that raises is reported once (a ``warning`` on the ``tubeless.trace`` log
 ``on_error`` callback) and retired; the run and the other sinks carry on. Runs flush the sinks
 they were given but never close them: whoever opened a sink closes it.
 
-The file sinks (NDJSON, SQLite) buffer records, and write them through to the OS at every run
-end (a ``pipeline.completed`` record: every turn and tool call is a child run) and at most
-:data:`FLUSH_INTERVAL_S` after a record was buffered, through a one-shot timer from
-:func:`flush_later`. A killed process thus loses at most the records of unfinished runs from the
-last quarter second.
+The file sinks (NDJSON, SQLite) buffer records, and write them through to the OS at the end of
+every turn and of the root run (a ``pipeline.completed`` record, see :func:`writes_through`) and
+at most :data:`FLUSH_INTERVAL_S` after a record was buffered, through a one-shot timer from
+:func:`flush_later`. A killed process thus loses no record of a finished turn, and at most the
+last quarter second of the turn that was running.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _log = logging.getLogger("tubeless.trace")
 
 #: The longest a file sink keeps a record in its buffer, in seconds.
 FLUSH_INTERVAL_S: Final = 0.25
-#: The record after which a file sink writes through at once: a run (turn, call, root) ended.
+#: The record that ends a run; after a turn's or the root's, a file sink writes through at once.
 RUN_END: Final = "pipeline.completed"
 #: The name of the short-lived timer threads that :func:`flush_later` starts.
 FLUSH_THREAD_NAME: Final = "tubeless-trace-flush"
@@ -70,19 +70,23 @@ def writes_through(record: Mapping[str, Any]) -> bool:
 
 def flush_later(
     flush: Callable[[], object], delay: float = FLUSH_INTERVAL_S
-) -> threading.Timer:
+) -> threading.Timer | None:
     """Call the bound method ``flush`` once, ``delay`` seconds from now, on a daemon thread.
 
     The thread ends when it has called ``flush`` (or when the timer is cancelled), so an idle
     sink holds no thread; a sink arms one timer only while none is pending, which is at most
     one thread start per ``delay`` however many records pass. The method is held weakly: a
-    sink nobody references any more is not kept alive, nor flushed, by its timer.
+    sink nobody references any more is not kept alive, nor flushed, by its timer. ``None``
+    when no thread can start (at interpreter shutdown).
     """
     method = weakref.WeakMethod(flush)
     timer = threading.Timer(delay, _call_alive, args=(method,))
     timer.name = FLUSH_THREAD_NAME
     timer.daemon = True
-    timer.start()
+    try:
+        timer.start()
+    except RuntimeError:  # the interpreter is shutting down: run ends and close() still flush
+        return None
     return timer
 
 

@@ -3,8 +3,9 @@
 The layout is the upstream one (UPSTREAM §2.7, store version 4): one row per record, the
 envelope in columns and ``payload``/``error``/``iteration`` as JSON text. Triggers forbid UPDATE
 and DELETE. Writers buffer rows and commit them in ``BEGIN IMMEDIATE`` transactions of 64, at
-the end of every run, a quarter second after a row was buffered, and on ``flush``/``close``; a
-crash can lose rows of unfinished runs from the last quarter second, never a committed row.
+the end of every turn and of the root run, a quarter second after a row was buffered, and on
+``flush``/``close``; a crash can lose rows of an unfinished turn from the last quarter second,
+never a committed row.
 Readers open the file read-only, so a ``-wal`` sidecar left by a crashed writer is read, not
 refused.
 """
@@ -160,9 +161,9 @@ class SqliteSink:
             version-3 store is migrated to version 4, other versions are refused.
         timeout: Seconds to wait for another writer's lock before a commit fails.
 
-    Rows are committed every 64 records, at the end of every run (turns and tool calls
-    included: a ``pipeline.completed`` record), at most a quarter second after a record was
-    exported (see :mod:`tubeless.tracing.sinks`), and on :meth:`flush` and :meth:`close`.
+    Rows are committed every 64 records, at the end of every turn and of the root run, at most
+    a quarter second after a record was exported (see :mod:`tubeless.tracing.sinks`), and on
+    :meth:`flush` and :meth:`close`.
     After a failed write the sink refuses further exports (the run's fan-out then retires it).
     Exports may come from worker threads; the fan-out serialises them.
 
@@ -213,7 +214,7 @@ class SqliteSink:
         return f"SqliteSink({str(self.path)!r})"
 
     def export(self, record: Mapping[str, Any]) -> None:
-        """Buffer one record; every 64th, and a run's last record, commit the batch."""
+        """Buffer one record; every 64th, and a turn's or root run's last, commit the batch."""
         if self._conn is None or self._failure is not None:
             self._refuse()
         row = _row(record)
