@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from tubeless import define_pipeline, step
-from tubeless._cli import main
+from tubeless._cli import cli, main
 from tubeless.agent import define_agent, define_tool
 from tubeless.testing import capture_trace
 from tubeless.tracing import NdjsonSink, SqliteSink, TraceReadError, read_trace
@@ -58,7 +59,8 @@ def test_a_huge_ndjson_file_is_refused_before_it_is_read(
         file.truncate(2_400_000_000)
 
     assert _show(capsys, path) == (
-        2, "", f"error: {path}: the file has 2400000000 bytes, more than the 67108864 allowed\n"
+        2, "", f"error: {path}: the file has 2400000000 bytes, more than the 67108864 allowed "
+        "(--max-bytes raises the bound)\n"
     )
 
 
@@ -86,6 +88,32 @@ def test_lowered_bounds_refuse_a_small_ndjson_trace_naming_the_line(
     with pytest.raises(TraceReadError) as caught:
         read_trace(path, **{bound: value})
     assert caught.value.message == f"{path}{problem}"
+
+
+def test_trace_show_and_convert_take_the_bounds_as_options(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 14 item 12: the CLI's bounds are the reader's defaults, and options raise them."""
+    from tubeless.tracing.reader import MAX_RECORDS, MAX_TRACE_BYTES
+
+    path = tmp_path / "t.ndjson"
+    path.write_text("".join(_line(i) for i in range(3)), encoding="utf-8")
+    refused = main(["trace", "show", str(path), "--max-records", "2"])
+    refused_err = capsys.readouterr().err
+    converted = main(["trace", "convert", str(path), str(tmp_path / "t.sqlite"),
+                      "--max-records", "3", "--max-bytes", str(path.stat().st_size)])
+    capsys.readouterr()
+    small = main(["trace", "convert", str(path), str(tmp_path / "u.sqlite"), "--max-bytes", "9"])
+    small_err = capsys.readouterr().err
+    help_text = CliRunner().invoke(cli, ["trace", "show", "--help"]).output
+
+    assert (refused, converted, small) == (2, 0, 2)
+    assert refused_err == (
+        f"error: {path}:3: more than the 2 records allowed (--max-records raises the bound)\n"
+    )
+    assert small_err.startswith(f"error: {path}: the file has ")
+    assert f"[default: {MAX_TRACE_BYTES};" in help_text
+    assert f"[default: {MAX_RECORDS};" in help_text
 
 
 def test_a_line_over_one_mib_is_refused_by_default(

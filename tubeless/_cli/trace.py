@@ -17,7 +17,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import click
@@ -39,12 +39,36 @@ def trace() -> None:
     """Show stored traces, or convert them between NDJSON and SQLite."""
 
 
+def _bound_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--max-bytes`` and ``--max-records``: the reader's bounds, for traces known to be big.
+
+    The defaults repeat ``tubeless.tracing.reader.MAX_TRACE_BYTES`` and ``MAX_RECORDS`` (a test
+    pins them): importing them would load the tracing storage for ``--help``.
+    """
+    command = click.option(
+        "--max-records", type=click.IntRange(min=1), default=100_000, show_default=True,
+        metavar="N", help="Refuse a trace with more records.",
+    )(command)
+    return click.option(
+        "--max-bytes", type=click.IntRange(min=1), default=64 * 1024 * 1024, show_default=True,
+        metavar="BYTES", help="Refuse a larger NDJSON file.",
+    )(command)
+
+
 @trace.command("show")
 @click.argument("trace_file", metavar="TRACE", type=click.Path(path_type=str))
 @click.argument("run_id", metavar="[RUN_ID]", required=False)
 @click.option("--last", is_flag=True, help="Show the last root run of TRACE.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def show(trace_file: str, run_id: str | None, last: bool, as_json: bool) -> None:
+@_bound_options
+def show(
+    trace_file: str,
+    run_id: str | None,
+    last: bool,
+    as_json: bool,
+    max_bytes: int,
+    max_records: int,
+) -> None:
     """List the runs in TRACE, or show one run as a tree of steps, turns and calls.
 
     TRACE is an NDJSON (.ndjson, .jsonl) or SQLite (.sqlite, .sqlite3, .db) trace. Without
@@ -53,11 +77,10 @@ def show(trace_file: str, run_id: str | None, last: bool, as_json: bool) -> None
     run; --last shows the run that started last.
     """
     from tubeless.tracing.projection import format_run_list, format_tree, run_trees
-    from tubeless.tracing.reader import read_trace
 
     if last and run_id is not None:
         raise click.UsageError("give RUN_ID or --last, not both")
-    trees = run_trees(read_trace(trace_file))
+    trees = run_trees(_read(trace_file, max_bytes, max_records))
     if last:
         if not trees:
             raise CliLoadError(f"{_safe(trace_file)} holds no runs")
@@ -76,13 +99,14 @@ def show(trace_file: str, run_id: str | None, last: bool, as_json: bool) -> None
 @trace.command("convert")
 @click.argument("source", metavar="IN", type=click.Path(path_type=str))
 @click.argument("target", metavar="OUT", type=click.Path(path_type=str))
-def convert(source: str, target: str) -> None:
+@_bound_options
+def convert(source: str, target: str, max_bytes: int, max_records: int) -> None:
     """Copy the records of trace IN into a new trace OUT, in order.
 
     The storage of each side follows its extension: .ndjson or .jsonl for NDJSON, .sqlite,
     .sqlite3 or .db for SQLite; OUT may be - for NDJSON on standard output. OUT must not exist.
     """
-    from tubeless.tracing.reader import TraceReadError, read_trace, storage_kind, write_trace
+    from tubeless.tracing.reader import TraceReadError, storage_kind, write_trace
 
     to_stdout = target == _STDOUT
     if not to_stdout:
@@ -91,7 +115,7 @@ def convert(source: str, target: str) -> None:
         except TraceReadError as exc:
             raise click.BadParameter(_problem_of(exc), param_hint="OUT") from exc
         _refuse_existing(source, target)
-    records = read_trace(source)
+    records = _read(source, max_bytes, max_records)
     if not to_stdout:
         _claim(target)
     try:
@@ -107,6 +131,25 @@ def convert(source: str, target: str) -> None:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+_BOUND_OPTIONS: Final = {"max_bytes": "--max-bytes", "max_records": "--max-records"}
+
+
+def _read(trace_file: str, max_bytes: int, max_records: int) -> list[dict[str, Any]]:
+    """The records of ``trace_file``; a bound error names the option that raises the bound."""
+    from tubeless.tracing.reader import TraceReadError, read_trace
+
+    try:
+        return read_trace(trace_file, max_bytes=max_bytes, max_records=max_records)
+    except TraceReadError as exc:
+        option = _BOUND_OPTIONS.get(exc.bound or "")
+        if option is None:
+            raise
+        raise TraceReadError(
+            f"{exc.problem} ({option} raises the bound)",
+            path=exc.path, line=exc.line, bound=exc.bound,
+        ) from exc
+
+
 def _dumps(value: Any) -> str:
     # ensure_ascii (the default) escapes every control and bidi character of recorded text.
     return json.dumps(value, indent=2)

@@ -226,7 +226,10 @@ def read_ndjson(
     ):
         if max_records is not None and len(records) == max_records:
             raise TraceReadError(
-                f"more than the {max_records} records allowed", path=path, line=number
+                f"more than the {max_records} records allowed",
+                path=path,
+                line=number,
+                bound="max_records",
             )
         records.append(record)
     return records
@@ -249,7 +252,9 @@ def iter_ndjson(
             size = os.fstat(file.fileno()).st_size
             if size > max_bytes:
                 raise TraceReadError(
-                    f"the file has {size} bytes, more than the {max_bytes} allowed", path=path
+                    f"the file has {size} bytes, more than the {max_bytes} allowed",
+                    path=path,
+                    bound="max_bytes",
                 )
         seen = 0
         number = 0
@@ -260,8 +265,11 @@ def iter_ndjson(
             number += 1
             seen += len(raw)
             if max_bytes is not None and seen > max_bytes:
-                raise TraceReadError(
-                    f"the file has more than the {max_bytes} bytes allowed", path=path
+                raise TraceReadError(  # it grew while being read
+                    f"the file has more than the {max_bytes} bytes allowed",
+                    path=path,
+                    line=number,
+                    bound="max_bytes",
                 )
             terminated = raw.endswith(b"\n")
             line = raw[:-1] if terminated else raw
@@ -272,6 +280,7 @@ def iter_ndjson(
                     f"the line has more than the {max_line_bytes} bytes allowed",
                     path=path,
                     line=number,
+                    bound="max_line_bytes",
                 )
             try:
                 record = _decode_line(line, number, path)

@@ -60,16 +60,28 @@ class TraceReadError(TubelessError):
     Attributes:
         path: The file, when known.
         line: The 1-based NDJSON line, when known.
+        problem: What is wrong, without the file and line.
+        bound: The reader argument whose bound the trace exceeds (``"max_bytes"``,
+            ``"max_line_bytes"`` or ``"max_records"``), when that is the problem.
     """
 
     path: str | None
     line: int | None
+    problem: str
+    bound: str | None
 
     def __init__(
-        self, problem: str, *, path: str | os.PathLike[str] | None = None, line: int | None = None
+        self,
+        problem: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        line: int | None = None,
+        bound: str | None = None,
     ) -> None:
         self.path = None if path is None else os.fspath(path)
         self.line = line
+        self.problem = problem
+        self.bound = bound
         where = "" if self.path is None else self.path if line is None else f"{self.path}:{line}"
         super().__init__(TRACE_INVALID, f"{where}: {problem}" if where else problem)
 

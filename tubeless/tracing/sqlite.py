@@ -385,7 +385,9 @@ def _read_rows(
     records: list[dict[str, Any]] = []
     for row in cursor:
         if max_records is not None and len(records) == max_records:
-            raise TraceReadError(f"more than the {max_records} records allowed", path=file)
+            raise TraceReadError(
+                f"more than the {max_records} records allowed", path=file, bound="max_records"
+            )
         record = _record(row, file)
         problem = record_problem(record)
         if problem is not None:
