@@ -290,6 +290,121 @@ def test_show_several_appended_runs_lists_each(
     assert [line.split("  ")[0] for line in result.out.splitlines()] == roots
 
 
+# -- show: finding a run (issue 13) -------------------------------------------------------------
+@pytest.mark.parametrize("storage", STORAGES)
+def test_show_accepts_a_unique_prefix_of_a_run_id(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, storage: str
+) -> None:
+    path = scripted.path(storage)
+    prefix = scripted.run_id[: len("scripted-agent:") + 4]
+
+    by_prefix = tubeless(capsys, "trace", "show", path, prefix)
+    as_json = tubeless(capsys, "trace", "show", path, prefix, "--json")
+
+    assert by_prefix == tubeless(capsys, "trace", "show", path, scripted.run_id)
+    assert as_json == tubeless(capsys, "trace", "show", path, scripted.run_id, "--json")
+    assert by_prefix.code == 0
+
+
+def test_an_exact_run_id_wins_over_longer_ids_it_begins(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``a`` names run ``a`` even when run ``ab`` exists."""
+    pipeline = define_pipeline(id="p", steps=[step("s", lambda inputs, ctx: 1)])
+    path = tmp_path / "t.ndjson"
+
+    async def go() -> None:
+        with NdjsonSink(path) as sink:
+            for run_id in ("p:a", "p:ab"):
+                await pipeline.run(trace=sink, run_id=run_id)
+
+    asyncio.run(go())
+    result = tubeless(capsys, "trace", "show", path, "p:a")
+
+    assert (result.code, result.out.split("  ")[0]) == (0, "Run p:a")
+
+
+def test_an_ambiguous_prefix_is_an_error_listing_the_runs_it_begins(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded
+) -> None:
+    runs = [tree.run_id for tree in run_trees(scripted.records)[0].walk()]
+
+    result = tubeless(capsys, "trace", "show", scripted.ndjson, "scripted-agent")
+
+    assert (result.code, result.out) == (1, "")
+    assert result.err == (
+        f"error: run 'scripted-agent' is ambiguous: {len(runs)} runs in {scripted.ndjson} "
+        f"begin with it: {', '.join(runs)}\n"
+    )
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_show_last_shows_the_last_root_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, storage: str
+) -> None:
+    recorded = record_to_files(scripted_agent, {"question": "hi"}, tmp_path, runs=2)
+    path = recorded.path(storage)
+    last = run_trees(recorded.records)[-1].run_id
+
+    result = tubeless(capsys, "trace", "show", path, "--last")
+    as_json = tubeless(capsys, "trace", "show", "--json", "--last", path)
+
+    assert result == tubeless(capsys, "trace", "show", path, last)
+    assert result.out.startswith(f"Run {last}  ")
+    assert as_json == tubeless(capsys, "trace", "show", path, last, "--json")
+
+
+def test_show_last_needs_a_run_and_no_run_id(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, tmp_path: Path
+) -> None:
+    (tmp_path / "empty.ndjson").write_bytes(b"")
+
+    both = tubeless(capsys, "trace", "show", scripted.ndjson, scripted.run_id, "--last")
+    empty = tubeless(capsys, "trace", "show", tmp_path / "empty.ndjson", "--last")
+
+    assert (both.code, both.out) == (1, "")
+    assert "give RUN_ID or --last, not both" in both.err
+    assert empty == Outcome(1, "", f"error: {tmp_path / 'empty.ndjson'} holds no runs\n")
+
+
+def test_run_prints_its_id_and_takes_run_and_correlation_ids_that_show_finds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``tubeless run`` names its run first; ``--run-id`` / ``--correlation-id`` are recorded."""
+    trace = tmp_path / "runs.ndjson"
+    project = ROOT / "projects" / "scripted-agent.yaml"
+
+    chosen = tubeless(capsys, "run", project, "--question", "hi", "--trace", trace,
+                      "--run-id", "nightly-1", "--correlation-id", "batch-7")
+    default = tubeless(capsys, "run", project, "--question", "hi", "--trace", trace)
+
+    assert (chosen.code, default.code) == (0, 0)
+    assert chosen.err.splitlines()[0].endswith(", run nightly-1")
+    records = read_trace(trace)
+    second = records[-1]["runId"]
+    assert default.err.splitlines()[0].endswith(f", run {second}")
+    assert second.startswith("scripted-agent:")
+    first_tree = [r for r in records if r.get("correlationId") == "batch-7"]
+    assert first_tree[0]["runId"] == "nightly-1"
+    assert {r["runId"] for r in first_tree} == {
+        r["runId"] for r in records[: len(first_tree)]
+    }
+    shown = tubeless(capsys, "trace", "show", trace, "nightly-1")
+    assert shown.out.startswith("Run nightly-1  scripted-agent  completed")
+
+
+@pytest.mark.parametrize("option", ["--run-id", "--correlation-id"])
+def test_a_blank_run_or_correlation_id_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    project = ROOT / "projects" / "scripted-agent.yaml"
+
+    result = tubeless(capsys, "run", project, "--question", "hi", option, " ")
+
+    assert (result.code, result.out) == (1, "")
+    assert option in result.err and "must not be blank" in result.err
+
+
 # -- show: failures ---------------------------------------------------------------------------
 @pytest.mark.parametrize("storage", STORAGES)
 def test_an_unknown_run_id_is_a_usage_error_listing_the_runs(
@@ -415,6 +530,106 @@ def test_trace_without_a_command_or_a_trace_is_a_usage_error(
     assert tubeless(capsys, "trace").code == 1
     assert tubeless(capsys, "trace", "show").code == 1
     assert tubeless(capsys, "trace", "show", "a.ndjson", "b", "c").code == 1
+
+
+# -- show: SQLite stores in awkward places (issue 13) -------------------------------------------
+def _folder_listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _copy_store(source: Recorded, folder: Path) -> Path:
+    folder.mkdir()
+    copy = folder / "trace.sqlite"
+    copy.write_bytes(source.sqlite.read_bytes())
+    return copy
+
+
+def _crashed_store(folder: Path) -> Path:
+    """A store whose writer committed rows and never closed: its rows are in a ``-wal``."""
+    folder.mkdir()
+    live = folder / "live.sqlite"
+    sink = SqliteSink(live)
+    with capture_trace() as memory:
+        asyncio.run(scripted_agent.run({"question": "hi"}, trace=[memory, sink]))
+    crashed = folder / "crashed"
+    crashed.mkdir()
+    for suffix in ("", "-wal"):  # what a kill -9 leaves: the file and its write-ahead log
+        (crashed / f"trace.sqlite{suffix}").write_bytes(Path(f"{live}{suffix}").read_bytes())
+    sink.close()
+    assert (crashed / "trace.sqlite-wal").stat().st_size > 0
+    return crashed / "trace.sqlite"
+
+
+def test_reading_a_sqlite_trace_leaves_no_files_behind(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, tmp_path: Path
+) -> None:
+    """A closed store (no write-ahead log pending) is read without a ``-wal`` or ``-shm``."""
+    store = _copy_store(scripted, tmp_path / "store")
+
+    shown = tubeless(capsys, "trace", "show", store)
+    tree = tubeless(capsys, "trace", "show", store, scripted.run_id, "--json")
+
+    assert (shown.code, tree.code) == (0, 0)
+    assert _folder_listing(tmp_path / "store") == ["trace.sqlite"]
+
+
+def _uncreatable(*paths: str) -> None:
+    """Make SQLite unable to create these files: dangling links into a missing folder (what a
+    read-only folder amounts to for the reader, and unlike chmod this also stops root)."""
+    for path in paths:
+        os.symlink(Path(path).parent / "missing-folder" / "file", path)
+
+
+def test_a_sqlite_trace_is_read_when_no_sidecar_file_can_be_created(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, tmp_path: Path
+) -> None:
+    """Without a pending ``-wal`` the reader needs neither a ``-wal`` nor a ``-shm``."""
+    store = _copy_store(scripted, tmp_path / "store")
+    _uncreatable(f"{store}-wal", f"{store}-shm")
+
+    result = tubeless(capsys, "trace", "show", store)
+
+    assert result == tubeless(capsys, "trace", "show", scripted.sqlite)
+    assert result.code == 0
+
+
+def test_a_pending_wal_that_cannot_be_opened_is_a_clear_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A crashed writer's ``-wal`` needs a ``-shm`` beside it: when SQLite cannot make one, the
+    error names the file and the fix, instead of a raw ``sqlite3.OperationalError``."""
+    store = _crashed_store(tmp_path / "traces")
+    _uncreatable(f"{store}-shm")
+
+    result = tubeless(capsys, "trace", "show", store)
+
+    assert (result.code, result.out) == (2, "")
+    assert result.err == (
+        f"error: {store}: a write-ahead log ({store}-wal) is pending and SQLite cannot open "
+        f"{store}-shm beside it to read it: copy the store and its -wal file to a folder you "
+        "can write to, and read the copy\n"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_a_sqlite_trace_in_a_read_only_folder_is_read(
+    capsys: pytest.CaptureFixture[str], scripted: Recorded, tmp_path: Path
+) -> None:
+    """Documented exit codes in a read-only folder: 0 for a closed store, 2 for a pending WAL."""
+    store = _copy_store(scripted, tmp_path / "store")
+    crashed = _crashed_store(tmp_path / "traces")
+    for folder in (store.parent, crashed.parent):
+        folder.chmod(0o555)
+    try:
+        closed = tubeless(capsys, "trace", "show", store)
+        pending = tubeless(capsys, "trace", "show", crashed)
+    finally:
+        for folder in (store.parent, crashed.parent):
+            folder.chmod(0o755)
+
+    assert closed == tubeless(capsys, "trace", "show", scripted.sqlite)
+    assert (pending.code, pending.out) == (2, "")
+    assert pending.err.startswith(f"error: {crashed}: a write-ahead log ({crashed}-wal) is pending")
 
 
 # -- convert ----------------------------------------------------------------------------------

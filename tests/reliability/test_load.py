@@ -295,7 +295,12 @@ def test_trace_show_reads_back_the_ten_thousand_turn_trace(
     long_trace: tuple[Path, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, run = long_trace
-    code = main(["trace", "show", str(path)])
+    bounded = main(["trace", "show", str(path)])  # larger than the default bounds (issue 14)
+    refused = capsys.readouterr()
+    code = main(["trace", "show", str(path), "--max-bytes", str(2**31), "--max-records",
+                 str(10**7)])
     captured = capsys.readouterr()
+    assert bounded == 2
+    assert "raises the bound" in refused.err
     assert code == 0, captured.err
     assert run.run_id in captured.out

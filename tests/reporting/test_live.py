@@ -233,6 +233,38 @@ async def test_plain_pipeline_rows_are_its_steps_with_progress() -> None:
     ]
 
 
+async def test_a_tool_s_progress_is_the_detail_of_its_call_row() -> None:
+    """``ctx.report_progress`` in a tool shows on the call's row, while it runs and after, as a
+    step's does (issue 13)."""
+    from tubeless.agent import define_tool
+
+    def work(text: str, ctx: Any) -> str:
+        ctx.report_progress(2, 5, "pages")
+        return text
+
+    agent = define_agent(
+        id="tool-progress",
+        input_schema=dict,
+        result_schema=str,
+        initial_state=lambda validated: {},
+        decide=lambda state, ctx: (
+            {"kind": "continue", "calls": [{"id": "c0", "tool": "work", "input": "x"}]}
+            if ctx.turn == 1 else {"kind": "finish", "result": "done"}
+        ),
+        reduce=lambda state, outcomes: state,
+        tools={"work": define_tool(description="Works.", input_schema=str, output_schema=str,
+                                   run=work)},
+    )
+    records = await capture(agent, {})
+    running = index_of(records, "pipeline.completed", "c0")  # the call's run ends here
+    model = fed(records[:running])
+    call_rows = [r for r in shape(model.rows()) if r[0] == 2]
+    assert call_rows == [(2, "work", "running", "work", "c0", "2/5 pages")]
+    model = fed(records)
+    call_rows = [r for r in shape(model.rows()) if r[0] == 2]
+    assert call_rows == [(2, "work", "completed", "work", "c0", "2/5 pages")]
+
+
 def test_garbage_records_never_raise() -> None:
     model = LiveModel()
     garbage: list[Any] = [None, [], {}, {"name": "pipeline.started", "runId": 1}, "x"]
@@ -289,11 +321,11 @@ def frame_text(text: str) -> list[str]:
     """Lines without escape codes, durations as <d>, runs of spaces collapsed, right-stripped."""
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "\n")
     lines = [re.sub(r" +", " ", DURATION.sub("<d>", line)).rstrip() for line in text.split("\n")]
-    return [line for line in lines if line]
+    return [re.sub(r"( run )\S+$", r"\1<id>", line) for line in lines if line]
 
 
 FINAL_FRAME = [
-    "Pipeline scripted-agent completed <d>",
+    "Pipeline scripted-agent completed <d> run <id>",
     "✓ agent <d> Turn 2 of at most 3",
     " ✓ turn 2 <d> finish",
     " ✓ turn 1 <d> 3 calls, 1 failed",
@@ -338,7 +370,21 @@ def test_live_view_never_raises_and_draws_nothing_without_records() -> None:
         view.export(record)
     view.flush()
     view.close()
-    assert frame_text(out.getvalue()) == ["Pipeline ? running"]
+    assert frame_text(out.getvalue()) == ["Pipeline ? running run <id>"]
+
+
+async def test_the_header_ends_with_the_run_id() -> None:
+    """The id ``tubeless trace show`` takes, terminal-safe, last so that nothing cuts it short
+    (issue 13)."""
+    records = await capture(scripted_agent, {"question": "hi"}, run_id="my-run\x1b[2J")
+    out = io.StringIO()
+    view = LiveView(console=Console(file=out, width=200))
+    for record in records:
+        view.export(record)
+    view.close()
+    assert "\x1b[2J" not in out.getvalue()
+    header = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue()).splitlines()[0].rstrip()
+    assert DURATION.sub("<d>", header) == "Pipeline scripted-agent  completed  <d>  run my-run [2J"
 
 
 @pytest.mark.parametrize("rate", [0, -1, 10.5, 60])

@@ -25,6 +25,12 @@ from tubeless.tracing.records import RECORD_NAMES
 
 Records = list[dict[str, Any]]
 DURATION = re.compile(r"\b\d+(?:\.\d+)?(?:ms|s)\b|\b\d+m\d+s\b")
+RUN_ID = re.compile(r"(?m)^(Pipeline .*: starting .*), run \S+$")
+
+
+def normal(text: str) -> str:
+    """``text`` with durations as ``<d>`` and the run id of the first line as ``<id>``."""
+    return RUN_ID.sub(r"\1, run <id>", DURATION.sub("<d>", text))
 
 
 class FakeClock:
@@ -70,7 +76,7 @@ def replay(records: Iterable[dict[str, Any]], **options: Any) -> str:
         reporter.export(record)
     reporter.close()
     assert reporter.dropped == 0
-    return DURATION.sub("<d>", stream.getvalue())
+    return normal(stream.getvalue())
 
 
 def lines(text: str) -> str:
@@ -82,7 +88,7 @@ def lines(text: str) -> str:
 async def test_scripted_agent_prints_steps_turns_and_calls() -> None:
     records = await capture(scripted_agent, {"question": "hello tubeless"})
     assert replay(records) == lines("""
-    Pipeline scripted-agent: starting (1 steps, dryRun=false)
+    Pipeline scripted-agent: starting (1 steps, dryRun=false), run <id>
       -> agent
         turn 1: 3 calls
           ok count [length] (<d>)
@@ -102,13 +108,13 @@ async def test_attached_to_a_run_it_prints_the_same_lines_as_a_replay() -> None:
     with capture_trace() as trace:
         await scripted_agent.run({"question": "hello tubeless"}, trace=[trace, reporter])
     reporter.close()
-    assert DURATION.sub("<d>", stream.getvalue()) == replay(trace.records)
+    assert normal(stream.getvalue()) == replay(trace.records)
 
 
 async def test_a_failing_call_shows_its_tool_error_code_ascii_and_unicode() -> None:
     records = await capture(scripted_agent, {"question": "missing word"})
     expected = """
-    Pipeline scripted-agent: starting (1 steps, dryRun=false)
+    Pipeline scripted-agent: starting (1 steps, dryRun=false), run <id>
       -> agent
         turn 1: 3 calls
           ok count [length] (<d>)
@@ -138,7 +144,7 @@ async def test_dry_run_of_an_agent_without_preview_skips_it_and_fails_finalize()
     )
     records = await capture(agent, {}, dry_run=True)
     assert replay(records) == lines("""
-    Pipeline no-preview: starting (1 steps, dryRun=true)
+    Pipeline no-preview: starting (1 steps, dryRun=true), run <id>
       - agent (dry-run)
       -> finalize
       fail finalize: Required pipeline outputs missing: agent
@@ -167,7 +173,7 @@ async def test_failure_with_fail_fast_skips_names_reasons_and_dependencies() -> 
         finalize=lambda outputs, ctx: None,
     )
     assert replay(await capture(pipeline, dry_run=True)) == lines("""
-    Pipeline fail-fast: starting (6 steps, dryRun=true)
+    Pipeline fail-fast: starting (6 steps, dryRun=true), run <id>
       -> Load - reads the input
       ok Load (<d>)
       -> b
@@ -193,7 +199,7 @@ async def test_cancelled_run_marks_the_running_and_remaining_steps() -> None:
         steps=[step("a", ok), step("w", cancels, depends_on="a"), step("z", ok, depends_on="w")],
     )
     assert replay(await capture(pipeline, signal=token)) == lines("""
-    Pipeline cancel: starting (3 steps, dryRun=false)
+    Pipeline cancel: starting (3 steps, dryRun=false), run <id>
       -> a
       ok a (<d>)
       -> w
@@ -221,7 +227,7 @@ async def test_progress_is_throttled_per_step_and_completion_is_always_shown() -
     records = await capture(pipeline)
     # Every progress record reads the clock once; readings 0, 0.25, 0.5, ... seconds.
     assert replay(records, clock=FakeClock(step=0.25)) == lines("""
-    Pipeline progress: starting (2 steps, dryRun=false)
+    Pipeline progress: starting (2 steps, dryRun=false), run <id>
       -> p
       ... p 1/12 item 1
       ... p 4/12 item 4
@@ -241,6 +247,68 @@ async def test_progress_is_throttled_per_step_and_completion_is_always_shown() -
     assert replay(records).count(" ... ") == 4
     # With no throttle every report is a line.
     assert replay(records, progress_interval_s=0).count(" ... ") == 15
+
+
+async def test_the_first_line_names_the_run_id_to_look_up_later() -> None:
+    """``run <id>`` on the first line: the id ``tubeless trace show`` takes (issue 13)."""
+    records = await capture(scripted_agent, {"question": "hi"}, run_id="my-run\x1b[2J")
+    stream = io.StringIO()
+    reporter = PlainReporter(stream, unicode=False, color=False)
+    for record in records:
+        reporter.export(record)
+    first = stream.getvalue().splitlines()[0]
+    assert first == "Pipeline scripted-agent: starting (1 steps, dryRun=false), run my-run [2J"
+
+
+def progress_agent(*counts: int) -> Any:
+    """One turn calling ``work`` once per count (call ids ``c0``, ...); each call reports
+    ``1..count`` of ``count`` items, then the agent finishes."""
+    from tubeless.agent import define_tool
+
+    def work(count: int, ctx: Any) -> int:
+        for n in range(1, count + 1):
+            ctx.report_progress(n, count, f"item {n}")
+        return count
+
+    return define_agent(
+        id="progress-agent",
+        input_schema=dict,
+        result_schema=int,
+        initial_state=lambda validated: {"done": False},
+        decide=lambda state, ctx: (
+            {"kind": "finish", "result": 0} if state["done"] else {
+                "kind": "continue",
+                "calls": [{"id": f"c{i}", "tool": "work", "input": c}
+                          for i, c in enumerate(counts)],
+            }
+        ),
+        reduce=lambda state, outcomes: {"done": True},
+        tools={"work": define_tool(description="Works.", input_schema=int, output_schema=int,
+                                   run=work)},
+    )
+
+
+async def test_a_tool_s_progress_is_printed_under_its_call_throttled_per_call() -> None:
+    """``ctx.report_progress`` in a tool prints like a step's, under the turn (issue 13)."""
+    records = await capture(progress_agent(7, 2), {})
+    assert replay(records, clock=FakeClock(step=0.25)) == lines("""
+    Pipeline progress-agent: starting (1 steps, dryRun=false), run <id>
+      -> agent
+        turn 1: 2 calls
+          ... work [c0] 1/7 item 1
+          ... work [c0] 4/7 item 4
+          ... work [c0] 7/7 item 7
+          ok work [c0] (<d>)
+          ... work [c1] 1/2 item 1
+          ... work [c1] 2/2 item 2
+          ok work [c1] (<d>)
+        turn 2: finish
+      ok agent (<d>)
+      -> finalize
+      ok finalize (<d>)
+    Pipeline progress-agent: done in <d> (status=completed, steps=1, errors=0)
+    """)
+    assert replay(records, progress_interval_s=0).count(" ... work ") == 9
 
 
 # -- defaults: symbols and colour ---------------------------------------------------------------
@@ -292,7 +360,7 @@ def test_colour_and_symbol_defaults(
     plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
     start, done = ("→", "✓") if unicode else ("->", "ok")
     assert plain == (
-        "Pipeline p: starting (1 steps, dryRun=false)\n"
+        "Pipeline p: starting (1 steps, dryRun=false), run r\n"
         f"  {start} a\n"
         f"  {done} a (1.5s)\n"
         "Pipeline p: done in 1m1s (status=completed, steps=1, errors=0)\n"
@@ -332,7 +400,7 @@ def test_recorded_text_is_made_terminal_safe() -> None:
     out = replay(records)
     assert "\x1b" not in out and "\r" not in out and "\u202e" not in out and "\x07" not in out
     assert out == (
-        "Pipeline p [31m: starting (? steps, dryRun=false)\n"
+        "Pipeline p [31m: starting (? steps, dryRun=false), run <id>\n"
         "  -> evil ]0;title  - two lines\n"
         "  fail evil ]0;title : bad  word\n"
     )
@@ -373,7 +441,9 @@ def test_garbage_records_never_raise_and_print_placeholders() -> None:
     # Only the records without a string ``name`` and ``runId`` are dropped; the rest are read
     # with placeholders for what is missing or mistyped.
     assert reporter.dropped == 6
-    assert stream.getvalue().splitlines()[0] == "Pipeline ?: starting (? steps, dryRun=false)"
+    assert stream.getvalue().splitlines()[0] == (
+        "Pipeline ?: starting (? steps, dryRun=false), run r"
+    )
     assert stream.getvalue().splitlines()[-1] == (
         "Pipeline ?: done in ? (status=?, steps=?, errors=?)"
     )

@@ -31,6 +31,8 @@ BUILTIN_FLAGS = frozenset(
         "continue-on-error",
         "trace",
         "quiet",
+        "run-id",
+        "correlation-id",
         "help",
     }
 )

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["VALUE_OPTIONS", "entry_command_for", "find_project", "run"]
 
 VALUE_OPTIONS = _VALUE_OPTIONS = frozenset(
-    {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace"}
+    {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace",
+     "--run-id", "--correlation-id"}
 )
 _OUTER_HELP = """Run an agent or pipeline of PROJECT (a YAML file) and print its result as JSON.
 
@@ -194,6 +195,10 @@ def _builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cl
                      help="Record the run: .ndjson/.jsonl, .sqlite/.sqlite3/.db, or - for "
                      "NDJSON on stdout (repeatable)."),
         click.Option(["--quiet", "-q"], is_flag=True, help="Print no run report."),
+        click.Option(["--run-id"], default=None, metavar="ID", callback=_nonblank,
+                     help="The root run's id (default: <entry id>:<uuid>)."),
+        click.Option(["--correlation-id"], default=None, metavar="ID", callback=_nonblank,
+                     help="An id recorded on every run of the tree, to tie runs together."),
     ]
     if not is_agent:
         where = "" if is_agent is False else " (pipelines only)"
@@ -245,6 +250,12 @@ def _unflagged_epilog(schema: dict[str, Any] | None) -> str | None:
         return None
     listed = "; ".join(f"{name} ({reason})" for name, reason in missing)
     return f"Input properties without a flag, set them with --input or --input-file: {listed}."
+
+
+def _nonblank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be blank")
+    return value
 
 
 def _read_input_file(name: str) -> Any:
@@ -402,6 +413,8 @@ async def _run_with_signals(
             continue_on_error=options["continue_on_error"],
             trace=trace,
             signal=token,
+            run_id=options["run_id"],
+            correlation_id=options["correlation_id"],
         )
     except asyncio.CancelledError:
         return None

@@ -4,8 +4,8 @@ Both commands read with :func:`tubeless.tracing.read_trace`, so they accept NDJS
 (``.ndjson``, ``.jsonl``) and SQLite (``.sqlite``, ``.sqlite3``, ``.db``) traces alike. Exit codes
 follow the ``trace`` column of DESIGN.md §6: a missing or unreadable trace exits 2 (a
 ``FileNotFoundError`` or a ``TraceReadError`` reaching :func:`tubeless._cli._exit.exit_code_for`),
-an unknown run id exits 1 (a :class:`CliLoadError` under ``trace``), and so does a refused
-``convert``.
+an unknown or ambiguous run id exits 1 (a :class:`CliLoadError` under ``trace``), and so does
+a refused ``convert``.
 
 The tracing modules are imported inside the commands: ``tubeless --help`` imports this module,
 and must not pay for ``sqlite3`` or the projection.
@@ -17,7 +17,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import click
@@ -39,43 +39,74 @@ def trace() -> None:
     """Show stored traces, or convert them between NDJSON and SQLite."""
 
 
+def _bound_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--max-bytes`` and ``--max-records``: the reader's bounds, for traces known to be big.
+
+    The defaults repeat ``tubeless.tracing.reader.MAX_TRACE_BYTES`` and ``MAX_RECORDS`` (a test
+    pins them): importing them would load the tracing storage for ``--help``.
+    """
+    command = click.option(
+        "--max-records", type=click.IntRange(min=1), default=100_000, show_default=True,
+        metavar="N", help="Refuse a trace with more records.",
+    )(command)
+    return click.option(
+        "--max-bytes", type=click.IntRange(min=1), default=64 * 1024 * 1024, show_default=True,
+        metavar="BYTES", help="Refuse a larger NDJSON file.",
+    )(command)
+
+
 @trace.command("show")
 @click.argument("trace_file", metavar="TRACE", type=click.Path(path_type=str))
 @click.argument("run_id", metavar="[RUN_ID]", required=False)
+@click.option("--last", is_flag=True, help="Show the last root run of TRACE.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def show(trace_file: str, run_id: str | None, as_json: bool) -> None:
+@_bound_options
+def show(
+    trace_file: str,
+    run_id: str | None,
+    last: bool,
+    as_json: bool,
+    max_bytes: int,
+    max_records: int,
+) -> None:
     """List the runs in TRACE, or show one run as a tree of steps, turns and calls.
 
     TRACE is an NDJSON (.ndjson, .jsonl) or SQLite (.sqlite, .sqlite3, .db) trace. Without
     RUN_ID, one line per root run; with RUN_ID, that run (any run of the file, such as an agent
-    turn) with everything it started.
+    turn) with everything it started. RUN_ID may be the start of a run id that begins no other
+    run; --last shows the run that started last.
     """
-    from tubeless.tracing.projection import find_run, format_run_list, format_tree, run_trees
-    from tubeless.tracing.reader import read_trace
+    from tubeless.tracing.projection import format_run_list, format_tree, run_trees
 
-    trees = run_trees(read_trace(trace_file))
-    if run_id is None:
+    if last and run_id is not None:
+        raise click.UsageError("give RUN_ID or --last, not both")
+    trees = run_trees(_read(trace_file, max_bytes, max_records))
+    if last:
+        if not trees:
+            raise CliLoadError(f"{_safe(trace_file)} holds no runs")
+        tree = trees[-1]
+    elif run_id is None:
         if as_json:
             click.echo(_dumps({"runs": [_summary(tree) for tree in trees]}))
         else:
             click.echo(format_run_list(trees), nl=False)
         return
-    tree = find_run(trees, run_id)
-    if tree is None:
-        raise CliLoadError(_unknown_run(run_id, trace_file, trees))
+    else:
+        tree = _find(run_id, trace_file, trees)
     click.echo(_dumps(tree.to_dict()) if as_json else format_tree(tree), nl=as_json)
 
 
 @trace.command("convert")
 @click.argument("source", metavar="IN", type=click.Path(path_type=str))
 @click.argument("target", metavar="OUT", type=click.Path(path_type=str))
-def convert(source: str, target: str) -> None:
+@_bound_options
+def convert(source: str, target: str, max_bytes: int, max_records: int) -> None:
     """Copy the records of trace IN into a new trace OUT, in order.
 
     The storage of each side follows its extension: .ndjson or .jsonl for NDJSON, .sqlite,
     .sqlite3 or .db for SQLite; OUT may be - for NDJSON on standard output. OUT must not exist.
     """
-    from tubeless.tracing.reader import TraceReadError, read_trace, storage_kind, write_trace
+    from tubeless.tracing.reader import TraceReadError, storage_kind, write_trace
 
     to_stdout = target == _STDOUT
     if not to_stdout:
@@ -84,7 +115,7 @@ def convert(source: str, target: str) -> None:
         except TraceReadError as exc:
             raise click.BadParameter(_problem_of(exc), param_hint="OUT") from exc
         _refuse_existing(source, target)
-    records = read_trace(source)
+    records = _read(source, max_bytes, max_records)
     if not to_stdout:
         _claim(target)
     try:
@@ -100,6 +131,25 @@ def convert(source: str, target: str) -> None:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+_BOUND_OPTIONS: Final = {"max_bytes": "--max-bytes", "max_records": "--max-records"}
+
+
+def _read(trace_file: str, max_bytes: int, max_records: int) -> list[dict[str, Any]]:
+    """The records of ``trace_file``; a bound error names the option that raises the bound."""
+    from tubeless.tracing.reader import TraceReadError, read_trace
+
+    try:
+        return read_trace(trace_file, max_bytes=max_bytes, max_records=max_records)
+    except TraceReadError as exc:
+        option = _BOUND_OPTIONS.get(exc.bound or "")
+        if option is None:
+            raise
+        raise TraceReadError(
+            f"{exc.problem} ({option} raises the bound)",
+            path=exc.path, line=exc.line, bound=exc.bound,
+        ) from exc
+
+
 def _dumps(value: Any) -> str:
     # ensure_ascii (the default) escapes every control and bidi character of recorded text.
     return json.dumps(value, indent=2)
@@ -119,6 +169,27 @@ def _safe(text: str) -> str:
     from tubeless.tracing.projection import terminal_safe
 
     return terminal_safe(text)
+
+
+def _find(run_id: str, trace_file: str, trees: Sequence[RunTree]) -> RunTree:
+    """The run called ``run_id``, else the one run whose id begins with it."""
+    from tubeless.tracing.projection import find_run
+
+    exact = find_run(trees, run_id)
+    if exact is not None:
+        return exact
+    begun = [run for tree in trees for run in tree.walk() if run.run_id.startswith(run_id)]
+    if not begun:
+        raise CliLoadError(_unknown_run(run_id, trace_file, trees))
+    if len(begun) > 1:
+        listed = ", ".join(_safe(run.run_id) for run in begun[:_MAX_LISTED_RUNS])
+        more = len(begun) - _MAX_LISTED_RUNS
+        suffix = f" (and {more} more)" if more > 0 else ""
+        raise CliLoadError(
+            f"run {_safe(run_id)!r} is ambiguous: {len(begun)} runs in {_safe(trace_file)} "
+            f"begin with it: {listed}{suffix}"
+        )
+    return begun[0]
 
 
 def _unknown_run(run_id: str, trace_file: str, trees: Sequence[RunTree]) -> str:

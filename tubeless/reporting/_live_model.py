@@ -111,6 +111,7 @@ class _Call:
     started_ms: int | None = None
     duration_ms: float | None = None
     detail: str | None = None
+    progress: str | None = None
 
 
 @dataclass(slots=True)
@@ -314,6 +315,9 @@ class LiveModel:
         if name == "step.skipped":
             call.detail = _text(payload.get("reason")) or "skipped"
             return
+        if name == "step.running" and payload.get("progress") is not None:
+            call.progress = _progress_text(_mapping(payload["progress"]))  # the tool's report
+            return
         if name != "pipeline.completed":
             return
         del self._calls[run_id]
@@ -381,7 +385,7 @@ class LiveModel:
                 out.extend(
                     Row(depth=2, kind="call", label=c.tool, status=c.status, tool=c.tool,
                         call_id=c.call_id, duration_ms=c.duration_ms,
-                        started_ms=c.started_ms, detail=c.detail)
+                        started_ms=c.started_ms, detail=c.detail or c.progress)
                     for c in visible
                 )
                 if turn.total > len(visible):

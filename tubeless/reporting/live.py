@@ -8,7 +8,7 @@ how often the screen changes. ``close`` stops the display, leaving the final fra
 
 A frame is a header line and one line per :class:`Row` (label, call id, time, detail)::
 
-    Pipeline scripted-agent  running  1.2s
+    Pipeline scripted-agent  running  1.2s  run scripted-agent:5f0e…
     → agent                5ms Turn 2 of at most 3
       → turn 2             1ms
       ✓ turn 1             3ms 3 calls, 1 failed
@@ -35,7 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tubeless.reporting._live_model import LiveModel, Row
-from tubeless.tracing.projection import format_duration
+from tubeless.tracing.projection import format_duration, terminal_safe
 
 __all__ = ["LiveView"]
 
@@ -168,6 +168,8 @@ class LiveView:
             text.append("  dry run", style="yellow")
         if model.error_count:
             text.append(f"  errors={model.error_count}", style="red")
+        if model.root_run_id is not None:  # last: the id to copy for `tubeless trace show`
+            text.append(f"  run {terminal_safe(model.root_run_id)}", style="dim")
         return text
 
     def _cells(self, row: Row, now_ms: float) -> tuple[Text, Text, Text, Text]:

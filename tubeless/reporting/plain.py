@@ -5,7 +5,7 @@ run like any other: ``await pipeline.run(input, trace=[reporter, ...])``. It pri
 of UPSTREAM §3.10 for the steps of the *root* run (the first ``pipeline.started`` without a
 ``parentRunId``), and, for an agent step, one line per turn and one per tool call::
 
-    Pipeline scripted-agent: starting (1 steps, dryRun=false)
+    Pipeline scripted-agent: starting (1 steps, dryRun=false), run scripted-agent:5f0e…
       -> agent
         turn 1: 3 calls
           ok count [length] (2ms)
@@ -19,7 +19,8 @@ of UPSTREAM §3.10 for the steps of the *root* run (the first ``pipeline.started
 
 Line formats (``<sym>`` is ASCII, or Unicode on a terminal):
 
-- start ``Pipeline <id>: starting (<n> steps, dryRun=<bool>)``; end ``Pipeline <id>: done in
+- start ``Pipeline <id>: starting (<n> steps, dryRun=<bool>), run <run id>`` (UPSTREAM's line
+  plus the run id that ``tubeless trace show`` takes); end ``Pipeline <id>: done in
   <duration> (status=<s>, steps=<n>, errors=<e>)``.
 - step start ``  -> <name-or-id>[ - <description>]``; progress ``  ... <name>
   <completed>/<total or ?>[ <message>]``, at most one line per ``progress_interval_s`` per
@@ -33,6 +34,8 @@ Line formats (``<sym>`` is ASCII, or Unicode on a terminal):
   <i>: finish``; a turn that fails or is cancelled adds ``    fail turn <i>: <failure>`` or
   ``    - turn <i>: cancelled: <message>``. The agent step's own progress reports ("Turn 2 of at
   most 3") are not printed: the turn lines say the same.
+- tool progress (a tool's ``ctx.report_progress``, throttled per call like a step's): ``      ...
+  <tool> [<call id>] <completed>/<total or ?>[ <message>]``.
 - tool call (printed when the call's run ends): ``      ok <tool> [<call id>] (<duration>)``,
   ``      fail <tool> [<call id>]: <code>: <failure>`` (the tool's own code when it raised a
   ``ToolError``), ``      - <tool> [<call id>]: cancelled: <message>``, or ``      - <tool>
@@ -161,6 +164,7 @@ class _Call:
     tool: str
     call_id: str
     skipped: str | None = None
+    last_progress: float | None = None
 
 
 class PlainReporter:
@@ -267,7 +271,10 @@ class PlainReporter:
             }
         count = _number(payload.get("stepCount")) or "?"
         dry = "true" if payload.get("dryRun") is True else "false"
-        self._line(f"Pipeline {self._root_pipeline}: starting ({count} steps, dryRun={dry})")
+        self._line(
+            f"Pipeline {self._root_pipeline}: starting ({count} steps, dryRun={dry}), "
+            f"run {terminal_safe(run_id)}"
+        )
 
     def _root_record(self, name: str, record: Mapping[str, Any]) -> None:
         payload = _mapping(record.get("payload"))
@@ -296,7 +303,9 @@ class PlainReporter:
                 suffix = f" - {step.description}" if step.description else ""
                 self._line(f"  {self._start} {label}{suffix}")
             elif not step.agent:
-                self._progress(step, _mapping(progress))
+                step.last_progress = self._progress(
+                    _mapping(progress), step.last_progress, f"  {self._more} {step.name}"
+                )
         elif name == "step.complete":
             self._line(f"  {self._ok} {label} ({_duration(record)})")
         elif name == "step.skipped":
@@ -306,18 +315,21 @@ class PlainReporter:
         elif name == "step.cancelled":
             self._line(f"  {self._skip} {label}: cancelled: {_error_message(record)}")
 
-    def _progress(self, step: _Step, progress: Mapping[str, Any]) -> None:
+    def _progress(
+        self, progress: Mapping[str, Any], last: float | None, label: str
+    ) -> float | None:
+        """Print ``label`` and the progress unless throttled; the new last-printed time."""
         raw_completed: Any = progress.get("completed")
         raw_total: Any = progress.get("total")
         completed, total = _number(raw_completed), _number(raw_total)
         done = completed is not None and total is not None and raw_completed >= raw_total
-        now, last = self._clock(), step.last_progress
+        now = self._clock()
         if not done and last is not None and now - last < self._interval:
-            return
-        step.last_progress = now
+            return last
         message = _text(progress.get("message"))
         text = f"{completed or '?'}/{total or '?'}" + (f" {message}" if message else "")
-        self._line(f"  {self._more} {step.name} {text}")
+        self._line(f"{label} {text}")
+        return now
 
     def _finalize(self, name: str, record: Mapping[str, Any]) -> None:
         if name == "pipeline.finalize.started":
@@ -374,6 +386,11 @@ class PlainReporter:
         payload = _mapping(record.get("payload"))
         if name == "step.skipped":
             call.skipped = _skip_text(payload)
+        elif name == "step.running" and payload.get("progress") is not None:
+            label = f"      {self._more} {call.tool} [{call.call_id}]"
+            call.last_progress = self._progress(
+                _mapping(payload["progress"]), call.last_progress, label
+            )
         if name != "pipeline.completed":
             return
         del self._calls[run_id]

@@ -11,13 +11,22 @@ import codecs
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO
 
 from tubeless.tracing._json import compact_ascii, compact_json
-from tubeless.tracing.reader import TraceReadError, record_problem
+from tubeless.tracing.reader import (
+    MAX_LINE_BYTES,
+    MAX_RECORDS,
+    MAX_TRACE_BYTES,
+    TraceReadError,
+    json_problem,
+    record_problem,
+)
 from tubeless.tracing.records import record_json
+from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -28,10 +37,6 @@ __all__ = [
     "iter_ndjson",
     "read_ndjson",
 ]
-
-MAX_TRACE_BYTES: Final = 64 * 1024 * 1024
-MAX_LINE_BYTES: Final = 1024 * 1024
-MAX_RECORDS: Final = 100_000
 
 _BUFFER_BYTES: Final = 64 * 1024
 
@@ -52,8 +57,12 @@ class NdjsonSink:
             output, or an open text stream. Only a file the sink opened itself is closed by
             :meth:`close`.
 
-    Writes are buffered: :meth:`flush` pushes them to the file (runs flush their sinks when
-    they end) and :meth:`close` flushes and closes. Exporting after ``close`` raises
+    Writes are buffered, and written through to the OS at the end of every turn and of the
+    root run, at most a quarter second after a record was exported (see
+    :mod:`tubeless.tracing.sinks`), on :meth:`flush` and on :meth:`close`. A file that was
+    removed or replaced since the sink opened it makes the next check (on the timer or
+    :meth:`flush`) raise ``OSError``, so the run's fan-out retires the sink with a warning
+    instead of letting it write into a file nobody can open. Exporting after ``close`` raises
     ``ValueError``. A stream that cannot encode UTF-8 receives ASCII-escaped JSON instead (the
     same records once read back).
 
@@ -62,10 +71,25 @@ class NdjsonSink:
         ...     await pipeline.run(trace=sink)
     """
 
-    __slots__ = ("_closed", "_encode", "_owned", "_stream", "_write", "target")
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_encode",
+        "_failure",
+        "_identity",
+        "_lock",
+        "_owned",
+        "_path",
+        "_stream",
+        "_timer",
+        "_write",
+        "target",
+    )
 
     def __init__(self, target: str | os.PathLike[str] | Literal["-"] | TextIO) -> None:
         stream: TextIO
+        self._path: str | None = None
+        self._identity: tuple[int, int] | None = None
         if isinstance(target, str) and target == "-":
             stream, owned, self.target = sys.stdout, False, "-"
         elif isinstance(target, (str, os.PathLike)):
@@ -75,6 +99,10 @@ class NdjsonSink:
                 path, "a", encoding="utf-8", newline="\n", buffering=_BUFFER_BYTES
             )
             owned, self.target = True, str(path)
+            # Absolute, so that a handler changing the working directory changes nothing.
+            self._path = os.path.abspath(path)
+            opened = os.fstat(stream.fileno())
+            self._identity = (opened.st_dev, opened.st_ino)
         else:
             stream, owned = target, False
             self.target = str(getattr(target, "name", "<stream>"))
@@ -83,26 +111,48 @@ class NdjsonSink:
         self._write = stream.write
         self._encode = record_json if _writes_utf8(stream) else compact_ascii
         self._closed = False
+        self._failure: Exception | None = None
+        # Exports and the timer's write-through come from different threads.
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
 
     def __repr__(self) -> str:
         return f"NdjsonSink({self.target!r})"
 
     def export(self, record: Any) -> None:
-        """Append ``record`` as one line."""
+        """Append ``record`` as one line; a turn's or root run's last one writes through."""
         if self._closed:
             raise ValueError(f"{self!r} is closed")
-        self._write(self._encode(record) + "\n")
+        line = self._encode(record) + "\n"
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            self._write(line)
+            if record.get("name") == RUN_END and writes_through(record):
+                # The file check waits for the timer or flush(): it costs a stat per turn.
+                self._stream.flush()
+            elif self._timer is None:
+                self._timer = flush_later(self._on_timer)
 
     def flush(self) -> None:
         """Push buffered lines to the file."""
-        if not self._closed:
-            self._stream.flush()
+        if self._closed:
+            return
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            self._write_through()
 
     def close(self) -> None:
         """Flush, and close the file if the sink opened it (never standard output)."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            timer, self._timer = self._timer, None
+        if timer is not None:  # outside the lock, which a firing timer may be waiting for
+            timer.cancel()
+            timer.join()
         if self._owned:
             self._stream.close()
         else:
@@ -114,22 +164,53 @@ class NdjsonSink:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def _write_through(self) -> None:
+        """Flush the buffer to the OS, unless the file is gone (under the lock).
+
+        A removed or replaced file is noticed here, on the timer and on :meth:`flush`: within
+        a quarter second of the next record, and always by the end of the run.
+        """
+        if self._identity is not None and _identity(self._path) != self._identity:
+            self._failure = OSError(
+                f"{self.target} was removed or replaced while the run wrote to it"
+            )
+            raise self._failure
+        self._stream.flush()
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._closed or self._failure is not None:
+                return
+            try:
+                self._write_through()
+            except Exception as exc:  # reported by the next export or flush, on the run's side
+                self._failure = exc
+
+
+def _identity(path: str | None) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
+    return found.st_dev, found.st_ino
+
 
 def read_ndjson(
     path: str | os.PathLike[str],
     *,
-    max_bytes: int | None = None,
+    max_bytes: int | None = MAX_TRACE_BYTES,
     max_line_bytes: int = MAX_LINE_BYTES,
-    max_records: int | None = None,
+    max_records: int | None = MAX_RECORDS,
     allow_partial_tail: bool = False,
 ) -> list[dict[str, Any]]:
     """Every record of an NDJSON trace file, in file order (see :func:`iter_ndjson`).
 
     Args:
         path: The file.
-        max_bytes: Refuse files larger than this (no limit by default: lines are streamed).
-        max_line_bytes: Refuse longer lines.
-        max_records: Refuse files with more records (no limit by default).
+        max_bytes: Refuse files larger than this (64 MiB by default; ``None``: no bound).
+        max_line_bytes: Refuse longer lines (1 MiB by default).
+        max_records: Refuse files with more records (100,000 by default; ``None``: no bound).
         allow_partial_tail: Skip an unterminated last line that does not parse (what a crash
             mid-write leaves) instead of refusing the file.
 
@@ -145,7 +226,10 @@ def read_ndjson(
     ):
         if max_records is not None and len(records) == max_records:
             raise TraceReadError(
-                f"more than the {max_records} records allowed", path=path, line=number
+                f"more than the {max_records} records allowed",
+                path=path,
+                line=number,
+                bound="max_records",
             )
         records.append(record)
     return records
@@ -168,7 +252,9 @@ def iter_ndjson(
             size = os.fstat(file.fileno()).st_size
             if size > max_bytes:
                 raise TraceReadError(
-                    f"the file has {size} bytes, more than the {max_bytes} allowed", path=path
+                    f"the file has {size} bytes, more than the {max_bytes} allowed",
+                    path=path,
+                    bound="max_bytes",
                 )
         seen = 0
         number = 0
@@ -179,8 +265,11 @@ def iter_ndjson(
             number += 1
             seen += len(raw)
             if max_bytes is not None and seen > max_bytes:
-                raise TraceReadError(
-                    f"the file has more than the {max_bytes} bytes allowed", path=path
+                raise TraceReadError(  # it grew while being read
+                    f"the file has more than the {max_bytes} bytes allowed",
+                    path=path,
+                    line=number,
+                    bound="max_bytes",
                 )
             terminated = raw.endswith(b"\n")
             line = raw[:-1] if terminated else raw
@@ -191,6 +280,7 @@ def iter_ndjson(
                     f"the line has more than the {max_line_bytes} bytes allowed",
                     path=path,
                     line=number,
+                    bound="max_line_bytes",
                 )
             try:
                 record = _decode_line(line, number, path)
@@ -221,6 +311,8 @@ def _decode_line(line: bytes, number: int, path: str | os.PathLike[str]) -> dict
         raise TraceReadError(
             f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=number
         ) from exc
+    except (RecursionError, ValueError) as exc:  # hostile JSON the decoder itself refuses
+        raise TraceReadError(json_problem(exc), path=path, line=number) from exc
     problem = record_problem(record)
     if problem is not None:
         raise TraceReadError(f"not a trace record: {problem}", path=path, line=number)

@@ -10,8 +10,10 @@ SQLite store (``.sqlite``, ``.sqlite3``, ``.db``) in the order they were written
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -23,10 +25,14 @@ if TYPE_CHECKING:
     from tubeless.tracing.sinks import TraceSink
 
 __all__ = [
+    "MAX_LINE_BYTES",
+    "MAX_RECORDS",
+    "MAX_TRACE_BYTES",
     "NDJSON_SUFFIXES",
     "SQLITE_SUFFIXES",
     "TRACE_INVALID",
     "TraceReadError",
+    "json_problem",
     "open_sink",
     "read_trace",
     "record_problem",
@@ -36,12 +42,17 @@ __all__ = [
 
 #: The code of every :class:`TraceReadError`.
 NDJSON_SUFFIXES: Final = (".ndjson", ".jsonl")
+#: What readers accept by default: bytes per NDJSON file, bytes per line, records per trace.
+MAX_TRACE_BYTES: Final = 64 * 1024 * 1024
+MAX_LINE_BYTES: Final = 1024 * 1024
+MAX_RECORDS: Final = 100_000
 SQLITE_SUFFIXES: Final = (".sqlite", ".sqlite3", ".db")
 
 _NAMES: Final = frozenset(RECORD_NAMES)
 _READ_VERSIONS: Final = (2, 3)
 _OPTIONAL_STRINGS: Final = ("parentRunId", "correlationId", "itemKey", "stepId", "attemptId")
 _OPTIONAL_OBJECTS: Final = ("iteration", "error")
+_FLOAT_MAX: Final = int(sys.float_info.max)
 
 
 class TraceReadError(TubelessError):
@@ -50,18 +61,41 @@ class TraceReadError(TubelessError):
     Attributes:
         path: The file, when known.
         line: The 1-based NDJSON line, when known.
+        problem: What is wrong, without the file and line.
+        bound: The reader argument whose bound the trace exceeds (``"max_bytes"``,
+            ``"max_line_bytes"`` or ``"max_records"``), when that is the problem.
     """
 
     path: str | None
     line: int | None
+    problem: str
+    bound: str | None
 
     def __init__(
-        self, problem: str, *, path: str | os.PathLike[str] | None = None, line: int | None = None
+        self,
+        problem: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        line: int | None = None,
+        bound: str | None = None,
     ) -> None:
         self.path = None if path is None else os.fspath(path)
         self.line = line
+        self.problem = problem
+        self.bound = bound
         where = "" if self.path is None else self.path if line is None else f"{self.path}:{line}"
         super().__init__(TRACE_INVALID, f"{where}: {problem}" if where else problem)
+
+
+def json_problem(exc: BaseException) -> str:
+    """What is wrong with JSON that the decoder refused, without quoting any of it."""
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply to read"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"invalid JSON: {exc.msg} (column {exc.colno})"
+    if "integer string conversion" in str(exc):
+        return f"invalid JSON: a number with more than {sys.get_int_max_str_digits()} digits"
+    return f"invalid JSON: {exc}"
 
 
 def _shown(value: Any) -> str:
@@ -101,6 +135,8 @@ def record_problem(record: Any) -> str | None:
         duration = record["durationMs"]
         if isinstance(duration, bool) or not isinstance(duration, (int, float)):
             return f"{name}: 'durationMs' must be a number when present, got {_shown(duration)}"
+        if type(duration) is int and not -_FLOAT_MAX <= duration <= _FLOAT_MAX:
+            return f"{name}: 'durationMs' is too large for a float ({len(str(duration))} digits)"
     if version == 2 and "iteration" in record:
         return f"{name}: version-2 records cannot carry 'iteration'"
     return (
@@ -300,24 +336,37 @@ def storage_kind(path: str | os.PathLike[str]) -> Literal["ndjson", "sqlite"]:
 def read_trace(
     path: str | os.PathLike[str],
     *,
-    max_records: int | None = None,
+    max_bytes: int | None = MAX_TRACE_BYTES,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    max_records: int | None = MAX_RECORDS,
     allow_partial_tail: bool = False,
 ) -> list[dict[str, Any]]:
     """Every record of a stored trace, in the order written (NDJSON file or SQLite store).
 
-    NDJSON is read one line at a time. ``max_records`` refuses larger traces;
-    ``allow_partial_tail`` skips an unterminated, unparsable last NDJSON line (a crash's).
+    Args:
+        path: The trace file.
+        max_bytes: Refuse a larger NDJSON file (``None``: no bound; lines are streamed).
+        max_line_bytes: Refuse a longer NDJSON line.
+        max_records: Refuse a trace with more records (``None``: no bound).
+        allow_partial_tail: Skip an unterminated, unparsable last NDJSON line (a crash's).
 
     Raises:
         FileNotFoundError: The file does not exist.
-        TraceReadError: Unknown extension, or the file is not a readable trace.
+        TraceReadError: Unknown extension, a bound exceeded, or the file is not a readable
+            trace (naming the file, and the 1-based line of an NDJSON trace).
     """
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
     if storage_kind(path) == "ndjson":
         from tubeless.tracing.ndjson import read_ndjson
 
-        return read_ndjson(path, max_records=max_records, allow_partial_tail=allow_partial_tail)
+        return read_ndjson(
+            path,
+            max_bytes=max_bytes,
+            max_line_bytes=max_line_bytes,
+            max_records=max_records,
+            allow_partial_tail=allow_partial_tail,
+        )
     from tubeless.tracing.sqlite import read_sqlite
 
     return read_sqlite(path, max_records=max_records)

@@ -3,18 +3,41 @@
 A sink that raises is reported once (a ``warning`` on the ``tubeless.trace`` logger, and the
 ``on_error`` callback) and retired; the run and the other sinks carry on. Runs flush the sinks
 they were given but never close them: whoever opened a sink closes it.
+
+The file sinks (NDJSON, SQLite) buffer records, and write them through to the OS at the end of
+every turn and of the root run (a ``pipeline.completed`` record, see :func:`writes_through`) and
+at most :data:`FLUSH_INTERVAL_S` after a record was buffered, through a one-shot timer from
+:func:`flush_later`. A killed process thus loses no record of a finished turn, and at most the
+last quarter second of the turn that was running.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
-__all__ = ["SinkErrorHandler", "TraceFanout", "TraceSink"]
+__all__ = [
+    "FLUSH_INTERVAL_S",
+    "FLUSH_THREAD_NAME",
+    "RUN_END",
+    "SinkErrorHandler",
+    "TraceFanout",
+    "TraceSink",
+    "flush_later",
+    "writes_through",
+]
 
 _log = logging.getLogger("tubeless.trace")
+
+#: The longest a file sink keeps a record in its buffer, in seconds.
+FLUSH_INTERVAL_S: Final = 0.25
+#: The record that ends a run; after a turn's or the root's, a file sink writes through at once.
+RUN_END: Final = "pipeline.completed"
+#: The name of the short-lived timer threads that :func:`flush_later` starts.
+FLUSH_THREAD_NAME: Final = "tubeless-trace-flush"
 
 #: Called once per failing sink with the sink and the exception it raised.
 SinkErrorHandler = Callable[["TraceSink", BaseException], None]
@@ -32,6 +55,45 @@ class TraceSink(Protocol):
 
     def close(self) -> None:
         """Flush and release resources; called by whoever opened the sink."""
+
+
+def writes_through(record: Mapping[str, Any]) -> bool:
+    """Whether a file sink writes through at once after ``record`` (a :data:`RUN_END` record).
+
+    True at the end of a turn or of any iterated run (the record carries ``iteration``) and at
+    the end of a root run (no ``parentRunId``). Other child runs, such as tool calls and fan-out
+    items, end inside a turn or a step of their parent: the timer covers them, and committing
+    after each would cost a SQLite transaction per tool call.
+    """
+    return "iteration" in record or "parentRunId" not in record
+
+
+def flush_later(
+    flush: Callable[[], object], delay: float = FLUSH_INTERVAL_S
+) -> threading.Timer | None:
+    """Call the bound method ``flush`` once, ``delay`` seconds from now, on a daemon thread.
+
+    The thread ends when it has called ``flush`` (or when the timer is cancelled), so an idle
+    sink holds no thread; a sink arms one timer only while none is pending, which is at most
+    one thread start per ``delay`` however many records pass. The method is held weakly: a
+    sink nobody references any more is not kept alive, nor flushed, by its timer. ``None``
+    when no thread can start (at interpreter shutdown).
+    """
+    method = weakref.WeakMethod(flush)
+    timer = threading.Timer(delay, _call_alive, args=(method,))
+    timer.name = FLUSH_THREAD_NAME
+    timer.daemon = True
+    try:
+        timer.start()
+    except RuntimeError:  # the interpreter is shutting down: run ends and close() still flush
+        return None
+    return timer
+
+
+def _call_alive(method: weakref.WeakMethod[Callable[[], object]]) -> None:
+    bound = method()
+    if bound is not None:
+        bound()
 
 
 def _default_error_handler(sink: TraceSink, exc: BaseException) -> None:

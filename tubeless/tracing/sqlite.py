@@ -2,24 +2,30 @@
 
 The layout is the upstream one (UPSTREAM §2.7, store version 4): one row per record, the
 envelope in columns and ``payload``/``error``/``iteration`` as JSON text. Triggers forbid UPDATE
-and DELETE. Writers buffer rows and commit them in ``BEGIN IMMEDIATE`` transactions of 64, and
-on ``flush``/``close``; a crash can lose the uncommitted tail, never a committed row. Readers
-open the file read-only, so a ``-wal`` sidecar left by a crashed writer is read, not refused.
+and DELETE. Writers buffer rows and commit them in ``BEGIN IMMEDIATE`` transactions of 64, at
+the end of every turn and of the root run, a quarter second after a row was buffered, and on
+``flush``/``close``; a crash can lose rows of an unfinished turn from the last quarter second,
+never a committed row.
+Readers open the file read-only, so a ``-wal`` sidecar left by a crashed writer is read, not
+refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
-from tubeless.tracing.reader import TraceReadError, record_problem
+from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, json_problem, record_problem
 from tubeless.tracing.records import TraceRecord
+from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = ["BATCH_SIZE", "STORE_VERSION", "TABLE", "SqliteSink", "read_sqlite"]
 
@@ -168,21 +174,38 @@ class SqliteSink:
             version-3 store is migrated to version 4, other versions are refused.
         timeout: Seconds to wait for another writer's lock before a commit fails.
 
-    Rows are committed every 64 records, and on :meth:`flush` and :meth:`close`. After a
-    failed write the sink refuses further exports (the run's fan-out then retires it).
+    Rows are committed every 64 records, at the end of every turn and of the root run, at most
+    a quarter second after a record was exported (see :mod:`tubeless.tracing.sinks`), and on
+    :meth:`flush` and :meth:`close`.
+    After a failed write the sink refuses further exports (the run's fan-out then retires it).
     Exports may come from worker threads; the fan-out serialises them.
 
     Raises:
         TraceReadError: The file is not a trace store, or its version is unsupported.
     """
 
-    __slots__ = ("_conn", "_failure", "_identity", "_rows", "path")
+    __slots__ = (
+        "__weakref__",
+        "_conn",
+        "_failure",
+        "_identity",
+        "_location",
+        "_lock",
+        "_rows",
+        "_timer",
+        "path",
+    )
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Absolute, so that a handler changing the working directory changes nothing.
+        self._location = os.path.abspath(self.path)
         self._rows: list[Row] = []
         self._failure: BaseException | None = None
+        # Exports and the timer's commit come from different threads.
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
         # isolation_level=None: the sink issues BEGIN IMMEDIATE / COMMIT itself.
         conn = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -198,38 +221,51 @@ class SqliteSink:
                 raise TraceReadError(f"not a tubeless trace store: {exc}", path=self.path) from exc
             raise
         self._conn: sqlite3.Connection | None = conn
-        self._identity = _file_identity(self.path)
+        self._identity = _file_identity(self._location)
 
     def __repr__(self) -> str:
         return f"SqliteSink({str(self.path)!r})"
 
     def export(self, record: Mapping[str, Any]) -> None:
-        """Buffer one record; every 64th commits the batch."""
+        """Buffer one record; every 64th, and a turn's or root run's last, commit the batch."""
         if self._conn is None or self._failure is not None:
             self._refuse()
-        rows = self._rows
-        rows.append(_row(record))
-        if len(rows) >= BATCH_SIZE:
-            self._commit()
+        row = _row(record)
+        with self._lock:
+            rows = self._rows
+            rows.append(row)
+            if len(rows) >= BATCH_SIZE or (
+                record.get("name") == RUN_END and writes_through(record)
+            ):
+                self._commit()
+            elif self._timer is None:
+                self._timer = flush_later(self._on_timer)
 
     def flush(self) -> None:
         """Commit the buffered rows."""
         if self._conn is None or self._failure is not None:
             self._refuse()
-        self._commit()
+        with self._lock:
+            self._commit()
 
     def close(self) -> None:
         """Commit the buffered rows (unless a write failed before) and close the database."""
-        conn = self._conn
-        if conn is None:
-            return
-        try:
-            if self._failure is None:
-                self._commit()
-        finally:
-            self._conn = None
-            self._rows = []
-            conn.close()
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:  # outside the lock, which a firing timer may be waiting for
+            timer.cancel()
+            timer.join()
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                return
+            try:
+                if self._failure is None:
+                    self._commit()
+            finally:
+                self._conn = None
+                self._rows = []
+                conn.close()
 
     def __enter__(self) -> SqliteSink:
         return self
@@ -244,7 +280,17 @@ class SqliteSink:
             f"{self!r} refuses records after a failed write: {self._failure}"
         ) from self._failure
 
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._conn is None or self._failure is not None:
+                return
+            # A failure is kept in _failure: the next export or flush reports it.
+            with contextlib.suppress(Exception):
+                self._commit()
+
     def _commit(self) -> None:
+        """Commit the buffered rows in one transaction (under the lock)."""
         rows = self._rows
         if not rows:
             return
@@ -252,7 +298,7 @@ class SqliteSink:
         assert conn is not None
         self._rows = []
         try:
-            if _file_identity(self.path) != self._identity:
+            if _file_identity(self._location) != self._identity:
                 # Deleted or replaced under the sink: commits would land in an unlinked file.
                 raise OSError(f"{self.path} was removed or replaced while the run wrote to it")
             conn.execute("BEGIN IMMEDIATE")
@@ -268,44 +314,70 @@ class SqliteSink:
             raise
 
 
-def _file_identity(path: Path) -> tuple[int, int] | None:
+def _file_identity(path: str) -> tuple[int, int] | None:
     try:
-        stat = path.stat()
+        stat = os.stat(path)
     except OSError:
         return None
     return stat.st_dev, stat.st_ino
 
 
 def read_sqlite(
-    path: str | os.PathLike[str], *, max_records: int | None = None
+    path: str | os.PathLike[str], *, max_records: int | None = MAX_RECORDS
 ) -> list[dict[str, Any]]:
     """Every record of a SQLite trace store, in the order written (by row id).
 
-    The store is opened read-only; a ``-wal`` file left by a writer that is still open or that
-    crashed is read too. Records are the wire dicts again: absent optional fields omitted,
-    ``payload``/``error``/``iteration`` decoded, ``durationMs`` a float.
+    The store is opened read-only and never changed. With no write-ahead log pending (no
+    ``-wal`` file, or an empty one) it is opened ``immutable``, so reading creates no ``-wal``
+    or ``-shm`` file and works in a read-only folder. A non-empty ``-wal``, left by a writer
+    that is still open or that crashed, is read too; SQLite then needs a ``-shm`` beside it,
+    and when it cannot make one (a read-only folder) the error says what to do. Records are the
+    wire dicts again: absent optional fields omitted, ``payload``/``error``/``iteration``
+    decoded, ``durationMs`` a float.
 
     Raises:
         FileNotFoundError: The file does not exist.
-        TraceReadError: The file is not a trace store (or of an unsupported version), or holds
-            more than ``max_records`` records.
+        TraceReadError: The file is not a trace store (or of an unsupported version), cannot be
+            read, or holds more than ``max_records`` records (100,000 by default; ``None``: no
+            bound).
     """
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(file))
-    uri = file.resolve().as_uri() + "?mode=ro"
+    wal = f"{file}-wal"
+    # A hot rollback journal (a version-3 store, say) must not be read past either.
+    pending = _non_empty(wal) or _non_empty(f"{file}-journal")
+    uri = file.resolve().as_uri() + ("?mode=ro" if pending else "?mode=ro&immutable=1")
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise TraceReadError(f"cannot open the trace store: {exc}", path=file) from exc
     try:
         return _read_rows(conn, file, max_records)
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.Error as exc:
         if _not_a_database(exc):
             raise TraceReadError(f"not a tubeless trace store: {exc}", path=file) from exc
-        raise
+        if pending and getattr(exc, "sqlite_errorname", "").startswith(_NO_SHM):
+            raise TraceReadError(
+                f"a write-ahead log ({wal}) is pending and SQLite cannot open {file}-shm beside"
+                " it to read it: copy the store and its -wal file to a folder you can write"
+                " to, and read the copy",
+                path=file,
+            ) from exc
+        raise TraceReadError(f"cannot read the trace store: {exc}", path=file) from exc
     finally:
         conn.close()
+
+
+#: What SQLite says when a reader cannot create or open the ``-shm`` of a pending WAL.
+_NO_SHM: Final = ("SQLITE_CANTOPEN", "SQLITE_READONLY")
+
+
+def _non_empty(path: str) -> bool:
+    try:
+        return os.stat(path).st_size > 0
+    except OSError:
+        return False
 
 
 def _read_rows(
@@ -326,7 +398,9 @@ def _read_rows(
     records: list[dict[str, Any]] = []
     for row in cursor:
         if max_records is not None and len(records) == max_records:
-            raise TraceReadError(f"more than the {max_records} records allowed", path=file)
+            raise TraceReadError(
+                f"more than the {max_records} records allowed", path=file, bound="max_records"
+            )
         record = _record(row, file)
         problem = record_problem(record)
         if problem is not None:
@@ -375,6 +449,8 @@ def _record(row: Row, file: Path) -> dict[str, Any]:
         if error_json is not None:
             record["error"] = json.loads(error_json)
         record["payload"] = json.loads(payload_json)
+    except RecursionError as exc:
+        raise TraceReadError(f"row {row_id}: {json_problem(exc)}", path=file) from exc
     except (TypeError, ValueError) as exc:
         raise TraceReadError(f"row {row_id}: invalid JSON column: {exc}", path=file) from exc
     return record
