@@ -165,8 +165,13 @@ def test_both_sinks_hold_the_same_records_after_a_kill_9(tmp_path: Path) -> None
 
 
 def _record(name: str = "step.running", run_id: str = "p:1") -> dict[str, Any]:
+    if name == "pipeline.completed":
+        payload = {"status": "completed", "dryRun": False, "errorCount": 0, "finalized": True,
+                   "stepCount": 1}
+        return {"version": 3, "name": name, "runId": run_id, "pipelineId": "p",
+                "timestampMs": 1_700_000_000_000, "payload": payload}
     return {"version": 3, "name": name, "runId": run_id, "pipelineId": "p",
-            "timestampMs": 1_700_000_000_000, "stepId": "s", "payload": {}}
+            "timestampMs": 1_700_000_000_000, "stepId": "s", "attemptId": "s:1", "payload": {}}
 
 
 def _timer_threads() -> list[threading.Thread]:
