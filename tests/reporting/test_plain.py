@@ -88,7 +88,7 @@ def lines(text: str) -> str:
 async def test_scripted_agent_prints_steps_turns_and_calls() -> None:
     records = await capture(scripted_agent, {"question": "hello tubeless"})
     assert replay(records) == lines("""
-    Pipeline scripted-agent: starting (1 steps, dryRun=false), run <id>
+    Pipeline scripted-agent: starting (1 step, dryRun=false), run <id>
       -> agent
         turn 1: 3 calls
           ok count [length] (<d>)
@@ -114,7 +114,7 @@ async def test_attached_to_a_run_it_prints_the_same_lines_as_a_replay() -> None:
 async def test_a_failing_call_shows_its_tool_error_code_ascii_and_unicode() -> None:
     records = await capture(scripted_agent, {"question": "missing word"})
     expected = """
-    Pipeline scripted-agent: starting (1 steps, dryRun=false), run <id>
+    Pipeline scripted-agent: starting (1 step, dryRun=false), run <id>
       -> agent
         turn 1: 3 calls
           ok count [length] (<d>)
@@ -144,7 +144,7 @@ async def test_dry_run_of_an_agent_without_preview_skips_it_and_fails_finalize()
     )
     records = await capture(agent, {}, dry_run=True)
     assert replay(records) == lines("""
-    Pipeline no-preview: starting (1 steps, dryRun=true), run <id>
+    Pipeline no-preview: starting (1 step, dryRun=true), run <id>
       - agent (dry-run)
       -> finalize
       fail finalize: Required pipeline outputs missing: agent
@@ -257,7 +257,7 @@ async def test_the_first_line_names_the_run_id_to_look_up_later() -> None:
     for record in records:
         reporter.export(record)
     first = stream.getvalue().splitlines()[0]
-    assert first == "Pipeline scripted-agent: starting (1 steps, dryRun=false), run my-run [2J"
+    assert first == "Pipeline scripted-agent: starting (1 step, dryRun=false), run my-run [2J"
 
 
 def progress_agent(*counts: int) -> Any:
@@ -292,7 +292,7 @@ async def test_a_tool_s_progress_is_printed_under_its_call_throttled_per_call() 
     """``ctx.report_progress`` in a tool prints like a step's, under the turn (issue 13)."""
     records = await capture(progress_agent(7, 2), {})
     assert replay(records, clock=FakeClock(step=0.25)) == lines("""
-    Pipeline progress-agent: starting (1 steps, dryRun=false), run <id>
+    Pipeline progress-agent: starting (1 step, dryRun=false), run <id>
       -> agent
         turn 1: 2 calls
           ... work [c0] 1/7 item 1
@@ -360,7 +360,7 @@ def test_colour_and_symbol_defaults(
     plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
     start, done = ("→", "✓") if unicode else ("->", "ok")
     assert plain == (
-        "Pipeline p: starting (1 steps, dryRun=false), run r\n"
+        "Pipeline p: starting (1 step, dryRun=false), run r\n"
         f"  {start} a\n"
         f"  {done} a (1.5s)\n"
         "Pipeline p: done in 1m1s (status=completed, steps=1, errors=0)\n"

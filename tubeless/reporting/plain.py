@@ -5,7 +5,7 @@ run like any other: ``await pipeline.run(input, trace=[reporter, ...])``. It pri
 of UPSTREAM §3.10 for the steps of the *root* run (the first ``pipeline.started`` without a
 ``parentRunId``), and, for an agent step, one line per turn and one per tool call::
 
-    Pipeline scripted-agent: starting (1 steps, dryRun=false), run scripted-agent:5f0e…
+    Pipeline scripted-agent: starting (1 step, dryRun=false), run scripted-agent:5f0e…
       -> agent
         turn 1: 3 calls
           ok count [length] (2ms)
@@ -272,7 +272,8 @@ class PlainReporter:
         count = _number(payload.get("stepCount")) or "?"
         dry = "true" if payload.get("dryRun") is True else "false"
         self._line(
-            f"Pipeline {self._root_pipeline}: starting ({count} steps, dryRun={dry}), "
+            f"Pipeline {self._root_pipeline}: starting ({count} step{'' if count == '1' else 's'}, "
+            f"dryRun={dry}), "
             f"run {terminal_safe(run_id)}"
         )
 
