@@ -27,6 +27,8 @@ Line formats (``<sym>`` is ASCII, or Unicode on a terminal):
   (<duration>)``; skip ``  - <name> (<reason>: <dependencyId>)`` or ``  - <name> (<message or
   reason>)``; cancel ``  - <name>: cancelled: <message>``; fail ``  fail <name>: <message>``.
 - finalize ``  -> finalize``, ``  ok finalize (<duration>)``, ``  fail finalize: <message>``.
+- cancelling (when the CLI receives a first SIGINT or SIGTERM) ``<signal> received; cancelling
+  the run (again to stop waiting)``.
 - agent turn (printed when the turn has decided): ``    turn <i>: <n> call(s)`` or ``    turn
   <i>: finish``; a turn that fails or is cancelled adds ``    fail turn <i>: <message>`` or
   ``    - turn <i>: cancelled: <message>``. The agent step's own progress reports ("Turn 2 of at
@@ -208,6 +210,12 @@ class PlainReporter:
     def close(self) -> None:
         """Flush; the stream belongs to the caller and stays open."""
         self.flush()
+
+    def cancelling(self, reason: str) -> None:
+        """Print the one notice of a run being cancelled (the CLI calls this on a signal)."""
+        with contextlib.suppress(Exception):  # a reporter must never fail a run
+            self._line(f"{terminal_safe(reason)}; cancelling the run (again to stop waiting)")
+            self.flush()
 
     # -- dispatch -------------------------------------------------------------------------------
     def _handle(self, record: Mapping[str, Any]) -> None:
