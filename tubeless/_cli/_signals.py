@@ -56,6 +56,8 @@ class RunSignals:
         self.reporter = reporter
         #: The names of the signals received, in order.
         self.names: list[str] = []
+        #: The signals that acted on the run: the first (cancel) and the second (stop waiting).
+        self.acted: list[str] = []
         self._previous: dict[int, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ended = False
@@ -76,8 +78,8 @@ class RunSignals:
         loop.set_default_executor(self._workers)
         self._task = asyncio.current_task()
         self._loop = loop
-        for count in range(1, min(len(self.names), 2) + 1):  # signals that came before the loop
-            loop.call_soon(self._on_loop, count)
+        for _ in self.names[:2]:  # signals that came before the loop
+            loop.call_soon(self._on_loop)
 
     def detach(self) -> None:
         """Called last thing in the run's task: the loop is about to close."""
@@ -101,10 +103,11 @@ class RunSignals:
 
     def cancelled_line(self) -> str:
         """The one ``error:`` line (without ``error: ``) of a run cancelled by signals."""
-        first = self.names[0]
-        if len(self.names) == 1:
+        acted = self.acted or self.names[:1]
+        first = acted[0]
+        if len(acted) == 1:
             return f"{RUN_CANCELLED}: {first} received; the run was cancelled"
-        second = self.names[1]
+        second = acted[1]
         said = f"{first} received twice" if second == first else f"{first} and {second} received"
         return f"{RUN_CANCELLED}: {said}; the run was cancelled without waiting for its handlers"
 
@@ -118,11 +121,17 @@ class RunSignals:
             return  # before the run (applied by attach) or after it (nothing left to stop)
         if count <= 2:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._on_loop, count)
+                loop.call_soon_threadsafe(self._on_loop)
         interrupt(frame, f"{name} received")  # raises into a template render, if one is running
 
-    def _on_loop(self, count: int) -> None:
-        reason = f"{self.names[count - 1]} received"
+    def _on_loop(self) -> None:
+        """Act on the next signal received and not acted on yet (each is scheduled at least once;
+        extra calls find nothing left to do)."""
+        count = len(self.acted) + 1
+        if count > min(len(self.names), 2) or (count == 2 and self._ended):
+            return  # nothing left to act on; a second signal after the run has nothing to stop
+        self.acted.append(self.names[count - 1])
+        reason = f"{self.acted[-1]} received"
         if count == 1:
             self.token.cancel(reason)
             cancelling = getattr(self.reporter, "cancelling", None)

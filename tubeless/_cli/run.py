@@ -257,7 +257,7 @@ def _execute(entry: Pipeline, raw: Any, options: dict[str, Any], *, is_agent: bo
                         click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
             trace_log.removeHandler(warnings)
             trace_log.propagate = propagate
-        if signals.names and (run_record is None or run_record.status == "cancelled"):
+        if signals.acted and (run_record is None or run_record.status == "cancelled"):
             # One line for a run the user stopped; the report (if any) told the rest.
             click.echo(f"error: {signals.cancelled_line()}", err=True)
             if signals.abandoned_threads:
