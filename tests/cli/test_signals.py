@@ -124,6 +124,7 @@ def test_a_second_signal_stops_a_blocking_sync_tool_at_once_and_exits_7(
 def test_one_signal_prints_exactly_one_error_line_naming_the_signal(
     tmp_path: Path, signum: signal.Signals
 ) -> None:
+    """Issue 14 item 16: a signal-cancelled run prints one line, not a notice plus the error."""
     path = _agent(tmp_path, COOPERATIVE)
     trace = tmp_path / "run.ndjson"
     process = start_run(path, "--trace", trace, "-q")
