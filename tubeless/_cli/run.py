@@ -10,10 +10,10 @@ goes to stderr.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +27,7 @@ from tubeless._cli._flags import DerivedFlag, InputRejected, derive_flags, unfla
 
 if TYPE_CHECKING:
     from tubeless import Pipeline, PipelineRun
+    from tubeless._cli._signals import RunSignals
     from tubeless.project import Project
 
 __all__ = ["VALUE_OPTIONS", "entry_command_for", "find_project", "run"]
@@ -321,6 +322,7 @@ def _execute(
     is_agent: bool,
     flags: Sequence[DerivedFlag] = (),
 ) -> int:
+    from tubeless._cli._signals import RunSignals
     from tubeless.pipeline import CancelToken
 
     sinks: list[Any] = []
@@ -331,30 +333,51 @@ def _execute(
     trace_log = logging.getLogger("tubeless.trace")
     trace_log.addHandler(warnings)
     propagate, trace_log.propagate = trace_log.propagate, False
+    reporter = _reporter(report_stream, quiet=options["quiet"])
+    token = CancelToken()
+    # Installed before anything opens and kept until every sink is closed (DESIGN.md §6).
+    signals = RunSignals(token, reporter)
+    signals.install()
     try:
-        from tubeless.tracing import open_sink
+        try:
+            from tubeless.tracing import open_sink
 
-        for target in options["trace"]:
-            sinks.append(open_sink(target))
-        reporter = _reporter(report_stream, quiet=options["quiet"])
-        if reporter is not None:
-            sinks.append(reporter)
-        token = CancelToken()
-        run_record = asyncio.run(
-            _run_with_signals(entry, raw, options, sinks, token, is_agent=is_agent)
-        )
+            for target in options["trace"]:
+                sinks.append(open_sink(target))
+            if reporter is not None:
+                sinks.append(reporter)
+            run_record = asyncio.run(
+                _run_with_signals(entry, raw, options, sinks, signals, is_agent=is_agent)
+            )
+        finally:
+            for sink in sinks:
+                try:
+                    sink.close()
+                except Exception as exc:
+                    if not any(sink is failed for failed in warnings.failed):  # warned already
+                        click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
+            trace_log.removeHandler(warnings)
+            trace_log.propagate = propagate
+        if signals.acted and (run_record is None or run_record.status == "cancelled"):
+            # One line for a run the user stopped; the report (if any) told the rest.
+            click.echo(f"error: {signals.cancelled_line()}", err=True)
+            if signals.abandoned_threads:
+                # Threads the run stopped waiting for would hold the interpreter's exit until
+                # they return: everything is flushed and closed, so leave at once.
+                _flush_and_exit(7)
+            return 7
+        if run_record is None:
+            return 7
+        return _finish(run_record, result_stream, flags)
     finally:
-        for sink in sinks:
-            try:
-                sink.close()
-            except Exception as exc:
-                if not any(sink is failed for failed in warnings.failed):  # warned already
-                    click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
-        trace_log.removeHandler(warnings)
-        trace_log.propagate = propagate
-    if run_record is None:
-        return 7
-    return _finish(run_record, result_stream, flags)
+        signals.restore()
+
+
+def _flush_and_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 class _SinkWarnings(logging.Handler):
@@ -381,28 +404,12 @@ async def _run_with_signals(
     raw: Any,
     options: dict[str, Any],
     trace: list[Any],
-    token: Any,
+    signals: RunSignals,
     *,
     is_agent: bool,
 ) -> PipelineRun | None:
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-
-    def on_signal(name: str) -> None:
-        if not token.cancelled:
-            click.echo(f"{name} received; cancelling the run (again to stop waiting).", err=True)
-            token.cancel(f"{name} received")
-        else:
-            task.cancel()
-
-    installed = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(signum, on_signal, signal.Signals(signum).name)
-            installed.append(signum)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-            pass
+    """The run, with ``signals`` acting on this loop; ``None`` once a second signal stopped it."""
+    signals.attach()
     try:
         return await entry.run(
             raw,
@@ -412,15 +419,14 @@ async def _run_with_signals(
             max_concurrency=1 if is_agent else options["max_concurrency"],
             continue_on_error=options["continue_on_error"],
             trace=trace,
-            signal=token,
+            signal=signals.token,
             run_id=options["run_id"],
             correlation_id=options["correlation_id"],
         )
     except asyncio.CancelledError:
         return None
     finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
+        signals.detach()
 
 
 def _finish(run_record: PipelineRun, stream: Any, flags: Sequence[DerivedFlag] = ()) -> int:

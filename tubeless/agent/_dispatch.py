@@ -8,6 +8,8 @@ dispatch; calls already running are drained, never cancelled by the harness.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import heapq
 from collections.abc import Awaitable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -18,6 +20,7 @@ from tubeless.agent._tools import ToolError
 from tubeless.errors import CHILD_FAILED, TOOL_ERRORS
 from tubeless.frozen import FreezeError, FrozenDict, FrozenTuple, freeze
 from tubeless.pipeline import (
+    YIELD_EVERY,
     ChildRunFailedError,
     FanOutFailedError,
     PipelineRun,
@@ -163,20 +166,22 @@ async def _batch(
     total = len(calls)
     outcomes: list[Mapping[str, Any] | None] = [None] * total
     fatal: list[BaseException] = []
-    status = ["pending"] * total
+    progress = _Progress(calls) if ctx.tracing else None
     signal = ctx.signal
 
     async def one(index: int) -> None:
-        status[index] = "running"
+        if progress is not None:
+            progress.start(index)
         try:
             outcome = await _call(calls[index], ctx, scope, agent_run_id, turn)
         except ChildRunFailedError as exc:
-            status[index] = "failed" if exc.run.status == "failed" else "cancelled"
+            if progress is not None:
+                progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
             raise
         outcomes[index] = outcome
-        status[index] = "completed" if outcome["ok"] else "failed"
-        if ctx.tracing:
-            _progress(ctx, calls, status)
+        if progress is not None:
+            progress.finish(index, "completed" if outcome["ok"] else "failed")
+            progress.report(ctx)
 
     if total == 1:
         await one(0)
@@ -186,6 +191,7 @@ async def _batch(
 
     async def worker() -> None:
         nonlocal cursor
+        ran = 0
         while cursor < total and not fatal and not signal.cancelled:
             index = cursor
             cursor += 1
@@ -193,6 +199,10 @@ async def _batch(
                 await one(index)
             except Exception as exc:
                 fatal.append(exc)
+            ran += 1
+            if ran % YIELD_EVERY == 0:
+                # Quick calls may never suspend: let the loop run (signals, timers, I/O).
+                await asyncio.sleep(0)
 
     workers = [asyncio.ensure_future(worker()) for _ in range(min(total, scope.concurrency))]
     try:
@@ -216,17 +226,60 @@ def _outcomes(outcomes: list[Mapping[str, Any] | None]) -> tuple[Mapping[str, An
     return tuple(outcomes)  # type: ignore[arg-type]
 
 
-def _progress(ctx: StepContext, calls: tuple[PreparedCall, ...], status: list[str]) -> None:
-    """At most 32 visible call groups: running and failed first, then decision order."""
-    done = sum(1 for s in status if s in ("completed", "failed", "cancelled"))
-    order = sorted(
-        range(len(calls)), key=lambda i: (status[i] not in ("running", "failed"), i)
-    )
-    rows: list[Mapping[str, Any]] = [
-        {"id": calls[i].id, "name": calls[i].tool, "depth": 0, "status": status[i]}
-        for i in order[:_MAX_SHOWN_CALLS]
-    ]
-    hidden = len(calls) - len(rows)
-    if hidden > 0:
-        rows.append({"id": "more", "label": f"{hidden} more calls", "depth": 0})
-    ctx.report_progress(done, len(calls), f"{done} of {len(calls)} calls", rows)
+_SHOWN_FIRST = ("running", "failed")
+
+
+class _Progress:
+    """The calls step's progress rows, kept up to date in O(log n) per call.
+
+    At most 32 visible calls: running and failed ones first, then the rest, each group in
+    decision order, then an ``N more calls`` row. Running and failed calls are kept in sorted
+    lists, so building the rows looks at no more than 64 calls, whatever the batch size.
+    """
+
+    __slots__ = ("calls", "done", "failed", "running", "status")
+
+    def __init__(self, calls: tuple[PreparedCall, ...]) -> None:
+        self.calls = calls
+        self.status = ["pending"] * len(calls)
+        self.running: list[int] = []
+        self.failed: list[int] = []
+        self.done = 0
+
+    def start(self, index: int) -> None:
+        self.status[index] = "running"
+        bisect.insort(self.running, index)  # calls start in decision order: an append
+
+    def finish(self, index: int, status: str) -> None:
+        running = self.running
+        at = bisect.bisect_left(running, index)
+        if at < len(running) and running[at] == index:
+            del running[at]
+        self.status[index] = status
+        self.done += 1
+        if status == "failed":
+            bisect.insort(self.failed, index)
+
+    def report(self, ctx: StepContext) -> None:
+        calls, status = self.calls, self.status
+        total = len(calls)
+        first = list(heapq.merge(self.running[:_MAX_SHOWN_CALLS], self.failed[:_MAX_SHOWN_CALLS]))
+        shown = first[:_MAX_SHOWN_CALLS]
+        if len(shown) < _MAX_SHOWN_CALLS:
+            # Fewer than 32 calls are running or failed, so this skips fewer than 32 of them.
+            room = _MAX_SHOWN_CALLS - len(shown)
+            for i in range(total):
+                if status[i] not in _SHOWN_FIRST:
+                    shown.append(i)
+                    room -= 1
+                    if not room:
+                        break
+        rows: list[Mapping[str, Any]] = [
+            {"id": calls[i].id, "name": calls[i].tool, "depth": 0, "status": status[i]}
+            for i in shown
+        ]
+        hidden = total - len(rows)
+        if hidden > 0:
+            rows.append({"id": "more", "label": f"{hidden} more calls", "depth": 0})
+        done = self.done
+        ctx.report_progress(done, total, f"{done} of {total} calls", rows)

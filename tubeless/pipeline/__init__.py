@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from tubeless.pipeline._cancel import CancelToken, RunCancelledError
+from tubeless.pipeline._cancel import (
+    YIELD_EVERY,
+    CancelToken,
+    RunCancelledError,
+    clear_interrupt,
+    interrupt,
+    interruptibly,
+    stop_waiting,
+)
 from tubeless.pipeline._child import run_child
 from tubeless.pipeline._compose import (
     FanOutFailedError,
@@ -22,6 +30,7 @@ from tubeless.pipeline._step import NestedPipeline, RequiredOutputs, Step, requi
 
 __all__ = [
     "FINALIZE_STEP_ID",
+    "YIELD_EVERY",
     "CancelToken",
     "ChildRunFailedError",
     "Controls",
@@ -39,11 +48,15 @@ __all__ = [
     "StepContext",
     "StepLogger",
     "StepReport",
+    "clear_interrupt",
     "define_pipeline",
     "for_each_pipeline",
     "from_pipeline",
+    "interrupt",
+    "interruptibly",
     "iterate_pipeline",
     "require_outputs",
     "run_child",
     "step",
+    "stop_waiting",
 ]

@@ -1,14 +1,40 @@
-"""Cooperative cancellation: a token shared by a run, its handlers and its child runs."""
+"""Cooperative cancellation: a token shared by a run, its handlers and its child runs.
+
+Two harder stops sit beside the token, for the CLI's signal handling:
+
+- :func:`stop_waiting` marks a token so that a run cancelled afterwards no longer waits for
+  sync handlers in worker threads (they are left running; the process is about to exit).
+- :func:`interruptibly` runs CPU-bound work on the main thread that cannot poll the token (a
+  template render); :func:`interrupt`, called from a signal handler, stops it with
+  :class:`RunCancelledError`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from collections.abc import Callable
+from types import FrameType
+from typing import Any, TypeVar
 
 from tubeless.errors import RUN_CANCELLED, TubelessError
 
-__all__ = ["CancelToken", "RunCancelledError"]
+__all__ = [
+    "YIELD_EVERY",
+    "CancelToken",
+    "RunCancelledError",
+    "clear_interrupt",
+    "interrupt",
+    "interruptibly",
+    "stop_waiting",
+    "stopped_waiting",
+]
+
+T = TypeVar("T")
+
+#: Loops that start child runs one after another yield to the event loop after this many, so
+#: children that never suspend (quick async handlers) cannot starve signals, timers and I/O.
+YIELD_EVERY = 32
 
 
 class RunCancelledError(TubelessError):
@@ -29,7 +55,7 @@ class CancelToken:
     wakes every coroutine awaiting ``wait()`` on its own event loop.
     """
 
-    __slots__ = ("_callbacks", "_cancelled", "_lock", "_reason", "_waiters")
+    __slots__ = ("_callbacks", "_cancelled", "_lock", "_reason", "_stop", "_waiters")
 
     def __init__(self) -> None:
         self._cancelled = False
@@ -37,6 +63,8 @@ class CancelToken:
         self._lock = threading.Lock()
         self._waiters: list[asyncio.Future[None]] = []
         self._callbacks: list[Callable[[], None]] = []
+        # Cancelled by stop_waiting(): the run no longer waits for its worker threads.
+        self._stop: CancelToken | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -120,6 +148,83 @@ class CancelToken:
 
     def __repr__(self) -> str:
         return f"CancelToken(cancelled={self._cancelled})"
+
+
+def stop_waiting(token: CancelToken, reason: str | None = None) -> None:
+    """Cancel ``token`` and stop waiting for the sync handlers of its run.
+
+    A run whose awaiting task is cancelled normally waits for handlers running in worker threads
+    to return. After this call it records them as cancelled at once and leaves their threads
+    running: only a process that is about to exit should do this (the CLI's second signal).
+    """
+    token.cancel(reason)
+    stopped_waiting(token).cancel(reason)
+
+
+def stopped_waiting(token: CancelToken) -> CancelToken:
+    """The token :func:`stop_waiting` cancels for ``token`` (created on first use)."""
+    with token._lock:
+        if token._stop is None:
+            token._stop = CancelToken()
+        return token._stop
+
+
+class _Interrupted(KeyboardInterrupt):
+    """Raised by :func:`interrupt` inside :func:`interruptibly`.
+
+    A ``BaseException``, so that no ``except Exception`` in the interrupted code catches it;
+    :func:`interruptibly` turns it into :class:`RunCancelledError` on its way out.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def interruptibly(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Call ``fn``, CPU-bound work that cannot poll a token, so that a signal may stop it.
+
+    While ``fn`` runs, :func:`interrupt` (called from a signal handler on the same thread)
+    raises into it; the interruption comes out of here as :class:`RunCancelledError`. Only the
+    main thread receives signals, so ``fn`` running elsewhere is simply not interruptible.
+    """
+    pending = _pending[0]
+    if pending is not None:
+        raise RunCancelledError(pending)
+    try:
+        return fn(*args, **kwargs)
+    except _Interrupted as exc:
+        raise RunCancelledError(exc.reason) from None
+
+
+_REGION = interruptibly.__code__
+#: How many frames a signal handler looks through for a region (jinja nests a few per block).
+_MAX_FRAMES = 10_000
+#: The reason of an interruption that came outside any region: regions started later stop at once
+#: (the work they would do was started after the signal, before the loop could cancel the run).
+_pending: list[str | None] = [None]
+
+
+def interrupt(frame: FrameType | None, reason: str) -> None:
+    """From a signal handler given ``frame``: stop the :func:`interruptibly` work it interrupted.
+
+    Raises (into the interrupted code) when ``frame`` runs inside :func:`interruptibly`;
+    either way, every region entered from now on stops at once, until :func:`clear_interrupt`.
+    The region is found on the call stack, so a signal that lands while a region starts or
+    ends can leave nothing behind.
+    """
+    _pending[0] = reason
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            return
+        if frame.f_code is _REGION:
+            raise _Interrupted(reason)
+        frame = frame.f_back
+
+
+def clear_interrupt() -> None:
+    """Forget an :func:`interrupt` (the run it was meant for has ended)."""
+    _pending[0] = None
 
 
 def _noop() -> None:

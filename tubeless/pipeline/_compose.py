@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
 from tubeless.errors import TubelessError
+from tubeless.pipeline._cancel import YIELD_EVERY
 from tubeless.pipeline._child import _controls, run_child_value
 from tubeless.pipeline._context import StepContext
 from tubeless.pipeline._failures import ChildRunFailedError, maybe_await
@@ -285,7 +286,9 @@ async def _fan_out(
         try:
             raw = await maybe_await(map_options(item, index, inputs, ctx))
             child_controls = _controls(controls, item, index, inputs, ctx)
-        except Exception as exc:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # user mappers may raise SystemExit or their own
             setup_errors.append(exc)
             return
         ok, result = await run_child_value(
@@ -300,10 +303,14 @@ async def _fan_out(
 
     async def worker() -> None:
         nonlocal cursor
+        ran = 0
         while cursor < total and not failures and not setup_errors and not ctx.signal.cancelled:
             index = cursor
             cursor += 1
             await one(index)
+            ran += 1
+            if ran % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # quick children may never suspend: let the loop run
 
     workers = max(1, min(limit, total))
     if workers == 1:

@@ -311,7 +311,7 @@ class _Run(RunState):
             ctx.close()
             self.failed(ps, attempt, exc)
             raise
-        except Exception as exc:
+        except BaseException as exc:  # user code may raise SystemExit or its own BaseException
             ctx.close()
             self.failed(ps, attempt, exc, from_handler=from_handler)
             return
@@ -348,7 +348,7 @@ class _Run(RunState):
         except asyncio.CancelledError as exc:
             self.failed(ps, None, exc)
             raise
-        except Exception as exc:
+        except BaseException as exc:
             self.failed(ps, self.open_attempt(ps), exc)
             return True
         if parsed is None:

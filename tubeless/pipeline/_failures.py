@@ -19,7 +19,7 @@ from tubeless.errors import (
     cause_chain,
     code_of,
 )
-from tubeless.pipeline._cancel import CancelToken, RunCancelledError
+from tubeless.pipeline._cancel import CancelToken, RunCancelledError, stopped_waiting
 from tubeless.schema import SchemaValidationError
 
 if TYPE_CHECKING:
@@ -87,8 +87,11 @@ class ChildRunFailedError(TubelessError):
 
 
 def is_cancellation(exc: BaseException) -> bool:
-    """Whether ``exc`` is a real cancellation (not merely an error raised after one)."""
-    if isinstance(exc, (asyncio.CancelledError, RunCancelledError)):
+    """Whether ``exc`` is a real cancellation (not merely an error raised after one).
+
+    A ``KeyboardInterrupt`` raised by user code counts: the user asked to stop.
+    """
+    if isinstance(exc, (asyncio.CancelledError, RunCancelledError, KeyboardInterrupt)):
         return True
     # Child and fan-out failures count only when every unsuccessful child was cancelled.
     return _is_child_failure(exc) and getattr(exc, "cancelled", False) is True
@@ -114,7 +117,12 @@ def classify(
     if is_cancellation(exc):
         code, kind = codes.RUN_CANCELLED, "cancellation"
         reason = getattr(exc, "reason", None)
-        message = reason or (f"Step {step_id} was cancelled." if step_id else "Cancelled.")
+        if reason:
+            message = reason
+        elif isinstance(exc, KeyboardInterrupt):
+            message = f"Step {step_id} raised KeyboardInterrupt." if step_id else "Interrupted."
+        else:
+            message = f"Step {step_id} was cancelled." if step_id else "Cancelled."
     elif isinstance(exc, OutputInvalidError):
         code, kind, message, issues = (
             codes.STEP_OUTPUT_VALIDATION_FAILED,
@@ -125,6 +133,10 @@ def classify(
     elif _is_child_failure(exc):
         assert isinstance(exc, TubelessError)
         code, kind, message = codes.CHILD_FAILED, "child", exc.message
+    elif not isinstance(exc, Exception):  # SystemExit, GeneratorExit, a user's BaseException
+        text = str(exc)
+        name = type(exc).__name__
+        code, kind, message = codes.STEP_FAILED, "step", f"{name}: {text}" if text else name
     else:
         code, kind, message = codes.STEP_FAILED, "step", str(exc) or type(exc).__name__
     cause = None if isinstance(exc, asyncio.CancelledError) else cause_chain(exc)
@@ -192,14 +204,29 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
+def _transportable(exc: BaseException) -> BaseException:
+    """``exc`` as a future can carry it to the awaiting coroutine.
+
+    A future refuses ``StopIteration`` (it would never settle), and ``GeneratorExit`` thrown
+    into a coroutine closes every frame it passes instead of being caught: both travel as a
+    ``RuntimeError`` caused by them, as a coroutine's own ``StopIteration`` would.
+    """
+    if isinstance(exc, (StopIteration, GeneratorExit)):
+        wrapped = RuntimeError(f"handler raised {type(exc).__name__}")
+        wrapped.__cause__ = exc
+        return wrapped
+    return exc
+
+
 async def call_in_thread(
     fn: Callable[..., Any], *args: Any, signal: CancelToken | None = None
 ) -> Any:
     """Run sync ``fn`` in a worker thread; on cancellation, wait for the thread to finish.
 
     A thread cannot be interrupted, so a cancelled caller first cancels ``signal`` (the handler
-    sees it and should return early) and then waits for the thread; only a second cancellation
-    stops waiting.
+    sees it and should return early) and then waits for the thread; only a second cancellation,
+    or :func:`~tubeless.pipeline._cancel.stop_waiting` on ``signal``, stops waiting (the thread
+    is then left running).
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
@@ -209,7 +236,7 @@ async def call_in_thread(
         try:
             result = context.run(fn, *args)
         except BaseException as exc:
-            outcome: tuple[bool, Any] = (False, exc)
+            outcome: tuple[bool, Any] = (False, _transportable(exc))
         else:
             outcome = (True, result)
         # RuntimeError: the loop closed while the thread ran, so nobody is waiting.
@@ -225,5 +252,23 @@ async def call_in_thread(
         if not future.done():
             # The thread's own outcome no longer matters; only that it has finished.
             with contextlib.suppress(BaseException):
-                await future
+                await _thread_or_stop(future, signal)
         raise
+
+
+async def _thread_or_stop(future: asyncio.Future[Any], signal: CancelToken | None) -> None:
+    """Wait for the thread's ``future``, or until the run stops waiting for its threads."""
+    if signal is None:
+        await future
+        return
+    loop = asyncio.get_running_loop()
+    stopped: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(_settle, stopped, True, None)
+
+    remove = stopped_waiting(signal).add_callback(wake)
+    try:
+        await asyncio.wait((future, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        remove()

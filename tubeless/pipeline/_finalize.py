@@ -35,10 +35,10 @@ async def finalize(run: RunState, plan: Plan) -> None:
     try:
         value = await _result(run, plan)
     except asyncio.CancelledError:
-        _record(run, _error(asyncio.CancelledError(), cancelled=True), t0)
+        _record(run, _error(run, asyncio.CancelledError(), cancelled=True), t0)
         raise
-    except Exception as exc:
-        _record(run, _error(exc, cancelled=is_cancellation(exc)), t0)
+    except BaseException as exc:  # user code may raise SystemExit or its own BaseException
+        _record(run, _error(run, exc, cancelled=is_cancellation(exc)), t0)
         return
     schema = run.pipeline.result_schema
     if schema is not None:
@@ -84,14 +84,20 @@ async def _result(run: RunState, plan: Plan) -> Any:
     return await maybe_await(finalizer.fn(dict(outputs), ctx))
 
 
-def _error(exc: BaseException, *, cancelled: bool) -> PipelineError:
+def _error(run: RunState, exc: BaseException, *, cancelled: bool) -> PipelineError:
     cause = None if isinstance(exc, asyncio.CancelledError) else cause_chain(exc)
     if cancelled:
+        # Say which run lost its result (a tool call's run is keyed by its call id), and why.
+        what = f"Run of {run.pipeline.id!r}"
+        if run.item_key is not None:
+            what += f" for item {run.item_key!r}"
+        reason = getattr(exc, "reason", None) or run.signal.reason
         return PipelineError(
             code=codes.FINALIZATION_CANCELLED,
             kind="cancellation",
             phase="finalization",
-            message="Finalization was cancelled.",
+            message=f"{what} was cancelled before its result was finalized"
+            + (f": {reason}" if reason else "."),
             step_id=FINALIZE_STEP_ID,
             cause=cause,
             exception=exc,

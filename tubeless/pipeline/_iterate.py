@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tubeless import errors as codes
 from tubeless.errors import TubelessError
+from tubeless.pipeline._cancel import YIELD_EVERY
 from tubeless.pipeline._child import _controls, run_child_value
 from tubeless.pipeline._compose import _composed
 from tubeless.pipeline._context import StepContext
@@ -80,6 +82,8 @@ def iterate_pipeline(
             raw = map_options(state, inputs, ctx)
             if not not_awaitable(raw):
                 raw = await raw
+            if index % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # quick iterations may never suspend: let the loop run
             ok, result = await run_child_value(
                 ctx,
                 pipeline,

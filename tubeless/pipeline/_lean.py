@@ -16,7 +16,6 @@ and returns the record every failure needs. Records are therefore made in one pl
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from time import time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -138,7 +137,7 @@ async def run_lean(
                     gate.exit()
             from_handler = False
             value = checked_output(s, step_id, value)
-        except (Exception, asyncio.CancelledError) as exc:
+        except BaseException as exc:  # a task cancellation, or anything user code raised
             ctx.close()
             failed = (step_id, ReplayedStep(attempt, None, exc, from_handler))
             return await _hand_over(where, options, outputs, attempts, failed)

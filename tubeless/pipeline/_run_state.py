@@ -246,6 +246,8 @@ class RunState:
         if cancelled:
             self.cancel_error_recorded = True
             self.stop = self.stop or "cancelled"
+            if isinstance(exc, KeyboardInterrupt):
+                self.signal.cancel(error.message)  # the user's own interrupt stops the whole run
         elif self.failed_step is None:
             self.failed_step = ps.id
             if not self.controls.continue_on_error:

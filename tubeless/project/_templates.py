@@ -15,6 +15,7 @@ from jinja2 import TemplateError as JinjaError
 from jinja2 import Undefined
 
 from tubeless.errors import TemplateError, one_line
+from tubeless.pipeline import interruptibly
 from tubeless.project._sandbox import SANDBOX, check_names
 
 __all__ = ["compile_template", "compile_template_mapping", "template_problems"]
@@ -64,7 +65,7 @@ def compile_template(text: str, where: str) -> Renderer:
         if single is not None:
             expression = _ENV.compile_expression(single.group("expr"), undefined_to_none=False)
 
-            def native(context: Mapping[str, Any]) -> Any:
+            def evaluate(context: Mapping[str, Any]) -> Any:
                 try:
                     result = expression(**context)
                     if isinstance(result, Undefined):
@@ -75,7 +76,8 @@ def compile_template(text: str, where: str) -> Renderer:
                     ) from None
                 return result
 
-            return native
+            # A signal may stop a long evaluation (CPU work that cannot poll the run's token).
+            return lambda context: interruptibly(evaluate, context)
         template = _ENV.from_string(text)
     except _PARSE_ERRORS as exc:
         message = one_line(str(exc))
@@ -88,7 +90,7 @@ def compile_template(text: str, where: str) -> Renderer:
             message = f"{type(exc).__name__}: {one_line(str(exc))}"
             raise TemplateError(f"{where}: template failed: {message}") from None
 
-    return render
+    return lambda context: interruptibly(render, context)
 
 
 def compile_template_mapping(value: Any, where: str) -> Renderer:

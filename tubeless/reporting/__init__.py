@@ -1,8 +1,9 @@
 """Human-readable output: plan text and the run reporters (plain lines, live view).
 
 The reporters are trace sinks: attach the one :func:`choose_reporter` picks with
-``run(trace=[reporter, ...])`` and close it when the run ends. The live view (and ``rich``) is
-imported only when it is used.
+``run(trace=[reporter, ...])`` and close it when the run ends. Both have ``cancelling(reason)``,
+which the CLI calls on a first signal: the plain reporter prints one notice line, the live view
+says ``cancelling…`` in its header. The live view (and ``rich``) is imported only when it is used.
 """
 
 from __future__ import annotations

@@ -155,6 +155,8 @@ class LiveModel:
         self.pipeline_id: str | None = None
         #: ``waiting`` before the root starts, ``running``, ``finalizing``, then the run's status.
         self.status = "waiting"
+        #: Set when cancellation was asked for (a signal) and the run has not ended yet.
+        self.cancelling = False
         self.dry_run = False
         self.started_ms: int | None = None
         self.duration_ms: float | None = None

@@ -136,6 +136,14 @@ class LiveView:
             pass
         self.flush()
 
+    def cancelling(self, reason: str) -> None:
+        """Show ``cancelling…`` in the frame until the run ends (the CLI calls this on a signal).
+
+        Nothing is printed: a line written beside the display would be drawn over.
+        """
+        with self._lock:
+            self.model.cancelling = True
+
     # -- drawing --------------------------------------------------------------------------------
     def _frame(self) -> RenderableType:
         try:
@@ -159,7 +167,10 @@ class LiveView:
         model = self.model
         text = Text(f"Pipeline {model.pipeline_id or '?'}", style="bold")
         status = model.status
-        text.append(f"  {status}", style=_RUN_STYLES.get(status, "cyan"))
+        style = _RUN_STYLES.get(status, "cyan")
+        if model.cancelling and status not in _RUN_STYLES:  # asked to stop, not ended yet
+            status, style = "cancelling" + self._symbols["more"], "yellow"
+        text.append(f"  {status}", style=style)
         if model.duration_ms is not None:
             text.append(f"  {format_duration(model.duration_ms)}")
         elif model.started_ms is not None:

@@ -30,6 +30,8 @@ Line formats (``<sym>`` is ASCII, or Unicode on a terminal):
   where ``<failure>`` is the handler's exception as ``<Type>: <message>`` (see
   :func:`~tubeless.tracing.projection.describe_error`: child-run wrappers are looked through).
 - finalize ``  -> finalize``, ``  ok finalize (<duration>)``, ``  fail finalize: <failure>``.
+- cancelling (when the CLI receives a first SIGINT or SIGTERM) ``<signal> received; cancelling
+  the run (again to stop waiting)``.
 - agent turn (printed when the turn has decided): ``    turn <i>: <n> call(s)`` or ``    turn
   <i>: finish``; a turn that fails or is cancelled adds ``    fail turn <i>: <failure>`` or
   ``    - turn <i>: cancelled: <message>``. The agent step's own progress reports ("Turn 2 of at
@@ -220,6 +222,12 @@ class PlainReporter:
     def close(self) -> None:
         """Flush; the stream belongs to the caller and stays open."""
         self.flush()
+
+    def cancelling(self, reason: str) -> None:
+        """Print the one notice of a run being cancelled (the CLI calls this on a signal)."""
+        with contextlib.suppress(Exception):  # a reporter must never fail a run
+            self._line(f"{terminal_safe(reason)}; cancelling the run (again to stop waiting)")
+            self.flush()
 
     # -- dispatch -------------------------------------------------------------------------------
     def _handle(self, record: Mapping[str, Any]) -> None:
