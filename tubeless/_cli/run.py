@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tubeless._cli._complete import RunCommand
-from tubeless._cli._exit import CliInputError, CliLoadError
+from tubeless._cli._exit import EXIT_CANCELLED, CliInputError, CliLoadError
 from tubeless._cli._flags import DerivedFlag, InputRejected, derive_flags, unflagged
 
 if TYPE_CHECKING:
@@ -353,7 +353,7 @@ def _execute(
         trace_log.removeHandler(warnings)
         trace_log.propagate = propagate
     if run_record is None:
-        return 7
+        return EXIT_CANCELLED
     return _finish(run_record, result_stream, flags)
 
 
