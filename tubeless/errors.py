@@ -1,16 +1,60 @@
 """The tubeless error tree and every error code.
 
-Exceptions (everything raised carries a stable ``code``)::
+Everything tubeless raises on purpose is a :class:`TubelessError` with a stable ``code``. A class
+raised with one code declares it as a class attribute (``DocumentError.code``); a class whose code
+varies shows its family. Grouped by the layer that raises them::
 
-    TubelessError(code, message)               root of everything tubeless raises
-    ├── PipelineDefinitionError                TUBELESS_DEFINITION_* (all problems at once, .errors)
-    ├── AgentDefinitionError                   TUBELESS_AGENT_INVALID_DEFINITION
-    ├── PlanningError                          TUBELESS_PLANNING_* (.errors)
-    ├── PipelineExecutionError                 a run that did not complete (.run, .source_code)
-    ├── CheckpointError                        TUBELESS_CHECKPOINT_*, checkpoint keys and mismatches
-    ├── DocumentError                          TUBELESS_DOCUMENT_INVALID (.issues)
-    ├── ReferenceResolutionError               TUBELESS_REFERENCE_INVALID
-    └── TemplateError                          TUBELESS_TEMPLATE_INVALID
+    TubelessError(code, message)        TUBELESS_*; raised as itself for the codes without a class
+    │                                   of their own (RUN_CONCURRENCY_INVALID, ITERATION_*,
+    │                                   FOR_EACH_DUPLICATE_KEY, SKIP_DECISION_INVALID, ...)
+    │
+    │   pipelines: tubeless.errors, tubeless.pipeline
+    ├── PipelineDefinitionError         TUBELESS_DEFINITION_* (.errors: every problem at once)
+    ├── PlanningError                   TUBELESS_PLANNING_* (.errors)
+    ├── PipelineExecutionError          TUBELESS_*, the run's first error (.run, .source_code)
+    ├── RunCancelledError               TUBELESS_RUN_CANCELLED (.reason)
+    ├── OutputInvalidError              TUBELESS_STEP_OUTPUT_VALIDATION_FAILED (.issues)
+    ├── RequiredOutputsMissingError     TUBELESS_REQUIRED_OUTPUTS_MISSING (.missing)
+    ├── ChildRunFailedError             TUBELESS_CHILD_FAILED (.run, .alias, .cancelled)
+    ├── FanOutFailedError               TUBELESS_CHILD_FAILED (.runs, .fan_out, .cancelled)
+    │
+    │   agents: tubeless.errors, tubeless.agent
+    ├── AgentDefinitionError            TUBELESS_AGENT_INVALID_DEFINITION
+    ├── DecisionError                   TUBELESS_AGENT_INVALID_DECISION (.issues)
+    ├── StateError                      TUBELESS_AGENT_INVALID_STATE (.path)
+    ├── LimitReachedError               TUBELESS_AGENT_LIMIT_REACHED (.limit, .bound, .scope, ...)
+    │
+    │   traces and durable runs: tubeless.tracing, tubeless.errors
+    ├── TraceReadError                  TUBELESS_TRACE_INVALID (.path, .line, .problem, .bound)
+    ├── CheckpointError                 TUBELESS_CHECKPOINT_*, TUBELESS_AGENT_INVALID_CHECKPOINT_KEY
+    │
+    │   projects: tubeless.errors
+    ├── ProjectError                    TUBELESS_*_INVALID (.issues: every problem, in file order)
+    │   ├── DocumentError               TUBELESS_DOCUMENT_INVALID
+    │   ├── ReferenceResolutionError    TUBELESS_REFERENCE_INVALID
+    │   └── TemplateError               TUBELESS_TEMPLATE_INVALID (at load, or at render in a run)
+    │
+    │   model providers: tubeless.providers
+    └── ProviderError                   TUBELESS_PROVIDER_* (.status)
+
+Other exceptions tubeless raises subclass the built-in their callers already catch::
+
+    ToolError(code, message)            Exception (tubeless.agent): an application's code; from
+                                        a tool's own handler it is an outcome, not a failure
+    FreezeError(path, reason)           ValueError (tubeless.frozen): a value that is not plain
+                                        data; agents raise StateError for it
+    SchemaValidationError(issues)       ValueError (tubeless.schema): runs record it as a
+                                        TUBELESS_*_VALIDATION_FAILED error with its .issues
+    SchemaDefinitionError               TypeError (tubeless.schema): a schema cannot be built
+
+Internal ones never reach a caller::
+
+    ReferenceProblem                    tubeless.project: an issue of ReferenceResolutionError
+    Rejected                            tubeless.agent: a workspace tool's refusal, a ToolError
+    CliLoadError                        tubeless._cli: exit 2 (1 under ``trace``)
+    CliInputError                       tubeless._cli: exit 4
+    InputRejected                       tubeless._cli: a flag's value, reported as CliInputError
+    _OutputClosed                       tubeless._cli: the reader of stdout went away, exit 141
 
 Plain data (never raised; recorded on runs and in traces)::
 
@@ -19,8 +63,19 @@ Plain data (never raised; recorded on runs and in traces)::
     ValidationIssue(message, path)                     never quotes the rejected value
 
 Errors raised inside a run (by handlers, validators, the agent harness) are never lost: the run
-records them as :class:`PipelineError` with the original exception's ``code`` attribute kept as
-``source_code`` and the original exception reachable as ``exception``.
+records them as :class:`PipelineError` with the deepest ``code`` found on the exception chain as
+``source_code`` (:func:`deepest_source_code`) and the original exception reachable as
+``exception``. A child run's error reaches its parent's chain through
+:attr:`TubelessError.recorded_cause`.
+
+Causes and ``from None``: every error keeps its cause (``raise ... from err``), with two
+exceptions, both raised ``from None``. A validation or parse failure of untrusted data (pydantic,
+jsonschema, json, an HTTP response) drops the library's exception, so that values never leak: its
+message may quote the value it rejected or the body it received, and :func:`cause_chain` copies
+every cause's message into ``PipelineError.cause``, onto stderr and into trace records; the
+tubeless error says instead what is wrong by path, type and bound. And an error whose message
+already restates its cause (the type and text of an import or template failure, the issues of a
+``SchemaValidationError``) drops it because the chain would only repeat it.
 """
 
 from __future__ import annotations
@@ -28,7 +83,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 if TYPE_CHECKING:
     from tubeless.pipeline import PipelineRun
@@ -44,6 +99,7 @@ __all__ = [
     "PipelineError",
     "PipelineExecutionError",
     "PlanningError",
+    "ProjectError",
     "ReferenceResolutionError",
     "TemplateError",
     "TubelessError",
@@ -238,6 +294,10 @@ class TubelessError(Exception):
 
     code: str
     message: str
+    recorded_cause: ErrorCause | None = None
+    """A cause chain recorded earlier that stands for this error's cause: a child run's first
+    error, which reaches the parent as recorded data, not as an exception. :func:`cause_chain`
+    continues with it instead of ``__cause__``."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -246,6 +306,17 @@ class TubelessError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def located(self, where: str) -> Self:
+        """A copy whose message starts with ``where`` (``file:line:col pointer: ``).
+
+        The copy keeps every attribute of this error, which is left as it is (raise the copy
+        ``from`` it).
+        """
+        copy = type(self).__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        TubelessError.__init__(copy, self.code, where + self.message)
+        return copy
 
 
 class PipelineDefinitionError(TubelessError):
@@ -263,10 +334,12 @@ class PipelineDefinitionError(TubelessError):
 
 
 class AgentDefinitionError(TubelessError):
-    """An agent or tool definition is invalid (``TUBELESS_AGENT_INVALID_DEFINITION``)."""
+    """An agent or tool definition is invalid."""
+
+    code = AGENT_INVALID_DEFINITION
 
     def __init__(self, message: str) -> None:
-        super().__init__(AGENT_INVALID_DEFINITION, message)
+        super().__init__(self.code, message)
 
 
 class PlanningError(TubelessError):
@@ -303,34 +376,36 @@ class CheckpointError(TubelessError):
     """A checkpoint store refused: a key in use, an unusable file, a key or document mismatch."""
 
 
-class DocumentError(TubelessError):
+class ProjectError(TubelessError):
+    """A project cannot be used as written; ``issues`` lists every problem in file order.
+
+    The base of :class:`DocumentError`, :class:`ReferenceResolutionError` and
+    :class:`TemplateError`, each of which has its own ``code``; never raised itself.
+    """
+
+    issues: tuple[Any, ...]
+
+    def __init__(self, message: str, issues: Sequence[Any] = ()) -> None:
+        super().__init__(self.code, message)
+        self.issues = tuple(issues)
+
+
+class DocumentError(ProjectError):
     """A project document is invalid; ``issues`` lists every problem in file order."""
 
-    issues: tuple[Any, ...]
-
-    def __init__(self, message: str, issues: Sequence[Any] = ()) -> None:
-        super().__init__(DOCUMENT_INVALID, message)
-        self.issues = tuple(issues)
+    code = DOCUMENT_INVALID
 
 
-class ReferenceResolutionError(TubelessError):
+class ReferenceResolutionError(ProjectError):
     """A ``module:attribute`` reference cannot be resolved or is not allowed."""
 
-    issues: tuple[Any, ...]
-
-    def __init__(self, message: str, issues: Sequence[Any] = ()) -> None:
-        super().__init__(REFERENCE_INVALID, message)
-        self.issues = tuple(issues)
+    code = REFERENCE_INVALID
 
 
-class TemplateError(TubelessError):
+class TemplateError(ProjectError):
     """A template is invalid or failed to render in the sandbox."""
 
-    issues: tuple[Any, ...]
-
-    def __init__(self, message: str, issues: Sequence[Any] = ()) -> None:
-        super().__init__(TEMPLATE_INVALID, message)
-        self.issues = tuple(issues)
+    code = TEMPLATE_INVALID
 
 
 _LINE_BREAKS = re.compile(r"\s*(?:\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029])\s*")
@@ -354,10 +429,16 @@ def code_of(exc: BaseException) -> str | None:
     return code if isinstance(code, str) and code else None
 
 
-def deepest_source_code(error: PipelineError) -> str | None:
-    """The innermost original code recorded for ``error`` (its own ``source_code`` otherwise)."""
-    found = error.source_code
-    node = error.cause
+def deepest_source_code(error: PipelineError | ErrorCause | None) -> str | None:
+    """The innermost original ``code`` on a recorded error's cause chain, or on a bare chain.
+
+    For a :class:`PipelineError` the search starts from its own ``source_code``; for a chain
+    made by :func:`cause_chain` its first link carries the exception's own ``code``.
+    """
+    found: str | None = None
+    node = error
+    if isinstance(error, PipelineError):
+        found, node = error.source_code, error.cause
     while node is not None:
         if node.source_code is not None:
             found = node.source_code
@@ -400,12 +481,13 @@ def _links(exc: BaseException) -> list[ErrorCause]:
                 source_code=code_of(current),
             )
         )
-        nested = getattr(current, "_tubeless_cause", None)
-        if isinstance(nested, ErrorCause):  # a chain recorded earlier (a child run's error)
-            node: ErrorCause | None = nested
+        recorded = current.recorded_cause if isinstance(current, TubelessError) else None
+        if recorded is not None:
+            node: ErrorCause | None = recorded
             while node is not None and len(links) < _MAX_LINKS_READ:
-                links.append(ErrorCause(message=node.message, name=node.name,
-                                        source_code=node.source_code))
+                links.append(
+                    ErrorCause(message=node.message, name=node.name, source_code=node.source_code)
+                )
                 node = node.cause
             break
         inner = current.__cause__ if current.__cause__ is not None else current.__context__

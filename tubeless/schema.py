@@ -377,7 +377,7 @@ def _raise_pydantic(err: pydantic.ValidationError) -> NoReturn:
             except (KeyError, IndexError, ValueError):
                 message = template.partition("{")[0].rstrip(" :,")
         issues.append(ValidationIssue(message=message, path=tuple(detail["loc"])))
-    # Not chained: pydantic's own message quotes the input, and causes end up in traces.
+    # Not chained: pydantic's own message quotes the input (the ``from None`` rule in errors.py).
     raise SchemaValidationError(issues) from None
 
 

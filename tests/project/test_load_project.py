@@ -12,6 +12,7 @@ import pytest
 
 from tubeless import Pipeline
 from tubeless.errors import (
+    AGENT_INVALID_DEFINITION,
     DEFINITION_DEPENDENCY_SELF_REFERENCE,
     AgentDefinitionError,
     DocumentError,
@@ -144,11 +145,12 @@ def test_overrides_leave_the_other_callables_in_place() -> None:
         pytest.param({"scripted-agent": {"tools": {}}}, "'tools'", id="unknown-field"),
     ],
 )
-def test_overrides_naming_something_that_cannot_be_overridden_raise_value_error(
+def test_overrides_naming_something_that_cannot_be_overridden_raise_agent_definition_error(
     overrides: dict[str, dict[str, Any]], fragment: str
 ) -> None:
-    with pytest.raises(ValueError, match=re.escape(fragment)):
+    with pytest.raises(AgentDefinitionError, match=re.escape(fragment)) as caught:
         load_project(PROJECTS / "delegation.yaml", overrides=overrides)
+    assert caught.value.code == AGENT_INVALID_DEFINITION
 
 
 # -- choosing the entry ---------------------------------------------------------------------------
@@ -206,6 +208,27 @@ def test_a_graph_the_core_rejects_raises_a_located_pipeline_definition_error(
     assert [e.code for e in error.errors] == [DEFINITION_DEPENDENCY_SELF_REFERENCE]
     assert error.message.startswith(f"{path}:6:5 /pipelines/words: Invalid pipeline 'words': ")
     assert str(error) == error.message
+    assert error.args == (error.message,)
+
+
+def test_a_located_definition_error_is_a_new_error_caused_by_the_core_s_own(
+    tmp_path: Path,
+) -> None:
+    """The core's error is not rewritten in place: the located copy names it as its cause."""
+    path = write(tmp_path, TWO_PIPELINES.replace(
+        "{id: split, run: examples.text_pipeline:split_words}",
+        "{id: split, run: examples.text_pipeline:split_words, depends_on: [split]}",
+    ))
+
+    with pytest.raises(PipelineDefinitionError) as caught:
+        load_project(path)
+
+    original = caught.value.__cause__
+    assert isinstance(original, PipelineDefinitionError)
+    assert original.message.startswith("Invalid pipeline 'words': ")
+    assert original.args == (original.message,)
+    assert caught.value.message == f"{path}:6:5 /pipelines/words: {original.message}"
+    assert (caught.value.errors, caught.value.pipeline_id) == (original.errors, "words")
 
 
 TOO_LONG_DESCRIPTION = """\

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tubeless._cli._complete import RunCommand
-from tubeless._cli._exit import CliInputError, CliLoadError
+from tubeless._cli._exit import EXIT_CANCELLED, CliInputError, CliLoadError
 from tubeless._cli._flags import DerivedFlag, InputRejected, derive_flags, unflagged
 
 if TYPE_CHECKING:
@@ -364,10 +364,10 @@ def _execute(
             if signals.abandoned_threads:
                 # Threads the run stopped waiting for would hold the interpreter's exit until
                 # they return: everything is flushed and closed, so leave at once.
-                _flush_and_exit(7)
-            return 7
+                _flush_and_exit(EXIT_CANCELLED)
+            return EXIT_CANCELLED
         if run_record is None:
-            return 7
+            return EXIT_CANCELLED
         return _finish(run_record, result_stream, flags)
     finally:
         signals.restore()

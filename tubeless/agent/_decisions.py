@@ -26,10 +26,12 @@ _SHAPE = "Agent decision must finish(result) or continue with a nonempty calls a
 
 
 class DecisionError(TubelessError):
-    """An invalid decision (``TUBELESS_AGENT_INVALID_DECISION``); ``issues`` never quote values."""
+    """An invalid decision; ``issues`` never quote values."""
+
+    code = AGENT_INVALID_DECISION
 
     def __init__(self, message: str, issues: tuple[ValidationIssue, ...] = ()) -> None:
-        super().__init__(AGENT_INVALID_DECISION, message)
+        super().__init__(self.code, message)
         self.issues = issues
 
 

@@ -68,7 +68,7 @@ class Limits:
 
 
 class LimitReachedError(TubelessError):
-    """An agent limit is exhausted (``TUBELESS_AGENT_LIMIT_REACHED``).
+    """An agent limit is exhausted.
 
     Attributes:
         limit: Which limit, e.g. ``max_calls``.
@@ -78,6 +78,8 @@ class LimitReachedError(TubelessError):
         scope: The run id of the agent whose budget refused.
         calls: For ``max_turns``, how many calls the refused decision asked for.
     """
+
+    code = AGENT_LIMIT_REACHED
 
     def __init__(
         self,
@@ -90,7 +92,7 @@ class LimitReachedError(TubelessError):
         calls: int | None = None,
     ) -> None:
         super().__init__(
-            AGENT_LIMIT_REACHED,
+            self.code,
             f"Agent {limit}={bound} exceeded "
             f"(consumed={consumed}, requested={requested}, scope={scope})",
         )

@@ -11,11 +11,13 @@ __all__ = ["StateError", "own"]
 
 
 class StateError(TubelessError):
-    """State that is not plain data (``TUBELESS_AGENT_INVALID_STATE``)."""
+    """State that is not plain data."""
+
+    code = AGENT_INVALID_STATE
 
     def __init__(self, where: str, error: FreezeError) -> None:
         super().__init__(
-            AGENT_INVALID_STATE,
+            self.code,
             f"{where} must contain only None, bools, ints, finite floats, strings, lists and "
             f"dicts with string keys ({error})",
         )

@@ -43,8 +43,10 @@ class RunCancelledError(TubelessError):
     Handlers may let it propagate: the step is then recorded as cancelled, not failed.
     """
 
+    code = RUN_CANCELLED
+
     def __init__(self, reason: str | None = None) -> None:
-        super().__init__(RUN_CANCELLED, reason or "The run was cancelled.")
+        super().__init__(self.code, reason or "The run was cancelled.")
         self.reason = reason
 
 

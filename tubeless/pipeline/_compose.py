@@ -16,7 +16,7 @@ from tubeless.errors import TubelessError
 from tubeless.pipeline._cancel import YIELD_EVERY
 from tubeless.pipeline._child import _controls, run_child_value
 from tubeless.pipeline._context import StepContext
-from tubeless.pipeline._failures import ChildRunFailedError, maybe_await
+from tubeless.pipeline._failures import ChildRunFailedError, first_error_cause, maybe_await
 from tubeless.pipeline._step import NestedPipeline, Step, _refs
 
 if TYPE_CHECKING:
@@ -34,14 +34,19 @@ _MAX_KEY = 1024
 
 
 class FanOutFailedError(TubelessError):
-    """Some children of a fan-out did not complete; ``fan_out`` summarises them."""
+    """Some children of a fan-out did not complete; ``fan_out`` summarises them.
+
+    ``recorded_cause`` is the first failed child's first error.
+    """
+
+    code = codes.CHILD_FAILED
 
     def __init__(self, step_id: str, failures: list[tuple[int, str, PipelineRun]]) -> None:
         cancelled = all(run.status == "cancelled" for _, _, run in failures)
         first_index, first_key, first_run = failures[0]
         first_error = first_run.errors[0] if first_run.errors else None
         super().__init__(
-            codes.CHILD_FAILED,
+            self.code,
             f"{len(failures)} of the fan-out children of step {step_id} did not complete; "
             f"first: item {first_index} ({first_key!r}) {first_run.status}"
             + (f": {first_error.message[:_MAX_KEY]}" if first_error else ""),
@@ -54,8 +59,7 @@ class FanOutFailedError(TubelessError):
             "failureCount": len(failures),
             "omittedFailureCount": len(failures) - len(shown),
         }
-        if first_error is not None:
-            self._tubeless_cause = ChildRunFailedError(first_run)._tubeless_cause
+        self.recorded_cause = first_error_cause(first_run)
 
 
 def _failure_entry(index: int, key: str, run: PipelineRun) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from tubeless.errors import (
     PipelineError,
     TubelessError,
     cause_chain,
-    code_of,
+    deepest_source_code,
 )
 from tubeless.pipeline._cancel import CancelToken, RunCancelledError, stopped_waiting
 from tubeless.schema import SchemaValidationError
@@ -31,7 +31,7 @@ __all__ = [
     "RequiredOutputsMissingError",
     "call_in_thread",
     "classify",
-    "deepest_code",
+    "first_error_cause",
     "is_cancellation",
     "maybe_await",
     "not_awaitable",
@@ -41,22 +41,20 @@ __all__ = [
 class OutputInvalidError(TubelessError):
     """A step's output was rejected by its ``output_schema``."""
 
+    code = codes.STEP_OUTPUT_VALIDATION_FAILED
+
     def __init__(self, step_id: str, error: SchemaValidationError) -> None:
-        super().__init__(
-            codes.STEP_OUTPUT_VALIDATION_FAILED,
-            f"Step {step_id} output validation failed: {error}",
-        )
+        super().__init__(self.code, f"Step {step_id} output validation failed: {error}")
         self.issues = error.issues
 
 
 class RequiredOutputsMissingError(TubelessError):
     """The finalizer needs outputs that were never published."""
 
+    code = codes.REQUIRED_OUTPUTS_MISSING
+
     def __init__(self, missing: list[str]) -> None:
-        super().__init__(
-            codes.REQUIRED_OUTPUTS_MISSING,
-            f"Required pipeline outputs missing: {', '.join(missing)}",
-        )
+        super().__init__(self.code, f"Required pipeline outputs missing: {', '.join(missing)}")
         self.missing = tuple(missing)
 
 
@@ -64,26 +62,31 @@ class ChildRunFailedError(TubelessError):
     """A child run did not complete; ``run`` is its record.
 
     ``alias`` is the name the caller knows the child by, when that is not its pipeline id (the
-    agent harness passes the tool name of the call that ran it).
+    agent harness passes the tool name of the call that ran it). ``recorded_cause`` is the
+    child's first error, so that the parent's cause chain goes on into the child.
     """
+
+    code = codes.CHILD_FAILED
 
     def __init__(self, run: PipelineRun, *, alias: str | None = None) -> None:
         first = run.errors[0] if run.errors else None
         where = f" at step {first.step_id}" if first is not None and first.step_id else ""
         detail = f": {first.message}" if first is not None else ""
-        super().__init__(
-            codes.CHILD_FAILED, f"Child pipeline {run.pipeline_id} {run.status}{where}{detail}"
-        )
+        super().__init__(self.code, f"Child pipeline {run.pipeline_id} {run.status}{where}{detail}")
         self.run = run
         self.alias = alias
         self.cancelled = run.status == "cancelled"
-        if first is not None:
-            self._tubeless_cause = ErrorCause(
-                message=first.message,
-                name=first.code,
-                source_code=first.code,
-                cause=first.cause,
-            )
+        self.recorded_cause = first_error_cause(run)
+
+
+def first_error_cause(run: PipelineRun) -> ErrorCause | None:
+    """A run's first recorded error as the head of a cause chain (``None`` without errors)."""
+    if not run.errors:
+        return None
+    first = run.errors[0]
+    return ErrorCause(
+        message=first.message, name=first.code, source_code=first.code, cause=first.cause
+    )
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -146,24 +149,13 @@ def classify(
         phase=phase,
         message=message,
         step_id=step_id,
-        source_code=deepest_code(exc, cause),
+        source_code=deepest_source_code(cause),
         cause=cause,
         issues=issues,
         fan_out=getattr(exc, "fan_out", None),
         exception=exc,
         from_handler=from_handler,
     )
-
-
-def deepest_code(exc: BaseException, cause: ErrorCause | None) -> str | None:
-    """The innermost ``code`` on the chain of ``exc`` (its own code otherwise)."""
-    found = code_of(exc)
-    node = cause
-    while node is not None:
-        if node.source_code is not None:
-            found = node.source_code
-        node = node.cause
-    return found
 
 
 # Types whose instances are never awaitable: plain data, then every class met without an

@@ -7,11 +7,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
-from tubeless.errors import PipelineError, cause_chain
+from tubeless.errors import PipelineError, cause_chain, deepest_source_code
 from tubeless.pipeline._context import now_ms
 from tubeless.pipeline._failures import (
     RequiredOutputsMissingError,
-    deepest_code,
     is_cancellation,
     maybe_await,
 )
@@ -108,7 +107,7 @@ def _error(run: RunState, exc: BaseException, *, cancelled: bool) -> PipelineErr
         phase="finalization",
         message=str(exc) or type(exc).__name__,
         step_id=FINALIZE_STEP_ID,
-        source_code=deepest_code(exc, cause),
+        source_code=deepest_source_code(cause),
         cause=cause,
         exception=exc,
     )

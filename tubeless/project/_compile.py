@@ -85,10 +85,12 @@ class Compiler:
     def _check_overrides(self) -> None:
         for entry, fields in self.overrides.items():
             if entry not in self.spec.agents:
-                raise ValueError(f"overrides name {entry!r}, which is not an agent of the project")
+                raise AgentDefinitionError(
+                    f"overrides name {entry!r}, which is not an agent of the project"
+                )
             unknown = set(fields) - AGENT_FIELDS
             if unknown:
-                raise ValueError(
+                raise AgentDefinitionError(
                     f"overrides for {entry!r} may replace {sorted(AGENT_FIELDS)}, "
                     f"not {sorted(unknown)}"
                 )

@@ -14,10 +14,9 @@ from tubeless.errors import (
     DOCUMENT_INVALID,
     REFERENCE_INVALID,
     TEMPLATE_INVALID,
-    AgentDefinitionError,
-    PipelineDefinitionError,
     ReferenceResolutionError,
     TemplateError,
+    TubelessError,
 )
 from tubeless.pipeline import Pipeline
 from tubeless.project import metaschema
@@ -166,7 +165,7 @@ def load_project(
         TemplateError: For invalid templates (``TUBELESS_TEMPLATE_INVALID``).
         ReferenceResolutionError: For references that cannot be imported or used.
         PipelineDefinitionError: For graphs the pipeline core rejects (``DEFINITION_*``).
-        AgentDefinitionError: For agents the harness rejects.
+        AgentDefinitionError: For agents the harness rejects, and for bad ``overrides``.
     """
     checked = check_project(path)
     doc, spec = checked.document, checked.spec
@@ -177,10 +176,8 @@ def load_project(
         pointer, error = compiler.definition_errors[0]
         line, column = doc.source.locate(pointer)
         where = f"{doc.file}:{line}:{column} {pointer}: "
-        error.args = (where + str(error),)
-        if isinstance(error, (PipelineDefinitionError, AgentDefinitionError)):
-            error.message = where + error.message
-        raise error
+        assert isinstance(error, TubelessError), "the compiler keeps only definition errors"
+        raise error.located(where) from error
     return Project(
         id=spec.project.id,
         path=Path(doc.file),

@@ -40,7 +40,6 @@ __all__ = [
     "write_trace",
 ]
 
-#: The code of every :class:`TraceReadError`.
 NDJSON_SUFFIXES: Final = (".ndjson", ".jsonl")
 #: What readers accept by default: bytes per NDJSON file, bytes per line, records per trace.
 MAX_TRACE_BYTES: Final = 64 * 1024 * 1024
@@ -66,6 +65,8 @@ class TraceReadError(TubelessError):
             ``"max_line_bytes"`` or ``"max_records"``), when that is the problem.
     """
 
+    code = TRACE_INVALID
+
     path: str | None
     line: int | None
     problem: str
@@ -84,7 +85,7 @@ class TraceReadError(TubelessError):
         self.problem = problem
         self.bound = bound
         where = "" if self.path is None else self.path if line is None else f"{self.path}:{line}"
-        super().__init__(TRACE_INVALID, f"{where}: {problem}" if where else problem)
+        super().__init__(self.code, f"{where}: {problem}" if where else problem)
 
 
 def json_problem(exc: BaseException) -> str:
