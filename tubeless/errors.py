@@ -55,6 +55,9 @@ Internal ones never reach a caller::
     CliInputError                       tubeless._cli: exit 4
     InputRejected                       tubeless._cli: a flag's value, reported as CliInputError
     _OutputClosed                       tubeless._cli: the reader of stdout went away, exit 141
+    _Interrupted                        tubeless.pipeline: a signal stopping a render, becomes
+                                        RunCancelledError (a KeyboardInterrupt, so no ``except
+                                        Exception`` in the interrupted code catches it)
 
 Plain data (never raised; recorded on runs and in traces)::
 
