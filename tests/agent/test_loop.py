@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel, BeforeValidator
 from typing_extensions import TypedDict
 
+from tests.fixtures.runs import chain_codes
 from tubeless import (
     CancelToken,
     PipelineExecutionError,
@@ -25,7 +26,6 @@ from tubeless import (
     step,
 )
 from tubeless import errors as codes
-from tubeless.errors import PipelineError
 from tubeless.frozen import FrozenDict
 from tubeless.testing import call, capture_trace, continue_with, finish, scripted
 
@@ -97,19 +97,6 @@ class Reductions:
     def __call__(self, state: Any, outcomes: Sequence[Any]) -> Any:
         self.batches.append(tuple(outcomes))
         return state
-
-
-def chain_codes(error: PipelineError) -> list[str]:
-    """Every code found on a recorded error and its cause chain, outermost first."""
-    found = [error.code]
-    if error.source_code is not None:
-        found.append(error.source_code)
-    node = error.cause
-    while node is not None:
-        if node.source_code is not None:
-            found.append(node.source_code)
-        node = node.cause
-    return found
 
 
 def tool_runs(records: list[dict[str, Any]]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from pydantic import BeforeValidator
 from typing_extensions import TypedDict
 
 from examples.agent_delegation import delegating_agent
+from tests.fixtures.runs import chain_codes
 from tubeless import (
     ToolError,
     define_agent,
@@ -85,14 +86,6 @@ def causes(error: PipelineError) -> list[ErrorCause]:
     while node is not None:
         found.append(node)
         node = node.cause
-    return found
-
-
-def chain_codes(error: PipelineError) -> list[str]:
-    found = [error.code]
-    if error.source_code is not None:
-        found.append(error.source_code)
-    found.extend(c.source_code for c in causes(error) if c.source_code is not None)
     return found
 
 

@@ -10,27 +10,19 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tests.fixtures.cli import ROOT, Outcome, tubeless_process
 from tubeless._cli import main
 from tubeless.project import load_project
 
-ROOT = Path(__file__).resolve().parents[2]
 TEXT = ROOT / "projects" / "text-pipeline.yaml"
 SCRIPTED = ROOT / "projects" / "scripted-agent.yaml"
 DELEGATION = ROOT / "projects" / "delegation.yaml"
 COMMANDS = ("plan", "inspect", "graph", "list")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    code: int
-    out: str
-    err: str
 
 
 def tubeless(*args: str | Path) -> Outcome:
@@ -41,19 +33,6 @@ def tubeless(*args: str | Path) -> Outcome:
         code = main([str(arg) for arg in args])
     out, err = streams[0].getvalue(), streams[1].getvalue()
     return Outcome(code, out.decode(), err.decode())
-
-
-def tubeless_process(*args: str | Path) -> Outcome:
-    """A real ``python -m tubeless`` process."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tubeless", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return Outcome(done.returncode, done.stdout, done.stderr)
 
 
 def identity_line(path: Path, entry: str) -> str:

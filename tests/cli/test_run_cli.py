@@ -9,34 +9,19 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli import ROOT, tubeless
+from tests.fixtures.processes import write_project as _project
 from tubeless._cli import main
 from tubeless._cli._flags import derive_flags
 from tubeless.tracing import read_trace
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPTED = ROOT / "projects" / "scripted-agent.yaml"
 DELEGATION = ROOT / "projects" / "delegation.yaml"
 TEXT = ROOT / "projects" / "text-pipeline.yaml"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-
-def tubeless(capsys: pytest.CaptureFixture[str], *args: str | Path) -> Outcome:
-    """The CLI in process, through ``main()`` (the real exit-code mapping)."""
-    code = main([str(arg) for arg in args])
-    captured = capsys.readouterr()
-    return Outcome(code, captured.out, captured.err)
 
 
 @pytest.mark.parametrize(
@@ -109,15 +94,6 @@ def test_run_exit_codes(capsys: pytest.CaptureFixture[str], args: list[str | Pat
     assert outcome.code == code, outcome.err
     assert message in outcome.err
     assert "Traceback" not in outcome.err
-
-
-def _project(tmp_path: Path, body: str, module: str = "") -> Path:
-    """A project whose ``helpers:`` references name a module unique to this test."""
-    name = f"helpers_{uuid.uuid4().hex}"
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(module), encoding="utf-8")
-    path = tmp_path / "project.yaml"
-    path.write_text(textwrap.dedent(body).replace('"helpers:', f'"{name}:'), encoding="utf-8")
-    return path
 
 
 FAILING = """\

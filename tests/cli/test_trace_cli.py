@@ -18,24 +18,18 @@ from click.testing import CliRunner
 
 from examples.agent_delegation import delegating_agent
 from examples.scripted_agent import scripted_agent
+from tests.fixtures.cli import ROOT, Outcome, tubeless, tubeless_process
+from tests.fixtures.traces import run_labels
 from tubeless import Pipeline, define_pipeline, step
-from tubeless._cli import cli, main
+from tubeless._cli import cli
 from tubeless.testing import capture_trace
 from tubeless.tracing import NdjsonSink, SqliteSink, read_trace, run_trees
 
-ROOT = Path(__file__).resolve().parents[2]
 Records = list[dict[str, Any]]
 
 # Control characters (C0 but newline, DEL, C1) and the bidi controls terminal_safe replaces.
 UNSAFE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 DURATION = re.compile(r"(?<=  )\d+(\.\d)?(ms|s)\b")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    code: int
-    out: str
-    err: str
 
 
 @dataclass(frozen=True)
@@ -52,27 +46,6 @@ class Recorded:
 
     def path(self, storage: str) -> Path:
         return self.ndjson if storage == "ndjson" else self.sqlite
-
-
-def tubeless(capsys: pytest.CaptureFixture[str], *args: str | Path) -> Outcome:
-    """Run the CLI in process through ``main()`` (the real exit-code mapping)."""
-    code = main([str(arg) for arg in args])
-    captured = capsys.readouterr()
-    return Outcome(code, captured.out, captured.err)
-
-
-def tubeless_process(*args: str | Path) -> Outcome:
-    """Run ``python -m tubeless`` as a real process."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tubeless", *map(str, args)],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
-    return Outcome(done.returncode, done.stdout, done.stderr)
 
 
 def record_to_files(pipeline: Pipeline, raw: Any, folder: Path, *, runs: int = 1) -> Recorded:
@@ -108,10 +81,7 @@ def example(request: pytest.FixtureRequest) -> Recorded:
 
 def labelled(text: str, records: Records) -> str:
     """``text`` with run ids replaced by ``<pipelineId>#<n>`` and durations by ``<d>``."""
-    labels: dict[str, str] = {}
-    for r in records:
-        labels.setdefault(r["runId"], f"{r['pipelineId']}#{len(labels)}")
-    for run_id, label in labels.items():
+    for run_id, label in run_labels(records).items():
         text = text.replace(run_id, label)
     return DURATION.sub("<d>", text)
 

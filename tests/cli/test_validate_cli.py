@@ -7,16 +7,15 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tests.fixtures.cli import ROOT, Outcome, tubeless_process
 from tubeless._cli import cli, main
 from tubeless.project import metaschema
 
-ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "projects").glob("*.yaml"))
 
 # A valid project whose references all live in the repository's examples package.
@@ -161,32 +160,11 @@ pipelines:
 """
 
 
-@dataclass(frozen=True)
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-
 def invoke(*args: str | Path) -> Outcome:
     """``tubeless validate ARGS`` in process with click's ``CliRunner``."""
     result = CliRunner().invoke(cli, ["validate", *map(str, args)])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
     return Outcome(result.exit_code, result.stdout, result.stderr)
-
-
-def tubeless_process(*args: str | Path, cwd: Path = ROOT) -> Outcome:
-    """``python -m tubeless ARGS`` as a real process."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tubeless", *map(str, args)],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=cwd,
-        timeout=60,
-        check=False,
-    )
-    return Outcome(done.returncode, done.stdout, done.stderr)
 
 
 def write(path: Path, text: str) -> Path:

@@ -12,19 +12,12 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.runs import error_shape, shape
 from tubeless import CancelToken, define_pipeline, step
 from tubeless.testing import capture_trace
 
 #: A hang guard for handlers that poll from worker threads; never part of an assertion.
 POLL_LIMIT_S = 10.0
-
-
-def shape(run: Any) -> list[tuple[str, str, str | None, str | None]]:
-    return [(r.id, r.status, r.reason, r.dependency_id) for r in run.steps]
-
-
-def error_shape(run: Any) -> list[tuple[str, str, str, str | None]]:
-    return [(e.code, e.kind, e.phase, e.step_id) for e in run.errors]
 
 
 def stray_tasks() -> list[asyncio.Task[Any]]:

@@ -11,14 +11,11 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.runs import shape
 from tubeless import define_pipeline, step
 
 #: A hang guard only: a step that waits longer fails, so a broken scheduler fails the test.
 GUARD_S = 10.0
-
-
-def shape(run: Any) -> list[tuple[str, str, str | None, str | None]]:
-    return [(r.id, r.status, r.reason, r.dependency_id) for r in run.steps]
 
 
 async def test_two_independent_async_steps_overlap_with_max_concurrency_two() -> None:

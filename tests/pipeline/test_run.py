@@ -16,6 +16,7 @@ from typing import Any
 import pydantic
 import pytest
 
+from tests.fixtures.runs import error_shape, shape
 from tubeless import (
     CancelToken,
     PipelineExecutionError,
@@ -58,14 +59,6 @@ def raises(exc: BaseException, calls: list[str] | None = None) -> Callable[..., 
         raise exc
 
     return run
-
-
-def shape(run: Any) -> list[tuple[str, str, str | None, str | None]]:
-    return [(r.id, r.status, r.reason, r.dependency_id) for r in run.steps]
-
-
-def error_shape(run: Any) -> list[tuple[str, str, str, str | None]]:
-    return [(e.code, e.kind, e.phase, e.step_id) for e in run.errors]
 
 
 # -- the skip ladder (item 5) ---------------------------------------------------------------------

@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,8 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BeforeValidator
 
+from tests.fixtures.processes import assert_trace_complete
+from tests.fixtures.traces import sink_warnings as _sink_warnings
 from tubeless import (
     CancelToken,
     Pipeline,
@@ -55,34 +56,6 @@ TERMINAL = {"step.complete", "step.failed", "step.cancelled", "step.skipped"}
 
 
 # -- trace completeness ----------------------------------------------------------------------------
-def assert_trace_complete(records: list[dict[str, Any]]) -> None:
-    """Every started run completed once, after its own records; the root's completion is last;
-    every ``step.running`` attempt has exactly one terminal record."""
-    assert records, "the trace is empty"
-    root = records[0]
-    assert root["name"] == "pipeline.started"
-    assert "parentRunId" not in root
-    last = records[-1]
-    assert (last["name"], last["runId"]) == ("pipeline.completed", root["runId"])
-    started = [r["runId"] for r in records if r["name"] == "pipeline.started"]
-    completed = [r["runId"] for r in records if r["name"] == "pipeline.completed"]
-    assert len(set(started)) == len(started)
-    assert Counter(completed) == Counter(started)
-    finished_at = {
-        r["runId"]: i for i, r in enumerate(records) if r["name"] == "pipeline.completed"
-    }
-    for index, record in enumerate(records):
-        assert index <= finished_at[record["runId"]], f"record after its run completed: {record}"
-    attempts = {
-        (r["runId"], r["stepId"], r["attemptId"]) for r in records if r["name"] == "step.running"
-    }
-    terminals = Counter(
-        (r["runId"], r["stepId"], r.get("attemptId")) for r in records if r["name"] in TERMINAL
-    )
-    missing = [key for key in attempts if terminals[key] != 1]
-    assert missing == [], f"attempts without exactly one terminal record: {missing}"
-
-
 def root_status(records: list[dict[str, Any]]) -> str:
     return str(records[-1]["payload"]["status"])
 
@@ -365,10 +338,6 @@ def _long_pipeline(on_middle: Callable[[], None]) -> Pipeline:
     steps.append(step("middle", middle))
     steps += [step(f"t{i}", lambda inputs, ctx: 1) for i in range(100)]
     return define_pipeline(id="long", steps=steps)
-
-
-def _sink_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "tubeless.trace"]
 
 
 def test_an_ndjson_stream_closed_and_its_folder_removed_mid_run_does_not_fail_the_run(

@@ -15,16 +15,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.fixtures.traces import sink_warnings as _sink_warnings
 from tubeless import define_pipeline, step
 from tubeless._cli import cli, main
 from tubeless.agent import define_agent, define_tool
 from tubeless.testing import capture_trace
 from tubeless.tracing import NdjsonSink, SqliteSink, TraceReadError, read_trace
 from tubeless.tracing.sqlite import read_sqlite
-
-
-def _sink_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "tubeless.trace"]
 
 
 # -- item 12: the reader bounds -----------------------------------------------------------------

@@ -20,12 +20,12 @@ import pytest
 
 from examples.agent_delegation import delegating_agent
 from examples.scripted_agent import scripted_agent
+from tests.fixtures.traces import Records, relabel, run_labels
 from tubeless import Pipeline
 from tubeless.testing import capture_trace
 from tubeless.tracing import NdjsonSink, SqliteSink, format_tree, read_trace, run_trees
 
 ROOT = Path(__file__).resolve().parents[2]
-Records = list[dict[str, Any]]
 Entry = tuple[str, str, str | None]
 TERMINAL = ("step.complete", "step.skipped", "step.failed", "step.cancelled")
 
@@ -37,27 +37,6 @@ async def record(agent: Pipeline, question: str, **kwargs: Any) -> Records:
         run = await agent.run({"question": question}, trace=trace, **kwargs)
     assert run.status == "completed", run.errors
     return trace.records
-
-
-def run_labels(records: Records) -> dict[str, str]:
-    """``<pipelineId>#<n>`` for each run id, ``n`` counting runs in order of first appearance."""
-    labels: dict[str, str] = {}
-    for r in records:
-        labels.setdefault(r["runId"], f"{r['pipelineId']}#{len(labels)}")
-    return labels
-
-
-def relabel(value: Any, labels: Mapping[str, str]) -> Any:
-    """``value`` with every run id (also inside attempt ids) replaced by its label."""
-    if isinstance(value, str):
-        for run_id, label in labels.items():
-            value = value.replace(run_id, label)
-        return value
-    if isinstance(value, Mapping):
-        return {key: relabel(item, labels) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [relabel(item, labels) for item in value]
-    return value
 
 
 def sequence(records: Records) -> list[Entry]:
