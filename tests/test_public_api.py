@@ -1,11 +1,22 @@
-"""The public API is exactly what ``tubeless.__all__`` pins, and every name imports."""
+"""The public API is exactly what ``tubeless.__all__`` pins, and every name imports.
+
+The explicit list below is the deliberate record; the other tests derive the same list from
+the module itself (its lazy ``_HOMES`` table and its ``TYPE_CHECKING`` imports) and from the
+documented import lines, so a name added in one place and not the others fails here.
+"""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
+from importlib import import_module
+from pathlib import Path
 
 import tubeless
+
+ROOT = Path(__file__).resolve().parents[1]
 
 EXPECTED = [
     "AgentDefinitionError",
@@ -40,6 +51,14 @@ EXPECTED = [
     "step",
 ]
 
+#: The names of DESIGN.md section 3's import line (the contract, kept outside this repository).
+DESIGN_IMPORTS = [
+    "define_pipeline", "step", "from_pipeline", "for_each_pipeline", "iterate_pipeline",
+    "require_outputs", "define_agent", "define_tool", "pipeline_tool", "ToolError", "Limits",
+    "Schema", "CancelToken", "load_project", "TubelessError", "PipelineExecutionError",
+]
+_DOC_IMPORT = re.compile(r"^from tubeless import \(?([\w, \n]+?)\)?$", re.MULTILINE)
+
 
 def test_all_is_pinned_and_sorted() -> None:
     """Adding or removing a public name is a deliberate change to this list."""
@@ -72,3 +91,55 @@ def test_importing_the_package_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_all_is_every_lazily_homed_name_plus_the_version() -> None:
+    """``__all__`` and the ``_HOMES`` table that ``__getattr__`` reads name the same names."""
+    homed = [name for names in tubeless._HOMES.values() for name in names]
+
+    assert len(homed) == len(set(homed)), "a name has two homes"
+    assert sorted([*homed, "__version__"]) == tubeless.__all__
+
+
+def test_each_name_comes_from_its_home_module_s_public_names() -> None:
+    """``tubeless.X`` is the very object its home module exports under the same name."""
+    for module_name, names in tubeless._HOMES.items():
+        module = import_module(module_name)
+        for name in names:
+            assert getattr(tubeless, name) is getattr(module, name), name
+            assert name in getattr(module, "__all__", [name]), f"{module_name} hides {name}"
+
+
+def test_the_type_checking_imports_match_the_lazy_homes() -> None:
+    """What type checkers see (the ``TYPE_CHECKING`` block) is what runs (``_HOMES``)."""
+    tree = ast.parse((ROOT / "tubeless" / "__init__.py").read_text(encoding="utf-8"))
+    guarded = next(
+        node for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    seen: dict[str, tuple[str, ...]] = {}
+    for node in guarded.body:
+        assert isinstance(node, ast.ImportFrom) and node.module is not None
+        seen[node.module] = tuple(alias.name for alias in node.names)
+
+    assert seen == {module: tuple(sorted(names)) for module, names in tubeless._HOMES.items()}
+
+
+def test_design_s_import_line_is_all_exported() -> None:
+    """Every name DESIGN.md section 3 imports from ``tubeless`` is public."""
+    assert set(DESIGN_IMPORTS) <= set(tubeless.__all__)
+
+
+def test_every_documented_import_names_public_names() -> None:
+    """``from tubeless import ...`` in README.md and docs/*.md only names exported names."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    imported = {
+        name.strip()
+        for path in documents
+        for match in _DOC_IMPORT.finditer(path.read_text(encoding="utf-8"))
+        for name in match.group(1).split(",")
+        if name.strip()
+    }
+
+    assert imported, "no documented imports were found"
+    assert imported <= set(tubeless.__all__)
