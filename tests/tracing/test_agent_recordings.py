@@ -20,7 +20,7 @@ import pytest
 
 from examples.agent_delegation import delegating_agent
 from examples.scripted_agent import scripted_agent
-from tests.fixtures.traces import Records, relabel, run_labels
+from tests.fixtures.traces import Records, documented_sequence, relabel, run_labels
 from tubeless import Pipeline
 from tubeless.testing import capture_trace
 from tubeless.tracing import NdjsonSink, SqliteSink, format_tree, read_trace, run_trees
@@ -129,66 +129,9 @@ def tool_run(run: str) -> list[Entry]:
     ]
 
 
-SCRIPTED_SEQUENCE: list[Entry] = [
-    # The agent run: started, its one plan step; the agent step starts and reports turn 1.
-    ("scripted-agent#0", "pipeline.started", None),
-    ("scripted-agent#0", "step.planned", "agent"),
-    ("scripted-agent#0", "step.running", "agent"),
-    ("scripted-agent#0", "step.running", "agent"),
-    # Turn 1 (iteration 1): decide -> calls -> reduce, then the turn finalizes on reduce.
-    ("scripted-agent/turn#1", "pipeline.started", None),
-    ("scripted-agent/turn#1", "step.planned", "decide"),
-    ("scripted-agent/turn#1", "step.planned", "calls"),
-    ("scripted-agent/turn#1", "step.planned", "reduce"),
-    ("scripted-agent/turn#1", "step.running", "decide"),
-    ("scripted-agent/turn#1", "step.attempted", "decide"),
-    ("scripted-agent/turn#1", "step.complete", "decide"),
-    ("scripted-agent/turn#1", "step.running", "calls"),
-    # calls: the batch attribution, then per call its attribution and its whole tool run.
-    ("scripted-agent/turn#1", "step.attempted", "calls"),
-    ("scripted-agent/turn#1", "step.attempted", "calls"),
-    # Call 'length' runs the count tool (handler-tool run: one 'tool' step, finalized).
-    *tool_run("scripted-agent/tool/count#2"),
-    # Progress after 'length', then call 'word-0'.
-    ("scripted-agent/turn#1", "step.running", "calls"),
-    ("scripted-agent/turn#1", "step.attempted", "calls"),
-    *tool_run("scripted-agent/tool/uppercase#3"),
-    # Progress after 'word-0', then call 'word-1'.
-    ("scripted-agent/turn#1", "step.running", "calls"),
-    ("scripted-agent/turn#1", "step.attempted", "calls"),
-    *tool_run("scripted-agent/tool/uppercase#4"),
-    # Progress after 'word-1'; the batch settled, reduce runs once.
-    ("scripted-agent/turn#1", "step.running", "calls"),
-    ("scripted-agent/turn#1", "step.complete", "calls"),
-    ("scripted-agent/turn#1", "step.running", "reduce"),
-    ("scripted-agent/turn#1", "step.attempted", "reduce"),
-    ("scripted-agent/turn#1", "step.complete", "reduce"),
-    ("scripted-agent/turn#1", "pipeline.finalize.started", None),
-    ("scripted-agent/turn#1", "pipeline.finalize.completed", None),
-    ("scripted-agent/turn#1", "pipeline.completed", None),
-    # The agent step reports turn 2, which finishes: no calls, no reduce attributes.
-    ("scripted-agent#0", "step.running", "agent"),
-    ("scripted-agent/turn#5", "pipeline.started", None),
-    ("scripted-agent/turn#5", "step.planned", "decide"),
-    ("scripted-agent/turn#5", "step.planned", "calls"),
-    ("scripted-agent/turn#5", "step.planned", "reduce"),
-    ("scripted-agent/turn#5", "step.running", "decide"),
-    ("scripted-agent/turn#5", "step.attempted", "decide"),
-    ("scripted-agent/turn#5", "step.complete", "decide"),
-    ("scripted-agent/turn#5", "step.running", "calls"),
-    ("scripted-agent/turn#5", "step.complete", "calls"),
-    ("scripted-agent/turn#5", "step.running", "reduce"),
-    ("scripted-agent/turn#5", "step.complete", "reduce"),
-    ("scripted-agent/turn#5", "pipeline.finalize.started", None),
-    ("scripted-agent/turn#5", "pipeline.finalize.completed", None),
-    ("scripted-agent/turn#5", "pipeline.completed", None),
-    # The agent step ends; the agent run finalizes on it.
-    ("scripted-agent#0", "step.running", "agent"),
-    ("scripted-agent#0", "step.complete", "agent"),
-    ("scripted-agent#0", "pipeline.finalize.started", None),
-    ("scripted-agent#0", "pipeline.finalize.completed", None),
-    ("scripted-agent#0", "pipeline.completed", None),
-]
+#: The scripted agent's records, commented group by group, are the example of docs/traces.md
+#: ("One agent run, record by record"); tests/docs/test_trace_example.py checks its layout.
+SCRIPTED_SEQUENCE: list[Entry] = documented_sequence()
 
 DELEGATION_SEQUENCE: list[Entry] = [
     # The delegating agent starts and reports turn 1.
