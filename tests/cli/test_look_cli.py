@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from inline_snapshot import Is, snapshot
 
 from tests.fixtures.cli import ROOT, Outcome, tubeless_process
 from tubeless._cli import main
@@ -349,49 +350,51 @@ def test_inspect_json_for_the_scripted_agent() -> None:
     assert (outcome.code, outcome.err) == (0, "")
     data = json.loads(outcome.out)
     entry = load_project(SCRIPTED).get("scripted-agent")
-    assert data == {
-        "entry": "scripted-agent",
-        "kind": "agent",
-        "pipeline_id": "scripted-agent",
-        "name": "Scripted agent",
-        "description": "Counts characters and uppercases words with scripted decisions.",
-        "target_ids": ["agent"],
-        "step_ids": ["agent"],
-        "identity": {
-            "version": entry.identity.version,
-            "structural_fingerprint": entry.identity.structural_fingerprint,
-            "definition_id": entry.identity.definition_id,
-            "implementation_version": "scripted-v1",
-        },
-        "plan": entry.plan().to_dict(definition=True),
-        "agent": {
-            "limits": {
-                "max_turns": 3,
-                "max_calls": 100,
-                "max_decisions": 3,
-                "max_depth": 4,
-                "max_concurrency": 2,
+    assert data == snapshot(
+        {
+            "entry": "scripted-agent",
+            "kind": "agent",
+            "pipeline_id": "scripted-agent",
+            "name": "Scripted agent",
+            "description": "Counts characters and uppercases words with scripted decisions.",
+            "target_ids": ["agent"],
+            "step_ids": ["agent"],
+            "identity": {
+                "version": Is(entry.identity.version),
+                "structural_fingerprint": Is(entry.identity.structural_fingerprint),
+                "definition_id": Is(entry.identity.definition_id),
+                "implementation_version": "scripted-v1",
             },
-            "capabilities": [
-                {
-                    "name": "count",
-                    "description": "Count the characters of a piece of text.",
-                    "input_json_schema": {"type": "string"},
-                    "kind": "function",
-                    "pipeline_id": "scripted-agent/tool/count",
+            "plan": Is(entry.plan().to_dict(definition=True)),
+            "agent": {
+                "limits": {
+                    "max_turns": 3,
+                    "max_calls": 100,
+                    "max_decisions": 3,
+                    "max_depth": 4,
+                    "max_concurrency": 2,
                 },
-                {
-                    "name": "uppercase",
-                    "description": "Uppercase a piece of text.",
-                    "input_json_schema": {"type": "string"},
-                    "kind": "function",
-                    "pipeline_id": "scripted-agent/tool/uppercase",
-                },
-            ],
-            "result_json_schema": {"description": "The final answer text.", "type": "string"},
-            "turn_pipeline_id": "scripted-agent/turn",
-        },
-    }
+                "capabilities": [
+                    {
+                        "name": "count",
+                        "description": "Count the characters of a piece of text.",
+                        "input_json_schema": {"type": "string"},
+                        "kind": "function",
+                        "pipeline_id": "scripted-agent/tool/count",
+                    },
+                    {
+                        "name": "uppercase",
+                        "description": "Uppercase a piece of text.",
+                        "input_json_schema": {"type": "string"},
+                        "kind": "function",
+                        "pipeline_id": "scripted-agent/tool/uppercase",
+                    },
+                ],
+                "result_json_schema": {"description": "The final answer text.", "type": "string"},
+                "turn_pipeline_id": "scripted-agent/turn",
+            },
+        }
+    )
 
 
 def test_inspect_json_for_the_text_pipeline() -> None:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from inline_snapshot import snapshot
 
 from examples.agent_delegation import delegating_agent
 from examples.scripted_agent import scripted_agent
@@ -286,49 +287,45 @@ def assert_valid_dot(source: str) -> None:
 
 def test_dot_for_a_pipeline() -> None:
     text = to_dot(build_graph(diagrammed(), direction="TD", descriptions=True))
-    assert text == textwrap.dedent(
-        """\
-        digraph "diagrammed" {
-          rankdir=TB;
-          node [shape=box];
-          "step0" [label="Load \\"Rows\\" #1 & <raw> — Read safely. No mutation."];
-          "step1" [label="hint"];
-          "step2" [label="validate"];
-          "step3" [label="publish"];
-          "step0" -> "step3";
-          "step1" -> "step3" [style=dashed, label="optional input"];
-          "step2" -> "step3" [style=dashed, label="optional input + failure gate"];
-        }
-        """
-    )
+    assert text == snapshot("""\
+digraph "diagrammed" {
+  rankdir=TB;
+  node [shape=box];
+  "step0" [label="Load \\"Rows\\" #1 & <raw> — Read safely. No mutation."];
+  "step1" [label="hint"];
+  "step2" [label="validate"];
+  "step3" [label="publish"];
+  "step0" -> "step3";
+  "step1" -> "step3" [style=dashed, label="optional input"];
+  "step2" -> "step3" [style=dashed, label="optional input + failure gate"];
+}
+""")
     assert_valid_dot(text)
 
 
 def test_dot_for_an_agent() -> None:
     text = render_graph(scripted_agent, format="dot", direction="LR")
-    assert text == textwrap.dedent(
-        """\
-        digraph "scripted-agent" {
-          rankdir=LR;
-          compound=true;
-          node [shape=box];
-          subgraph "cluster_step0" {
-            label="agent (agent: scripted-agent/turn)";
-            "step0_0" [label="Decide"];
-            "step0_1" [label="Calls"];
-            "step0_2" [label="Reduce"];
-            "step0_tool0" [label="count", style=rounded];
-            "step0_tool1" [label="uppercase", style=rounded];
-          }
-          "step0_0" -> "step0_1";
-          "step0_0" -> "step0_2";
-          "step0_1" -> "step0_2";
-          "step0_2" -> "step0_0" [style=dashed, label="next turn (at most 3)"];
-          "step0_1" -> "step0_tool0" [style=dotted, label="count"];
-          "step0_1" -> "step0_tool1" [style=dotted, label="uppercase"];
-        }
-        """
-    )
+    assert text == snapshot("""\
+digraph "scripted-agent" {
+  rankdir=LR;
+  compound=true;
+  node [shape=box];
+  subgraph "cluster_step0" {
+    label="agent (agent: scripted-agent/turn)";
+    "step0_0" [label="Decide"];
+    "step0_1" [label="Calls"];
+    "step0_2" [label="Reduce"];
+    "step0_tool0" [label="count", style=rounded];
+    "step0_tool1" [label="uppercase", style=rounded];
+  }
+  "step0_0" -> "step0_1";
+  "step0_0" -> "step0_2";
+  "step0_1" -> "step0_2";
+  "step0_2" -> "step0_0" [style=dashed, label="next turn (at most 3)"];
+  "step0_1" -> "step0_tool0" [style=dotted, label="count"];
+  "step0_1" -> "step0_tool1" [style=dotted, label="uppercase"];
+}
+""")
     assert_valid_dot(text)
 
 

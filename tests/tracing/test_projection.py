@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from inline_snapshot import snapshot
 
 from examples.agent_delegation import delegating_agent
 from examples.scripted_agent import scripted_agent
@@ -227,38 +228,64 @@ async def test_plain_pipeline_projects_steps_with_statuses_reasons_and_error_cod
     )
     trees = run_trees(await _record(pipeline))
 
-    assert _shape(trees) == [
-        {
-            "run_id": "plain#1",
-            "pipeline_id": "plain",
-            "parent_run_id": None,
-            "item_key": None,
-            "iteration_index": None,
-            "status": "failed",
-            "dry_run": False,
-            "started_at_ms": "<ms>",
-            "duration_ms": "<ms>",
-            "error_code": codes.STEP_FAILED,
-            "error_message": "no space left",
-            "error_summary": "no space left",
-            "steps": [
-                {"id": "fetch", "status": "completed", "reason": None,
-                 "attempt_id": "plain#1:attempt:1", "duration_ms": "<ms>",
-                 "error_code": None, "source_code": None},
-                {"id": "store", "status": "failed", "reason": None,
-                 "attempt_id": "plain#1:attempt:2", "duration_ms": "<ms>",
-                 "error_code": codes.STEP_FAILED, "source_code": "DISK_FULL"},
-                {"id": "report", "status": "skipped", "reason": "fail-fast",
-                 "attempt_id": None, "duration_ms": None, "error_code": None,
-                 "source_code": None},
-                {"id": "cleanup", "status": "skipped", "reason": "fail-fast",
-                 "attempt_id": None, "duration_ms": None, "error_code": None,
-                 "source_code": None},
-            ],
-            "children": [],
-            "agent": None,
-        }
-    ]
+    assert _shape(trees) == snapshot(
+        [
+            {
+                "run_id": "plain#1",
+                "pipeline_id": "plain",
+                "parent_run_id": None,
+                "item_key": None,
+                "iteration_index": None,
+                "status": "failed",
+                "dry_run": False,
+                "started_at_ms": "<ms>",
+                "duration_ms": "<ms>",
+                "error_code": "TUBELESS_STEP_FAILED",
+                "error_message": "no space left",
+                "error_summary": "no space left",
+                "steps": [
+                    {
+                        "id": "fetch",
+                        "status": "completed",
+                        "reason": None,
+                        "attempt_id": "plain#1:attempt:1",
+                        "duration_ms": "<ms>",
+                        "error_code": None,
+                        "source_code": None,
+                    },
+                    {
+                        "id": "store",
+                        "status": "failed",
+                        "reason": None,
+                        "attempt_id": "plain#1:attempt:2",
+                        "duration_ms": "<ms>",
+                        "error_code": "TUBELESS_STEP_FAILED",
+                        "source_code": "DISK_FULL",
+                    },
+                    {
+                        "id": "report",
+                        "status": "skipped",
+                        "reason": "fail-fast",
+                        "attempt_id": None,
+                        "duration_ms": None,
+                        "error_code": None,
+                        "source_code": None,
+                    },
+                    {
+                        "id": "cleanup",
+                        "status": "skipped",
+                        "reason": "fail-fast",
+                        "attempt_id": None,
+                        "duration_ms": None,
+                        "error_code": None,
+                        "source_code": None,
+                    },
+                ],
+                "children": [],
+                "agent": None,
+            }
+        ]
+    )
 
 
 async def test_a_dry_run_marks_the_run_and_keeps_skip_reasons() -> None:
@@ -284,18 +311,30 @@ def test_scripted_agent_finishes_after_one_batch_of_three_calls() -> None:
 
     assert len(trees) == 1
     assert _agent(trees) == _scripted_history()
-    assert _outline(trees[0], _labels(trees)) == (
-        "scripted-agent#1", "completed", "agent:completed",
-        [
-            ("scripted-agent/turn#1", "completed", "decide:completed calls:completed "
-             "reduce:completed", [
-                ("scripted-agent/tool/count#1", "completed", "tool:completed", []),
-                ("scripted-agent/tool/uppercase#1", "completed", "tool:completed", []),
-                ("scripted-agent/tool/uppercase#2", "completed", "tool:completed", []),
-            ]),
-            ("scripted-agent/turn#2", "completed", "decide:completed calls:completed "
-             "reduce:completed", []),
-        ],
+    assert _outline(trees[0], _labels(trees)) == snapshot(
+        (
+            "scripted-agent#1",
+            "completed",
+            "agent:completed",
+            [
+                (
+                    "scripted-agent/turn#1",
+                    "completed",
+                    "decide:completed calls:completed reduce:completed",
+                    [
+                        ("scripted-agent/tool/count#1", "completed", "tool:completed", []),
+                        ("scripted-agent/tool/uppercase#1", "completed", "tool:completed", []),
+                        ("scripted-agent/tool/uppercase#2", "completed", "tool:completed", []),
+                    ],
+                ),
+                (
+                    "scripted-agent/turn#2",
+                    "completed",
+                    "decide:completed calls:completed reduce:completed",
+                    [],
+                ),
+            ],
+        )
     )
 
 
