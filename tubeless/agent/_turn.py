@@ -14,7 +14,7 @@ from tubeless.agent._scope import Scope
 from tubeless.agent._state import own
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
-from tubeless.pipeline._failures import not_awaitable
+from tubeless.pipeline._failures import is_awaitable
 from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
 
@@ -141,7 +141,7 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
             await scope.enter(ctx.signal)
         try:
             raw = source(t.state, decision_ctx)
-            if not_awaitable(raw) is False:
+            if is_awaitable(raw):
                 raw = await raw
         finally:
             scope.exit()
@@ -210,7 +210,7 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
         if spec.reduce is None:
             return _next(t, t.state, len(outcomes), ctx)
         reduced = spec.reduce(t.state, outcomes)
-        if not_awaitable(reduced) is False:
+        if is_awaitable(reduced):
             return _reduce_async(reduced, t, len(outcomes), ctx)
         return _next(t, own(reduced), len(outcomes), ctx)
 

@@ -13,7 +13,7 @@ from tubeless.pipeline._cancel import YIELD_EVERY
 from tubeless.pipeline._child import _controls, run_child_value
 from tubeless.pipeline._compose import _composed
 from tubeless.pipeline._context import StepContext
-from tubeless.pipeline._failures import ChildRunFailedError, maybe_await, not_awaitable
+from tubeless.pipeline._failures import ChildRunFailedError, is_awaitable, maybe_await
 from tubeless.pipeline._pipeline import Pipeline
 from tubeless.pipeline._step import NestedPipeline, Step
 
@@ -80,7 +80,7 @@ def iterate_pipeline(
             if groups is not None:
                 groups.report(ctx, index, max_iterations)
             raw = map_options(state, inputs, ctx)
-            if not not_awaitable(raw):
+            if is_awaitable(raw):
                 raw = await raw
             if index % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # quick iterations may never suspend: let the loop run
@@ -106,7 +106,7 @@ def iterate_pipeline(
                     groups.report(ctx, None, max_iterations)
                 raise ChildRunFailedError(result)
             decision = transition(result, state, ctx)
-            if not not_awaitable(decision):
+            if is_awaitable(decision):
                 decision = await decision
             kind = _transition_kind(decision)
             if kind == "finish":
