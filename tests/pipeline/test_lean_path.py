@@ -1,9 +1,10 @@
 """The lean child-run path gives exactly the records of the executor, for every outcome.
 
 Each scenario runs twice without trace sinks: once as shipped (straight-line children take the
-lean path) and once with the lean path switched off. The run records, including every nested
-child record reachable through the errors, must be the same apart from fresh run ids and clock
-readings, and every handler must run the same number of times (a hand-over never repeats one).
+lean path) and once with the lean path switched off by the public switch ``lean_path(False)``.
+The run records, including every nested child record reachable through the errors, must be the
+same apart from fresh run ids and clock readings, and every handler must run the same number
+of times (a hand-over never repeats one).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tubeless import (
     pipeline_tool,
     step,
 )
-from tubeless.pipeline import _child
+from tubeless.pipeline import lean_path
 from tubeless.testing import call, continue_with, finish, scripted
 
 Scenario = Callable[[dict[str, int]], tuple[Any, Any]]
@@ -106,19 +107,6 @@ async def _observe(scenario: Scenario) -> tuple[dict[str, Any], dict[str, int]]:
     # Messages may quote run ids, which are fresh in every run.
     text = _UUID.sub("<id>", json.dumps(_snapshot(run, {}), default=repr))
     return json.loads(text), calls
-
-
-@pytest.fixture
-def lean_counter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    used: list[int] = []
-    real = _child.run_lean
-
-    async def counting(*args: Any, **kwargs: Any) -> Any:
-        used.append(1)
-        return await real(*args, **kwargs)
-
-    monkeypatch.setattr(_child, "run_lean", counting)
-    return used
 
 
 # -- pipeline scenarios ------------------------------------------------------------------------
@@ -289,14 +277,14 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-async def test_lean_path_records_match_the_executor(
-    name: str, monkeypatch: pytest.MonkeyPatch, lean_counter: list[int]
-) -> None:
-    lean, lean_calls = await _observe(SCENARIOS[name])
-    assert lean_counter, "the scenario never took the lean path"
-    monkeypatch.setattr(_child, "lean_program", lambda pipeline: None)
-    full, full_calls = await _observe(SCENARIOS[name])
-    assert lean == full
+async def test_lean_path_records_match_the_executor(name: str) -> None:
+    with lean_path() as lean:
+        lean_result, lean_calls = await _observe(SCENARIOS[name])
+    assert lean.runs, "the scenario never took the lean path"
+    with lean_path(False) as off:
+        full, full_calls = await _observe(SCENARIOS[name])
+    assert off.runs == 0
+    assert lean_result == full
     assert lean_calls == full_calls
 
 
@@ -328,14 +316,14 @@ async def test_a_cancelled_task_stops_a_lean_child_and_leaves_nothing_running() 
     assert pending == []
 
 
-async def test_tracing_always_takes_the_executor(lean_counter: list[int]) -> None:
+async def test_tracing_always_takes_the_executor() -> None:
     from tubeless.testing import capture_trace
 
     pipeline, raw = SCENARIOS["agent finishes"]({})
-    with capture_trace() as trace:
+    with capture_trace() as trace, lean_path() as lean:
         run = await pipeline.run(raw, trace=trace)
     assert run.status == "completed"
-    assert lean_counter == []
+    assert lean.runs == 0
     assert any(r["name"] == "pipeline.started" and r["pipelineId"] == "agent/turn"
                for r in trace.records)
 

@@ -1,4 +1,30 @@
-"""The agent harness: tools, decisions, limits and the bounded decide → calls → reduce loop."""
+"""The agent harness: tools, decisions, limits and the bounded decide → calls → reduce loop.
+
+An agent is compiled into ordinary pipelines (``_agent.define_agent``)::
+
+    pipeline <id>                 one step "agent", finalized by it
+      step "agent"                iterate_pipeline(<id>/turn, max_iterations=max_turns)
+    pipeline <id>/turn            decide → calls → reduce, finalized by reduce   (_turn)
+    pipeline <id>/tool/<name>     one per handler tool: one step "tool"          (_agent)
+
+A pipeline tool runs its own pipeline (or agent) as the call's child run instead.
+
+One turn, with the module that owns each arrow::
+
+    run_agent             a Scope (budgets, permits) per invocation          _agent, _scope
+      iterate → turn      one child run per turn (lean path untraced)        pipeline
+        decide
+          ask             charge max_decisions; decide() under a permit      _turn
+          parse_decision  untrusted data → Finish | Continue                 _decisions
+          finish          validate the result: the loop ends                 _turn
+          admit           max_turns, max_calls; validate arguments           _turn, _prepare
+        calls             charge max_calls; dispatch, one child run a call   _turn, _dispatch
+          tool handler    under a permit of every budget of the chain        _agent, _scope
+        reduce            the reducer; commit the state → the next turn      _turn, _state
+
+Traces: every ``agent.*`` attribute and the calls' progress rows go through one recorder
+(``_trace.agent_trace``); untraced runs get a null recorder that builds nothing.
+"""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
 from tubeless.agent._state import own
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
+from tubeless.agent._trace import agent_trace
 from tubeless.agent._turn import AgentSpec, TurnInput, build_turn_pipeline
 from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict, thaw
@@ -48,17 +49,7 @@ def _tool_handler(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
 
     def context(ctx: StepContext) -> ToolContext:
         execution = ctx.slots.get(EXECUTION_SLOT) or FrozenDict()
-        if ctx.tracing:
-            ctx.report_attempt(
-                1,
-                {
-                    "agent.runId": execution.get("agent_run_id"),
-                    "agent.turn": execution.get("turn"),
-                    "agent.callId": execution.get("call_id"),
-                    "agent.tool": name,
-                    "agent.parentAttemptId": execution.get("parent_attempt_id"),
-                },
-            )
+        agent_trace(ctx).call(ctx, execution, name)
         return ToolContext(ctx, execution)
 
     if is_async_callable(handler):
@@ -282,6 +273,7 @@ def _compile(
             agent_input=ctx.options,
             agent_run_id=ctx.run_id,
             scope=ctx.slots[SCOPE_SLOT],
+            trace=agent_trace(ctx),
         )
 
     loop = iterate_pipeline(

@@ -1,22 +1,22 @@
 """Running an admitted batch: one child run per call, outcomes in decision order.
 
-A lone call is awaited inline; larger batches use as many workers as the scope's concurrency
-allows (the permit pool bounds the handlers exactly). A fatal failure or a cancellation stops
+One path for every batch: :func:`dispatch` awaits a lone call itself; larger batches use as many
+workers as the scope's concurrency allows (the permit pool bounds the handlers exactly). Each
+call goes through :func:`_run_call`. A fatal failure or a cancellation stops
 dispatch; calls already running are drained, never cancelled by the harness.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
-import heapq
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from tubeless.agent._prepare import PreparedCall
 from tubeless.agent._scope import SCOPE_SLOT, Scope
 from tubeless.agent._tools import ToolError
+from tubeless.agent._trace import AgentTrace, Progress
 from tubeless.errors import CHILD_FAILED, TOOL_ERRORS
 from tubeless.frozen import FreezeError, FrozenDict, FrozenTuple, freeze
 from tubeless.pipeline import (
@@ -36,7 +36,6 @@ EXECUTION_SLOT = "tubeless.agent.execution"
 #: Slot carrying the delegation depth of agents started below a pipeline-tool call.
 DEPTH_SLOT = "tubeless.agent.depth"
 
-_MAX_SHOWN_CALLS = 32
 _MAX_TOOL_ERRORS = 32
 _MAX_MESSAGE = 4096
 
@@ -95,98 +94,24 @@ def _failed_outcome(
     raise ChildRunFailedError(run, alias=call.tool)
 
 
-def dispatch(
+async def dispatch(
     calls: tuple[PreparedCall, ...],
     ctx: StepContext,
     *,
     scope: Scope,
     agent_run_id: str,
     turn: int,
-) -> Awaitable[tuple[Mapping[str, Any], ...]]:
+    trace: AgentTrace,
+) -> tuple[Mapping[str, Any], ...]:
     """Run every call as a child run; raise on the first fatal failure after draining."""
-    if len(calls) == 1 and not ctx.tracing:
-        return _lone(calls[0], ctx, scope, agent_run_id, turn)
-    return _batch(calls, ctx, scope, agent_run_id, turn)
-
-
-async def _call(
-    call: PreparedCall, ctx: StepContext, scope: Scope, agent_run_id: str, turn: int
-) -> Mapping[str, Any]:
-    """Run one call: its outcome, or ``ChildRunFailedError`` for a fatal failure."""
-    slots: dict[str, Any] = {
-        EXECUTION_SLOT: FrozenDict._trusted(
-            {
-                "agent_run_id": agent_run_id,
-                "turn": turn,
-                "call_id": call.id,
-                "tool": call.tool,
-                "parent_attempt_id": ctx.attempt_id,
-            }
-        )
-    }
-    if call.delegates:
-        slots[DEPTH_SLOT] = scope.depth + 1
-        slots[SCOPE_SLOT] = scope
-    if ctx.tracing:
-        ctx.report_attempt(
-            1,
-            {
-                "agent.runId": agent_run_id,
-                "agent.turn": turn,
-                "agent.callId": call.id,
-                "agent.tool": call.tool,
-                "agent.parentAttemptId": ctx.attempt_id,
-            },
-        )
-    ok, result = await run_child_value(
-        ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
-    )
-    if ok:
-        return _outcome(call, result)
-    return _failed_outcome(call, result, ctx.signal.cancelled)
-
-
-async def _lone(
-    call: PreparedCall, ctx: StepContext, scope: Scope, agent_run_id: str, turn: int
-) -> tuple[Mapping[str, Any], ...]:
-    """A batch of one call, untraced: no workers, no progress rows."""
-    outcome = await _call(call, ctx, scope, agent_run_id, turn)
-    if type(outcome) is FrozenDict:
-        return FrozenTuple._trusted((outcome,))
-    return (outcome,)
-
-
-async def _batch(
-    calls: tuple[PreparedCall, ...],
-    ctx: StepContext,
-    scope: Scope,
-    agent_run_id: str,
-    turn: int,
-) -> tuple[Mapping[str, Any], ...]:
     total = len(calls)
+    progress = trace.progress(calls)
+    if total == 1:
+        outcome = await _run_call(calls, 0, ctx, scope, agent_run_id, turn, trace, progress)
+        return _outcomes((outcome,))
     outcomes: list[Mapping[str, Any] | None] = [None] * total
     fatal: list[BaseException] = []
-    progress = _Progress(calls) if ctx.tracing else None
     signal = ctx.signal
-
-    async def one(index: int) -> None:
-        if progress is not None:
-            progress.start(index)
-        try:
-            outcome = await _call(calls[index], ctx, scope, agent_run_id, turn)
-        except ChildRunFailedError as exc:
-            if progress is not None:
-                progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
-            raise
-        outcomes[index] = outcome
-        if progress is not None:
-            progress.finish(index, "completed" if outcome["ok"] else "failed")
-            progress.report(ctx)
-
-    if total == 1:
-        await one(0)
-        return _outcomes(outcomes)
-
     cursor = 0
 
     async def worker() -> None:
@@ -196,7 +121,9 @@ async def _batch(
             index = cursor
             cursor += 1
             try:
-                await one(index)
+                outcomes[index] = await _run_call(
+                    calls, index, ctx, scope, agent_run_id, turn, trace, progress
+                )
             except Exception as exc:
                 fatal.append(exc)
             ran += 1
@@ -216,70 +143,55 @@ async def _batch(
         raise fatal[0]
     if any(outcome is None for outcome in outcomes):
         raise RunCancelledError(signal.reason)
-    return _outcomes(outcomes)
+    return _outcomes(outcomes)  # type: ignore[arg-type]  # no None is left
 
 
-def _outcomes(outcomes: list[Mapping[str, Any] | None]) -> tuple[Mapping[str, Any], ...]:
+async def _run_call(
+    calls: tuple[PreparedCall, ...],
+    index: int,
+    ctx: StepContext,
+    scope: Scope,
+    agent_run_id: str,
+    turn: int,
+    trace: AgentTrace,
+    progress: Progress,
+) -> Mapping[str, Any]:
+    """Run call ``index``: its outcome, or ``ChildRunFailedError`` for a fatal failure."""
+    call = calls[index]
+    execution = FrozenDict._trusted(
+        {
+            "agent_run_id": agent_run_id,
+            "turn": turn,
+            "call_id": call.id,
+            "tool": call.tool,
+            "parent_attempt_id": ctx.attempt_id,
+        }
+    )
+    slots: dict[str, Any] = {EXECUTION_SLOT: execution}
+    if call.delegates:
+        slots[DEPTH_SLOT] = scope.depth + 1
+        slots[SCOPE_SLOT] = scope
+    progress.start(index)
+    trace.call(ctx, execution, call.tool)
+    ok, result = await run_child_value(
+        ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
+    )
+    if ok:
+        outcome = _outcome(call, result)
+    else:
+        try:
+            outcome = _failed_outcome(call, result, ctx.signal.cancelled)
+        except ChildRunFailedError as exc:
+            progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
+            raise
+    progress.finish(index, "completed" if outcome["ok"] else "failed")
+    progress.report(ctx)
+    return outcome
+
+
+def _outcomes(outcomes: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
     """The batch's outcomes: a ``FrozenTuple`` when every one is frozen plain data."""
-    if all(type(outcome) is FrozenDict for outcome in outcomes):
-        return FrozenTuple._trusted(outcomes)
-    return tuple(outcomes)  # type: ignore[arg-type]
-
-
-_SHOWN_FIRST = ("running", "failed")
-
-
-class _Progress:
-    """The calls step's progress rows, kept up to date in O(log n) per call.
-
-    At most 32 visible calls: running and failed ones first, then the rest, each group in
-    decision order, then an ``N more calls`` row. Running and failed calls are kept in sorted
-    lists, so building the rows looks at no more than 64 calls, whatever the batch size.
-    """
-
-    __slots__ = ("calls", "done", "failed", "running", "status")
-
-    def __init__(self, calls: tuple[PreparedCall, ...]) -> None:
-        self.calls = calls
-        self.status = ["pending"] * len(calls)
-        self.running: list[int] = []
-        self.failed: list[int] = []
-        self.done = 0
-
-    def start(self, index: int) -> None:
-        self.status[index] = "running"
-        bisect.insort(self.running, index)  # calls start in decision order: an append
-
-    def finish(self, index: int, status: str) -> None:
-        running = self.running
-        at = bisect.bisect_left(running, index)
-        if at < len(running) and running[at] == index:
-            del running[at]
-        self.status[index] = status
-        self.done += 1
-        if status == "failed":
-            bisect.insort(self.failed, index)
-
-    def report(self, ctx: StepContext) -> None:
-        calls, status = self.calls, self.status
-        total = len(calls)
-        first = list(heapq.merge(self.running[:_MAX_SHOWN_CALLS], self.failed[:_MAX_SHOWN_CALLS]))
-        shown = first[:_MAX_SHOWN_CALLS]
-        if len(shown) < _MAX_SHOWN_CALLS:
-            # Fewer than 32 calls are running or failed, so this skips fewer than 32 of them.
-            room = _MAX_SHOWN_CALLS - len(shown)
-            for i in range(total):
-                if status[i] not in _SHOWN_FIRST:
-                    shown.append(i)
-                    room -= 1
-                    if not room:
-                        break
-        rows: list[Mapping[str, Any]] = [
-            {"id": calls[i].id, "name": calls[i].tool, "depth": 0, "status": status[i]}
-            for i in shown
-        ]
-        hidden = total - len(rows)
-        if hidden > 0:
-            rows.append({"id": "more", "label": f"{hidden} more calls", "depth": 0})
-        done = self.done
-        ctx.report_progress(done, total, f"{done} of {total} calls", rows)
+    for outcome in outcomes:
+        if type(outcome) is not FrozenDict:
+            return tuple(outcomes)
+    return FrozenTuple._trusted(outcomes)

@@ -60,6 +60,17 @@ class PermitPool:
         for b in chain:
             b.active += 1
 
+    def try_acquire(self, chain: tuple[Budget, ...], signal: CancelToken) -> bool:
+        """Take a permit at once when nobody waits and every budget of ``chain`` has room."""
+        if signal.cancelled or self._waiters:
+            return False
+        for b in chain:
+            if b.active >= b.max_active:
+                return False
+        for b in chain:
+            b.active += 1
+        return True
+
     async def acquire(self, chain: tuple[Budget, ...], signal: CancelToken) -> None:
         """Wait for a permit on every budget of ``chain``; cancellation rejects the wait."""
         signal.raise_if_cancelled()
@@ -162,15 +173,7 @@ class Scope:
     # -- the handler gate (HandlerGate): a permit on every budget of the chain ---------------
     def try_enter(self, signal: CancelToken) -> bool:
         """Take a permit at once when nobody waits and every budget has a free slot."""
-        if signal.cancelled or self.pool._waiters:
-            return False
-        chain = self.chain
-        for b in chain:
-            if b.active >= b.max_active:
-                return False
-        for b in chain:
-            b.active += 1
-        return True
+        return self.pool.try_acquire(self.chain, signal)
 
     async def enter(self, signal: CancelToken) -> None:
         """Wait for a permit (in arrival order); cancellation rejects the wait."""

@@ -1,20 +1,27 @@
-"""The turn pipeline ``<id>/turn``: decide → calls → reduce, compiled once per agent."""
+"""The turn pipeline ``<id>/turn``: decide → calls → reduce, compiled once per agent.
+
+Each step is a module-level function; ``decide`` is three: :func:`ask` (charge a decision and
+call the user's ``decide``), then :func:`finish` or :func:`admit` (check the batch against the
+limits and prepare its calls). The agent's own record of each step goes through ``t.trace``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
-from tubeless.agent._decisions import DecisionError, Finish, parse_decision
+from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._state import own
+from tubeless.agent._trace import AgentTrace
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
-from tubeless.pipeline._failures import not_awaitable
+from tubeless.pipeline._failures import is_awaitable
 from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
 
@@ -47,6 +54,8 @@ class TurnInput(NamedTuple):
     agent_input: Any
     agent_run_id: str
     scope: Scope
+    trace: AgentTrace
+    """The agent's recorder (the null one when nothing traces the run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,120 +121,119 @@ class DecisionContext:
         return FrozenDict._trusted({"agent_run_id": self._agent_run_id, "turn": self.turn})
 
 
-def _attributes(ctx: StepContext, attributes: dict[str, Any]) -> None:
-    if ctx.tracing:
-        ctx.report_attempt(1, attributes)
-
-
 def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
     """Compile the turn pipeline of ``spec``."""
-
-    async def decide(
-        inputs: dict[str, Any], ctx: StepContext
-    ) -> _Finished | tuple[PreparedCall, ...]:
-        t: TurnInput = ctx.options
-        ctx.signal.raise_if_cancelled()
-        t.scope.reserve("max_decisions", 1)
-        source = spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
-        decision_ctx = DecisionContext(
-            t.turn,
-            t.state_version,
-            spec.capabilities,
-            spec.result_json_schema,
-            t.agent_input,
-            ctx,
-            t.agent_run_id,
-        )
-        scope = t.scope
-        if not scope.try_enter(ctx.signal):
-            await scope.enter(ctx.signal)
-        try:
-            raw = source(t.state, decision_ctx)
-            if not_awaitable(raw) is False:
-                raw = await raw
-        finally:
-            scope.exit()
-        decision = parse_decision(raw)
-        tracing = ctx.tracing
-        summary = (
-            {
-                "agent.runId": t.agent_run_id,
-                "agent.turn": t.turn,
-                "agent.stateVersion": t.state_version,
-                "agent.callsAdmitted": t.calls,
-            }
-            if tracing
-            else {}
-        )
-        if isinstance(decision, Finish):
-            if tracing:
-                _attributes(ctx, {**summary, "agent.decision": "finish", "agent.callCount": 0})
-            try:
-                return _Finished(spec.result_schema.validate(decision.result))
-            except SchemaValidationError as exc:
-                raise DecisionError(
-                    f"Agent finish result was rejected: {exc}", exc.issues
-                ) from None
-        count = len(decision.calls)
-        if tracing:
-            _attributes(ctx, {**summary, "agent.decision": "continue", "agent.callCount": count})
-        if t.turn >= spec.limits.max_turns:
-            raise LimitReachedError(
-                limit="max_turns",
-                bound=spec.limits.max_turns,
-                consumed=t.turn,
-                requested=1,
-                scope=t.agent_run_id,
-                calls=count,
-            )
-        t.scope.check("max_calls", count)
-        return prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
-
-    def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
-        # The batch's outcomes, or an awaitable of them.
-        decided = inputs["decide"]
-        if isinstance(decided, _Finished):
-            return ()
-        t: TurnInput = ctx.options
-        t.scope.reserve("max_calls", len(decided))
-        if ctx.tracing:
-            _attributes(
-                ctx,
-                {
-                    "agent.runId": t.agent_run_id,
-                    "agent.turn": t.turn,
-                    "agent.callsAdmitted": t.calls + len(decided),
-                    "agent.callCount": len(decided),
-                },
-            )
-        return dispatch(decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn)
-
-    def reduce(inputs: dict[str, Any], ctx: StepContext) -> Any:
-        # Synchronous unless the reducer is: the transition, or an awaitable of it.
-        decided = inputs["decide"]
-        if isinstance(decided, _Finished):
-            return {"kind": "finish", "result": decided.result}
-        t: TurnInput = ctx.options
-        outcomes = inputs["calls"]
-        if spec.reduce is None:
-            return _next(t, t.state, len(outcomes), ctx)
-        reduced = spec.reduce(t.state, outcomes)
-        if not_awaitable(reduced) is False:
-            return _reduce_async(reduced, t, len(outcomes), ctx)
-        return _next(t, own(reduced), len(outcomes), ctx)
-
     steps = [
-        Step(id="decide", run=decide, orchestration=True, name="Decide"),
+        Step(id="decide", run=partial(decide, spec), orchestration=True, name="Decide"),
         Step(id="calls", run=calls, depends_on=("decide",), orchestration=True, name="Calls"),
         Step(
             id="reduce",
-            run=reduce,
+            run=partial(reduce, spec),
             depends_on=("decide", "calls"),
             orchestration=True,
             name="Reduce",
         ),
     ]
     return define_pipeline(id=f"{spec.id}/turn", name="Turn", steps=steps, finalize="reduce")
+
+
+# -- step 1: decide ----------------------------------------------------------------------------
+async def decide(
+    spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext
+) -> _Finished | tuple[PreparedCall, ...]:
+    """Ask for a decision; a finish ends the loop, a batch of calls is admitted."""
+    t: TurnInput = ctx.options
+    decision = parse_decision(await ask(spec, t, ctx))
+    if isinstance(decision, Finish):
+        return finish(spec, t, ctx, decision)
+    return admit(spec, t, ctx, decision)
+
+
+async def ask(spec: AgentSpec, t: TurnInput, ctx: StepContext) -> Any:
+    """Charge one decision, then call ``decide`` (``dry_run`` in dry runs) under a permit."""
+    ctx.signal.raise_if_cancelled()
+    scope = t.scope
+    scope.reserve("max_decisions", 1)
+    source = spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
+    decision_ctx = DecisionContext(
+        t.turn,
+        t.state_version,
+        spec.capabilities,
+        spec.result_json_schema,
+        t.agent_input,
+        ctx,
+        t.agent_run_id,
+    )
+    if not scope.try_enter(ctx.signal):
+        await scope.enter(ctx.signal)
+    try:
+        raw = source(t.state, decision_ctx)
+        if is_awaitable(raw):
+            raw = await raw
+    finally:
+        scope.exit()
+    return raw
+
+
+def finish(spec: AgentSpec, t: TurnInput, ctx: StepContext, decision: Finish) -> _Finished:
+    """The finish result, once the result schema accepted it."""
+    t.trace.decided(ctx, t, "finish", 0)
+    try:
+        return _Finished(spec.result_schema.validate(decision.result))
+    except SchemaValidationError as exc:
+        raise DecisionError(f"Agent finish result was rejected: {exc}", exc.issues) from None
+
+
+def admit(
+    spec: AgentSpec, t: TurnInput, ctx: StepContext, decision: Continue
+) -> tuple[PreparedCall, ...]:
+    """The batch's calls, prepared, once the turn and call limits allow them."""
+    count = len(decision.calls)
+    t.trace.decided(ctx, t, "continue", count)
+    if t.turn >= spec.limits.max_turns:
+        raise LimitReachedError(
+            limit="max_turns",
+            bound=spec.limits.max_turns,
+            consumed=t.turn,
+            requested=1,
+            scope=t.agent_run_id,
+            calls=count,
+        )
+    t.scope.check("max_calls", count)
+    return prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
+
+
+# -- step 2: calls -----------------------------------------------------------------------------
+def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
+    """Charge the batch to the call budgets and run it: its outcomes, or an awaitable of them."""
+    decided = inputs["decide"]
+    if isinstance(decided, _Finished):
+        return ()
+    t: TurnInput = ctx.options
+    t.scope.reserve("max_calls", len(decided))
+    t.trace.dispatching(ctx, t, len(decided))
+    return dispatch(
+        decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn, trace=t.trace
+    )
+
+
+# -- step 3: reduce ----------------------------------------------------------------------------
+def reduce(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
+    """The transition: finish, or the next turn's input with the reduced state committed.
+
+    Synchronous unless the user's reducer is (then an awaitable of the transition).
+    """
+    decided = inputs["decide"]
+    if isinstance(decided, _Finished):
+        return {"kind": "finish", "result": decided.result}
+    t: TurnInput = ctx.options
+    outcomes = inputs["calls"]
+    if spec.reduce is None:
+        return _next(t, t.state, len(outcomes), ctx)
+    reduced = spec.reduce(t.state, outcomes)
+    if is_awaitable(reduced):
+        return _reduce_async(reduced, t, len(outcomes), ctx)
+    return _next(t, own(reduced), len(outcomes), ctx)
 
 
 async def _reduce_async(
@@ -237,16 +245,7 @@ async def _reduce_async(
 def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, Any]:
     """The transition to the next turn, with ``state`` committed."""
     admitted = t.calls + count
-    if ctx.tracing:
-        _attributes(
-            ctx,
-            {
-                "agent.runId": t.agent_run_id,
-                "agent.turn": t.turn,
-                "agent.stateVersion": t.state_version + 1,
-                "agent.callsAdmitted": admitted,
-            },
-        )
+    t.trace.committed(ctx, t, admitted)
     following = TurnInput(
         state=state,
         turn=t.turn + 1,
@@ -255,5 +254,6 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
         agent_input=t.agent_input,
         agent_run_id=t.agent_run_id,
         scope=t.scope,
+        trace=t.trace,
     )
     return {"kind": "next", "state": following}

@@ -23,6 +23,7 @@ from tubeless.pipeline._execute import Controls
 from tubeless.pipeline._failures import ChildRunFailedError
 from tubeless.pipeline._finalize import FINALIZE_STEP_ID
 from tubeless.pipeline._iterate import iterate_pipeline
+from tubeless.pipeline._lean import LeanPathSwitch, lean_path
 from tubeless.pipeline._pipeline import Pipeline
 from tubeless.pipeline._plan import Plan, PlanStep, SelectionReason
 from tubeless.pipeline._results import DefinitionIdentity, PipelineRun, StepReport
@@ -36,6 +37,7 @@ __all__ = [
     "Controls",
     "DefinitionIdentity",
     "FanOutFailedError",
+    "LeanPathSwitch",
     "NestedPipeline",
     "Pipeline",
     "PipelineRun",
@@ -55,6 +57,7 @@ __all__ = [
     "interrupt",
     "interruptibly",
     "iterate_pipeline",
+    "lean_path",
     "require_outputs",
     "run_child",
     "step",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless.pipeline._context import StepContext
 from tubeless.pipeline._execute import DEFAULT_CONTROLS, UNVALIDATED, Controls, execute
-from tubeless.pipeline._lean import _value_of, lean_program, run_lean
+from tubeless.pipeline._lean import lean_program, run_lean, value_of
 
 if TYPE_CHECKING:
     from tubeless.pipeline._pipeline import Pipeline
@@ -88,7 +88,7 @@ def run_child_value(
             item_key=item_key,
             validated=validated,
         )
-    return _value_of(
+    return value_of(
         run_child(
             ctx,
             pipeline,

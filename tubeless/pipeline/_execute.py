@@ -10,29 +10,24 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
 from tubeless.errors import TubelessError
+from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._cancel import CancelToken
-from tubeless.pipeline._context import RunEnvironment, StepContext, now_ms
-from tubeless.pipeline._failures import (
-    OutputInvalidError,
-    call_in_thread,
-    maybe_await,
-)
+from tubeless.pipeline._context import RunEnvironment, now_ms
+from tubeless.pipeline._failures import OutputInvalidError, is_awaitable, maybe_await
 from tubeless.pipeline._finalize import finalize
 from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._plan import Plan, PlanStep, ladder
-from tubeless.pipeline._results import (
-    PipelineRun,
-    StepReport,
-)
-from tubeless.pipeline._run_state import UNVALIDATED, Replay, RunState
+from tubeless.pipeline._results import PipelineRun
+from tubeless.pipeline._run_state import UNVALIDATED, RunState
 from tubeless.schema import SchemaValidationError
 from tubeless.tracing.sinks import TraceFanout, TraceSink
 
 if TYPE_CHECKING:
-    from tubeless.pipeline._pipeline import Pipeline
-    from tubeless.pipeline._step import Step
+    from collections.abc import Coroutine
 
-__all__ = ["DEFAULT_CONTROLS", "UNVALIDATED", "Controls", "execute", "run_root"]
+    from tubeless.pipeline._pipeline import Pipeline
+
+__all__ = ["DEFAULT_CONTROLS", "UNVALIDATED", "Controls", "Run", "execute", "run_root"]
 
 _PUBLISHED = frozenset({"completed", "policy"})
 _GATE_FAILED = frozenset({"failed", "cancelled"})
@@ -89,7 +84,7 @@ async def run_root(
             fanout.flush()
 
 
-async def execute(
+def execute(
     pipeline: Pipeline,
     raw_input: Any,
     controls: Controls,
@@ -101,15 +96,10 @@ async def execute(
     item_key: str | None = None,
     iteration: Mapping[str, Any] | None = None,
     validated: Any = UNVALIDATED,
-    replay: Replay | None = None,
-) -> PipelineRun:
-    """Run ``pipeline`` once inside a run tree (the root or a child).
-
-    ``replay`` carries what the lean path already did in this run (same ``run_id``): those
-    outcomes are recorded, never produced again.
-    """
+) -> Coroutine[Any, Any, PipelineRun]:
+    """Run ``pipeline`` once inside a run tree (the root or a child); await the result."""
     _check_concurrency(controls.max_concurrency)
-    runner = _Run(
+    runner = Run(
         pipeline,
         controls,
         env=env,
@@ -118,24 +108,23 @@ async def execute(
         parent_run_id=parent_run_id,
         item_key=item_key,
         iteration=iteration,
-        replay=replay,
     )
-    return await runner.go(raw_input, validated)
+    return runner.go(raw_input, validated, now_ms(), time.perf_counter())
 
 
-class _Run(RunState):
-    """One run: applies the ladder, starts steps, and drives them to the end."""
+class Run(RunState):
+    """One run: applies the ladder, starts steps, and drives them to the end.
+
+    The lean path's take-over (``_lean._TakeOver``) is a subclass: it overrides the hooks
+    ``validate_options``, ``settled_without_running`` and ``start`` for what already happened.
+    """
 
     __slots__ = ()
 
     # -- the run ------------------------------------------------------------------------------
-    async def go(self, raw_input: Any, validated: Any) -> PipelineRun:
+    async def go(self, raw_input: Any, validated: Any, started_ms: int, t0: float) -> PipelineRun:
+        """Run to the end; ``t0`` is the ``perf_counter`` reading at the start (traced only)."""
         pipeline, controls = self.pipeline, self.controls
-        if self.replay is None:
-            started_ms = now_ms()
-            t0 = time.perf_counter()
-        else:
-            started_ms, t0 = self.replay.started_ms, 0.0  # durations are only traced
         plan = pipeline.plan(
             dry_run=controls.dry_run, targets=controls.targets, step_ids=controls.step_ids
         )
@@ -233,8 +222,6 @@ class _Run(RunState):
     # -- one step -----------------------------------------------------------------------------
     def settled_without_running(self, ps: PlanStep) -> bool:
         """Apply the ladder and the cancellation check; record the step if it must not start."""
-        if self.replay is not None and ps.id in self.replay.steps:
-            return False  # it already started on the lean path
         s = ps.step
         dry_run = self.controls.dry_run
         if (
@@ -289,24 +276,14 @@ class _Run(RunState):
         if s.skip is not None and await self.policy_skipped(ps, inputs):
             return
         attempt = self.open_attempt(ps)
-        ctx = self.context(ps.id, attempt[0])
-        replayed = self.replay.steps.get(ps.id) if self.replay is not None else None
+        ctx = self.context(ps.id, attempt.id)
         from_handler = not s.orchestration
         try:
-            if replayed is not None:
-                from_handler = replayed.from_handler
-                value = replayed.result()
-            else:
-                gate = None if s.orchestration else self.env.gate
-                if gate is not None and not gate.try_enter(self.signal):
-                    await gate.enter(self.signal)
-                try:
-                    value = await _invoke(s, inputs, ctx, dry_run=self.controls.dry_run)
-                finally:
-                    if gate is not None:
-                        gate.exit()
-                from_handler = False
-                value = checked_output(s, ps.id, value)
+            value = call_step(s, inputs, ctx, self.env, dry_run=self.controls.dry_run)
+            if is_awaitable(value):
+                value = await value
+            from_handler = False
+            value = checked_output(s, ps.id, value)
         except asyncio.CancelledError as exc:
             ctx.close()
             self.failed(ps, attempt, exc)
@@ -316,28 +293,7 @@ class _Run(RunState):
             self.failed(ps, attempt, exc, from_handler=from_handler)
             return
         ctx.close()
-        self.outputs[ps.id] = value
-        self.state[ps.id] = "completed"
-        finished = now_ms()
-        self.reports[ps.id] = StepReport(
-            id=ps.id,
-            status="completed",
-            name=ps.name,
-            description=ps.description,
-            attempt_id=attempt[0],
-            started_at_ms=attempt[1],
-            finished_at_ms=finished,
-        )
-        if self.envelope is not None:
-            self.emit(
-                self.envelope.step_terminal(
-                    finished,
-                    status="completed",
-                    step_id=ps.id,
-                    attempt_id=attempt[0],
-                    duration_ms=(time.perf_counter() - attempt[2]) * 1000,
-                )
-            )
+        self.completed(ps, attempt, value)
 
     async def policy_skipped(self, ps: PlanStep, inputs: dict[str, Any]) -> bool:
         s = ps.step
@@ -385,31 +341,6 @@ class _Run(RunState):
             self.finalized = True
             return
         await finalize(self, plan)
-
-
-def checked_output(s: Step, step_id: str, value: Any) -> Any:
-    """``value`` through the step's output schema (``OutputInvalidError`` if it is rejected)."""
-    if s.output_schema is None:
-        return value
-    try:
-        return s.output_schema.validate(value)
-    except SchemaValidationError as exc:
-        raise OutputInvalidError(step_id, exc) from exc
-
-
-async def _invoke(s: Step, inputs: dict[str, Any], ctx: StepContext, *, dry_run: bool) -> Any:
-    """Call the step's handler (or its preview in dry runs) the way its colour requires."""
-    if dry_run and callable(s.dry_run):
-        handler, is_async = s.dry_run, s.dry_run_is_async
-    else:
-        handler, is_async = s.run, s.run_is_async
-    if is_async:
-        return await handler(inputs, ctx)
-    if s.inline or s.orchestration:
-        return await maybe_await(handler(inputs, ctx))
-    return await maybe_await(await call_in_thread(handler, inputs, ctx, signal=ctx.signal))
-
-
 
 
 def _parse_skip(decision: Any) -> tuple[str | None, Any] | None:

@@ -32,9 +32,9 @@ __all__ = [
     "call_in_thread",
     "classify",
     "first_error_cause",
+    "is_awaitable",
     "is_cancellation",
     "maybe_await",
-    "not_awaitable",
 ]
 
 
@@ -162,22 +162,25 @@ def classify(
 # ``__await__`` (generators are left out: whether one is awaitable depends on the object).
 _NEVER_AWAITABLE: set[type] = {dict, list, tuple, str, int, float, bool, type(None)}
 _MAX_REMEMBERED = 1024
+_COROUTINE = types.CoroutineType
 
 
-def not_awaitable(value: Any) -> bool:
-    """Whether ``value`` certainly needs no ``await`` (cheap for plain data and known types)."""
+def is_awaitable(value: Any) -> bool:
+    """Whether ``value`` must be awaited (cheap for coroutines, plain data and known types)."""
     kind = type(value)
-    if kind in _NEVER_AWAITABLE:
+    if kind is _COROUTINE:
         return True
-    if inspect.isawaitable(value):
+    if kind in _NEVER_AWAITABLE:
         return False
+    if inspect.isawaitable(value):
+        return True
     if (
         not hasattr(kind, "__await__")
         and not issubclass(kind, types.GeneratorType)
         and len(_NEVER_AWAITABLE) < _MAX_REMEMBERED
     ):
         _NEVER_AWAITABLE.add(kind)
-    return True
+    return False
 
 
 async def maybe_await(value: Any) -> Any:

@@ -13,7 +13,7 @@ from tubeless.pipeline._cancel import YIELD_EVERY
 from tubeless.pipeline._child import _controls, run_child_value
 from tubeless.pipeline._compose import _composed
 from tubeless.pipeline._context import StepContext
-from tubeless.pipeline._failures import ChildRunFailedError, maybe_await, not_awaitable
+from tubeless.pipeline._failures import ChildRunFailedError, is_awaitable, maybe_await
 from tubeless.pipeline._pipeline import Pipeline
 from tubeless.pipeline._step import NestedPipeline, Step
 
@@ -75,12 +75,11 @@ def iterate_pipeline(
 
     async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
         state = await maybe_await(initial_state(inputs, ctx))
-        groups = _IterationGroups(label) if ctx.tracing else None
+        groups = _IterationGroups(label) if ctx.tracing else _UNTRACED
         for index in range(1, max_iterations + 1):
-            if groups is not None:
-                groups.report(ctx, index, max_iterations)
+            groups.report(ctx, index, max_iterations)
             raw = map_options(state, inputs, ctx)
-            if not not_awaitable(raw):
+            if is_awaitable(raw):
                 raw = await raw
             if index % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # quick iterations may never suspend: let the loop run
@@ -89,29 +88,19 @@ def iterate_pipeline(
                 pipeline,
                 raw,
                 item_key=f"iteration-{index}",
-                iteration={
-                    "runId": ctx.run_id,
-                    "stepId": ctx.step_id,
-                    "attemptId": ctx.attempt_id,
-                    "index": index,
-                }
-                if groups is not None
-                else None,
+                iteration=groups.iteration(ctx, index),
                 controls=None if controls is None else _controls(controls, state, inputs, ctx),
             )
-            if groups is not None:
-                groups.finished(index, "completed" if ok else result.status)
+            groups.finished(index, "completed" if ok else result.status)
             if not ok:
-                if groups is not None:
-                    groups.report(ctx, None, max_iterations)
+                groups.report(ctx, None, max_iterations)
                 raise ChildRunFailedError(result)
             decision = transition(result, state, ctx)
-            if not not_awaitable(decision):
+            if is_awaitable(decision):
                 decision = await decision
             kind = _transition_kind(decision)
             if kind == "finish":
-                if groups is not None:
-                    groups.report(ctx, None, max_iterations)
+                groups.report(ctx, None, max_iterations)
                 return decision["result"]
             state = decision["state"]
         raise TubelessError(
@@ -136,9 +125,21 @@ def iterate_pipeline(
 
 
 class _IterationGroups:
-    """Progress rows of an iteration: the current one, at most 31 recent ones, then a count."""
+    """Progress rows of an iteration: the current one, at most 31 recent ones, then a count.
+
+    Untraced iterations get ``_UNTRACED``, the null object that keeps and reports nothing.
+    """
 
     __slots__ = ("done", "label", "recent")
+
+    def iteration(self, ctx: StepContext, index: int) -> dict[str, Any] | None:
+        """The child run's ``iteration`` relation (traced runs only)."""
+        return {
+            "runId": ctx.run_id,
+            "stepId": ctx.step_id,
+            "attemptId": ctx.attempt_id,
+            "index": index,
+        }
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -173,6 +174,27 @@ class _IterationGroups:
             rows.append({"id": "earlier", "label": f"{earlier} earlier iterations", "depth": 0})
         shown = current if current is not None else self.done
         ctx.report_progress(self.done, None, f"{self.label} {shown} of at most {bound}", rows)
+
+
+class _NoGroups(_IterationGroups):
+    """The progress rows of an untraced iteration: nothing is kept or reported."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+    def iteration(self, ctx: StepContext, index: int) -> dict[str, Any] | None:
+        return None
+
+    def finished(self, index: int, status: str) -> None:
+        pass
+
+    def report(self, ctx: StepContext, current: int | None, bound: int) -> None:
+        pass
+
+
+_UNTRACED = _NoGroups()
 
 
 def _transition_kind(decision: Any) -> str:

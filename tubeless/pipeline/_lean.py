@@ -4,36 +4,75 @@ A caller that needs a child's value only when the child completes (an iteration'
 fan-out item, an agent's tool call) goes through :func:`run_lean`. When nothing records the run
 tree and the child's plan is straight-line (every step selected, no skip predicate, one step at a
 time, finalized by one step's output), its steps run here in plan order with the run id, attempt
-ids, contexts, handler gate and output validation the executor would use, and no run record,
-step reports or plan walk is built.
+ids, contexts, handler gate and output validation the executor would use (both call a handler
+with :func:`~tubeless.pipeline._call.call_step`), and no run record, step reports or plan walk is
+built.
 
 The first thing that is not a plain success (an exception, a task cancellation, a rejected input
-or output, a cancelled signal) hands the run over to the executor with the same run id and a
-:class:`~tubeless.pipeline._run_state.Replay` of what already happened. The executor records those
-outcomes without calling any handler or validator again, carries on exactly as it always does,
-and returns the record every failure needs. Records are therefore made in one place only.
+or output, a cancelled signal) hands the run over to :class:`_TakeOver`, the executor with three
+hooks overridden: it keeps the run id, records what already happened without calling any handler
+or validator again, carries on exactly as the executor always does, and returns the record every
+failure needs. Records are therefore made in one place only, and the executor itself does not
+know this path exists.
+
+:func:`lean_path` is the public switch: tests turn the path off (or count its runs) with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import asyncio
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from time import time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._context import RunEnvironment, StepContext
-from tubeless.pipeline._execute import DEFAULT_CONTROLS, _invoke, checked_output, execute
-from tubeless.pipeline._failures import not_awaitable
+from tubeless.pipeline._execute import DEFAULT_CONTROLS, Run
+from tubeless.pipeline._failures import is_awaitable
 from tubeless.pipeline._ids import new_run_id
-from tubeless.pipeline._run_state import UNVALIDATED, Replay, ReplayedStep, attempt_id_of
+from tubeless.pipeline._run_state import UNVALIDATED, Attempt, attempt_id_of
 from tubeless.schema import SchemaValidationError
 
 if TYPE_CHECKING:
     from tubeless.pipeline._cancel import CancelToken
     from tubeless.pipeline._pipeline import Pipeline
+    from tubeless.pipeline._plan import PlanStep
     from tubeless.pipeline._results import PipelineRun
     from tubeless.pipeline._step import Step
 
-__all__ = ["lean_program", "run_lean"]
+__all__ = ["LeanPathSwitch", "lean_path", "lean_program", "run_lean", "value_of"]
+
+
+class LeanPathSwitch:
+    """What :func:`lean_path` yields: whether the lean path may run, and how often it did."""
+
+    __slots__ = ("enabled", "runs")
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.runs = 0
+        """Child runs that took the lean path inside the ``with`` block."""
+
+
+_SWITCH: ContextVar[LeanPathSwitch | None] = ContextVar("tubeless_lean_path", default=None)
+
+
+@contextmanager
+def lean_path(enabled: bool = True) -> Iterator[LeanPathSwitch]:
+    """Turn the lean path of child runs on or off for the runs started inside the block.
+
+    The lean path never changes an outcome or a record (that is what differential tests
+    check with ``lean_path(False)``); the switch's ``runs`` counts the children that took it.
+    The setting follows the current context (tasks started inside the block inherit it).
+    """
+    switch = LeanPathSwitch(enabled)
+    token = _SWITCH.set(switch)
+    try:
+        yield switch
+    finally:
+        _SWITCH.reset(token)
 
 class _LeanStep(NamedTuple):
     id: str
@@ -50,12 +89,22 @@ class LeanProgram(NamedTuple):
 
 
 def lean_program(pipeline: Pipeline) -> LeanProgram | None:
-    """The lean program of ``pipeline``'s default plan, or ``None`` if it needs the executor."""
-    cached = pipeline._lean
+    """The lean program of ``pipeline``'s default plan, or ``None`` if it needs the executor.
+
+    Also ``None`` while :func:`lean_path` switched the path off.
+    """
+    switch = _SWITCH.get()
+    if switch is not None and not switch.enabled:
+        return None
+    cached: LeanProgram | bool | None = pipeline._lean
     if cached is None:
         cached = _compile(pipeline)
         pipeline._lean = cached
-    return cached or None
+    if cached is False or cached is True:
+        return None
+    if switch is not None:
+        switch.runs += 1
+    return cached
 
 
 def _compile(pipeline: Pipeline) -> LeanProgram | bool:
@@ -87,11 +136,12 @@ async def run_lean(
     run_id = new_run_id(pipeline.id)
     started_ms = time_ns() // 1_000_000
     outputs: dict[str, Any] = {}
-    attempts: list[tuple[str, int, float]] = []
-    # Everything the executor needs to take the run over (a plain tuple: the cheapest to make).
-    where = (pipeline, raw_input, env, signal, run_id, parent_run_id, item_key, started_ms)
+    # When each attempt started (ms); the n-th attempt's id is fixed by n. Durations are only
+    # traced, and a traced run never comes here: no clock for them.
+    starts: list[int] = []
+    failure: _Failure | None = None
 
-    options = validated
+    options, options_error = validated, None
     if options is UNVALIDATED:
         schema = pipeline.options_schema
         if schema is None:
@@ -100,90 +150,131 @@ async def run_lean(
             try:
                 options = schema.validate(raw_input)
             except SchemaValidationError as exc:
-                return await _hand_over(where, UNVALIDATED, outputs, attempts, options_error=exc)
+                options_error = exc
 
-    pipeline_id = pipeline.id
-    for step_id, s, deps in program.steps:
-        if signal.cancelled:
-            return await _hand_over(where, options, outputs, attempts)
-        n = len(attempts) + 1
-        # Durations are only traced, and a traced run never comes here: no clock for them.
-        attempt = (
-            run_id + _ATTEMPT[n] if n < 10 else attempt_id_of(run_id, n),
-            time_ns() // 1_000_000,
-            0.0,
-        )
-        attempts.append(attempt)
-        ctx = StepContext(
-            pipeline_id, run_id, step_id, options, False, signal, env, None, attempt[0]
-        )
-        inputs = {dep: outputs[dep] for dep in deps} if deps else {}
-        from_handler = not s.orchestration
-        try:
-            gate = None if s.orchestration else env.gate
-            if gate is not None and not gate.try_enter(signal):
-                await gate.enter(signal)
+    if options_error is None:
+        pipeline_id = pipeline.id
+        for step_id, s, deps in program.steps:
+            if signal.cancelled:
+                break
+            starts.append(time_ns() // 1_000_000)
+            attempt_id = attempt_id_of(run_id, len(starts))
+            ctx = StepContext(
+                pipeline_id, run_id, step_id, options, False, signal, env, None, attempt_id
+            )
+            inputs = {dep: outputs[dep] for dep in deps} if deps else {}
+            from_handler = not s.orchestration
             try:
-                if s.run_is_async:
-                    value = await s.run(inputs, ctx)
-                elif s.inline or s.orchestration:
-                    value = s.run(inputs, ctx)
-                    if not not_awaitable(value):
-                        value = await value
-                else:
-                    value = await _invoke(s, inputs, ctx, dry_run=False)
-            finally:
-                if gate is not None:
-                    gate.exit()
-            from_handler = False
-            value = checked_output(s, step_id, value)
-        except BaseException as exc:  # a task cancellation, or anything user code raised
+                value = call_step(s, inputs, ctx, env, dry_run=False)
+                if is_awaitable(value):
+                    value = await value
+                from_handler = False
+                value = checked_output(s, step_id, value)
+            except BaseException as exc:  # a task cancellation, or anything user code raised
+                ctx.close()
+                failure = _Failure(step_id, exc, from_handler)
+                break
             ctx.close()
-            failed = (step_id, ReplayedStep(attempt, None, exc, from_handler))
-            return await _hand_over(where, options, outputs, attempts, failed)
-        ctx.close()
-        outputs[step_id] = value
-    if signal.cancelled:
-        return await _hand_over(where, options, outputs, attempts)
-    return True, outputs[program.result_id]
+            outputs[step_id] = value
+        else:
+            if not signal.cancelled:
+                return True, outputs[program.result_id]
 
-
-def _hand_over(
-    where: tuple[Pipeline, Any, RunEnvironment, CancelToken, str, str, str | None, int],
-    options: Any,
-    outputs: dict[str, Any],
-    attempts: list[tuple[str, int, float]],
-    failed: tuple[str, ReplayedStep] | None = None,
-    options_error: SchemaValidationError | None = None,
-) -> Awaitable[tuple[bool, Any]]:
-    """Let the executor record what happened so far and carry on from there."""
+    # Every completed step, then the one that failed (if one did): one start each, in order.
     done = {
-        step_id: ReplayedStep(attempt, value, None, False)
-        for (step_id, value), attempt in zip(outputs.items(), attempts, strict=False)
-    }
-    if failed is not None:
-        done[failed[0]] = failed[1]
-    pipeline, raw_input, env, signal, run_id, parent_run_id, item_key, started_ms = where
-    return _value_of(
-        execute(
-            pipeline,
-            raw_input,
-            DEFAULT_CONTROLS,
-            env=env,
-            signal=signal,
-            run_id=run_id,
-            parent_run_id=parent_run_id,
-            item_key=item_key,
-            validated=options,
-            replay=Replay(started_ms, options_error, done),
+        step_id: _Done(Attempt(attempt_id_of(run_id, n), started, 0.0), value, None, False)
+        for n, ((step_id, value), started) in enumerate(
+            zip(outputs.items(), starts, strict=False), 1
         )
+    }
+    if failure is not None:
+        n = len(starts)
+        done[failure.step_id] = _Done(
+            Attempt(attempt_id_of(run_id, n), starts[-1], 0.0),
+            None,
+            failure.error,
+            failure.from_handler,
+        )
+    run = _TakeOver(
+        pipeline,
+        DEFAULT_CONTROLS,
+        env=env,
+        signal=signal,
+        run_id=run_id,
+        parent_run_id=parent_run_id,
+        item_key=item_key,
+        iteration=None,
+        done=done,
+        options_error=options_error,
     )
+    validated = UNVALIDATED if options_error is not None else options
+    return await value_of(run.go(raw_input, validated, started_ms, 0.0))
 
 
-_ATTEMPT = tuple(f":attempt:{n}" for n in range(10))
+class _Failure(NamedTuple):
+    step_id: str
+    error: BaseException
+    from_handler: bool
 
 
-async def _value_of(child: Awaitable[PipelineRun]) -> tuple[bool, Any]:
+class _Done(NamedTuple):
+    """A step the lean path already ran: its attempt and its output or exception."""
+
+    attempt: Attempt
+    value: Any
+    error: BaseException | None
+    from_handler: bool
+
+
+class _TakeOver(Run):
+    """The executor taking over a run the lean path started (same run id, same attempts).
+
+    Steps in ``done`` are recorded with their outcome instead of run again; everything after
+    them runs exactly as in any other run.
+    """
+
+    __slots__ = ("done", "options_error")
+
+    def __init__(
+        self,
+        *args: Any,
+        done: dict[str, _Done],
+        options_error: SchemaValidationError | None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.done = done
+        self.options_error = options_error
+
+    def validate_options(self, raw_input: Any, validated: Any) -> bool:
+        if self.options_error is not None:
+            self.options_rejected(self.options_error)
+            return False
+        return super().validate_options(raw_input, validated)
+
+    def settled_without_running(self, ps: PlanStep) -> bool:
+        if ps.id in self.done:
+            return False  # it already started on the lean path
+        return super().settled_without_running(ps)
+
+    async def start(self, ps: PlanStep, inputs: dict[str, Any]) -> None:
+        done = self.done.get(ps.id)
+        if done is None:
+            await super().start(ps, inputs)
+            return
+        self.attempts += 1
+        error = done.error
+        if error is None:
+            self.completed(ps, done.attempt, done.value)
+        elif isinstance(error, asyncio.CancelledError):
+            self.failed(ps, done.attempt, error)
+            raise error
+        else:
+            self.failed(ps, done.attempt, error, from_handler=done.from_handler)
+
+
+async def value_of(child: Awaitable[PipelineRun]) -> tuple[bool, Any]:
+    """``(True, value)`` when the awaited run completed, else ``(False, the run)``."""
     run = await child
     if run.status == "completed":
         return True, run.value

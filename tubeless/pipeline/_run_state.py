@@ -26,37 +26,20 @@ if TYPE_CHECKING:
     from tubeless.pipeline._execute import Controls
     from tubeless.pipeline._pipeline import Pipeline
 
-__all__ = ["UNVALIDATED", "Replay", "ReplayedStep", "RunState", "attempt_id_of"]
+__all__ = ["UNVALIDATED", "Attempt", "RunState", "attempt_id_of"]
 
 #: Pass as ``validated`` when the input still needs the options schema.
 UNVALIDATED: Any = object()
 
 
-class ReplayedStep(NamedTuple):
-    """A step the lean path already ran: its attempt and its output or exception."""
+class Attempt(NamedTuple):
+    """One attempt of a step: its id, when it started, and the clock reading for its duration."""
 
-    attempt: tuple[str, int, float]
-    value: Any
-    error: BaseException | None
-    from_handler: bool
-
-    def result(self) -> Any:
-        """The step's output, or raise the exception it ended with."""
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-class Replay(NamedTuple):
-    """What the lean path did before it handed a run over (see ``_lean``).
-
-    The executor records these outcomes instead of running the steps again, then carries on.
-    Lean runs are never traced, so no clock reading for durations is carried over.
-    """
-
+    id: str
     started_ms: int
-    options_error: SchemaValidationError | None
-    steps: dict[str, ReplayedStep]
+    clock: float
+    """``time.perf_counter()`` at the start; ``0.0`` when nothing traces the run (durations are
+    only traced)."""
 
 
 class RunState:
@@ -81,7 +64,6 @@ class RunState:
         "outputs",
         "parent_run_id",
         "pipeline",
-        "replay",
         "reports",
         "run_errors",
         "run_id",
@@ -103,10 +85,8 @@ class RunState:
         parent_run_id: str | None,
         item_key: str | None,
         iteration: Mapping[str, Any] | None,
-        replay: Replay | None = None,
     ) -> None:
         self.pipeline = pipeline
-        self.replay = replay
         self.controls = controls
         self.env = env
         self.signal = signal
@@ -151,32 +131,31 @@ class RunState:
             self.options = raw_input
             return True
         try:
-            if self.replay is not None and self.replay.options_error is not None:
-                raise self.replay.options_error
             self.options = schema.validate(raw_input)
         except SchemaValidationError as exc:
-            self.run_errors.append(
-                PipelineError(
-                    code=codes.OPTIONS_VALIDATION_FAILED,
-                    kind="validation",
-                    phase="execution",
-                    message=f"Pipeline {self.pipeline.id} options validation failed: {exc}",
-                    issues=exc.issues,
-                    exception=exc,
-                )
-            )
+            self.options_rejected(exc)
             return False
         return True
 
-    def open_attempt(self, ps: PlanStep) -> tuple[str, int, float]:
+    def options_rejected(self, exc: SchemaValidationError) -> None:
+        self.run_errors.append(
+            PipelineError(
+                code=codes.OPTIONS_VALIDATION_FAILED,
+                kind="validation",
+                phase="execution",
+                message=f"Pipeline {self.pipeline.id} options validation failed: {exc}",
+                issues=exc.issues,
+                exception=exc,
+            )
+        )
+
+    def open_attempt(self, ps: PlanStep) -> Attempt:
         self.attempts += 1
-        if self.replay is not None and ps.id in self.replay.steps:
-            return self.replay.steps[ps.id].attempt
         attempt_id = attempt_id_of(self.run_id, self.attempts)
         started = time.time_ns() // 1_000_000
         if self.envelope is not None:
             self.emit(self.envelope.step_running(started, step_id=ps.id, attempt_id=attempt_id))
-        return attempt_id, started, time.perf_counter()
+        return Attempt(attempt_id, started, time.perf_counter())
 
     def context(self, step_id: str, attempt_id: str | None) -> StepContext:
         return StepContext(
@@ -192,6 +171,31 @@ class RunState:
         )
 
     # -- recording ----------------------------------------------------------------------------
+    def completed(self, ps: PlanStep, attempt: Attempt, value: Any) -> None:
+        """Publish the output of a step whose attempt succeeded."""
+        self.outputs[ps.id] = value
+        self.state[ps.id] = "completed"
+        finished = now_ms()
+        self.reports[ps.id] = StepReport(
+            id=ps.id,
+            status="completed",
+            name=ps.name,
+            description=ps.description,
+            attempt_id=attempt.id,
+            started_at_ms=attempt.started_ms,
+            finished_at_ms=finished,
+        )
+        if self.envelope is not None:
+            self.emit(
+                self.envelope.step_terminal(
+                    finished,
+                    status="completed",
+                    step_id=ps.id,
+                    attempt_id=attempt.id,
+                    duration_ms=_elapsed(attempt.clock),
+                )
+            )
+
     def skipped(
         self,
         ps: PlanStep,
@@ -199,7 +203,7 @@ class RunState:
         *,
         dependency_id: str | None = None,
         message: str | None = None,
-        attempt: tuple[str, int, float] | None = None,
+        attempt: Attempt | None = None,
         state: str = "skipped",
     ) -> None:
         self.state[ps.id] = state
@@ -212,8 +216,8 @@ class RunState:
             reason=reason,
             message=message,
             dependency_id=dependency_id,
-            attempt_id=None if attempt is None else attempt[0],
-            started_at_ms=None if attempt is None else attempt[1],
+            attempt_id=None if attempt is None else attempt.id,
+            started_at_ms=None if attempt is None else attempt.started_ms,
             finished_at_ms=None if attempt is None else finished,
         )
         if self.envelope is not None:
@@ -225,15 +229,15 @@ class RunState:
                     reason=reason,
                     message=message,
                     dependency_id=dependency_id,
-                    attempt_id=None if attempt is None else attempt[0],
-                    duration_ms=None if attempt is None else _elapsed(attempt[2]),
+                    attempt_id=None if attempt is None else attempt.id,
+                    duration_ms=None if attempt is None else _elapsed(attempt.clock),
                 )
             )
 
     def failed(
         self,
         ps: PlanStep,
-        attempt: tuple[str, int, float] | None,
+        attempt: Attempt | None,
         exc: BaseException,
         *,
         from_handler: bool = False,
@@ -258,8 +262,8 @@ class RunState:
             status=status,
             name=ps.name,
             description=ps.description,
-            attempt_id=None if attempt is None else attempt[0],
-            started_at_ms=None if attempt is None else attempt[1],
+            attempt_id=None if attempt is None else attempt.id,
+            started_at_ms=None if attempt is None else attempt.started_ms,
             finished_at_ms=None if attempt is None else finished,
             error=error,
         )
@@ -269,8 +273,8 @@ class RunState:
                     finished,
                     status=status,
                     step_id=ps.id,
-                    attempt_id=None if attempt is None else attempt[0],
-                    duration_ms=None if attempt is None else _elapsed(attempt[2]),
+                    attempt_id=None if attempt is None else attempt.id,
+                    duration_ms=None if attempt is None else _elapsed(attempt.clock),
                     error=error.to_wire(),
                 )
             )

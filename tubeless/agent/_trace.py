@@ -1,0 +1,185 @@
+"""What an agent records about itself: ``agent.*`` attempt attributes and the calls' progress.
+
+Traced runs get :data:`TRACED`, untraced ones :data:`UNTRACED`, a null recorder whose methods do
+nothing; :func:`agent_trace` chooses once per agent invocation (and per tool call), so no call
+site asks whether the run is traced. Nothing is computed for a record nobody keeps.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tubeless.agent._prepare import PreparedCall
+    from tubeless.agent._turn import TurnInput
+    from tubeless.pipeline import StepContext
+
+__all__ = ["TRACED", "UNTRACED", "AgentTrace", "agent_trace"]
+
+_MAX_SHOWN_CALLS = 32
+
+
+def _record(ctx: StepContext, t: TurnInput, fields: dict[str, Any]) -> None:
+    """One ``step.attempted`` record: the turn's identity first, then ``fields``."""
+    ctx.report_attempt(1, {"agent.runId": t.agent_run_id, "agent.turn": t.turn, **fields})
+
+
+class AgentTrace:
+    """The recorder of a traced agent: one method per thing the trace says."""
+
+    __slots__ = ()
+
+    def decided(self, ctx: StepContext, t: TurnInput, decision: str, calls: int) -> None:
+        """The decide step chose ``finish`` or ``continue`` with ``calls`` calls."""
+        _record(
+            ctx,
+            t,
+            {
+                "agent.stateVersion": t.state_version,
+                "agent.callsAdmitted": t.calls,
+                "agent.decision": decision,
+                "agent.callCount": calls,
+            },
+        )
+
+    def dispatching(self, ctx: StepContext, t: TurnInput, calls: int) -> None:
+        """The calls step admitted a batch of ``calls`` calls."""
+        _record(ctx, t, {"agent.callsAdmitted": t.calls + calls, "agent.callCount": calls})
+
+    def committed(self, ctx: StepContext, t: TurnInput, admitted: int) -> None:
+        """The reduce step committed the next state."""
+        _record(
+            ctx,
+            t,
+            {"agent.stateVersion": t.state_version + 1, "agent.callsAdmitted": admitted},
+        )
+
+    def call(self, ctx: StepContext, execution: Mapping[str, Any], tool: str) -> None:
+        """A call's identity, recorded by the calls step and again by the tool's own run."""
+        ctx.report_attempt(
+            1,
+            {
+                "agent.runId": execution.get("agent_run_id"),
+                "agent.turn": execution.get("turn"),
+                "agent.callId": execution.get("call_id"),
+                "agent.tool": tool,
+                "agent.parentAttemptId": execution.get("parent_attempt_id"),
+            },
+        )
+
+    def progress(self, calls: tuple[PreparedCall, ...]) -> Progress:
+        """The progress rows of a batch."""
+        return Progress(calls)
+
+
+class _Untraced(AgentTrace):
+    """The null recorder: nothing is recorded, nothing is built."""
+
+    __slots__ = ()
+
+    def decided(self, ctx: StepContext, t: TurnInput, decision: str, calls: int) -> None:
+        pass
+
+    def dispatching(self, ctx: StepContext, t: TurnInput, calls: int) -> None:
+        pass
+
+    def committed(self, ctx: StepContext, t: TurnInput, admitted: int) -> None:
+        pass
+
+    def call(self, ctx: StepContext, execution: Mapping[str, Any], tool: str) -> None:
+        pass
+
+    def progress(self, calls: tuple[PreparedCall, ...]) -> Progress:
+        return _NO_PROGRESS
+
+
+TRACED = AgentTrace()
+UNTRACED: AgentTrace = _Untraced()
+
+
+def agent_trace(ctx: StepContext) -> AgentTrace:
+    """The recorder for the run of ``ctx``: the one place that asks whether it is traced."""
+    return TRACED if ctx.tracing else UNTRACED
+
+
+_SHOWN_FIRST = ("running", "failed")
+
+
+class Progress:
+    """The calls step's progress rows, kept up to date in O(log n) per call.
+
+    At most 32 visible calls: running and failed ones first, then the rest, each group in
+    decision order, then an ``N more calls`` row. Running and failed calls are kept in sorted
+    lists, so building the rows looks at no more than 64 calls, whatever the batch size.
+    """
+
+    __slots__ = ("calls", "done", "failed", "running", "status")
+
+    def __init__(self, calls: tuple[PreparedCall, ...]) -> None:
+        self.calls = calls
+        self.status = ["pending"] * len(calls)
+        self.running: list[int] = []
+        self.failed: list[int] = []
+        self.done = 0
+
+    def start(self, index: int) -> None:
+        self.status[index] = "running"
+        bisect.insort(self.running, index)  # calls start in decision order: an append
+
+    def finish(self, index: int, status: str) -> None:
+        running = self.running
+        at = bisect.bisect_left(running, index)
+        if at < len(running) and running[at] == index:
+            del running[at]
+        self.status[index] = status
+        self.done += 1
+        if status == "failed":
+            bisect.insort(self.failed, index)
+
+    def report(self, ctx: StepContext) -> None:
+        calls, status = self.calls, self.status
+        total = len(calls)
+        first = list(heapq.merge(self.running[:_MAX_SHOWN_CALLS], self.failed[:_MAX_SHOWN_CALLS]))
+        shown = first[:_MAX_SHOWN_CALLS]
+        if len(shown) < _MAX_SHOWN_CALLS:
+            # Fewer than 32 calls are running or failed, so this skips fewer than 32 of them.
+            room = _MAX_SHOWN_CALLS - len(shown)
+            for i in range(total):
+                if status[i] not in _SHOWN_FIRST:
+                    shown.append(i)
+                    room -= 1
+                    if not room:
+                        break
+        rows: list[Mapping[str, Any]] = [
+            {"id": calls[i].id, "name": calls[i].tool, "depth": 0, "status": status[i]}
+            for i in shown
+        ]
+        hidden = total - len(rows)
+        if hidden > 0:
+            rows.append({"id": "more", "label": f"{hidden} more calls", "depth": 0})
+        done = self.done
+        ctx.report_progress(done, total, f"{done} of {total} calls", rows)
+
+
+class _NoProgress(Progress):
+    """Progress of an untraced batch: nothing is kept."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+    def start(self, index: int) -> None:
+        pass
+
+    def finish(self, index: int, status: str) -> None:
+        pass
+
+    def report(self, ctx: StepContext) -> None:
+        pass
+
+
+_NO_PROGRESS = _NoProgress()
