@@ -51,6 +51,7 @@ __all__ = ["MAX_ITEMS", "SANDBOX", "compile_expression", "compile_text"]
 _WIDTH_FILTERS = ("center", "indent", "format")
 _EACH, _CHARGE, _CONCAT = "_tubeless_each", "_tubeless_charge", "_tubeless_concat"
 _DIGITS = re.compile(r"\d+")
+_SIZE_METHODS = (str, bytes, bytearray, list, tuple, int)
 
 
 def _sequence(value: Any) -> bool:
@@ -231,7 +232,10 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
             subject = getattr(__obj, "__self__", None)
             if isinstance(subject, types.ModuleType):
                 subject = None
-            check_estimate(what, subject, args, kwargs, cost=COST_CALL)
+            # Methods of text, lists and integers take sizes as numbers (ljust, zfill,
+            # expandtabs, to_bytes); a mapping's take data (input.get("ts", 1700000000)).
+            numbers = isinstance(subject, _SIZE_METHODS) and not isinstance(subject, bool)
+            check_estimate(what, subject, args, kwargs, cost=COST_CALL, numbers=numbers)
             args = tuple(counted(a, what) if isinstance(a, Iterator) else a for a in args)
         return checked(super().call(__context, __obj, *args, **kwargs), what)
 
