@@ -744,6 +744,38 @@ def test_validate_generates_no_code_for_its_templates(
     assert generated == []
 
 
+EDGES = [
+    "a: {b: , c: 1}\n", "a:\tb\n", "a: {s: x? y}\n", "a: !30\n", "k\ufeffey: 1\n",
+    "a: [1, 2,\n  3]\n", "a: 'x\n  y'\n", "a: b: c\n", "- &a x\n- *a\n", "a: 1\r\nb: 2\r\n",
+    "a: \"\\u00e9\\x41\"\nb: |\n  é\n",
+]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [pytest.param(path.read_text(encoding="utf-8"), id=path.stem)
+     for path in sorted((ROOT / "projects").glob("*.yaml"))]
+    + [pytest.param(edge, id=f"edge-{index}") for index, edge in enumerate(EDGES)],
+)
+def test_the_fast_yaml_reader_gives_what_the_pure_python_parser_gives(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14 item 17: YAML is read once, by libyaml when it reads the text as PyYAML's own
+    parser does; data, locations and messages are the same either way."""
+    from tubeless.project import _yaml
+
+    def outcome() -> Any:
+        try:
+            document = _yaml.parse_document(text, file="p.yaml")
+        except DocumentError as exc:
+            return [issue.format() for issue in exc.issues]
+        return document.data, document.source
+
+    fast = outcome()
+    monkeypatch.setattr(_yaml, "_FAST_LOADER", None)
+    assert outcome() == fast
+
+
 def test_an_agent_with_more_tools_than_the_harness_takes_fails_plain_validate(
     tmp_path: Path,
 ) -> None:
