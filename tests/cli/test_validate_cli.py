@@ -445,15 +445,14 @@ def test_a_definition_error_is_found_only_with_resolve_and_names_its_code(
 def test_an_agent_definition_error_exits_4_under_resolve_without_a_traceback(
     tmp_path: Path,
 ) -> None:
+    # A pipeline used as a tool needs an input schema; only compiling the agent finds out.
     project = write(
         tmp_path / "project.yaml",
         VALID.replace(
             "      count: examples.text:count\n",
-            "      count:\n"
-            "        run: examples.text_pipeline:count_characters\n"
-            f"        description: {'x' * 5000}\n"
-            "        input: {schema: {type: string}}\n"
-            "        output: {schema: {type: integer}}\n",
+            "      count: {pipeline: words, description: Count.}\n"
+            "pipelines:\n  words:\n    steps:\n"
+            "      - {id: count, run: examples.text_pipeline:count_characters}\n",
         ),
     )
 
@@ -461,7 +460,7 @@ def test_an_agent_definition_error_exits_4_under_resolve_without_a_traceback(
 
     assert (outcome.code, outcome.out) == (4, "")
     assert outcome.err.startswith(f"error: {project}")
-    assert "[TUBELESS_AGENT_INVALID_DEFINITION] A tool description may have at most" in outcome.err
+    assert "[TUBELESS_AGENT_INVALID_DEFINITION] Pipeline 'words' has no input schema" in outcome.err
     assert "Traceback" not in outcome.err
 
 

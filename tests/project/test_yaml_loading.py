@@ -290,13 +290,11 @@ def test_fifty_megabyte_file_is_rejected_before_reading(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
-def test_endless_file_is_read_only_up_to_the_limit() -> None:
-    """``/dev/zero`` reports size 0 and never ends: only 1 MiB + 1 byte is read."""
-    with pytest.raises(DocumentError) as caught:
+def test_a_device_is_not_read_at_all() -> None:
+    """``/dev/zero`` reports size 0 and never ends: only regular files are read (issue 14)."""
+    with pytest.raises(OSError, match=r"not a regular file \(a character device\)") as caught:
         load_document("/dev/zero")
-    (issue,) = caught.value.issues
-    assert issue.file == "/dev/zero"
-    assert "limited to 1 MiB" in issue.message
+    assert caught.value.filename == "/dev/zero"
 
 
 def test_size_limit_counts_utf8_bytes_not_characters() -> None:

@@ -431,12 +431,20 @@ async def _run_with_signals(
 
 def _finish(run_record: PipelineRun, stream: Any, flags: Sequence[DerivedFlag] = ()) -> int:
     from tubeless._cli._exit import exit_code_for, report_error
-    from tubeless.errors import PipelineExecutionError
+    from tubeless.errors import FINAL_RESULT_VALIDATION_FAILED, PipelineExecutionError
 
+    unprintable = None
     if run_record.finalized:
-        click.echo(_json(run_record.value), file=stream)
+        try:
+            text = _json(run_record.value)
+        except ValueError as exc:  # NaN, an infinity, an integer too long to print
+            unprintable = f"{FINAL_RESULT_VALIDATION_FAILED}: the result cannot be printed: {exc}"
+        else:
+            click.echo(text, file=stream)
+    if unprintable is not None:
+        click.echo(f"error: {unprintable}", err=True)
     if run_record.status == "completed":
-        return 0
+        return 6 if unprintable is not None else 0
     error = PipelineExecutionError(run_record)
     state = getattr(click.get_current_context(silent=True), "obj", None)  # the CliState
     report_error(
@@ -448,6 +456,17 @@ def _finish(run_record: PipelineRun, stream: Any, flags: Sequence[DerivedFlag] =
 
 
 def _json(value: Any) -> str:
+    """Strict JSON (RFC 8259), or ValueError saying what cannot be written as such."""
     from pydantic_core import to_jsonable_python
 
-    return json.dumps(to_jsonable_python(value), ensure_ascii=False)
+    data = to_jsonable_python(value)
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        if "Out of range float" in str(exc):
+            raise ValueError("it holds NaN or an infinity, which JSON cannot express") from None
+        if "integer string conversion" in str(exc):
+            raise ValueError(
+                f"it holds an integer of more than {sys.get_int_max_str_digits():,} digits"
+            ) from None
+        raise

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -58,9 +59,10 @@ def _top_level_key(name: str) -> re.Pattern[str]:
 
 
 _PROJECT_KEYS: Final = (_top_level_key("version"), _top_level_key("project"))
-#: C0 and C1 controls, DEL, and the bidi controls that can reorder what a terminal shows.
+#: C0 and C1 controls, DEL, the bidi controls that can reorder what a terminal shows, and lone
+#: surrogates (a ``"\udcff"`` key, or a file name that is not UTF-8), which no output can encode.
 _UNPRINTABLE: Final = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 
 
@@ -207,13 +209,24 @@ def _projects_in(folder: str) -> Iterator[str]:
 
 
 def _looks_like_project(path: str) -> bool:
-    """Whether a YAML file has top-level ``version:`` and ``project:`` keys (a plain text scan:
-    nothing is parsed, so a project with a syntax error is still found and reported)."""
+    """Whether a regular YAML file has top-level ``version:`` and ``project:`` keys (a plain
+    text scan: nothing is parsed, so a project with a syntax error is still found and reported).
+
+    Named pipes, devices and sockets found in a folder are skipped: reading one could block or
+    never end (a file named on the command line is refused instead, by the loader).
+    """
     try:
-        with open(path, "rb") as stream:
-            text = stream.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
+        # O_NONBLOCK: opening a named pipe must not wait for a writer.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return True  # let the check report why it cannot be read
+    with open(descriptor, "rb", closefd=True) as stream:
+        try:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                return False
+            text = stream.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            return True
     return all(key.search(text) for key in _PROJECT_KEYS)
 
 

@@ -199,6 +199,8 @@ class _Explainer:
             return f"{_found(instance)} is not allowed here"
         if kind == "maxLength":
             message = f"expected at most {value} characters, found {_found(instance)}"
+        elif kind == "maxProperties" and isinstance(instance, dict):
+            message = f"expected a mapping of at most {value} entries, found {len(instance):,}"
         elif kind == "minItems":
             items = f"{value} item{'s' * (value != 1)}"
             message = f"expected a list of at least {items}, found {_found(instance)}"

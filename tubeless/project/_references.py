@@ -2,13 +2,21 @@
 
 The project's ``python_path`` folders (relative to the file) are searched first, then
 ``sys.path``. Modules are never reloaded: a module already imported from another file than the
-one the project's folders provide is an error naming both. Callables from the standard library
-or ``builtins`` are refused unless the project lists the module in ``allow_modules``; schema
-references may name standard types.
+one the project's folders provide is an error naming both. Schema references may name standard
+types.
+
+Callables come from an allowlist of places: a callable is accepted only when every module it
+comes from (:func:`_origins`: a function's ``__module__``, a built-in's ``__self__``, a method
+descriptor's ``__objclass__``, a class's own module, what a ``functools.partial`` or a wrapper
+with ``__wrapped__`` calls) is the project's own code or an installed package outside the
+standard library, or a standard module the project lists in ``allow_modules``. A callable whose
+origin cannot be told is refused. So ``helpers:Popen`` (after ``from subprocess import
+Popen``) and ``helpers:run`` (``run = eval.__call__``) are refused like ``subprocess:Popen``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import sys
@@ -32,13 +40,68 @@ _FUNCTIONS = (
     types.MethodType,
     types.BuiltinMethodType,
 )
-#: Implementation modules that stand for a public standard-library module.
+#: Implementation modules that stand for a public standard-library module (``_functools``
+#: stands for ``functools`` by the underscore rule in :func:`_public`).
 _ALIASES = {"posix": "os", "nt": "os", "posixpath": "os", "ntpath": "os", "_io": "io"}
+#: How many wrappers (partials, bound methods, method-wrappers) are looked through.
+_MAX_WRAPPING = 16
+_DESCRIPTORS = (
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+)
 
 
 def _stdlib(module_name: str) -> bool:
     top = module_name.partition(".")[0]
     return top in sys.stdlib_module_names or top == "builtins"
+
+
+def _public(module_name: str) -> str:
+    """The public standard module an implementation module stands for (``posix`` → ``os``)."""
+    if module_name in _ALIASES:
+        return _ALIASES[module_name]
+    top, dot, rest = module_name.partition(".")
+    if top.startswith("_") and top[1:] in sys.stdlib_module_names:
+        return top[1:] + dot + rest
+    return module_name
+
+
+def _module_of(value: Any) -> list[str] | None:
+    name = getattr(value, "__module__", None)
+    return [name] if isinstance(name, str) and name else None
+
+
+def _origins(value: Any, depth: int = 0) -> list[str] | None:
+    """Every module a callable comes from, or None when that cannot be told."""
+    if depth > _MAX_WRAPPING:
+        return None
+    if isinstance(value, types.ModuleType):
+        return [value.__name__]
+    if isinstance(value, type):
+        return _module_of(value)
+    if isinstance(value, types.FunctionType):
+        return _module_of(value)
+    if isinstance(value, types.MethodType):
+        return _origins(value.__func__, depth + 1)
+    if isinstance(value, types.BuiltinFunctionType):  # built-in functions and bound C methods
+        owner = value.__self__
+        if owner is None or isinstance(owner, types.ModuleType):
+            found = _module_of(value) or ([owner.__name__] if owner is not None else None)
+            return found
+        inner = _origins(owner if isinstance(owner, type) else type(owner), depth + 1)
+        return None if inner is None else [*inner, *(_module_of(value) or [])]
+    if isinstance(value, types.MethodWrapperType):  # x.__call__ and other slot wrappers
+        return _origins(value.__self__, depth + 1)
+    if isinstance(value, _DESCRIPTORS):  # str.join, object.__init__, dict.fromkeys's descriptor
+        return _module_of(value.__objclass__)
+    if isinstance(value, functools.partial):
+        return _origins(value.func, depth + 1)
+    found = _module_of(type(value))  # any other callable object: its class says where from
+    wrapped = getattr(value, "__wrapped__", None)
+    if found is not None and _stdlib(found[0]) and wrapped is not None:
+        return _origins(wrapped, depth + 1)  # functools.lru_cache and similar wrappers
+    return found
 
 
 class Resolver:
@@ -88,7 +151,25 @@ class Resolver:
             kind_name = type(value).__name__
             article = "an" if kind_name[:1].lower() in "aeiou" else "a"
             raise ReferenceProblem(f"{reference!r} is {article} {kind_name}, not a callable")
+        if kind == "callable":
+            self._check_callable(reference, value)
         return value
+
+    def _check_callable(self, reference: str, value: Any) -> None:
+        """Accept a callable only from the project, an installed package or an allowed module."""
+        origins = _origins(value)
+        if not origins:
+            raise ReferenceProblem(
+                f"cannot tell which module {reference!r} comes from, so it is refused; name a "
+                "function or class defined in the project's modules or an installed package"
+            )
+        for origin in origins:
+            public = _public(origin)
+            if _stdlib(origin) and not (self._allowed(origin) or self._allowed(public)):
+                raise ReferenceProblem(
+                    f"{reference!r} reaches the standard library module {public!r}; add it to "
+                    "allow_modules if the project really needs it"
+                )
 
     def _refuse_stdlib(self, reference: str, value: Any) -> None:
         """Refuse a standard-library module or callable reached through another module."""
@@ -100,7 +181,7 @@ class Resolver:
             origin = getattr(value, "__module__", None) or ""
         else:
             return
-        origin = _ALIASES.get(origin, origin)
+        origin = _public(origin)
         if origin and _stdlib(origin) and not self._allowed(origin):
             raise ReferenceProblem(
                 f"{reference!r} reaches the standard library module {origin!r}; add it to "

@@ -2,20 +2,22 @@
 
 A project file becomes plain JSON-like data (dict, list, str, int, float, bool, None) plus a
 :class:`SourceMap` from JSON pointers to 1-based lines and columns. Nothing here constructs
-arbitrary Python objects: the text goes through ``yaml.SafeLoader``'s scanner, parser and
-composer only, and the node graph is converted by hand. Before composing, an event pre-pass
-enforces the bounds (depth, aliases, nodes counted with aliases expanded), so a "billion
-laughs" file is rejected after reading a few hundred events and before anything is built.
+arbitrary Python objects: the text goes through PyYAML's safe parser and composer only
+(:mod:`tubeless.project._yaml_events`, which enforces the bounds on the event stream before
+anything is built), and the node graph is converted by hand. Numbers are bounded before they
+are converted.
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -28,12 +30,24 @@ from tubeless.project._issues import (
     position,
     raise_issues,
 )
+from tubeless.project._yaml_events import (
+    EMPTY,
+    MAX_ALIASES,
+    MAX_DEPTH,
+    MAX_NODES,
+    Replay,
+    at,
+    events,
+    fail,
+    syntax_issue,
+)
 
 __all__ = [
     "MAX_ALIASES",
     "MAX_BYTES",
     "MAX_DEPTH",
     "MAX_NODES",
+    "MAX_NUMBER_CHARS",
     "LoadedDocument",
     "SourceMap",
     "load_document",
@@ -42,12 +56,9 @@ __all__ = [
 
 #: Files larger than this are rejected before they are parsed.
 MAX_BYTES = 1024 * 1024
-#: Collections nested in collections, aliases expanded.
-MAX_DEPTH = 64
-#: Alias uses (``*name``) in a document.
-MAX_ALIASES = 100
-#: Values in a document (scalars and collections), each alias counted as what it expands to.
-MAX_NODES = 10_000
+#: Characters of a number (YAML converts sexagesimal ``1:0:0:...`` in quadratic time, and an
+#: integer of more than 4,300 digits cannot even be printed in a message).
+MAX_NUMBER_CHARS = 100
 
 _CORE = "tag:yaml.org,2002:"
 _STR, _INT, _FLOAT = _CORE + "str", _CORE + "int", _CORE + "float"
@@ -61,7 +72,6 @@ _SCALAR_KINDS = {
     _NULL: "null",
 }
 # Messages name the rule and the fix; "{0}"/"{1}" are filled in where they are used.
-_EMPTY = "the document is empty; a project needs at least 'version: 1' and 'project: {id: ...}'"
 _TOO_LARGE = (
     "the file is too large: project files are limited to 1 MiB (1,048,576 bytes), found {0}; "
     "split the project into several files"
@@ -69,23 +79,14 @@ _TOO_LARGE = (
 _NOT_UTF8 = "the file is not valid UTF-8 (byte 0x{0:02x} at line {1}, column {2}); save it as UTF-8"
 _NOT_TEXT = "found {0}; a project file must be plain UTF-8 text: remove it"
 _NOT_MAPPING = "the top level must be a mapping (version, project, agents, ...), found {0}"
-_TWO_DOCUMENTS = (
-    "the file holds more than one YAML document (a second one starts here); "
-    "a project file is one document: remove the '---' or split the file"
-)
-_ALIASES = f"more than {MAX_ALIASES} aliases; use fewer aliases (*name), repeat the values"
-_RECURSIVE = "the alias *{0} is inside the node anchored &{0} (a recursive structure); remove it"
-_UNDEFINED = "the alias *{0} has no anchor &{0} before it; define the anchor first"
-_TWICE = "the anchor &{0} is defined twice (first at line {1}); rename one of them"
-_NODES = (
-    f"the document has more than {MAX_NODES:,} values (an alias counts as all the values "
-    "it stands for); make it smaller"
-)
-_DEPTH = f"the document is nested more than {MAX_DEPTH} levels deep (aliases included); flatten it"
 _MERGE_KEY = "YAML merge keys are not supported; repeat the keys (or use a factory {use, with})"
 _DUPLICATE = "duplicate key {0!r} (first defined at line {1}); remove one of them"
 _KEY_NOT_TEXT = "mapping keys must be strings, found {0} used as a key; "
 _NOT_FINITE = "{0} is not a finite number (JSON has no NaN or infinity); quote it for text"
+_LONG_NUMBER = (
+    f"{{0}} is a number of {{1:,}} characters; numbers may have at most {MAX_NUMBER_CHARS} "
+    "(digits, signs, separators): shorten it, or quote it for text"
+)
 _BAD_VALUE = "{0} is not {1}; fix the value or remove the {2} tag"
 _BAD_TAG = (
     "the tag {0} is not allowed{1}; project files use plain YAML (strings, numbers, booleans, "
@@ -96,19 +97,6 @@ _NON_PRINTABLE = re.compile(
     "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
 )
 
-
-class _Loader(yaml.SafeLoader):
-    """The safe reader, scanner, parser and composer, resolving only JSON's scalar kinds.
-
-    Timestamps and ``=`` stay strings (a bare ``2024-01-01`` is text, as in JSON); ``<<`` still
-    resolves to the merge tag so that merge keys can be rejected with a precise message.
-    """
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in entries if tag in {_BOOL, _FLOAT, _INT, _MERGE, _NULL}]
-    for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
 
 _SCALARS: dict[str, Callable[[SafeConstructor, ScalarNode], Any]] = {
     _INT: SafeConstructor.construct_yaml_int,
@@ -134,15 +122,28 @@ def load_document(path: str | os.PathLike[str]) -> LoadedDocument:
 
     Raises:
         DocumentError: With every problem found, located (``TUBELESS_DOCUMENT_INVALID``).
-        OSError: When the file is missing or unreadable.
+        OSError: When the file is missing, unreadable, or not a regular file (a named pipe or
+            a device would block or never end).
     """
     file = os.fspath(path)
-    size = os.stat(file).st_size
-    if size > MAX_BYTES:
-        _fail(file, 1, 1, "", _TOO_LARGE.format(f"{size:,} bytes"))
-    with open(file, "rb") as stream:
+    # O_NONBLOCK: opening a named pipe returns at once (instead of waiting for a writer), so
+    # that fstat can say what the path is, whatever it was swapped for since it was named.
+    descriptor = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with open(descriptor, "rb", closefd=True) as stream:
+        status = os.fstat(stream.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({_file_kind(status.st_mode)})", file)
+        if status.st_size > MAX_BYTES:
+            fail(file, 1, 1, "", _TOO_LARGE.format(f"{status.st_size:,} bytes"))
         data = stream.read(MAX_BYTES + 1)
     return parse_document(data, file=file)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a plain file")
 
 
 def parse_document(data: bytes | str, *, file: str) -> LoadedDocument:
@@ -158,19 +159,16 @@ def parse_document(data: bytes | str, *, file: str) -> LoadedDocument:
         what = f"the control character U+{ord(char):04X}"
         if char == "\0":
             what = "a NUL byte (is this a binary file?)"
-        _fail(file, *position(text, bad.start()), "", _NOT_TEXT.format(what))
-    _prepass(text, file)
-    loader = _Loader(text)
+        fail(file, *position(text, bad.start()), "", _NOT_TEXT.format(what))
+    recorded = events(text, file)
     try:
-        root = loader.get_single_node()
+        root = Replay(recorded).get_single_node()
     except yaml.MarkedYAMLError as exc:  # the pre-pass already parsed it; a safety net
-        raise_issues([_syntax_issue(file, exc, "")])
-    finally:
-        loader.dispose()
+        raise_issues([syntax_issue(file, exc, "")])
     if root is None or (root.tag == _NULL and isinstance(root, ScalarNode)):
-        _fail(file, 1, 1, "", _EMPTY)
+        fail(file, 1, 1, "", EMPTY)
     if not isinstance(root, MappingNode):
-        _fail(file, *_mark(root), "", _NOT_MAPPING.format(_kind(root)))
+        fail(file, *_mark(root), "", _NOT_MAPPING.format(_kind(root)))
     converter = _Converter(file)
     value = converter.convert(root, "", report=True)
     if converter.issues:
@@ -183,7 +181,7 @@ def _decode(data: bytes | str, file: str) -> str:
     """UTF-8 text without a BOM, or an issue at the first byte that is not UTF-8."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     if len(raw) > MAX_BYTES:
-        _fail(file, 1, 1, "", _TOO_LARGE.format("more than that"))
+        fail(file, 1, 1, "", _TOO_LARGE.format("more than that"))
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:
@@ -191,135 +189,7 @@ def _decode(data: bytes | str, file: str) -> str:
     except UnicodeDecodeError as exc:
         prefix = raw[: exc.start].decode("utf-8")
         line, column = position(prefix, len(prefix))
-        _fail(file, line, column, "", _NOT_UTF8.format(raw[exc.start], line, column))
-
-
-@dataclass(slots=True)
-class _Open:
-    """A collection the pre-pass is inside of."""
-
-    pointer: str
-    is_map: bool
-    anchor: str | None
-    start_total: int
-    height: int = 1
-    """Collection nesting inside it, itself included (aliases count as their anchor)."""
-    key: str | None = None
-    expecting_key: bool = True
-    index: int = 0
-
-    def child(self) -> str:
-        """The pointer of the node being read next (a key is attributed to its mapping)."""
-        if not self.is_map:
-            return join_pointer(self.pointer, self.index)
-        if self.expecting_key or self.key is None:
-            return self.pointer
-        return join_pointer(self.pointer, self.key)
-
-    def done(self, key: str | None, height: int) -> None:
-        """A child node ended (``key`` is its text when it is a scalar)."""
-        self.height = max(self.height, height + 1)
-        if not self.is_map:
-            self.index += 1
-        elif self.expecting_key:
-            self.key, self.expecting_key = key, False
-        else:
-            self.key, self.expecting_key = None, True
-
-
-def _prepass(text: str, file: str) -> None:
-    """Enforce the bounds on the event stream (``yaml.parse``), before any node is built.
-
-    Nodes are counted with every alias expanded (an alias adds the size of its anchored node),
-    and depth likewise, so nested aliases cannot multiply past the limits unnoticed.
-    """
-    stack: list[_Open] = []
-    anchors: dict[str, tuple[int, int]] = {}  # anchor → (expanded nodes, collection height)
-    defined: dict[str, int] = {}  # anchor → the line it was first defined on
-    total = aliases = documents = 0
-
-    def stop(event: yaml.Event, pointer: str, message: str) -> NoReturn:
-        mark = event.start_mark
-        _fail(file, *((mark.line + 1, mark.column + 1) if mark else (1, 1)), pointer, message)
-
-    try:
-        for event in yaml.parse(text, Loader=_Loader):
-            pointer = stack[-1].child() if stack else ""
-            if isinstance(event, yaml.DocumentStartEvent):
-                documents += 1
-                if documents > 1:
-                    stop(event, "", _TWO_DOCUMENTS)
-            elif isinstance(event, yaml.CollectionEndEvent):
-                frame = stack.pop()
-                if frame.anchor is not None:
-                    anchors[frame.anchor] = (total - frame.start_total, frame.height)
-                if stack:
-                    stack[-1].done(None, frame.height)
-            elif isinstance(event, yaml.AliasEvent):
-                aliases += 1
-                name = event.anchor
-                if aliases > MAX_ALIASES:
-                    stop(event, pointer, _ALIASES)
-                if any(frame.anchor == name for frame in stack):
-                    stop(event, pointer, _RECURSIVE.format(name))
-                if name not in anchors:
-                    stop(event, pointer, _UNDEFINED.format(name))
-                size, height = anchors[name]
-                total += size
-                if total > MAX_NODES:
-                    stop(event, pointer, _NODES)
-                if len(stack) + height > MAX_DEPTH:
-                    stop(event, pointer, _DEPTH)
-                if stack:
-                    stack[-1].done(None, height)
-            elif isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent):
-                total += 1
-                if total > MAX_NODES:
-                    stop(event, pointer, _NODES)
-                anchor = event.anchor
-                if anchor is not None:
-                    if anchor in defined:
-                        stop(event, pointer, _TWICE.format(anchor, defined[anchor]))
-                    defined[anchor] = event.start_mark.line + 1 if event.start_mark else 0
-                if isinstance(event, yaml.ScalarEvent):
-                    if anchor is not None:
-                        anchors[anchor] = (1, 0)
-                    if stack:
-                        stack[-1].done(event.value, 0)
-                    continue
-                if len(stack) + 1 > MAX_DEPTH:
-                    stop(event, pointer, _DEPTH)
-                is_map = isinstance(event, yaml.MappingStartEvent)
-                stack.append(_Open(pointer, is_map, anchor, total - 1))
-    except yaml.MarkedYAMLError as exc:
-        raise_issues([_syntax_issue(file, exc, stack[-1].child() if stack else "")])
-    if documents == 0:
-        _fail(file, 1, 1, "", _EMPTY)
-
-
-def _syntax_issue(file: str, exc: yaml.MarkedYAMLError, pointer: str) -> DocumentIssue:
-    mark = exc.problem_mark or exc.context_mark
-    line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-    message = f"invalid YAML: {exc.problem or exc}"
-    if exc.context:
-        where = exc.context_mark
-        at = f" at line {where.line + 1}" if where and where.line + 1 != line else ""
-        message += f" ({exc.context}{at})"
-    if "'\\t'" in message:
-        message += "; indent with spaces: YAML does not allow tabs there"
-    elif "mapping values are not allowed" in message:
-        message += "; check the indentation, or quote a value that contains ': '"
-    else:
-        message += "; fix the syntax here"
-    return _at(file, line, column, pointer, message)
-
-
-def _at(file: str, line: int, column: int, pointer: str, message: str) -> DocumentIssue:
-    return DocumentIssue(file=file, line=line, column=column, pointer=pointer, message=message)
-
-
-def _fail(file: str, line: int, column: int, pointer: str, message: str) -> NoReturn:
-    raise_issues([_at(file, line, column, pointer, message)])
+        fail(file, line, column, "", _NOT_UTF8.format(raw[exc.start], line, column))
 
 
 def _mark(node: Node) -> tuple[int, int]:
@@ -377,7 +247,7 @@ class _Converter:
 
     def _problem(self, report: bool, node: Node, pointer: str, message: str) -> None:
         if report:
-            self.issues.append(_at(self.file, *_mark(node), pointer, message))
+            self.issues.append(at(self.file, *_mark(node), pointer, message))
 
     def _mapping(self, node: MappingNode, pointer: str, report: bool) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -421,9 +291,13 @@ class _Converter:
         if construct is None:
             self._bad_tag(node, pointer, report)
             return None
+        if node.tag != _BOOL and len(node.value) > MAX_NUMBER_CHARS:
+            message = _LONG_NUMBER.format(_short(node.value), len(node.value))
+            self._problem(report, node, pointer, message)
+            return None
         try:
             value = construct(self._constructor, node)
-        except (ValueError, KeyError, yaml.YAMLError):
+        except (ValueError, KeyError, OverflowError, yaml.YAMLError):
             kind, tag = _SCALAR_KINDS[node.tag], _tag_name(node.tag)
             self._problem(report, node, pointer, _BAD_VALUE.format(_short(node.value), kind, tag))
             return None

@@ -38,6 +38,9 @@ ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$"
 #: ``package.module:attribute`` (the attribute may be dotted).
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 REFERENCE_PATTERN = rf"^{_DOTTED}:{_DOTTED}$"
+#: What the agent harness accepts (``define_agent``, ``define_tool``), checked statically too.
+MAX_TOOLS = 4096
+MAX_TOOL_DESCRIPTION = 4096
 #: Step ids and tool names.
 STEP_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,127}$"
@@ -52,6 +55,9 @@ Reference = Annotated[
 Id = Annotated[str, Field(pattern=ID_PATTERN, description="An agent or pipeline id.")]
 StepId = Annotated[str, Field(pattern=STEP_ID_PATTERN, description="A step id.")]
 Text = Annotated[str, Field(min_length=1, pattern=r"\S")]
+ToolDescription = Annotated[
+    str, Field(min_length=1, max_length=MAX_TOOL_DESCRIPTION, pattern=r"\S")
+]
 #: ``input`` and ``map_options`` of a pipeline or agent tool come together or not at all.
 _TOGETHER: JsonDict = {"input": ["map_options"], "map_options": ["input"]}
 #: A mapping whose strings are templates (a mapping with ``use`` is a factory instead).
@@ -140,7 +146,9 @@ class HandlerToolSpec(_Spec):
     """A tool declared around a plain function ``run(input, ctx)``."""
 
     run: Reference = Field(description="The handler, by import path.")
-    description: Text = Field(description="What the tool does, for the model (<= 4096 chars).")
+    description: ToolDescription = Field(
+        description="What the tool does, for the model (at most 4096 characters)."
+    )
     input: SchemaSpec = Field(description="Validates the model's argument.")
     output: SchemaSpec = Field(description="Validates the handler's result.")
     preview: Literal["run", "skip"] | Reference = Field(
@@ -155,7 +163,7 @@ class PipelineToolSpec(_Spec):
     model_config = ConfigDict(json_schema_extra={"dependentRequired": _TOGETHER})
 
     pipeline: Id = Field(description="The pipeline's id in this project.")
-    description: Text = Field(description="What the tool does, for the model.")
+    description: ToolDescription = Field(description="What the tool does, for the model.")
     input: SchemaSpec | None = Field(
         default=None,
         description="Validates the model's argument (give it together with map_options).",
@@ -171,7 +179,7 @@ class AgentToolSpec(_Spec):
     model_config = ConfigDict(json_schema_extra={"dependentRequired": _TOGETHER})
 
     agent: Id = Field(description="The agent's id in this project.")
-    description: Text = Field(description="What the tool does, for the model.")
+    description: ToolDescription = Field(description="What the tool does, for the model.")
     input: SchemaSpec | None = Field(
         default=None,
         description="Validates the model's argument (give it together with map_options).",
@@ -220,7 +228,8 @@ class AgentSpec(_Spec):
     limits: LimitsSpec = Field(default_factory=LimitsSpec, description="Hard bounds.")
     tools: dict[Annotated[str, Field(pattern=TOOL_NAME_PATTERN)], ToolSpec] = Field(
         default_factory=dict,
-        description="Registered tools by name (none are added implicitly).",
+        max_length=MAX_TOOLS,
+        description="Registered tools by name (none are added implicitly; at most 4096).",
         json_schema_extra={"propertyNames": {"pattern": TOOL_NAME_PATTERN}},
     )
 

@@ -42,13 +42,16 @@ _UNSAFE: Final = (
     *range(0x200B, 0x200E),
     0x2060,
     0xFEFF,
+    # Lone surrogates (from a trace's "\udcff" escapes): no terminal encoding can print them.
+    *range(0xD800, 0xE000),
 )
 _SAFE_TABLE: Final = dict.fromkeys(_UNSAFE, " ")
 _MAX_INDENT: Final = 32
 
 
 def terminal_safe(text: str) -> str:
-    """``text`` with control (C0, C1, DEL) and bidi override characters replaced by spaces.
+    """``text`` with control (C0, C1, DEL), bidi override and lone surrogate characters
+    replaced by spaces.
 
     The result has the same length as ``text``, so columns computed on it stay put.
     """
