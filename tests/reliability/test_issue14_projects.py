@@ -591,7 +591,8 @@ def test_a_lone_surrogate_in_a_key_is_escaped_in_every_validate_format(tmp_path:
     github = outcomes["github"]
     assert github.stderr == ""
     assert github.stdout == (
-        f"::error file={path},line=3,col=1,title=TUBELESS_DOCUMENT_INVALID::/\\udcff: unknown "
+        # Run from tmp_path, the annotation names the file relative to it (issue 15).
+        "::error file=project.yaml,line=3,col=1,title=TUBELESS_DOCUMENT_INVALID::/\\udcff: unknown "
         "key '\\udcff'; valid keys: $schema, agents, allow_modules, pipelines, project, "
         "python_path, version\n"
     )
@@ -605,7 +606,9 @@ def test_a_file_name_that_is_not_utf8_is_escaped_when_a_folder_is_validated(
 ) -> None:
     """Issue 14 item 10: ``ok: <name>`` on stdout for a name os.walk gives with surrogates."""
     (tmp_path / os.fsdecode(b"\xff.yaml")).write_text(
-        "version: 1\nproject: {id: ok}\n", encoding="utf-8")
+        "version: 1\nproject: {id: ok}\npipelines:\n  p: {steps: [{id: a, run: m:f}]}\n",
+        encoding="utf-8",
+    )
     done = strict_cli("validate", tmp_path, cwd=tmp_path)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == f"ok: {tmp_path}/\\udcff.yaml\n"
@@ -696,7 +699,10 @@ def test_a_named_pipe_is_refused_when_named_and_skipped_in_a_folder(tmp_path: Pa
     (exit 2), one found in a folder is skipped."""
     fifo = tmp_path / "pipe.yaml"
     os.mkfifo(fifo)
-    (tmp_path / "real.yaml").write_text("version: 1\nproject: {id: real}\n", encoding="utf-8")
+    (tmp_path / "real.yaml").write_text(
+        "version: 1\nproject: {id: real}\npipelines:\n  p: {steps: [{id: a, run: m:f}]}\n",
+        encoding="utf-8",
+    )
 
     with hang_guard():
         named = cli("validate", fifo)
