@@ -55,6 +55,11 @@ Internal ones never reach a caller::
     CliInputError                       tubeless._cli: exit 4
     InputRejected                       tubeless._cli: a flag's value, reported as CliInputError
     _OutputClosed                       tubeless._cli: the reader of stdout went away, exit 141
+    TemplateLimit                       tubeless.project: a render past its work or size budget,
+                                        becomes TemplateError (a BaseException, so the template's
+                                        own code cannot catch it)
+    _Stopped                            tubeless.project: carries what a render's ``check`` raised
+                                        out of jinja untouched
     _Interrupted                        tubeless.pipeline: a signal stopping a render, becomes
                                         RunCancelledError (a KeyboardInterrupt, so no ``except
                                         Exception`` in the interrupted code catches it)
