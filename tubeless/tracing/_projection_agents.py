@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from tubeless.errors import AGENT_LIMIT_REACHED
 from tubeless.frozen import FrozenDict
-from tubeless.tracing.fold import TURN_STEPS, Call, Run, RunStatus, as_int, as_str
+from tubeless.tracing.runs import TURN_STEPS, Call, Run, RunStatus, as_int, as_str
 
 if TYPE_CHECKING:
     from tubeless.tracing.projection import RunTree, StepNode

@@ -35,7 +35,8 @@ from tubeless.tracing._projection_text import (
     format_tree,
     terminal_safe,
 )
-from tubeless.tracing.fold import Run, RunStatus, StepStatus, TraceFold, as_str
+from tubeless.tracing.fold import TraceFold
+from tubeless.tracing.runs import Run, RunStatus, StepStatus, as_str
 
 __all__ = [
     "AgentHistory",
