@@ -57,14 +57,14 @@ stream is a terminal and ``TERM`` is not ``dumb``.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
+from tubeless.tracing.fold import TraceFold
 from tubeless.tracing.projection import describe_error, format_duration, terminal_safe
+from tubeless.tracing.runs import Call, Run, Step
 
 __all__ = ["PlainReporter", "color_enabled", "stream_is_terminal", "unicode_enabled"]
 
@@ -75,6 +75,12 @@ _UNICODE_SAMPLE: Final = "→✓✗\u2013○…"
 
 _CYAN, _GREEN, _RED, _YELLOW, _DIM = "36", "32", "31", "33", "2"
 _CODES: Final = (_CYAN, _GREEN, _RED, _YELLOW, _DIM)
+_FINALIZE: Final = frozenset(
+    {"pipeline.finalize.started", "pipeline.finalize.completed", "pipeline.finalize.failed"}
+)
+_STEP_LINES: Final = frozenset(
+    {"step.running", "step.complete", "step.skipped", "step.failed", "step.cancelled"}
+)
 
 
 def stream_is_terminal(stream: Any) -> bool:
@@ -124,53 +130,24 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _duration(record: Mapping[str, Any]) -> str:
-    ms = record.get("durationMs")
-    if isinstance(ms, bool) or not isinstance(ms, int | float):
-        return "?"
-    try:
-        return format_duration(float(ms)) if math.isfinite(ms) else "?"
-    except OverflowError:  # an int too large for a float
-        return "?"
+def _duration(ms: float | None) -> str:
+    return "?" if ms is None else format_duration(ms)
 
 
-def _error_message(record: Mapping[str, Any]) -> str:
-    return _text(_mapping(record.get("error")).get("message")) or "unknown error"
+def _message(error: Mapping[str, Any] | None) -> str:
+    return _text(_mapping(error).get("message")) or "unknown error"
 
 
-def _failure(record: Mapping[str, Any]) -> str:
+def _failure(error: Mapping[str, Any] | None) -> str:
     """A failure in the user's terms: a handler's exception reads ``<Type>: <message>``."""
-    error = record.get("error")
-    return terminal_safe(describe_error(error)) if isinstance(error, Mapping) else "unknown error"
-
-
-@dataclass(slots=True)
-class _Step:
-    name: str
-    description: str | None = None
-    agent: bool = False
-    last_progress: float | None = None
-
-
-@dataclass(slots=True)
-class _Turn:
-    index: str
-    step_id: str
-    agent: bool
-    # Tool aliases recorded by the turn's `calls` step, keyed by call id, until each call starts.
-    tools: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Call:
-    tool: str
-    call_id: str
-    skipped: str | None = None
-    last_progress: float | None = None
+    return "unknown error" if error is None else terminal_safe(describe_error(error))
 
 
 class PlainReporter:
     """Prints a run's progress as plain lines; a trace sink that never raises.
+
+    The lines are read from a :class:`~tubeless.tracing.fold.TraceFold` of the root run; each
+    record only says when to print one.
 
     Args:
         stream: Where the lines go (the CLI passes ``sys.stderr``).
@@ -197,22 +174,40 @@ class PlainReporter:
         )
         self._interval = progress_interval_s
         self._clock = clock
-        self._root: str | None = None
-        self._root_pipeline = "?"
-        self._agent_steps: set[str] = set()
-        self._steps: dict[str, _Step] = {}
-        self._turns: dict[str, _Turn] = {}
-        self._calls: dict[str, _Call] = {}
-        #: Records that could not be reported (malformed ones); kept for tests and debugging.
-        self.dropped = 0
+        self._fold = TraceFold(scope="root")
+        # When the last progress line of a root step or a call run was printed.
+        self._printed: dict[Step | Run, float] = {}
+        self._errors = 0
+
+    @property
+    def dropped(self) -> int:
+        """Records that could not be reported (malformed ones); for tests and debugging."""
+        return self._fold.dropped + self._errors
 
     # -- the sink protocol ----------------------------------------------------------------------
     def export(self, record: Mapping[str, Any]) -> None:
         """Print the lines ``record`` calls for; never raises."""
         try:
-            self._handle(record)
+            run = self._fold.add(record)
+            if run is None:
+                return
+            name = record["name"]
+            if run is self._fold.root:
+                self._root_record(name, run, record)
+            elif name == "step.attempted":
+                if run.call is None and record.get("stepId") == "decide":
+                    self._decided(run)
+            elif name == "pipeline.completed":
+                if run.call is None:
+                    self._turn_ended(run)
+                else:
+                    self._call_ended(run, run.call)
+            elif name == "step.running" and run.call is not None and run.progress is not None:
+                # The fold hands over a call's step.running only when it is a progress report.
+                label = f"      {self._more} {_call_label(run, run.call)}"
+                self._progress(run, run.progress, label)
         except Exception:  # a reporter must never fail a run, whatever the record or stream
-            self.dropped += 1
+            self._errors += 1
 
     def flush(self) -> None:
         """Flush the stream (errors ignored)."""
@@ -229,192 +224,103 @@ class PlainReporter:
             self._line(f"{terminal_safe(reason)}; cancelling the run (again to stop waiting)")
             self.flush()
 
-    # -- dispatch -------------------------------------------------------------------------------
-    def _handle(self, record: Mapping[str, Any]) -> None:
-        run_id = record.get("runId")
-        name = record.get("name")
-        if not isinstance(run_id, str) or not isinstance(name, str):
-            self.dropped += 1
-            return
-        if run_id == self._root:
-            self._root_record(name, record)
-        elif run_id in self._calls:
-            self._call_record(run_id, name, record)
-        elif run_id in self._turns:
-            self._turn_record(run_id, name, record)
-        elif name == "pipeline.started":
-            self._run_started(run_id, record)
-
-    def _run_started(self, run_id: str, record: Mapping[str, Any]) -> None:
-        parent = record.get("parentRunId")
-        if parent is None:
-            if self._root is None:
-                self._root_started(run_id, record)
-            return
-        iteration = _mapping(record.get("iteration"))
-        if parent == self._root and iteration.get("runId") == parent:
-            step_id = str(iteration.get("stepId"))
-            step = self._steps.get(step_id)
-            agent = step.agent if step is not None else step_id in self._agent_steps
-            index = _number(iteration.get("index")) or "?"
-            self._turns[run_id] = _Turn(index=index, step_id=step_id, agent=agent)
-            return
-        turn = self._turns.get(parent) if isinstance(parent, str) else None
-        item_key = _text(record.get("itemKey"))
-        if turn is not None and turn.agent and item_key is not None:
-            tool = turn.tools.pop(item_key, None) or _text(record.get("pipelineId")) or "?"
-            self._calls[run_id] = _Call(tool=tool, call_id=item_key)
-
     # -- the root run ---------------------------------------------------------------------------
-    def _root_started(self, run_id: str, record: Mapping[str, Any]) -> None:
-        self._root = run_id
-        self._root_pipeline = _text(record.get("pipelineId")) or "?"
-        payload = _mapping(record.get("payload"))
-        snapshot = _mapping(payload.get("definitionSnapshot"))
-        steps = snapshot.get("steps")
-        if isinstance(steps, list):
-            self._agent_steps = {
-                s["id"] for s in steps if isinstance(s, Mapping) and "agent" in s
-                and isinstance(s.get("id"), str)
-            }
-        count = _number(payload.get("stepCount")) or "?"
-        dry = "true" if payload.get("dryRun") is True else "false"
-        self._line(
-            f"Pipeline {self._root_pipeline}: starting ({count} step{'' if count == '1' else 's'}, "
-            f"dryRun={dry}), "
-            f"run {terminal_safe(run_id)}"
-        )
-
-    def _root_record(self, name: str, record: Mapping[str, Any]) -> None:
-        payload = _mapping(record.get("payload"))
-        if name == "pipeline.completed":
-            self._root_completed(record, payload)
-            return
-        if name.startswith("pipeline.finalize."):
-            self._finalize(name, record)
-            return
-        step_id = record.get("stepId")
-        if not isinstance(step_id, str) or not name.startswith("step."):
-            return
-        if name == "step.planned":
-            self._steps[step_id] = _Step(
-                name=_text(payload.get("name")) or terminal_safe(step_id),
-                description=_text(payload.get("description")),
-                agent=step_id in self._agent_steps,
+    def _root_record(self, name: str, run: Run, record: Mapping[str, Any]) -> None:
+        if name == "pipeline.started":
+            count = "?" if run.step_count is None else str(run.step_count)
+            dry = "true" if run.dry_run else "false"
+            self._line(
+                f"Pipeline {_pipeline(run)}: starting ({count} step{'' if count == '1' else 's'}, "
+                f"dryRun={dry}), run {terminal_safe(run.run_id)}"
             )
-            return
-        step = self._steps.setdefault(step_id, _Step(name=terminal_safe(step_id)))
-        label = step.name
+        elif name == "pipeline.completed":
+            self._root_completed(run, record)
+        elif name in _FINALIZE and run.finalize is not None:
+            step = run.finalize
+            if step.status == "running":
+                self._line(f"  {self._start} finalize")
+            elif step.status == "completed":
+                self._line(f"  {self._ok} finalize ({_duration(step.duration_ms)})")
+            else:
+                self._line(f"  {self._fail} finalize: {_failure(step.error)}")
+        elif name in _STEP_LINES:
+            self._step_record(name, run.steps[record["stepId"]])
+
+    def _step_record(self, name: str, step: Step) -> None:
+        label = terminal_safe(step.name or step.id)
         if name == "step.running":
-            progress = payload.get("progress")
-            if progress is None:
-                step.last_progress = None
-                suffix = f" - {step.description}" if step.description else ""
+            if step.progress is None:  # an attempt starting, not a progress report
+                self._printed.pop(step, None)
+                suffix = f" - {terminal_safe(step.description)}" if step.description else ""
                 self._line(f"  {self._start} {label}{suffix}")
             elif not step.agent:
-                step.last_progress = self._progress(
-                    _mapping(progress), step.last_progress, f"  {self._more} {step.name}"
-                )
+                # An agent's progress ("Turn 2 of at most 3") is what its turn lines say.
+                self._progress(step, step.progress, f"  {self._more} {label}")
         elif name == "step.complete":
-            self._line(f"  {self._ok} {label} ({_duration(record)})")
+            self._line(f"  {self._ok} {label} ({_duration(step.duration_ms)})")
         elif name == "step.skipped":
-            self._line(f"  {self._skip} {label} ({_skip_text(payload)})")
+            self._line(f"  {self._skip} {label} ({_skip_text(step)})")
         elif name == "step.failed":
-            self._line(f"  {self._fail} {label}: {_failure(record)}")
-        elif name == "step.cancelled":
-            self._line(f"  {self._skip} {label}: cancelled: {_error_message(record)}")
+            self._line(f"  {self._fail} {label}: {_failure(step.error)}")
+        else:
+            self._line(f"  {self._skip} {label}: cancelled: {_message(step.error)}")
 
-    def _progress(
-        self, progress: Mapping[str, Any], last: float | None, label: str
-    ) -> float | None:
-        """Print ``label`` and the progress unless throttled; the new last-printed time."""
+    def _progress(self, key: Step | Run, progress: Mapping[str, Any], label: str) -> None:
+        """Print ``label`` and the progress unless throttled (a finished count always prints)."""
         raw_completed: Any = progress.get("completed")
         raw_total: Any = progress.get("total")
         completed, total = _number(raw_completed), _number(raw_total)
         done = completed is not None and total is not None and raw_completed >= raw_total
         now = self._clock()
+        last = self._printed.get(key)
         if not done and last is not None and now - last < self._interval:
-            return last
+            return
         message = _text(progress.get("message"))
         text = f"{completed or '?'}/{total or '?'}" + (f" {message}" if message else "")
         self._line(f"{label} {text}")
-        return now
+        self._printed[key] = now
 
-    def _finalize(self, name: str, record: Mapping[str, Any]) -> None:
-        if name == "pipeline.finalize.started":
-            self._line(f"  {self._start} finalize")
-        elif name == "pipeline.finalize.completed":
-            self._line(f"  {self._ok} finalize ({_duration(record)})")
-        elif name == "pipeline.finalize.failed":
-            self._line(f"  {self._fail} finalize: {_failure(record)}")
-
-    def _root_completed(self, record: Mapping[str, Any], payload: Mapping[str, Any]) -> None:
+    def _root_completed(self, run: Run, record: Mapping[str, Any]) -> None:
+        # The done line quotes the completion record as written (``?`` for what it lacks).
+        payload = _mapping(record.get("payload"))
         status = _text(payload.get("status")) or "?"
         steps = _number(payload.get("stepCount")) or "?"
         errors = _number(payload.get("errorCount")) or "?"
         text = (
-            f"Pipeline {self._root_pipeline}: done in {_duration(record)} "
+            f"Pipeline {_pipeline(run)}: done in {_duration(run.duration_ms)} "
             f"(status={status}, steps={steps}, errors={errors})"
         )
         color = {"completed": _GREEN, "cancelled": _YELLOW}.get(status, _RED)
         self._line(self._paint(text, color))
-        self._turns.clear()
-        self._calls.clear()
         self.flush()
 
     # -- agent turns and calls ------------------------------------------------------------------
-    def _turn_record(self, run_id: str, name: str, record: Mapping[str, Any]) -> None:
-        turn = self._turns[run_id]
-        if name == "step.attempted":
-            attributes = _mapping(_mapping(record.get("payload")).get("attributes"))
-            if "agent.turn" not in attributes:
-                return
-            if not turn.agent:  # no snapshot named the agent step: the attributes do
-                turn.agent = True
-                self._steps.setdefault(turn.step_id, _Step(name=turn.step_id)).agent = True
-            call_id = attributes.get("agent.callId")
-            if record.get("stepId") == "calls" and isinstance(call_id, str):
-                tool = _text(attributes.get("agent.tool"))
-                if tool is not None:
-                    turn.tools[terminal_safe(call_id)] = tool
-            elif record.get("stepId") == "decide":
-                self._line(f"    turn {turn.index}: {_decision_text(attributes)}")
-        elif name == "pipeline.completed":
-            del self._turns[run_id]
-            status = _mapping(record.get("payload")).get("status")
-            if not turn.agent:
-                return
-            if status == "failed":
-                self._line(f"    {self._fail} turn {turn.index}: {_failure(record)}")
-            elif status == "cancelled":
-                message = _error_message(record)
-                self._line(f"    {self._skip} turn {turn.index}: cancelled: {message}")
+    def _decided(self, turn: Run) -> None:
+        if turn.kind == "turn" and "agent.turn" in turn.summary.get("decide", ()):
+            self._line(f"    turn {_index(turn)}: {_decision_text(turn)}")
 
-    def _call_record(self, run_id: str, name: str, record: Mapping[str, Any]) -> None:
-        call = self._calls[run_id]
-        payload = _mapping(record.get("payload"))
-        if name == "step.skipped":
-            call.skipped = _skip_text(payload)
-        elif name == "step.running" and payload.get("progress") is not None:
-            label = f"      {self._more} {call.tool} [{call.call_id}]"
-            call.last_progress = self._progress(
-                _mapping(payload["progress"]), call.last_progress, label
-            )
-        if name != "pipeline.completed":
+    def _turn_ended(self, turn: Run) -> None:
+        if turn.kind != "turn":
             return
-        del self._calls[run_id]
-        label = f"{call.tool} [{call.call_id}]"
-        status = payload.get("status")
-        if status == "failed":
-            error = _mapping(record.get("error"))
+        if turn.status == "failed":
+            self._line(f"    {self._fail} turn {_index(turn)}: {_failure(turn.error)}")
+        elif turn.status == "cancelled":
+            message = _message(turn.error)
+            self._line(f"    {self._skip} turn {_index(turn)}: cancelled: {message}")
+
+    def _call_ended(self, run: Run, call: Call) -> None:
+        self._printed.pop(run, None)
+        label = _call_label(run, call)
+        if run.status == "failed":
+            error = _mapping(run.error)
             code = _text(error.get("sourceCode")) or _text(error.get("code")) or "ERROR"
-            self._line(f"      {self._fail} {label}: {code}: {_failure(record)}")
-        elif status == "cancelled":
-            self._line(f"      {self._skip} {label}: cancelled: {_error_message(record)}")
-        elif call.skipped is not None:
-            self._line(f"      {self._skip} {label} ({call.skipped})")
+            self._line(f"      {self._fail} {label}: {code}: {_failure(run.error)}")
+        elif run.status == "cancelled":
+            self._line(f"      {self._skip} {label}: cancelled: {_message(run.error)}")
+        elif run.skipped is not None:
+            self._line(f"      {self._skip} {label} ({_skip_text(run.skipped)})")
         else:
-            self._line(f"      {self._ok} {label} ({_duration(record)})")
+            self._line(f"      {self._ok} {label} ({_duration(run.duration_ms)})")
 
     # -- output ---------------------------------------------------------------------------------
     def _paint(self, text: str, code: str) -> str:
@@ -424,19 +330,29 @@ class PlainReporter:
         self._stream.write(text + "\n")
 
 
-def _skip_text(payload: Mapping[str, Any]) -> str:
-    reason = _text(payload.get("reason")) or "skipped"
-    dependency = _text(payload.get("dependencyId"))
-    if dependency:
-        return f"{reason}: {dependency}"
-    return _text(payload.get("message")) or reason
+def _pipeline(run: Run) -> str:
+    return terminal_safe(run.pipeline_id) if run.pipeline_id else "?"
 
 
-def _decision_text(attributes: Mapping[str, Any]) -> str:
-    decision = attributes.get("agent.decision")
-    if decision == "finish":
+def _call_label(run: Run, call: Call) -> str:
+    return f"{terminal_safe(call.tool or run.pipeline_id or '?')} [{terminal_safe(call.call_id)}]"
+
+
+def _index(turn: Run) -> str:
+    return "?" if turn.index is None else str(turn.index)
+
+
+def _skip_text(step: Step) -> str:
+    reason = _text(step.reason) or "skipped"
+    if step.dependency_id:
+        return f"{reason}: {terminal_safe(step.dependency_id)}"
+    return _text(step.message) or reason
+
+
+def _decision_text(turn: Run) -> str:
+    if turn.decision == "finish":
         return "finish"
-    count = attributes.get("agent.callCount")
-    if isinstance(count, int) and not isinstance(count, bool):
-        return f"{count} call" if count == 1 else f"{count} calls"
-    return _text(decision) or "decided"
+    count = turn.call_count
+    if count is None:
+        return "decided"
+    return f"{count} call" if count == 1 else f"{count} calls"

@@ -1,4 +1,4 @@
-"""Trace v3: the record model, sinks, storage (NDJSON, SQLite) and readers.
+"""Trace v3: the record model, sinks, storage (NDJSON, SQLite), the fold readers share, readers.
 
 The storage names are imported lazily: a run that records nothing never loads ``sqlite3``.
 """
@@ -12,6 +12,7 @@ from tubeless.tracing.records import TRACE_VERSION, Envelope
 from tubeless.tracing.sinks import TraceFanout, TraceSink
 
 if TYPE_CHECKING:
+    from tubeless.tracing.fold import TraceFold
     from tubeless.tracing.ndjson import NdjsonSink, read_ndjson
     from tubeless.tracing.projection import (
         AgentHistory,
@@ -38,6 +39,7 @@ __all__ = [
     "SqliteSink",
     "StepNode",
     "TraceFanout",
+    "TraceFold",
     "TraceReadError",
     "TraceSink",
     "TurnNode",
@@ -54,6 +56,7 @@ __all__ = [
 ]
 
 _HOMES = {
+    "tubeless.tracing.fold": ("TraceFold",),
     "tubeless.tracing.ndjson": ("NdjsonSink", "read_ndjson"),
     "tubeless.tracing.reader": ("TraceReadError", "open_sink", "read_trace", "write_trace"),
     "tubeless.tracing.sqlite": ("SqliteSink", "read_sqlite"),

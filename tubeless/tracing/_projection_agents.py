@@ -1,93 +1,168 @@
-"""The agent history of one projected run: turns, calls and how the agent ended (UPSTREAM §4.12).
+"""The agent history of a projected run: turns, calls and how the agent ended (UPSTREAM §4.12).
 
 An agent run is an ordinary run whose plan has an agent step. Its turns are the child runs
 iterated by that step (``iteration.runId`` = the agent run, ``iteration.stepId`` = the step),
-and each turn's calls are the turn's child runs that carry an ``itemKey`` (the call id). What
-the records do not say stays ``None`` (or ``"unknown"`` for a call's status): tool aliases come
-only from the ``agent.tool`` attribute, never from pipeline names.
+and each turn's calls are the turn's child runs that carry an ``itemKey`` (the call id), then the
+calls its ``calls`` step attributed that never started. What the records do not say stays
+``None`` (or ``"unknown"`` for a call's status): tool aliases come only from the ``agent.tool``
+attribute, never from pipeline names. :func:`agent_history` reads the fold's
+:class:`~tubeless.tracing.fold.Run` objects; :mod:`tubeless.tracing.projection` re-exports the
+public node classes.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from dataclasses import dataclass, fields, is_dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from tubeless.errors import AGENT_LIMIT_REACHED
 from tubeless.frozen import FrozenDict
-from tubeless.tracing._projection_history import (
-    AgentHistory,
-    CallNode,
-    Decision,
-    Termination,
-    TurnNode,
-)
+from tubeless.tracing.runs import TURN_STEPS, Call, Run, RunStatus, as_int, as_str
 
 if TYPE_CHECKING:
-    from tubeless.tracing.projection import RunStatus, RunTree, StepNode
+    from tubeless.tracing.projection import RunTree, StepNode
 
-__all__ = ["agent_history", "as_int", "as_str"]
+__all__ = [
+    "AgentHistory",
+    "CallNode",
+    "CallStatus",
+    "Decision",
+    "Termination",
+    "TurnNode",
+    "agent_history",
+    "plain_data",
+]
 
-_TURN_STEPS: Final = ("decide", "calls", "reduce")
+Termination = Literal["running", "finish", "completed", "limit", "cancelled", "failed", "skipped"]
+CallStatus = Literal["completed", "failed", "cancelled", "running", "unknown"]
+Decision = Literal["continue", "finish"]
+
 _AGENT_STEP: Final = "agent"
 # Writers cut cause chains at 16 levels; a reader of foreign files still must not loop forever.
 _MAX_CAUSE_WALK: Final = 64
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
-class Facts(Protocol):
-    """What the fold kept about one run besides its projected tree."""
+def plain_data(node: Any) -> dict[str, Any]:
+    """A frozen node as JSON-ready data, field by field: tuples become lists, mappings dicts."""
+    return {f.name: _plain(getattr(node, f.name)) for f in fields(node)}
 
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def iteration(self) -> Mapping[str, Any] | None: ...
-    @property
-    def attributes(self) -> Mapping[str, Sequence[Mapping[str, Any]]]:
-        """``step.attempted`` attributes by step id, in arrival order."""
 
-    @property
-    def errors(self) -> Sequence[Mapping[str, Any]]:
-        """Every wire error recorded for the run (steps, finalization, completion)."""
+def _plain(value: Any) -> Any:
+    if is_dataclass(value):
+        return plain_data(value)
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return dict(value) if isinstance(value, Mapping) else value
 
-    @property
-    def run_error(self) -> Mapping[str, Any] | None:
-        """The first run error, from ``pipeline.completed``."""
 
-    @property
-    def snapshot_steps(self) -> Sequence[Mapping[str, Any]] | None:
-        """``definitionSnapshot.steps`` of ``pipeline.started``, when recorded."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallNode:
+    """One dispatched (or recorded) tool call of a turn."""
 
-    @property
-    def iterate_steps(self) -> Mapping[str, tuple[str, ...]]:
-        """Planned steps that iterate a nested pipeline, with that pipeline's step ids."""
+    call_id: str
+    """The decision's call id (the call run's ``itemKey``)."""
+    tool: str | None
+    """The registry alias from ``agent.tool``; ``None`` when nothing recorded it."""
+    run_id: str | None
+    """The call's run, ``None`` for a call recorded but never started."""
+    pipeline_id: str | None
+    """The pipeline the call ran."""
+    status: CallStatus
+    """The call run's status, ``"unknown"`` without a run."""
+    duration_ms: float | None
+    """The call run's duration, when it completed."""
+    error_code: str | None
+    """The call run's first error code (``TUBELESS_STEP_FAILED`` for a handler ``ToolError``)."""
+    source_code: str | None
+    """The original code behind ``error_code`` (the ``ToolError`` code, e.g. ``NOT_FOUND``)."""
+    parent_attempt_id: str | None
+    """The turn's ``calls`` attempt that dispatched the call, from ``agent.parentAttemptId``."""
+    child_agent_run_ids: tuple[str, ...]
+    """Agent runs started by this call (a subagent behind a pipeline tool); their trees hang
+    under the call run in ``RunTree.children``."""
 
-    @property
-    def kids(self) -> Sequence[Facts]:
-        """The child runs, ordered by start."""
+    def to_dict(self) -> dict[str, Any]:
+        """The call as snake_case JSON-ready data."""
+        return plain_data(self)
 
-    @property
-    def tree(self) -> RunTree: ...
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnNode:
+    """One turn (one iteration of the agent step)."""
+
+    run_id: str
+    """The turn run."""
+    index: int | None
+    """The turn number, from 1 (``iteration.index``)."""
+    status: RunStatus
+    """The turn run's status."""
+    decision: Decision | None
+    """What ``decide`` returned, from ``agent.decision``."""
+    call_count: int | None
+    """Calls in the decision (0 for finish)."""
+    calls_admitted: int | None
+    """Calls the agent had admitted up to and including this turn."""
+    state_version: int | None
+    """The state version the turn started from."""
+    next_state_version: int | None
+    """The state version after ``reduce``; ``None`` when the turn did not reduce."""
+    error_code: str | None
+    """The turn run's first error code."""
+    calls: tuple[CallNode, ...]
+    """The turn's calls, in start order."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The turn as snake_case JSON-ready data."""
+        return plain_data(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentHistory:
+    """How an agent run went, turn by turn."""
+
+    step_id: str
+    """The agent step of the run's plan."""
+    termination: Termination
+    """``running`` (no ``pipeline.completed`` yet), ``finish`` (completed by a finishing turn),
+    ``completed`` (completed without a recorded finish), ``limit`` (a limit stopped it),
+    ``cancelled``, ``failed``, or ``skipped`` (the agent step did not run)."""
+    limits: Mapping[str, int] | None
+    """The agent's limits (``max_turns``, ...) from the definition snapshot, when recorded."""
+    capabilities: tuple[str, ...] | None
+    """The registered tool names from the definition snapshot, when recorded."""
+    turns: tuple[TurnNode, ...]
+    """The turns, by index."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The history as snake_case JSON-ready data."""
+        return plain_data(self)
 
 
 def agent_history(
-    facts: Facts, status: RunStatus, steps: Sequence[StepNode]
+    run: Run,
+    steps: Sequence[StepNode],
+    kids: Mapping[Run, Sequence[Run]],
+    trees: Mapping[Run, RunTree],
 ) -> AgentHistory | None:
-    """The agent history of a run about to be projected, or ``None`` if it is no agent.
+    """The agent history of ``run`` about to be projected, or ``None`` if it is no agent.
 
-    ``facts.kids`` must already be projected (their ``tree`` set).
+    ``kids`` are the child runs by parent, ordered by start; ``trees`` must already hold the
+    projected tree of every run below ``run``.
     """
-    found = _agent_step(facts)
+    found = _agent_step(run, kids.get(run, ()))
     if found is None:
         return None
     step_id, meta = found
-    turns = _turns(facts, step_id)
-    nodes = tuple(_turn(turn) for turn in turns)
+    turns = _turns(run, kids.get(run, ()), step_id)
+    nodes = tuple(_turn(turn, kids.get(turn, ()), trees) for turn in turns)
     agent_step = next((s for s in steps if s.id == step_id), None)
-    limited = any(_mentions_limit(e) for run in (facts, *turns) for e in run.errors)
+    limited = any(_mentions_limit(e) for one in (run, *turns) for e in one.errors)
     return AgentHistory(
         step_id=step_id,
-        termination=_termination(status, agent_step, nodes, limited=limited),
+        termination=_termination(run.status, agent_step, nodes, limited=limited),
         limits=_limits(meta),
         capabilities=_capabilities(meta),
         turns=nodes,
@@ -95,165 +170,93 @@ def agent_history(
 
 
 # -- detection --------------------------------------------------------------------------------
-def _agent_step(facts: Facts) -> tuple[str, Mapping[str, Any] | None] | None:
+def _agent_step(run: Run, kids: Sequence[Run]) -> tuple[str, Mapping[str, Any] | None] | None:
     """The agent step id and its snapshot metadata (``None`` when no snapshot says it)."""
-    snapshot = facts.snapshot_steps
-    if snapshot is not None:
-        for entry in snapshot:
-            if isinstance(entry.get("agent"), Mapping) and isinstance(entry.get("id"), str):
-                return entry["id"], entry["agent"]
-        return None
+    if run.agents is not None:  # a definition snapshot names the agent steps
+        return next(((i, meta) for i, meta in run.agents.items() if meta is not None), None)
     # Child runs carry no snapshot: an agent shows by its iterated decide → calls → reduce.
-    if facts.iterate_steps.get(_AGENT_STEP) == _TURN_STEPS:
+    step = run.steps.get(_AGENT_STEP)
+    if step is not None and step.iterates == TURN_STEPS:
         return _AGENT_STEP, None
-    for kid in facts.kids:
-        if _is_turn_of(kid, facts.run_id, _AGENT_STEP) and (
-            set(_TURN_STEPS) <= {s.id for s in kid.tree.steps}
-            or _attribute(kid, "decide", "agent.runId") == facts.run_id
+    for kid in kids:
+        if _is_turn_of(kid, run.run_id, _AGENT_STEP) and (
+            set(TURN_STEPS) <= kid.steps.keys()
+            or kid.attribute("decide", "agent.runId") == run.run_id
         ):
             return _AGENT_STEP, None
     return None
 
 
-def _is_turn_of(kid: Facts, run_id: str, step_id: str) -> bool:
-    iteration = kid.iteration
-    return (
-        iteration is not None
-        and iteration.get("runId") == run_id
-        and iteration.get("stepId") == step_id
-    )
+def _is_turn_of(kid: Run, run_id: str, step_id: str) -> bool:
+    return kid.iteration_run_id == run_id and kid.iteration_step_id == step_id
 
 
-def _turns(facts: Facts, step_id: str) -> list[Facts]:
-    turns = [kid for kid in facts.kids if _is_turn_of(kid, facts.run_id, step_id)]
+def _turns(run: Run, kids: Sequence[Run], step_id: str) -> list[Run]:
+    turns = [kid for kid in kids if _is_turn_of(kid, run.run_id, step_id)]
     # Kids are in start order already; a stable sort by index keeps that order for ties.
-    turns.sort(key=_index_order)
+    turns.sort(key=lambda kid: (kid.index is None, kid.index or 0))
     return turns
 
 
-def _index_order(kid: Facts) -> tuple[bool, int]:
-    index = as_int((kid.iteration or {}).get("index"))
-    return (index is None, index or 0)
-
-
 # -- turns and calls --------------------------------------------------------------------------
-def _merged(facts: Facts, step_id: str, *, per_call: bool = False) -> dict[str, Any]:
-    """The attributes of ``step_id`` merged in order (summary or per-call attributions)."""
-    merged: dict[str, Any] = {}
-    for attributes in facts.attributes.get(step_id, ()):
-        if ("agent.callId" in attributes) == per_call:
-            merged.update(attributes)
-    return merged
-
-
-def _attribute(facts: Facts, step_id: str, key: str) -> Any:
-    return _merged(facts, step_id).get(key)
-
-
-def _turn(turn: Facts) -> TurnNode:
-    tree = turn.tree
-    decide = _merged(turn, "decide")
-    calls = _merged(turn, "calls")
-    reduce = _merged(turn, "reduce")
-    raw_decision = decide.get("agent.decision")
-    decision: Decision | None = raw_decision if raw_decision in ("continue", "finish") else None
-    call_count = as_int(decide.get("agent.callCount"))
-    if call_count is None:
-        call_count = as_int(calls.get("agent.callCount"))
-    admitted = as_int(calls.get("agent.callsAdmitted"))
-    if admitted is None:
-        admitted = as_int(reduce.get("agent.callsAdmitted"))
-    if admitted is None and decision == "finish":
-        # A finishing turn admits nothing, so the count before it is the count after it.
-        admitted = as_int(decide.get("agent.callsAdmitted"))
-    index = as_int((turn.iteration or {}).get("index"))
-    if index is None:
-        index = as_int(decide.get("agent.turn"))
+def _turn(turn: Run, kids: Sequence[Run], trees: Mapping[Run, RunTree]) -> TurnNode:
+    index = turn.index if turn.index is not None else as_int(turn.attribute("decide", "agent.turn"))
     return TurnNode(
-        run_id=tree.run_id,
+        run_id=turn.run_id,
         index=index,
-        status=tree.status,
-        decision=decision,
-        call_count=call_count,
-        calls_admitted=admitted,
-        state_version=as_int(decide.get("agent.stateVersion")),
-        next_state_version=as_int(reduce.get("agent.stateVersion")),
-        error_code=tree.error_code,
-        calls=_calls(turn),
+        status=turn.status,
+        decision=turn.decision,
+        call_count=turn.call_count,
+        calls_admitted=turn.calls_admitted,
+        state_version=turn.state_version,
+        next_state_version=turn.next_state_version,
+        error_code=None if turn.error is None else as_str(turn.error.get("code")),
+        calls=_calls(turn, kids, trees),
     )
 
 
-def _calls(turn: Facts) -> tuple[CallNode, ...]:
-    # Newer writers attribute every dispatched call on the turn's calls step; use them when
-    # present (they also name calls that never started), else rely on the call runs alone.
-    attributed: dict[str, tuple[str | None, str | None]] = {}
-    for attributes in turn.attributes.get("calls", ()):
-        call_id = attributes.get("agent.callId")
-        if isinstance(call_id, str) and call_id not in attributed:
-            attributed[call_id] = (
-                as_str(attributes.get("agent.tool")),
-                as_str(attributes.get("agent.parentAttemptId")),
-            )
+def _calls(turn: Run, kids: Sequence[Run], trees: Mapping[Run, RunTree]) -> tuple[CallNode, ...]:
+    # The call runs, in start order; then the calls the turn attributed that never started.
     nodes: list[CallNode] = []
     seen: set[str] = set()
-    for kid in turn.kids:
-        tree = kid.tree
-        if tree.item_key is None:
+    for kid in kids:
+        call_id = kid.item_key
+        if call_id is None:
             continue
-        seen.add(tree.item_key)
-        tool, parent_attempt = _call_identity(kid, tree.item_key)
-        fallback = attributed.get(tree.item_key, (None, None))
-        error_code, source_code = _first_error(kid)
+        seen.add(call_id)
+        attributed = turn.calls.get(call_id) or Call(call_id, 0)
+        error = kid.error or {}
         nodes.append(
             CallNode(
-                call_id=tree.item_key,
-                tool=tool or fallback[0],
-                run_id=tree.run_id,
-                pipeline_id=tree.pipeline_id,
-                status=tree.status,
-                duration_ms=tree.duration_ms,
-                error_code=error_code,
-                source_code=source_code,
-                parent_attempt_id=parent_attempt or fallback[1],
-                child_agent_run_ids=_child_agents(tree),
+                call_id=call_id,
+                tool=kid.tool or attributed.attributed_tool,
+                run_id=kid.run_id,
+                pipeline_id=kid.pipeline_id or "",
+                status=kid.status,
+                duration_ms=kid.duration_ms,
+                error_code=as_str(error.get("code")),
+                source_code=as_str(error.get("sourceCode")),
+                parent_attempt_id=kid.parent_attempt_id or attributed.parent_attempt_id,
+                child_agent_run_ids=_child_agents(trees[kid]),
             )
         )
-    for call_id, (tool, parent_attempt) in attributed.items():
-        if call_id not in seen:
-            nodes.append(
-                CallNode(
-                    call_id=call_id,
-                    tool=tool,
-                    run_id=None,
-                    pipeline_id=None,
-                    status="unknown",
-                    duration_ms=None,
-                    error_code=None,
-                    source_code=None,
-                    parent_attempt_id=parent_attempt,
-                    child_agent_run_ids=(),
-                )
-            )
+    nodes.extend(
+        CallNode(
+            call_id=call.call_id,
+            tool=call.attributed_tool,
+            run_id=None,
+            pipeline_id=None,
+            status="unknown",
+            duration_ms=None,
+            error_code=None,
+            source_code=None,
+            parent_attempt_id=call.parent_attempt_id,
+            child_agent_run_ids=(),
+        )
+        for call in turn.calls.values()
+        if call.call_id not in seen
+    )
     return tuple(nodes)
-
-
-def _call_identity(call: Facts, call_id: str) -> tuple[str | None, str | None]:
-    """``agent.tool`` and ``agent.parentAttemptId`` recorded inside the call run itself."""
-    tool = parent_attempt = None
-    for step_attributes in call.attributes.values():
-        for attributes in step_attributes:
-            if attributes.get("agent.callId") not in (None, call_id):
-                continue
-            tool = tool or as_str(attributes.get("agent.tool"))
-            parent_attempt = parent_attempt or as_str(attributes.get("agent.parentAttemptId"))
-    return tool, parent_attempt
-
-
-def _first_error(facts: Facts) -> tuple[str | None, str | None]:
-    error = facts.run_error
-    if error is None:
-        return None, None
-    return as_str(error.get("code")), as_str(error.get("sourceCode"))
 
 
 def _child_agents(call: RunTree) -> tuple[str, ...]:
@@ -333,13 +336,3 @@ def _capabilities(meta: Mapping[str, Any] | None) -> tuple[str, ...] | None:
         for entry in raw
         if isinstance(entry, Mapping) and isinstance(entry.get("name"), str)
     )
-
-
-def as_int(value: Any) -> int | None:
-    """``value`` if it is an integer (not a bool), else ``None``."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def as_str(value: Any) -> str | None:
-    """``value`` if it is a string, else ``None``."""
-    return value if isinstance(value, str) else None

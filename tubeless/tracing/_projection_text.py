@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from tubeless.errors import CHILD_FAILED, without_period
 
 if TYPE_CHECKING:
-    from tubeless.tracing._projection_history import TurnNode
+    from tubeless.tracing._projection_agents import TurnNode
     from tubeless.tracing.projection import RunTree
 
 __all__ = [

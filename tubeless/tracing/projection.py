@@ -1,9 +1,10 @@
-"""Run trees: a pure fold of trace v3 records into what happened, run by run.
+"""Run trees: what happened, run by run, projected from the fold of trace v3 records.
 
 :func:`run_trees` accepts the records of any number of run trees, interleaved as they were
-written (one NDJSON file may hold many appended runs), and returns one :class:`RunTree` per root
-run. A run whose parent is not among the records becomes a root too, so nothing is lost. Agent
-runs also get an :class:`AgentHistory` (turns and calls). :func:`format_tree` and
+written (one NDJSON file may hold many appended runs), folds them with
+:class:`~tubeless.tracing.fold.TraceFold` and returns one frozen :class:`RunTree` per root run.
+A run whose parent is not among the records becomes a root too, so nothing is lost. Agent runs
+also get an :class:`AgentHistory` (turns and calls). :func:`format_tree` and
 :func:`format_run_list` render the text the CLI prints; every piece of recorded text goes
 through :func:`terminal_safe` first.
 
@@ -16,19 +17,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, fields
+from typing import Any
 
-from tubeless.tracing._projection_agents import agent_history
-from tubeless.tracing._projection_agents import as_int as _int
-from tubeless.tracing._projection_agents import as_str as _str
-from tubeless.tracing._projection_fold import Run as _Run
-from tubeless.tracing._projection_fold import fold as _fold
-from tubeless.tracing._projection_history import (
+from tubeless.tracing._projection_agents import (
     AgentHistory,
     CallNode,
     Termination,
     TurnNode,
+    agent_history,
+    plain_data,
 )
 from tubeless.tracing._projection_text import (
     describe_error,
@@ -37,6 +35,8 @@ from tubeless.tracing._projection_text import (
     format_tree,
     terminal_safe,
 )
+from tubeless.tracing.fold import TraceFold
+from tubeless.tracing.runs import Run, RunStatus, StepStatus, as_str
 
 __all__ = [
     "AgentHistory",
@@ -55,9 +55,6 @@ __all__ = [
     "run_trees",
     "terminal_safe",
 ]
-
-RunStatus = Literal["completed", "failed", "cancelled", "running"]
-StepStatus = Literal["planned", "running", "completed", "skipped", "failed", "cancelled"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,15 +78,7 @@ class StepNode:
 
     def to_dict(self) -> dict[str, Any]:
         """The step as snake_case JSON-ready data."""
-        return {
-            "id": self.id,
-            "status": self.status,
-            "reason": self.reason,
-            "attempt_id": self.attempt_id,
-            "duration_ms": self.duration_ms,
-            "error_code": self.error_code,
-            "source_code": self.source_code,
-        }
+        return plain_data(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,23 +132,11 @@ class RunTree:
         return root
 
     def _own_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "pipeline_id": self.pipeline_id,
-            "parent_run_id": self.parent_run_id,
-            "item_key": self.item_key,
-            "iteration_index": self.iteration_index,
-            "status": self.status,
-            "dry_run": self.dry_run,
-            "started_at_ms": self.started_at_ms,
-            "duration_ms": self.duration_ms,
-            "error_code": self.error_code,
-            "error_message": self.error_message,
-            "error_summary": self.error_summary,
-            "steps": [step.to_dict() for step in self.steps],
-            "children": [],
-            "agent": None if self.agent is None else self.agent.to_dict(),
-        }
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["steps"] = [step.to_dict() for step in self.steps]
+        out["children"] = []  # filled in by to_dict, without recursion
+        out["agent"] = None if self.agent is None else self.agent.to_dict()
+        return out
 
     def walk(self) -> Iterator[RunTree]:
         """This run and every run below it, depth first, in order."""
@@ -190,92 +167,95 @@ def run_trees(records: Iterable[Mapping[str, Any]]) -> list[RunTree]:
     Returns:
         The roots, by start time then arrival.
     """
-    current: dict[str, _Run] = {}
-    runs: list[_Run] = []
-    for arrival, record in enumerate(records):
-        if not isinstance(record, Mapping) or not isinstance(record.get("runId"), str):
-            continue
-        run_id: str = record["runId"]
-        run = current.get(run_id)
-        if run is None or (record.get("name") == "pipeline.started" and run.started):
-            run = current[run_id] = _Run(run_id, arrival)
-            runs.append(run)
-        _fold(run, record)
-        if run.parent is None and run.parent_run_id is not None:
-            # Link as soon as the parent is known: if its id is reused later in the file, the
-            # parent is the generation that was running at this moment.
-            run.parent = current.get(run.parent_run_id)
-    for run in runs:
-        if run.parent is None and run.parent_run_id is not None:
-            run.parent = current.get(run.parent_run_id)
-        if run.parent is run:
-            run.parent = None
-    return [run.tree for run in _build(runs)]
+    fold = TraceFold()
+    for record in records:
+        fold.add(record)
+    return _Forest(fold).roots()
 
 
-def _build(runs: list[_Run]) -> list[_Run]:
-    """Project every run bottom-up; return the roots (every run ends up under one)."""
-    for run in runs:
-        if run.parent is not None:
-            run.parent.kids.append(run)
-    for run in runs:
-        run.kids.sort(key=_Run.order)
-    roots = sorted((run for run in runs if run.parent is None), key=_Run.order)
-    placed: set[int] = set()
-    for root in roots:
-        _project(root, placed)
-    # Runs left over sit on a parentRunId cycle (only a corrupt file has one): make the earliest
-    # of them a root, which projects the rest of its cycle below it.
-    for run in sorted(runs, key=_Run.order):
-        if id(run) not in placed:
-            roots.append(run)
-            _project(run, placed)
-    return roots
+class _Forest:
+    """The fold's runs linked into trees and projected bottom-up into :class:`RunTree`."""
 
+    def __init__(self, fold: TraceFold) -> None:
+        self.runs = fold.runs
+        self.parents: dict[Run, Run] = {}
+        for run in self.runs:
+            parent = run.parent
+            if parent is None and run.parent_run_id is not None:
+                parent = fold.run(run.parent_run_id)  # a parent whose records came later
+            if parent is not None and parent is not run:
+                self.parents[run] = parent
+        self.kids: dict[Run, list[Run]] = {}
+        for run, parent in self.parents.items():
+            self.kids.setdefault(parent, []).append(run)
+        for kids in self.kids.values():
+            kids.sort(key=_order)
+        self.trees: dict[Run, RunTree] = {}
 
-def _project(root: _Run, placed: set[int]) -> None:
-    placed.add(id(root))
-    stack: list[tuple[_Run, bool]] = [(root, False)]
-    while stack:
-        run, expanded = stack.pop()
-        if expanded:
-            run.tree = _tree(run)
-            continue
-        # Drop a kid already placed elsewhere (the way back around a cycle).
-        run.kids = [kid for kid in run.kids if id(kid) not in placed]
-        placed.update(id(kid) for kid in run.kids)
-        stack.append((run, True))
-        stack.extend((kid, False) for kid in reversed(run.kids))
+    def roots(self) -> list[RunTree]:
+        """Every run ends up under one root, by start time then arrival."""
+        roots = sorted((run for run in self.runs if run not in self.parents), key=_order)
+        placed: set[Run] = set()
+        for root in roots:
+            self._project(root, placed)
+        # Runs left over sit on a parentRunId cycle (only a corrupt file has one): make the
+        # earliest of them a root, which projects the rest of its cycle below it.
+        for run in sorted(self.runs, key=_order):
+            if run not in placed:
+                roots.append(run)
+                self._project(run, placed)
+        return [self.trees[root] for root in roots]
 
+    def _project(self, root: Run, placed: set[Run]) -> None:
+        placed.add(root)
+        stack: list[tuple[Run, bool]] = [(root, False)]
+        while stack:
+            run, expanded = stack.pop()
+            if expanded:
+                self.trees[run] = self._tree(run)
+                continue
+            # Drop a kid already placed elsewhere (the way back around a cycle).
+            kids = self.kids[run] = [kid for kid in self.kids.get(run, ()) if kid not in placed]
+            placed.update(kids)
+            stack.append((run, True))
+            stack.extend((kid, False) for kid in reversed(kids))
 
-def _tree(run: _Run) -> RunTree:
-    steps = tuple(
-        StepNode(
-            id=step_id,
-            status=step.status,
-            reason=step.reason,
-            attempt_id=step.attempt_id,
-            duration_ms=step.duration_ms,
-            error_code=step.error_code,
-            source_code=step.source_code,
+    def _tree(self, run: Run) -> RunTree:
+        steps = tuple(
+            StepNode(
+                id=step.id,
+                # A progress report shows the step ran, even when its start was not recorded.
+                status="running"
+                if step.status == "planned" and step.progress is not None
+                else step.status,
+                reason=step.reason,
+                attempt_id=step.attempt_id,
+                duration_ms=step.duration_ms,
+                error_code=None if step.error is None else as_str(step.error.get("code")),
+                source_code=None if step.error is None else as_str(step.error.get("sourceCode")),
+            )
+            for step in run.steps.values()
         )
-        for step_id, step in run.steps.items()
-    )
-    error = run.run_error
-    return RunTree(
-        run_id=run.run_id,
-        pipeline_id=run.pipeline_id or "",
-        parent_run_id=run.parent_run_id,
-        item_key=run.item_key,
-        iteration_index=_int((run.iteration or {}).get("index")),
-        status=run.status,
-        dry_run=run.dry_run,
-        started_at_ms=run.started_at_ms if run.started_at_ms is not None else run.first_ts,
-        duration_ms=run.duration_ms,
-        error_code=None if error is None else _str(error.get("code")),
-        error_message=None if error is None else _str(error.get("message")),
-        error_summary=None if error is None else describe_error(error),
-        steps=steps,
-        children=tuple(kid.tree for kid in run.kids),
-        agent=agent_history(run, run.status, steps),
-    )
+        error = run.error
+        return RunTree(
+            run_id=run.run_id,
+            pipeline_id=run.pipeline_id or "",
+            parent_run_id=run.parent_run_id,
+            item_key=run.item_key,
+            iteration_index=run.index,
+            status=run.status,
+            dry_run=run.dry_run,
+            started_at_ms=run.started_ms if run.started_ms is not None else run.first_ms,
+            duration_ms=run.duration_ms,
+            error_code=None if error is None else as_str(error.get("code")),
+            error_message=None if error is None else as_str(error.get("message")),
+            error_summary=None if error is None else describe_error(error),
+            steps=steps,
+            children=tuple(self.trees[kid] for kid in self.kids.get(run, ())),
+            agent=agent_history(run, steps, self.kids, self.trees),
+        )
+
+
+def _order(run: Run) -> tuple[bool, int, int]:
+    start = run.started_ms if run.started_ms is not None else run.first_ms
+    return (start is None, start or 0, run.arrival)

@@ -1,0 +1,222 @@
+"""The runs a :class:`~tubeless.tracing.fold.TraceFold` keeps: runs, their steps and calls.
+
+Every reader of trace records reads these objects (the run-tree projection, the plain reporter,
+the live view). A :class:`Run` is of one :data:`RunKind`: a ``call`` (a tool call: a child of a
+turn, named by its item key), a ``turn`` (an iteration of an agent step), an ``agent`` (its plan
+has an agent step: the definition snapshot says so, or one of its turns recorded ``agent.*``
+attributes), or a ``pipeline``. A turn's facts (decision, call count, state versions) are its
+``agent.*`` attributes merged step by step.
+
+The fold updates them in place; readers must not change them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+__all__ = [
+    "TURN_STEPS",
+    "Call",
+    "Run",
+    "RunKind",
+    "RunStatus",
+    "Step",
+    "StepStatus",
+    "as_int",
+    "as_str",
+]
+
+RunKind = Literal["agent", "turn", "call", "pipeline"]
+RunStatus = Literal["completed", "failed", "cancelled", "running"]
+StepStatus = Literal["planned", "running", "completed", "skipped", "failed", "cancelled"]
+
+#: The steps of an agent turn, in order.
+TURN_STEPS: Final = ("decide", "calls", "reduce")
+
+_NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` if it is an integer (not a bool), else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_str(value: Any) -> str | None:
+    """``value`` if it is a string, else ``None``."""
+    return value if isinstance(value, str) else None
+
+
+@dataclass(eq=False, slots=True)
+class Step:
+    """One step of a run (or a run's finalization), as far as its records got."""
+
+    id: str
+    agent: bool = False
+    """An agent step: the snapshot says so, or a turn of it recorded agent attributes."""
+    name: str | None = None
+    description: str | None = None
+    status: StepStatus = "planned"
+    """``planned`` until an attempt starts (a progress report does not start it); once terminal,
+    no late record reopens it."""
+    attempt_id: str | None = None
+    started_ms: int | None = None
+    duration_ms: float | None = None
+    reason: str | None = None
+    """Why a skipped step was skipped; ``dependency_id`` and ``message`` say more."""
+    dependency_id: str | None = None
+    message: str | None = None
+    error: Mapping[str, Any] | None = None
+    """The wire error of a failed or cancelled step."""
+    progress: Mapping[str, Any] | None = None
+    """The current attempt's last progress report (empty if malformed)."""
+    iterates: tuple[str, ...] | None = None
+    """The step ids of the nested pipeline the step iterates, from ``step.planned``."""
+    turns: deque[Run] | None = None
+    """Root scope: the runs the step iterated (turns), newest first."""
+    turn_count: int = 0
+    """Root scope: how many runs the step iterated."""
+
+
+@dataclass(eq=False, slots=True)
+class Call:
+    """One tool call of a turn: attributed by the turn's ``calls`` step, or by its run starting."""
+
+    call_id: str
+    seq: int
+    """The order in which the turn declared its calls, from 1."""
+    attributed_tool: str | None = None
+    """``agent.tool`` as the turn attributed it (and ``agent.parentAttemptId`` below)."""
+    parent_attempt_id: str | None = None
+    run: Run | None = None
+    """The call's run once it started (root scope)."""
+
+    @property
+    def tool(self) -> str | None:
+        """The registry alias: as the call's run recorded it, else as the turn attributed it."""
+        own = None if self.run is None else self.run.tool
+        return own or self.attributed_tool
+
+
+class Run:
+    """One run (one generation of a run id) as far as its records got.
+
+    What no record said yet is the class default; creating one sets only what every run has.
+    """
+
+    pipeline_id: str | None = None
+    parent_run_id: str | None = None
+    parent: Run | None = None
+    """The parent's run, when known by the time this run named it."""
+    item_key: str | None = None
+    """The fan-out item key, ``iteration-<i>`` for an iteration, or the agent call id."""
+    iteration_run_id: str | None = None
+    """``iteration.runId``, ``iteration.stepId`` and ``iteration.index`` of an iterated run."""
+    iteration_step_id: str | None = None
+    index: int | None = None
+    iterated: Step | None = None
+    """The parent's step that iterated this run (an agent step makes it a turn)."""
+    started: bool = False
+    started_ms: int | None = None
+    first_ms: int | None = None
+    """The earliest timestamp of its records (scope "all")."""
+    status: RunStatus = "running"
+    """``running`` until ``pipeline.completed``; an unknown recorded status counts as failed."""
+    dry_run: bool = False
+    duration_ms: float | None = None
+    step_count: int | None = None
+    error_count: int | None = None
+    error: Mapping[str, Any] | None = None
+    """The run error of ``pipeline.completed``."""
+    agents: dict[str, Mapping[str, Any] | None] | None = None
+    """The agent steps of the definition snapshot with their metadata; ``None`` without one."""
+    finalize: Step | None = None
+    skipped: Step | None = None
+    """The last step that was skipped (for a call: why its tool did not run)."""
+    progress: Mapping[str, Any] | None = None
+    """The last progress report of any of its steps."""
+    tool: str | None = None
+    """``agent.tool`` and ``agent.parentAttemptId`` as the run recorded them for itself."""
+    parent_attempt_id: str | None = None
+    call_total: int = 0
+    """Root scope: the calls a turn declared, how many failed, and the finished ones kept."""
+    failed_calls: int = 0
+    kept: tuple[list[Call], list[Call]] | None = None
+    call: Call | None = None
+    """A call run's call (root scope)."""
+
+    # The containers start as one shared empty mapping and become the run's own dict on the
+    # first write (most turns and calls of a reporter's fold never fill most of them).
+    steps: Mapping[str, Step] = _NOTHING
+    summary: Mapping[str, Mapping[str, Any]] = _NOTHING
+    """``step.attempted`` attributes without a call id, merged in order, by step id."""
+    calls: Mapping[str, Call] = _NOTHING
+    """A turn's calls by id (scope "all": those its ``calls`` step attributed)."""
+    errors: tuple[Mapping[str, Any], ...] = ()
+    """Every wire error of its records (scope "all")."""
+
+    def __init__(self, run_id: str, arrival: int = 0) -> None:
+        self.run_id = run_id
+        #: The order of the run's first record among runs (scope "all").
+        self.arrival = arrival
+
+    @property
+    def kind(self) -> RunKind:
+        """``call``, ``turn``, ``agent`` or ``pipeline`` (see the module docstring)."""
+        if self.iterated is not None:
+            if self.iterated.agent:
+                return "turn"
+        elif self.item_key is not None and self.parent is not None and self.parent.kind == "turn":
+            return "call"
+        return "agent" if any(step.agent for step in self.steps.values()) else "pipeline"
+
+    def attribute(self, step_id: str, key: str) -> Any:
+        """``key`` of the merged summary attributes of ``step_id`` (``None`` if absent)."""
+        return self.summary.get(step_id, _NOTHING).get(key)
+
+    @property
+    def decision(self) -> Literal["continue", "finish"] | None:
+        """A turn's decision."""
+        decision = self.attribute("decide", "agent.decision")
+        return decision if decision in ("continue", "finish") else None
+
+    @property
+    def call_count(self) -> int | None:
+        """Calls in a turn's decision (0 for finish)."""
+        count = as_int(self.attribute("decide", "agent.callCount"))
+        return count if count is not None else as_int(self.attribute("calls", "agent.callCount"))
+
+    @property
+    def calls_admitted(self) -> int | None:
+        """Calls the agent had admitted up to and including this turn."""
+        for step_id in ("calls", "reduce"):
+            admitted = as_int(self.attribute(step_id, "agent.callsAdmitted"))
+            if admitted is not None:
+                return admitted
+        # A finishing turn admits nothing, so the count before it is the count after it.
+        if self.decision == "finish":
+            return as_int(self.attribute("decide", "agent.callsAdmitted"))
+        return None
+
+    @property
+    def state_version(self) -> int | None:
+        """The state version a turn started from."""
+        return as_int(self.attribute("decide", "agent.stateVersion"))
+
+    @property
+    def next_state_version(self) -> int | None:
+        """The state version after ``reduce``; ``None`` when the turn did not reduce."""
+        return as_int(self.attribute("reduce", "agent.stateVersion"))
+
+    def step(self, step_id: str) -> Step:
+        """The step called ``step_id``, made (planned) if no record named it yet."""
+        step = self.steps.get(step_id)
+        if step is None:
+            steps = self.steps if isinstance(self.steps, dict) else {}
+            agent = self.agents is not None and step_id in self.agents
+            step = steps[step_id] = Step(step_id, agent)
+            self.steps = steps
+        return step
