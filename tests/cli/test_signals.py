@@ -18,6 +18,7 @@ from tests.fixtures.processes import (
     assert_trace_complete,
     error_lines,
     finish,
+    one_tool_agent,
     read_line_with,
     start_run,
     wait_for_file,
@@ -25,24 +26,7 @@ from tests.fixtures.processes import (
 )
 from tubeless.tracing import read_trace
 
-AGENT = """\
-    version: 1
-    project: {id: stopping}
-    python_path: [.]
-    agents:
-      stopping:
-        input: {schema: {type: object}}
-        result: {schema: {}}
-        initial_state: "helpers:initial"
-        decide: "helpers:decide"
-        reduce: "helpers:reduce"
-        tools:
-          nap:
-            run: "helpers:nap"
-            description: Sleeps.
-            input: {schema: {type: string}}
-            output: {schema: {type: string}}
-"""
+AGENT = one_tool_agent("stopping", "nap", "Sleeps.")
 
 
 def _agent(tmp_path: Path, nap: str) -> Path:

@@ -23,6 +23,7 @@ from tests.fixtures.processes import (
     assert_trace_complete,
     error_lines,
     finish,
+    one_tool_agent,
     read_line_with,
     start_run,
     wait_for_file,
@@ -158,21 +159,7 @@ def _target(exc: BaseException, where: str) -> Pipeline:
     return _agent(_sync_raising(RuntimeError("never called")), decide)
 
 
-_PROJECT = """\
-    version: 1
-    project: {id: faulty}
-    python_path: [.]
-    agents:
-      faulty:
-        input: {schema: {type: object}}
-        result: {schema: {}}
-        initial_state: "helpers:initial"
-        decide: "helpers:decide"
-        reduce: "helpers:reduce"
-        tools:
-          work: {run: "helpers:work", description: Works., input: {schema: {type: string}},
-                 output: {schema: {type: string}}}
-"""
+_PROJECT = one_tool_agent("faulty", "work", "Works.")
 _MODULE = """\
     class Custom(BaseException):
         pass

@@ -9,24 +9,10 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from tests.fixtures.processes import wait_for_file, write_project
+from tests.fixtures.processes import one_tool_agent, wait_for_file, write_project
 from tests.fixtures.terminal import Screen, TerminalRun
 
-PROJECT = """\
-    version: 1
-    project: {id: live}
-    python_path: [.]
-    agents:
-      live:
-        input: {schema: {type: object}}
-        result: {schema: {}}
-        initial_state: "helpers:initial"
-        decide: "helpers:decide"
-        reduce: "helpers:reduce"
-        tools:
-          nap: {run: "helpers:nap", description: Naps., input: {schema: {type: string}},
-                output: {schema: {type: string}}}
-"""
+PROJECT = one_tool_agent("live", "nap", "Naps.")
 MODULE = """\
     import asyncio, pathlib, time
 
