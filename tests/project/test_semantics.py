@@ -175,7 +175,7 @@ CASES = [
     ),
     pytest.param(
         [(STEP, "      - {id: count, run: nowhere.steps:count, "
-          "output: {schema: {required: yes}}}\n")],
+          "output: {schema: {required: true}}}\n")],
         [(16, 75, "/pipelines/words/steps/1/output/schema/required",
           "not a valid JSON Schema: ")],
         id="invalid-step-output-schema",

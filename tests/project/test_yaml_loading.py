@@ -85,7 +85,9 @@ INVALID = [
         "1: a\n", [(1, 1, "", "keys must be strings, found an integer")], id="integer-key"
     ),
     pytest.param(
-        "yes: a\n", [(1, 1, "", "found a boolean 'yes' used as a key; quote it")], id="boolean-key"
+        "yes: a\n",
+        [(1, 1, "", "'yes' is a boolean in YAML 1.1 but a string in YAML 1.2")],
+        id="boolean-key",
     ),
     pytest.param("~: a\n", [(1, 1, "", "found null")], id="null-key"),
     pytest.param("1.5: a\n", [(1, 1, "", "found a number")], id="float-key"),

@@ -30,6 +30,7 @@ from tubeless.project._issues import (
     position,
     raise_issues,
 )
+from tubeless.project._yaml12 import Ambiguous, core_scalar
 from tubeless.project._yaml_events import (
     EMPTY,
     MAX_ALIASES,
@@ -96,6 +97,26 @@ _BAD_TAG = (
 _NON_PRINTABLE = re.compile(
     "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
 )
+
+
+#: PyYAML's YAML 1.1 resolver: a plain scalar whose tag is the one it would pick got that tag
+#: implicitly, and is read again by the YAML 1.2 core schema (:mod:`._yaml12`).
+_RESOLVER = yaml.resolver.Resolver()
+_UNSET = object()
+
+
+def _plain_core(node: ScalarNode) -> object:
+    """The YAML 1.2 value of an implicitly tagged plain scalar, else ``_UNSET``.
+
+    Raises:
+        Ambiguous: When YAML 1.1 and YAML 1.2 read the scalar differently.
+    """
+    if node.style or len(node.value) > 2 * MAX_NUMBER_CHARS:  # None or "" (libyaml) is plain
+        return _UNSET
+    implicit = _RESOLVER.resolve(ScalarNode, node.value, (True, False))  # type: ignore[no-untyped-call]
+    if node.tag != implicit or node.tag not in _SCALAR_KINDS:
+        return _UNSET  # an explicit tag (the author said what it is), or a timestamp
+    return core_scalar(node.value)
 
 
 _SCALARS: dict[str, Callable[[SafeConstructor, ScalarNode], Any]] = {
@@ -269,6 +290,14 @@ class _Converter:
         return result
 
     def _key(self, node: Node, pointer: str, report: bool) -> str | None:
+        if isinstance(node, ScalarNode):
+            try:
+                core = _plain_core(node)
+            except Ambiguous as exc:
+                self._problem(report, node, pointer, str(exc))
+                return None
+            if isinstance(core, str):
+                return core
         if isinstance(node, ScalarNode) and node.tag == _STR:
             value: str = node.value
             return value
@@ -283,6 +312,24 @@ class _Converter:
         return None
 
     def _scalar(self, node: ScalarNode, pointer: str, report: bool) -> Any:
+        try:
+            core = _plain_core(node)
+        except Ambiguous as exc:
+            self._problem(report, node, pointer, str(exc))
+            return None
+        if core is not _UNSET and (isinstance(core, (str, bool)) or core is None):
+            return core
+        if isinstance(core, (int, float)):
+            node = ScalarNode(_FLOAT if isinstance(core, float) else _INT, node.value,
+                              node.start_mark, node.end_mark)
+            if len(node.value) > MAX_NUMBER_CHARS:
+                self._problem(report, node, pointer,
+                              _LONG_NUMBER.format(_short(node.value), len(node.value)))
+                return None
+            if isinstance(core, float) and not math.isfinite(core):
+                self._problem(report, node, pointer, _NOT_FINITE.format(_short(node.value)))
+                return None
+            return core
         if node.tag == _STR:
             return node.value
         if node.tag == _NULL:
