@@ -55,6 +55,8 @@ Internal ones never reach a caller::
     CliInputError                       tubeless._cli: exit 4
     InputRejected                       tubeless._cli: a flag's value, reported as CliInputError
     _OutputClosed                       tubeless._cli: the reader of stdout went away, exit 141
+    Ambiguous                           tubeless.project: a plain YAML scalar that YAML 1.1 and 1.2
+                                        read differently, reported as a DocumentError issue
     TemplateLimit                       tubeless.project: a render past its work or size budget,
                                         becomes TemplateError (a BaseException, so the template's
                                         own code cannot catch it)
