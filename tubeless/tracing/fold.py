@@ -102,6 +102,10 @@ class TraceFold:
         """The latest run called ``run_id`` (in root scope: the root, or one still running)."""
         return self._open.get(run_id)
 
+    def running(self) -> list[Run]:
+        """Root scope: the turns and calls still running (their records are still followed)."""
+        return [run for run in self._open.values() if run is not self.root]
+
     def add(self, record: Mapping[str, Any]) -> Run | None:
         """Fold ``record``; return the run it was about, or ``None`` if it was ignored."""
         try:
@@ -215,6 +219,8 @@ class TraceFold:
             turns = step.turns = deque(maxlen=MAX_TURNS)
         elif len(turns) > 1:
             older = turns[1]
+            for call in older.calls.values():
+                call.run = None  # see _forget
             older.calls, older.kept = {}, None
             oldest = turns[-1]
             if len(turns) == MAX_TURNS and self._open.get(oldest.run_id) is oldest:
@@ -246,6 +252,9 @@ class TraceFold:
             last = max(group, key=lambda c: c.seq)
             group.remove(last)
             del _own_calls(turn)[last.call_id]
+            # A call the window lets go no longer points at its run: nothing then leads back from
+            # the run to its turn, so both are freed at once rather than by the cycle collector.
+            last.run = None
 
 
 def _iteration(run: Run, iteration: Any) -> None:
@@ -333,9 +342,11 @@ def _step_record(fold: TraceFold, run: Run, record: Mapping[str, Any], payload: 
         progress = payload.get("progress")
         if progress is not None:
             step.progress = run.progress = progress if isinstance(progress, Mapping) else _EMPTY
-        else:
-            step.progress = None  # a new attempt; but a late start never reopens a step
-            if step.status == "planned" or step.status == "running":
+        else:  # a new attempt
+            step.progress = None
+            # A late start does not reopen a finished step of a stored trace (where a reused run
+            # id begins a new run); while a run goes on, it is the step running again.
+            if step.status == "planned" or step.status == "running" or not fold._all:
                 step.status = "running"
                 step.started_ms = as_int(record.get("timestampMs"))
     elif name == "step.attempted":

@@ -60,8 +60,8 @@ class Step:
     name: str | None = None
     description: str | None = None
     status: StepStatus = "planned"
-    """``planned`` until an attempt starts (a progress report does not start it); once terminal,
-    no late record reopens it."""
+    """``planned`` until an attempt starts (a progress report does not start it); in a stored
+    trace (scope "all"), no late record reopens a finished step."""
     attempt_id: str | None = None
     started_ms: int | None = None
     duration_ms: float | None = None
@@ -92,7 +92,7 @@ class Call:
     """``agent.tool`` as the turn attributed it (and ``agent.parentAttemptId`` below)."""
     parent_attempt_id: str | None = None
     run: Run | None = None
-    """The call's run once it started (root scope)."""
+    """The call's run once it started (root scope, while the call is kept)."""
 
     @property
     def tool(self) -> str | None:
