@@ -6,24 +6,18 @@ calls), never timings; time limits are hang guards only (DESIGN.md §9).
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import io
 import json
 import os
-import signal
 import subprocess
 import sys
-import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jinja2.compiler
 import pytest
 
+from tests.fixtures.guards import cli, hang_guard, peak_memory, restored_imports
 from tubeless import PipelineExecutionError
-from tubeless._cli import main
 from tubeless.errors import DOCUMENT_INVALID, REFERENCE_INVALID, TEMPLATE_INVALID, DocumentError
 from tubeless.project import check_project, load_project
 from tubeless.testing import finish, scripted
@@ -31,69 +25,6 @@ from tubeless.testing import finish, scripted
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD = 30  # seconds; a hang guard only, never a timing assertion
 MEMORY_BOUND = 20 * 1024 * 1024
-
-
-class Hang(Exception):
-    """The hang guard went off."""
-
-
-@contextlib.contextmanager
-def hang_guard(seconds: int = HANG_GUARD) -> Iterator[None]:
-    """Fail with :class:`Hang` when the block runs longer than ``seconds`` (main thread).
-
-    The alarm fires again every second until the block ends, because the CLI's ``main()`` turns
-    every exception (this one too) into an exit code and would carry on.
-    """
-    fired: list[int] = []
-
-    def alarm(signum: int, frame: Any) -> None:
-        fired.append(signum)
-        signal.alarm(1)
-        raise Hang(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-    if fired:
-        raise Hang(f"still running after {seconds} s")
-
-
-@contextlib.contextmanager
-def peak_memory() -> Iterator[list[int]]:
-    """Yields a list that holds the ``tracemalloc`` peak (bytes) once the block is done."""
-    result: list[int] = []
-    tracemalloc.start()
-    try:
-        yield result
-    finally:
-        result.append(tracemalloc.get_traced_memory()[1])
-        tracemalloc.stop()
-
-
-@contextlib.contextmanager
-def restored_imports() -> Iterator[None]:
-    saved_path, saved_modules = list(sys.path), set(sys.modules)
-    try:
-        yield
-    finally:
-        sys.path[:] = saved_path
-        for name in set(sys.modules) - saved_modules:
-            file = getattr(sys.modules[name], "__file__", None) or ""
-            if "/tmp" in file or "pytest-" in file:
-                del sys.modules[name]
-        importlib.invalidate_caches()
-
-
-def cli(*args: str | Path) -> tuple[int, str, str]:
-    """``tubeless ARGS`` in process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(arg) for arg in args])
-    return code, out.getvalue(), err.getvalue()
 
 
 def strict_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -12,25 +12,20 @@ with the standard library.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import io
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.guards import cli, hang_guard, peak_memory, restored_imports
 from tubeless import PipelineExecutionError
-from tubeless._cli import main
 from tubeless.errors import (
     DOCUMENT_INVALID,
     REFERENCE_INVALID,
@@ -48,61 +43,6 @@ HANG_GUARD = 30  # seconds; hang guards only, never timing assertions (DESIGN.md
 MEMORY_BOUND = 20 * 1024 * 1024
 LOCATED = (DocumentError, TemplateError, ReferenceResolutionError)
 CODES = {DOCUMENT_INVALID, TEMPLATE_INVALID, REFERENCE_INVALID}
-
-
-class Hang(Exception):
-    """The hang guard went off."""
-
-
-@contextlib.contextmanager
-def hang_guard(seconds: int = HANG_GUARD) -> Iterator[None]:
-    """Fail with :class:`Hang` when the block runs longer than ``seconds`` (main thread)."""
-
-    def alarm(signum: int, frame: Any) -> None:
-        raise Hang(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@contextlib.contextmanager
-def peak_memory() -> Iterator[list[int]]:
-    """Yields a list that holds the ``tracemalloc`` peak (bytes) once the block is done."""
-    result: list[int] = []
-    tracemalloc.start()
-    try:
-        yield result
-    finally:
-        result.append(tracemalloc.get_traced_memory()[1])
-        tracemalloc.stop()
-
-
-@contextlib.contextmanager
-def restored_imports() -> Iterator[None]:
-    """Put ``sys.path`` back and forget modules imported from temporary folders."""
-    saved_path, saved_modules = list(sys.path), set(sys.modules)
-    try:
-        yield
-    finally:
-        sys.path[:] = saved_path
-        for name in set(sys.modules) - saved_modules:
-            file = getattr(sys.modules[name], "__file__", None) or ""
-            if "/tmp" in file or "pytest-" in file:
-                del sys.modules[name]
-        importlib.invalidate_caches()
-
-
-def cli(*args: str | Path) -> tuple[int, str, str]:
-    """``tubeless ARGS`` in process through ``main()``: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(arg) for arg in args])
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_located(error: BaseException, path: Path, text_lines: int | None = None) -> None:
