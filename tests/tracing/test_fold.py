@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 from typing import Any
 
 import pytest
@@ -93,3 +94,45 @@ def test_malformed_numbers_and_statuses_do_not_break_run_trees(completed: dict[s
 
     assert (tree.run_id, tree.duration_ms) == ("r", None)
     assert tree.status == ("completed" if completed.get("durationMs") else "failed")
+
+
+def test_a_live_fold_frees_what_its_window_drops_without_the_cycle_collector() -> None:
+    """Root scope keeps the root, 32 turns and the calls of two; with the cycle collector off,
+    every other turn and call run is already gone (nothing it let go points back at it)."""
+    from examples.text import count
+    from tubeless import define_agent
+    from tubeless.tracing.fold import MAX_TURNS
+    from tubeless.tracing.runs import Run
+
+    turns = 60
+    agent = define_agent(
+        id="lets-go",
+        input_schema=dict,
+        result_schema=str,
+        initial_state=lambda validated: {},
+        decide=lambda state, ctx: (
+            {"kind": "continue", "calls": [{"id": f"c{i}", "tool": "count", "input": "ab"}
+                                           for i in range(3)]}
+            if ctx.turn < turns else {"kind": "finish", "result": "done"}
+        ),
+        reduce=lambda state, outcomes: state,
+        tools={"count": count},
+        limits={"max_turns": turns, "max_decisions": turns, "max_calls": 3 * turns},
+    )
+
+    async def record() -> Records:
+        with capture_trace() as trace:
+            await agent.run({}, trace=trace)
+        return trace.records
+
+    records = asyncio.run(record())
+    gc.collect()
+    gc.disable()
+    try:
+        fold = _folded(records, scope="root")
+        alive = [o for o in gc.get_objects() if type(o) is Run and o.run_id.startswith("lets-go")]
+    finally:
+        gc.enable()
+    assert fold.root is not None and fold.root.steps["agent"].turn_count == turns
+    # The root, the window of turns, and the three calls of the last turn that had calls.
+    assert len(alive) == 1 + MAX_TURNS + 3

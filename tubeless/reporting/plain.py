@@ -296,7 +296,8 @@ class PlainReporter:
 
     # -- agent turns and calls ------------------------------------------------------------------
     def _decided(self, turn: Run) -> None:
-        if turn.kind == "turn" and "agent.turn" in turn.summary.get("decide", ()):
+        # Agent attributes on decide: the decision of an agent turn (the fold marked it one).
+        if "agent.turn" in turn.summary.get("decide", ()):
             self._line(f"    turn {_index(turn)}: {_decision_text(turn)}")
 
     def _turn_ended(self, turn: Run) -> None:

@@ -55,6 +55,10 @@ def terminal_safe(text: str) -> str:
 
     The result has the same length as ``text``, so columns computed on it stay put.
     """
+    # Printable ASCII holds none of them; checking that is far cheaper than translating (the
+    # reporters make every label of every line safe).
+    if text.isascii() and text.isprintable():
+        return text
     return text.translate(_SAFE_TABLE)
 
 

@@ -3,27 +3,23 @@
 :class:`TraceFold` takes trace v3 records one at a time, as a sink receives them while a run goes
 on or as ``tubeless trace show`` reads them from a file, and keeps one
 :class:`~tubeless.tracing.runs.Run` per run. Every reader of records reads those objects: the
-run-tree projection (:mod:`tubeless.tracing.projection` and the text of ``trace show``), the
-plain reporter and the live view (:mod:`tubeless.reporting`). A reporter still looks at a record
-to know *when* something happened; what it shows comes from the fold.
-
-Two scopes:
+run-tree projection (and the text of ``trace show``), the plain reporter and the live view. A
+reporter still looks at a record to know *when* something happened; what it shows comes from
+the fold.
 
 - ``TraceFold()`` keeps every run of every run tree in the records (one NDJSON file may hold many
-  appended runs); a ``pipeline.started`` for a run id that already started begins a new run. A
-  call's tool is the one its run recorded, else the one its turn attributed to its call id. Its
-  size is the input's, which the trace reader bounds.
+  appended runs; a ``pipeline.started`` for a run id that already started begins a new run). A
+  call's tool is the one its run recorded, else the one its turn attributed to its call id.
 - ``TraceFold(scope="root")`` keeps what a reporter shows while a run goes on, in memory that does
   not grow with the run: the first root run and its steps, the runs its steps iterate (turns: per
   step the newest :data:`MAX_TURNS`, older ones only counted), and the tool calls of those turns
   (only the two newest turns keep calls: every pending or running one and, of the finished ones,
   the first :data:`MAX_CALLS` failed and the first :data:`MAX_CALLS` others in decision order).
-  Of a turn or a call it keeps no steps: its status, timing, error, agent attributes (a turn's)
-  or last progress report and skip (a call's, whose tool is the one its turn attributed). A turn
-  or call is forgotten by id once it completed. A reporter runs this fold on every record of a
-  run, so its handlers test types inline rather than through helpers (measured: the plain
-  reporter on it costs what it did before the fold, about 8,200 machine instructions per record
-  of a traced W1 run).
+  Of a turn or a call it keeps no steps, only its status, timing, error, and a turn's agent
+  attributes or a call's last progress report and skip; a completed one is forgotten by id.
+  Reporters run this on every record, so its handlers test types inline rather than through
+  helpers (the plain reporter on it costs what it did before: about 8,000 machine instructions
+  per record of a traced W1 run).
 """
 
 from __future__ import annotations
@@ -120,7 +116,8 @@ class TraceFold:
         run = self._open.get(run_id)
         if self._all:
             if run is None or (name == "pipeline.started" and run.started):
-                run = self._open[run_id] = Run(run_id, len(self.runs))
+                run = self._open[run_id] = Run(run_id)
+                run.arrival = len(self.runs)
                 self.runs.append(run)
             self._relations(run, record)
             handler = _HANDLERS.get(name) if isinstance(name, str) else None
@@ -219,9 +216,11 @@ class TraceFold:
             turns = step.turns = deque(maxlen=MAX_TURNS)
         elif len(turns) > 1:
             older = turns[1]
-            for call in older.calls.values():
-                call.run = None  # see _forget
-            older.calls, older.kept = {}, None
+            if older.calls:
+                for call in older.calls.values():
+                    call.run = None  # see _forget
+                del older.calls  # back to the class's empty default
+                older.kept = None
             oldest = turns[-1]
             if len(turns) == MAX_TURNS and self._open.get(oldest.run_id) is oldest:
                 del self._open[oldest.run_id]
@@ -243,10 +242,16 @@ class TraceFold:
         if turn.calls.get(call.call_id) is not call:
             return
         kept = turn.kept
-        if kept is None:
+        if kept is not None:
+            kept[failed].append(call)
+        elif turn.call_total <= MAX_CALLS:
+            return  # no group can be full yet
+        else:
             kept = turn.kept = ([], [])
+            for other in turn.calls.values():  # once: the finished calls so far, this one too
+                if other.run is not None and other.run.status != "running":
+                    kept[other.run.status == "failed"].append(other)
         group = kept[failed]
-        group.append(call)
         if len(group) > MAX_CALLS:
             # The group is full: drop whichever of its members (this call included) comes last.
             last = max(group, key=lambda c: c.seq)
@@ -304,14 +309,18 @@ def _started(fold: TraceFold, run: Run, record: Mapping[str, Any], payload: Any)
 
 
 def _completed(fold: TraceFold, run: Run, record: Mapping[str, Any], payload: Any) -> bool:
-    status, count = payload.get("status"), payload.get("errorCount")
+    status = payload.get("status")
     # An unknown status from a foreign writer still ended the run; call it failed.
     run.status = _RUN_STATUSES.get(status, "failed") if type(status) is str else "failed"
+    run.duration_ms = _duration(record.get("durationMs"))
+    run.error = _error(record)
+    if not fold._all and run is not fold.root:
+        fold._forget(run)  # of a turn or a call, root scope keeps no more
+        return True
+    count = payload.get("errorCount")
     run.error_count = count if type(count) is int else None
     if payload.get("dryRun") is True:
         run.dry_run = True
-    run.duration_ms = _duration(record.get("durationMs"))
-    run.error = _error(record)
     return True
 
 
@@ -378,15 +387,6 @@ def _child_skipped(fold: TraceFold, run: Run, record: Mapping[str, Any], payload
     return True
 
 
-def _child_completed(fold: TraceFold, run: Run, record: Mapping[str, Any], payload: Any) -> bool:
-    status = payload.get("status")
-    run.status = _RUN_STATUSES.get(status, "failed") if type(status) is str else "failed"
-    run.duration_ms = _duration(record.get("durationMs"))
-    run.error = _error(record)
-    fold._forget(run)
-    return True
-
-
 def _ended(run: Run, step: Step, name: str, record: Mapping[str, Any], payload: Any) -> None:
     step.status = _TERMINAL[name]
     step.reason = as_str(payload.get("reason"))
@@ -448,12 +448,12 @@ _HANDLERS: Final[Mapping[str, _Handler]] = {
 # A call's own attributes only repeat the tool its turn attributed, so root scope skips them.
 _TURN_HANDLERS: Final[Mapping[str, _Handler]] = {
     "pipeline.started": _started,
-    "pipeline.completed": _child_completed,
+    "pipeline.completed": _completed,
     "step.attempted": _attributes,
 }
 _CALL_HANDLERS: Final[Mapping[str, _Handler]] = {
     "pipeline.started": _started,
-    "pipeline.completed": _child_completed,
+    "pipeline.completed": _completed,
     "step.running": _child_progress,
     "step.skipped": _child_skipped,
 }

@@ -158,10 +158,11 @@ class Run:
     errors: tuple[Mapping[str, Any], ...] = ()
     """Every wire error of its records (scope "all")."""
 
-    def __init__(self, run_id: str, arrival: int = 0) -> None:
+    arrival: int = 0
+    """The order of the run's first record among runs (scope "all")."""
+
+    def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        #: The order of the run's first record among runs (scope "all").
-        self.arrival = arrival
 
     @property
     def kind(self) -> RunKind:
