@@ -16,7 +16,7 @@ from typing import Any
 import jinja2.compiler
 import pytest
 
-from tests.fixtures.guards import cli, hang_guard, peak_memory, restored_imports
+from tests.fixtures.guards import cli, hang_guard, peak_memory, restored_imports, template_project
 from tubeless import PipelineExecutionError
 from tubeless.errors import DOCUMENT_INVALID, REFERENCE_INVALID, TEMPLATE_INVALID, DocumentError
 from tubeless.project import check_project, load_project
@@ -37,26 +37,6 @@ def strict_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]
     )
 
 
-TEMPLATE_PROJECT = """\
-version: 1
-project: {id: templates}
-agents:
-  helper:
-    input:
-      schema:
-        type: object
-        properties: {question: {type: string, default: hi}}
-    result: {schema: {}}
-    initial_state:
-      value: TEMPLATE
-    decide: examples.scripted_agent:decide
-"""
-
-
-def template_project(tmp_path: Path, template: str) -> Path:
-    path = tmp_path / "project.yaml"
-    path.write_text(TEMPLATE_PROJECT.replace("TEMPLATE", json.dumps(template)), encoding="utf-8")
-    return path
 
 
 def echo_state() -> dict[str, Any]:

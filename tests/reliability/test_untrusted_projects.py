@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures.guards import cli, hang_guard, peak_memory, restored_imports
+from tests.fixtures.guards import template_project as _template_project
 from tubeless import PipelineExecutionError
 from tubeless.errors import (
     DOCUMENT_INVALID,
@@ -687,26 +688,6 @@ def test_a_standard_library_callable_reached_through_another_module_is_refused(
 
 
 # -- templates stay in the sandbox ----------------------------------------------------------------
-TEMPLATE_PROJECT = """\
-version: 1
-project: {id: templates}
-agents:
-  helper:
-    input:
-      schema:
-        type: object
-        properties: {question: {type: string, default: hi}}
-    result: {schema: {}}
-    initial_state:
-      value: TEMPLATE
-    decide: examples.scripted_agent:decide
-"""
-
-
-def _template_project(tmp_path: Path, template: str) -> Path:
-    path = tmp_path / "project.yaml"
-    path.write_text(TEMPLATE_PROJECT.replace("TEMPLATE", json.dumps(template)), encoding="utf-8")
-    return path
 
 
 def _template_outcome(path: Path) -> tuple[str, str | None, str]:
