@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from tubeless._callables import maybe_await
 from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
@@ -27,7 +28,6 @@ from tubeless.agent._turn import AgentSpec, TurnInput, build_turn_pipeline
 from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict, thaw
 from tubeless.pipeline import Pipeline, StepContext, define_pipeline, iterate_pipeline, step
-from tubeless.pipeline._failures import maybe_await
 from tubeless.pipeline._identity import descriptor_fingerprint, schema_fingerprint
 from tubeless.pipeline._step import is_async_callable
 from tubeless.schema import Schema

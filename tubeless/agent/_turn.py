@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
+from tubeless._callables import is_awaitable
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
 from tubeless.agent._limits import LimitReachedError, Limits
@@ -21,7 +22,6 @@ from tubeless.agent._state import own
 from tubeless.agent._trace import AgentTrace
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
-from tubeless.pipeline._failures import is_awaitable
 from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
 

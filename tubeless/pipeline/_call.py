@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tubeless.pipeline._failures import OutputInvalidError, call_in_thread, is_awaitable
+from tubeless._callables import call_in_thread, is_awaitable
+from tubeless.pipeline._failures import OutputInvalidError
 from tubeless.schema import SchemaValidationError
 
 if TYPE_CHECKING:

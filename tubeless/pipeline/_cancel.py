@@ -148,6 +148,10 @@ class CancelToken:
             remove()
         self.raise_if_cancelled()
 
+    def on_abandon(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when :func:`stop_waiting` gives up on this run's worker threads."""
+        return stopped_waiting(self).add_callback(callback)
+
     def __repr__(self) -> str:
         return f"CancelToken(cancelled={self._cancelled})"
 

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
+from tubeless._callables import maybe_await
 from tubeless.errors import TubelessError
 from tubeless.pipeline._cancel import YIELD_EVERY
 from tubeless.pipeline._child import _controls, run_child_value
 from tubeless.pipeline._context import StepContext
-from tubeless.pipeline._failures import ChildRunFailedError, first_error_cause, maybe_await
+from tubeless.pipeline._failures import ChildRunFailedError, first_error_cause
 from tubeless.pipeline._step import NestedPipeline, Step, _refs
 
 if TYPE_CHECKING:

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
+from tubeless._callables import is_awaitable, maybe_await
 from tubeless.errors import TubelessError
 from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._cancel import CancelToken
 from tubeless.pipeline._context import RunEnvironment, now_ms
-from tubeless.pipeline._failures import OutputInvalidError, is_awaitable, maybe_await
+from tubeless.pipeline._failures import OutputInvalidError
 from tubeless.pipeline._finalize import finalize
 from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._plan import Plan, PlanStep, ladder

@@ -7,13 +7,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
+from tubeless._callables import maybe_await
 from tubeless.errors import PipelineError, cause_chain, deepest_source_code
 from tubeless.pipeline._context import now_ms
-from tubeless.pipeline._failures import (
-    RequiredOutputsMissingError,
-    is_cancellation,
-    maybe_await,
-)
+from tubeless.pipeline._failures import RequiredOutputsMissingError, is_cancellation
 from tubeless.pipeline._plan import Plan
 from tubeless.schema import SchemaValidationError
 

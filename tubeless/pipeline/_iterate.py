@@ -8,12 +8,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tubeless import errors as codes
+from tubeless._callables import is_awaitable, maybe_await
 from tubeless.errors import TubelessError
 from tubeless.pipeline._cancel import YIELD_EVERY
 from tubeless.pipeline._child import _controls, run_child_value
 from tubeless.pipeline._compose import _composed
 from tubeless.pipeline._context import StepContext
-from tubeless.pipeline._failures import ChildRunFailedError, is_awaitable, maybe_await
+from tubeless.pipeline._failures import ChildRunFailedError
 from tubeless.pipeline._pipeline import Pipeline
 from tubeless.pipeline._step import NestedPipeline, Step
 

@@ -27,10 +27,10 @@ from contextvars import ContextVar
 from time import time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tubeless._callables import is_awaitable
 from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._context import RunEnvironment, StepContext
 from tubeless.pipeline._execute import DEFAULT_CONTROLS, Run
-from tubeless.pipeline._failures import is_awaitable
 from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._run_state import UNVALIDATED, Attempt, attempt_id_of
 from tubeless.schema import SchemaValidationError
