@@ -17,7 +17,7 @@ from tubeless.pipeline._context import RunEnvironment, now_ms
 from tubeless.pipeline._failures import OutputInvalidError
 from tubeless.pipeline._finalize import finalize
 from tubeless.pipeline._ids import new_run_id
-from tubeless.pipeline._plan import Plan, PlanStep, ladder
+from tubeless.pipeline._plan import Plan, PlanStep, skip_reason
 from tubeless.pipeline._results import PipelineRun
 from tubeless.pipeline._run_state import UNVALIDATED, RunState
 from tubeless.schema import SchemaValidationError
@@ -114,7 +114,7 @@ def execute(
 
 
 class Run(RunState):
-    """One run: applies the ladder, starts steps, and drives them to the end.
+    """One run: applies the skip ladder, starts steps, and drives them to the end.
 
     The lean path's take-over (``_lean._TakeOver``) is a subclass: it overrides the hooks
     ``validate_options``, ``settled_without_running`` and ``start`` for what already happened.
@@ -222,7 +222,7 @@ class Run(RunState):
 
     # -- one step -----------------------------------------------------------------------------
     def settled_without_running(self, ps: PlanStep) -> bool:
-        """Apply the ladder and the cancellation check; record the step if it must not start."""
+        """Apply the skip ladder and the cancel check; record the step if it must not start."""
         s = ps.step
         dry_run = self.controls.dry_run
         if (
@@ -231,7 +231,7 @@ class Run(RunState):
             or s.skip_after_failure_of
             or (dry_run and s.dry_run == "skip")
         ):
-            disposition = ladder(
+            disposition = skip_reason(
                 s,
                 selected=ps.selected,
                 dry_run=dry_run,

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from tubeless.pipeline._results import SkipReason
     from tubeless.pipeline._step import Step
 
-__all__ = ["Plan", "PlanStep", "SelectionReason", "build_plan", "ladder"]
+__all__ = ["Plan", "PlanStep", "SelectionReason", "build_plan", "skip_reason"]
 
 ReasonKind = Literal[
     "all",
@@ -349,8 +349,8 @@ def _selection(
     return out
 
 
-# -- the ladder -------------------------------------------------------------------------------
-def ladder(
+# -- the skip ladder ----------------------------------------------------------------------------
+def skip_reason(
     step: Step,
     *,
     selected: bool,
@@ -398,7 +398,7 @@ def build_plan(
     steps: list[PlanStep] = []
     for s in pipeline.order:
         selected, reasons = selection[s.id]
-        disposition = ladder(
+        disposition = skip_reason(
             s,
             selected=selected,
             dry_run=dry_run,
