@@ -249,10 +249,6 @@ class Pipeline:
         # otherwise get the "no running event loop" RuntimeError as its __context__.
         return asyncio.run(self.run_or_raise(raw_input, **kwargs))
 
-    def required_finalizer_ids(self) -> tuple[str, ...]:
-        """Step ids the finalizer needs outputs from."""
-        return self.finalizer.required
-
     def declared(self) -> Mapping[str, Step]:
         """Steps by id."""
         return self._by_id
