@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tubeless import PipelineRun, define_agent, define_tool, pipeline_tool
+from tubeless.agent._cassette import first_difference
 from tubeless.errors import (
     CASSETTE_INVALID,
     CASSETTE_MISMATCH,
@@ -374,3 +377,45 @@ async def test_recording_changes_no_trace_record_and_puts_nothing_of_it_in_trace
     text = json.dumps(traced.records)
     assert "secret-name" not in text and "cassette" not in text
     assert "RED" not in text and "done" not in text
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+def _at(value: Any, pointer: str) -> Any:
+    """The value at ``pointer``, or something whose repr is ``(absent)``."""
+    for part in pointer.split("/")[1:]:
+        key = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(value, list):
+            index = int(key)
+            if index >= len(value):
+                return _Absent()
+            value = value[index]
+        elif key in value:
+            value = value[key]
+        else:
+            return _Absent()
+    return value
+
+
+@given(_JSON, _JSON)
+def test_first_difference_finds_a_difference_exactly_when_the_values_differ_and_points_at_it(
+    recorded: Any, live: Any
+) -> None:
+    found = first_difference(recorded, live)
+    same = json.dumps(recorded, sort_keys=True) == json.dumps(live, sort_keys=True)
+    assert (found is None) == same
+    if found is not None:
+        pointer, old, new = found
+        assert repr(_at(recorded, pointer)) == repr(old)
+        assert repr(_at(live, pointer)) == repr(new)

@@ -151,9 +151,16 @@ class CassetteWriter:
     def write(self, line: Mapping[str, Any]) -> None:
         """Write one line; ``line`` is JSON data already."""
         text = json.dumps(line, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        with self._lock:
-            self._file.write(text + "\n")
-            self._file.flush()
+        try:
+            with self._lock:
+                self._file.write(text + "\n")
+                self._file.flush()
+        except OSError as exc:  # a full disk, say: the run fails, naming the cassette
+            raise CassetteError(
+                CASSETTE_INVALID,
+                f"cannot write the cassette {self.path}: {exc.strerror or exc}",
+                path=self.path,
+            ) from exc
 
     def close(self) -> None:
         """Close the file (idempotent)."""

@@ -17,6 +17,7 @@ cassette gets ``#2``, ``#3``... in start order.
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -125,10 +126,12 @@ class _Session:
 
     def __init__(self) -> None:
         self._routes: dict[str, int] = {}
+        self._lock = threading.Lock()  # runs on other threads' loops may share a cassette
 
     def route(self, base: str) -> str:
-        seen = self._routes.get(base, 0) + 1
-        self._routes[base] = seen
+        with self._lock:
+            seen = self._routes.get(base, 0) + 1
+            self._routes[base] = seen
         return base if seen == 1 else f"{base}#{seen}"
 
     def open(self, agent_id: str, identity: DefinitionIdentity, agent_input: Any) -> Tape:
