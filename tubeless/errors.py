@@ -28,6 +28,10 @@ varies shows its family. Grouped by the layer that raises them::
     ├── TraceReadError                  TUBELESS_TRACE_INVALID (.path, .line, .problem, .bound)
     ├── CheckpointError                 TUBELESS_CHECKPOINT_*, TUBELESS_AGENT_INVALID_CHECKPOINT_KEY
     │
+    │   record and replay: tubeless.errors
+    ├── CassetteError                   TUBELESS_CASSETTE_* (.path, .line): INVALID, MISMATCH
+    ├── ReplayDivergedError             TUBELESS_REPLAY_DIVERGED (.route, .turn, .call_id, ...)
+    │
     │   projects: tubeless.errors
     ├── ProjectError                    TUBELESS_*_INVALID (.issues: every problem, in file order)
     │   ├── DocumentError               TUBELESS_DOCUMENT_INVALID
@@ -100,6 +104,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentDefinitionError",
+    "CassetteError",
     "CheckpointError",
     "DocumentError",
     "ErrorCause",
@@ -111,6 +116,7 @@ __all__ = [
     "PlanningError",
     "ProjectError",
     "ReferenceResolutionError",
+    "ReplayDivergedError",
     "TemplateError",
     "TubelessError",
     "ValidationIssue",
@@ -180,6 +186,11 @@ CHECKPOINT_INVALID = "TUBELESS_CHECKPOINT_INVALID"
 CHECKPOINT_INVALID_KEY = "TUBELESS_AGENT_INVALID_CHECKPOINT_KEY"
 CHECKPOINT_MISMATCH = "TUBELESS_AGENT_CHECKPOINT_MISMATCH"
 CALL_INTERRUPTED = "TUBELESS_AGENT_CALL_INTERRUPTED"
+
+# -- record and replay (round 2) ------------------------------------------------------------------
+REPLAY_DIVERGED = "TUBELESS_REPLAY_DIVERGED"
+CASSETTE_INVALID = "TUBELESS_CASSETTE_INVALID"
+CASSETTE_MISMATCH = "TUBELESS_CASSETTE_MISMATCH"
 
 # -- projects -------------------------------------------------------------------------------------
 DOCUMENT_INVALID = "TUBELESS_DOCUMENT_INVALID"
@@ -384,6 +395,37 @@ class PipelineExecutionError(TubelessError):
 
 class CheckpointError(TubelessError):
     """A checkpoint store refused: a key in use, an unusable file, a key or document mismatch."""
+
+
+class CassetteError(TubelessError):
+    """A cassette cannot be used: unreadable, cut short, corrupt, or recorded for another agent.
+
+    ``line`` is the 1-based line of the cassette the problem is on, when there is one.
+    """
+
+    def __init__(self, code: str, message: str, *, path: str, line: int | None = None) -> None:
+        super().__init__(code, message)
+        self.path = path
+        self.line = line
+
+
+class ReplayDivergedError(TubelessError):
+    """A replayed run did something other than the recording: the first difference found.
+
+    ``pointer`` is the JSON pointer of the difference inside the compared value (an outcome,
+    the reduced state or the result); the message quotes values only when asked to.
+    """
+
+    code = REPLAY_DIVERGED
+
+    def __init__(
+        self, message: str, *, route: str, turn: int | None, call_id: str | None, pointer: str
+    ) -> None:
+        super().__init__(self.code, message)
+        self.route = route
+        self.turn = turn
+        self.call_id = call_id
+        self.pointer = pointer
 
 
 class ProjectError(TubelessError):

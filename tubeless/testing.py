@@ -1,21 +1,28 @@
-"""Test doubles for users' tests: trace capture and scripted decisions."""
+"""Test doubles for users' tests: trace capture, scripted decisions, recorded cassettes."""
 
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from tubeless.agent._tape import Recording, Replaying, recording, replaying
+
 __all__ = [
     "CapturedTrace",
+    "Recording",
+    "Replaying",
     "ScriptedDecide",
     "call",
     "capture_trace",
     "continue_with",
     "finish",
+    "record",
+    "replay",
     "scripted",
 ]
 
@@ -174,3 +181,57 @@ def scripted(*decisions: Any | Callable[[Any, Any], Any]) -> ScriptedDecide:
         ... )
     """
     return ScriptedDecide(list(decisions))
+
+
+@contextmanager
+def record(path: str | os.PathLike[str]) -> Iterator[Recording]:
+    """Record every agent run started inside the block into the cassette file ``path``.
+
+    The cassette (JSONL, created with mode 0600, replacing ``path``) holds, per agent
+    invocation, a header (definition identity, input digest, tubeless version), every accepted
+    decision, every validated outcome, each turn's reduced state and the result. It holds
+    inputs and outputs, so it is a data file; it never holds a key or a request.
+
+    Example:
+        >>> with record(tmp_path / "run.cassette"):  # doctest: +SKIP
+        ...     await agent.run({"question": "hi"})
+    """
+    with recording(path) as session:
+        yield session
+
+
+@contextmanager
+def replay(
+    path: str | os.PathLike[str],
+    *,
+    outcomes: bool = False,
+    show_values: bool = False,
+    allow_changed_definition: bool = False,
+) -> Iterator[Replaying]:
+    """Replay the cassette ``path`` for every agent run started inside the block.
+
+    Decisions come from the cassette (``decide`` is never called, so no model or key is
+    needed); tools run for real and each outcome, reduced state and result is compared with the
+    recorded one. The first difference fails the run with ``TUBELESS_REPLAY_DIVERGED`` naming
+    the route, turn, call id and JSON pointer (also kept as ``.divergence``).
+
+    Args:
+        path: The cassette file; a truncated or corrupt one raises ``CassetteError``
+            (``TUBELESS_CASSETTE_INVALID``) naming the file and line.
+        outcomes: Take outcomes from the cassette too: no tool runs.
+        show_values: Quote the differing values in divergence messages.
+        allow_changed_definition: Replay a cassette recorded for another definition identity
+            (``TUBELESS_CASSETTE_MISMATCH`` otherwise); what changed is in ``.differences``.
+
+    Example:
+        >>> with replay(tmp_path / "run.cassette") as cassette:  # doctest: +SKIP
+        ...     run = await agent.run({"question": "hi"})
+        >>> assert cassette.divergence is None  # doctest: +SKIP
+    """
+    with replaying(
+        path,
+        outcomes=outcomes,
+        show_values=show_values,
+        allow_changed_definition=allow_changed_definition,
+    ) as session:
+        yield session

@@ -8,6 +8,7 @@ file missing or unreadable (``OSError``)                    2    2     2        
 ``DocumentError``, ``TemplateError``                        4    4     4         -
 ``ReferenceResolutionError``                                2    2     4         -
 ``TUBELESS_TRACE_INVALID`` (an unreadable trace)            2    2     2         2
+``TUBELESS_CASSETTE_INVALID`` (an unreadable cassette)      2    -     -         -
 unknown id / cannot load (``CliLoadError``)                 2    2     -         1
 ``TUBELESS_DEFINITION_*``, ``AGENT_INVALID_DEFINITION``     3    3     4         -
 root ``OPTIONS_VALIDATION_FAILED`` in a failed run          4    -     -         -
@@ -33,6 +34,7 @@ import click
 
 from tubeless.errors import (
     AGENT_INVALID_DEFINITION,
+    CASSETTE_INVALID,
     OPTIONS_VALIDATION_FAILED,
     TRACE_INVALID,
     AgentDefinitionError,
@@ -149,7 +151,7 @@ def _tubeless_exit_code(exc: TubelessError, command: str | None) -> int:
         return _run_exit_code(exc)
     if isinstance(exc, DocumentError | TemplateError):
         return EXIT_VALIDATION
-    if exc.code == TRACE_INVALID:
+    if exc.code in (TRACE_INVALID, CASSETTE_INVALID):
         return EXIT_LOAD
     if isinstance(exc, ReferenceResolutionError):
         return EXIT_VALIDATION if command == "validate" else EXIT_LOAD

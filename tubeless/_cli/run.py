@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tubeless._cli._cassette import cassette_for, cassette_params, check_cassette_options
 from tubeless._cli._complete import RunCommand
 from tubeless._cli._exit import EXIT_CANCELLED, CliInputError, CliLoadError
 from tubeless._cli._flags import DerivedFlag, InputRejected, derive_flags, unflagged
@@ -34,7 +35,7 @@ __all__ = ["VALUE_OPTIONS", "entry_command_for", "find_project", "run"]
 
 VALUE_OPTIONS = _VALUE_OPTIONS = frozenset(
     {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace",
-     "--run-id", "--correlation-id"}
+     "--run-id", "--correlation-id", "--record", "--replay"}
 )
 _OUTER_HELP = """Run an agent or pipeline of PROJECT (a YAML file) and print its result as JSON.
 
@@ -151,7 +152,8 @@ def _refuse_unknown_option(option: str, project: Project) -> None:
     """``run p.yaml --txt hi``: report ``--txt`` (a usage error), not an entry named ``hi``."""
     if not option.startswith("--") or "=" in option:
         return
-    known = {"--help", "-h", *_VALUE_OPTIONS, "--dry-run", "--continue-on-error", "--quiet"}
+    known = {"--help", "-h", *_VALUE_OPTIONS, "--dry-run", "--continue-on-error", "--quiet",
+             "--replay-outcomes", "--show-values", "--allow-changed-definition"}
     for entry in project.entries.values():
         for flag in derive_flags(_input_schema(entry)):
             known.add(f"--{flag.option}")
@@ -200,6 +202,7 @@ def _builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cl
                      help="The root run's id (default: <entry id>:<uuid>)."),
         click.Option(["--correlation-id"], default=None, metavar="ID", callback=_nonblank,
                      help="An id recorded on every run of the tree, to tie runs together."),
+        *cassette_params(),
     ]
     if not is_agent:
         where = "" if is_agent is False else " (pipelines only)"
@@ -325,6 +328,7 @@ def _execute(
     from tubeless._cli._signals import RunSignals
     from tubeless.pipeline import CancelToken
 
+    check_cassette_options(options)
     sinks: list[Any] = []
     trace_to_stdout = "-" in options["trace"]
     report_stream = sys.stderr
@@ -346,9 +350,10 @@ def _execute(
                 sinks.append(open_sink(target))
             if reporter is not None:
                 sinks.append(reporter)
-            run_record = asyncio.run(
-                _run_with_signals(entry, raw, options, sinks, signals, is_agent=is_agent)
-            )
+            with cassette_for(options):
+                run_record = asyncio.run(
+                    _run_with_signals(entry, raw, options, sinks, signals, is_agent=is_agent)
+                )
         finally:
             for sink in sinks:
                 try:

@@ -22,6 +22,7 @@ from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
 from tubeless.agent._state import own
+from tubeless.agent._tape import TAPE_SLOT, open_tape
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
 from tubeless.agent._trace import agent_trace
 from tubeless.agent._turn import AgentSpec, TurnInput, build_turn_pipeline
@@ -274,6 +275,7 @@ def _compile(
             agent_run_id=ctx.run_id,
             scope=ctx.slots[SCOPE_SLOT],
             trace=agent_trace(ctx),
+            tape=ctx.slots[TAPE_SLOT],
         )
 
     loop = iterate_pipeline(
@@ -287,12 +289,22 @@ def _compile(
     )
     iterate = loop.run
     limits = spec.limits
+    built: list[Pipeline] = []  # the agent's pipeline, for the identity a cassette records
 
     async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
         parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
         depth = ctx.slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
         scope = Scope(Budget(ctx.run_id, depth, limits), parent)
-        return await iterate(step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope}))
+        tape = open_tape(ctx.slots.get(TAPE_SLOT), spec.id, lambda: built[0].identity, ctx.options)
+        try:
+            result = await iterate(
+                step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, TAPE_SLOT: tape})
+            )
+        except BaseException as exc:
+            tape.failed(exc)
+            raise
+        tape.finished(result)
+        return result
 
     agent_step = replace(
         loop,
@@ -301,7 +313,7 @@ def _compile(
         agent_snapshot=_snapshot_metadata(spec),
         capabilities=tuple(entry.pipeline for entry in spec.registry.values()),
     )
-    return define_pipeline(
+    pipeline = define_pipeline(
         id=spec.id,
         name=name,
         description=description,
@@ -311,3 +323,5 @@ def _compile(
         targets=["agent"],
         finalize="agent",
     )
+    built.append(pipeline)
+    return pipeline

@@ -15,6 +15,7 @@ from typing import Any
 
 from tubeless.agent._prepare import PreparedCall
 from tubeless.agent._scope import SCOPE_SLOT, Scope
+from tubeless.agent._tape import TAPE_SLOT, Tape
 from tubeless.agent._tools import ToolError
 from tubeless.agent._trace import AgentTrace, Progress
 from tubeless.errors import CHILD_FAILED, TOOL_ERRORS
@@ -102,12 +103,13 @@ async def dispatch(
     agent_run_id: str,
     turn: int,
     trace: AgentTrace,
+    tape: Tape,
 ) -> tuple[Mapping[str, Any], ...]:
     """Run every call as a child run; raise on the first fatal failure after draining."""
     total = len(calls)
     progress = trace.progress(calls)
     if total == 1:
-        outcome = await _run_call(calls, 0, ctx, scope, agent_run_id, turn, trace, progress)
+        outcome = await _run_call(calls, 0, ctx, scope, agent_run_id, turn, trace, tape, progress)
         return _outcomes((outcome,))
     outcomes: list[Mapping[str, Any] | None] = [None] * total
     fatal: list[BaseException] = []
@@ -122,7 +124,7 @@ async def dispatch(
             cursor += 1
             try:
                 outcomes[index] = await _run_call(
-                    calls, index, ctx, scope, agent_run_id, turn, trace, progress
+                    calls, index, ctx, scope, agent_run_id, turn, trace, tape, progress
                 )
             except Exception as exc:
                 fatal.append(exc)
@@ -154,6 +156,7 @@ async def _run_call(
     agent_run_id: str,
     turn: int,
     trace: AgentTrace,
+    tape: Tape,
     progress: Progress,
 ) -> Mapping[str, Any]:
     """Run call ``index``: its outcome, or ``ChildRunFailedError`` for a fatal failure."""
@@ -171,19 +174,23 @@ async def _run_call(
     if call.delegates:
         slots[DEPTH_SLOT] = scope.depth + 1
         slots[SCOPE_SLOT] = scope
+        slots[TAPE_SLOT] = tape.below(turn, call.id)
     progress.start(index)
     trace.call(ctx, execution, call.tool)
-    ok, result = await run_child_value(
-        ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
-    )
-    if ok:
-        outcome = _outcome(call, result)
-    else:
-        try:
-            outcome = _failed_outcome(call, result, ctx.signal.cancelled)
-        except ChildRunFailedError as exc:
-            progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
-            raise
+    outcome: Mapping[str, Any] | None = tape.replayed_outcome(turn, call.id)
+    if outcome is None:
+        ok, result = await run_child_value(
+            ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
+        )
+        if ok:
+            outcome = _outcome(call, result)
+        else:
+            try:
+                outcome = _failed_outcome(call, result, ctx.signal.cancelled)
+            except ChildRunFailedError as exc:
+                progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
+                raise
+        tape.outcome(turn, call.id, outcome)
     progress.finish(index, "completed" if outcome["ok"] else "failed")
     progress.report(ctx)
     return outcome

@@ -19,6 +19,7 @@ from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._state import own
+from tubeless.agent._tape import Tape
 from tubeless.agent._trace import AgentTrace
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
@@ -56,6 +57,8 @@ class TurnInput(NamedTuple):
     scope: Scope
     trace: AgentTrace
     """The agent's recorder (the null one when nothing traces the run)."""
+    tape: Tape
+    """The agent's cassette tape (the null one when no cassette records or replays the run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +157,9 @@ async def ask(spec: AgentSpec, t: TurnInput, ctx: StepContext) -> Any:
     ctx.signal.raise_if_cancelled()
     scope = t.scope
     scope.reserve("max_decisions", 1)
-    source = spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
+    source = t.tape.source(
+        spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
+    )
     decision_ctx = DecisionContext(
         t.turn,
         t.state_version,
@@ -179,9 +184,11 @@ def finish(spec: AgentSpec, t: TurnInput, ctx: StepContext, decision: Finish) ->
     """The finish result, once the result schema accepted it."""
     t.trace.decided(ctx, t, "finish", 0)
     try:
-        return _Finished(spec.result_schema.validate(decision.result))
+        finished = _Finished(spec.result_schema.validate(decision.result))
     except SchemaValidationError as exc:
         raise DecisionError(f"Agent finish result was rejected: {exc}", exc.issues) from None
+    t.tape.decided(t.turn, decision)
+    return finished
 
 
 def admit(
@@ -200,7 +207,9 @@ def admit(
             calls=count,
         )
     t.scope.check("max_calls", count)
-    return prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
+    prepared = prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
+    t.tape.decided(t.turn, decision)
+    return prepared
 
 
 # -- step 2: calls -----------------------------------------------------------------------------
@@ -213,7 +222,13 @@ def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
     t.scope.reserve("max_calls", len(decided))
     t.trace.dispatching(ctx, t, len(decided))
     return dispatch(
-        decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn, trace=t.trace
+        decided,
+        ctx,
+        scope=t.scope,
+        agent_run_id=t.agent_run_id,
+        turn=t.turn,
+        trace=t.trace,
+        tape=t.tape,
     )
 
 
@@ -246,6 +261,7 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
     """The transition to the next turn, with ``state`` committed."""
     admitted = t.calls + count
     t.trace.committed(ctx, t, admitted)
+    t.tape.committed(t.turn, state)
     following = TurnInput(
         state=state,
         turn=t.turn + 1,
@@ -255,5 +271,6 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
         agent_run_id=t.agent_run_id,
         scope=t.scope,
         trace=t.trace,
+        tape=t.tape,
     )
     return {"kind": "next", "state": following}
