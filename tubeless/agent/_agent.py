@@ -201,6 +201,11 @@ def define_agent(
         raise AgentDefinitionError(f"Agent {id!r}: {exc}") from exc
 
 
+def _on_limit(limits: Limits) -> dict[str, str]:
+    """``onLimit`` when it is not the default, so round-1 identities stay as they were."""
+    return {} if limits.on_limit == "fail" else {"onLimit": limits.on_limit}
+
+
 def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
     limits = spec.limits
     return {
@@ -210,6 +215,7 @@ def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
             "maxDecisions": limits.max_decisions,
             "maxDepth": limits.max_depth,
             "maxConcurrency": limits.max_concurrency,
+            **_on_limit(limits),
         },
         "capabilities": [
             {
@@ -239,6 +245,7 @@ def _snapshot_metadata(spec: AgentSpec) -> dict[str, Any]:
             "maxDecisions": limits.max_decisions,
             "maxDepth": limits.max_depth,
             "maxConcurrency": limits.max_concurrency,
+            **_on_limit(limits),
         },
         "capabilities": [
             {

@@ -45,6 +45,10 @@ class AgentTrace:
             },
         )
 
+    def limit_reached(self, ctx: StepContext, t: TurnInput, limit: str) -> None:
+        """``on_limit="finish"``: ``limit`` refused the decision; a final one is asked for."""
+        _record(ctx, t, {"agent.limitReached": limit})
+
     def dispatching(self, ctx: StepContext, t: TurnInput, calls: int) -> None:
         """The calls step admitted a batch of ``calls`` calls."""
         _record(ctx, t, {"agent.callsAdmitted": t.calls + calls, "agent.callCount": calls})
@@ -81,6 +85,9 @@ class _Untraced(AgentTrace):
     __slots__ = ()
 
     def decided(self, ctx: StepContext, t: TurnInput, decision: str, calls: int) -> None:
+        pass
+
+    def limit_reached(self, ctx: StepContext, t: TurnInput, limit: str) -> None:
         pass
 
     def dispatching(self, ctx: StepContext, t: TurnInput, calls: int) -> None:

@@ -140,6 +140,11 @@ class LimitsSpec(_Spec):
         le=2**53 - 1,
         description="Active decisions and tool handlers across the subtree.",
     )
+    on_limit: Literal["fail", "finish"] | None = Field(
+        default=None,
+        description="When turns, decisions or calls run out: 'fail' the run (the default), or "
+        "'finish': ask decide once more with ctx.final and accept only a finish.",
+    )
 
 
 class HandlerToolSpec(_Spec):

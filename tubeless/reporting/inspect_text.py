@@ -17,7 +17,7 @@ EntryKind = Literal["agent", "pipeline"]
 
 #: Tool input schemas and the result descriptor are shown on one line, cut to this many chars.
 SCHEMA_WIDTH = 200
-_LIMITS = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency")
+_LIMITS = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency", "onLimit")
 
 
 def format_inspect(
