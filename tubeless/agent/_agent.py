@@ -194,6 +194,7 @@ def define_agent(
         capabilities=capabilities,
         registry=registry,
         limits=resolved_limits,
+        approvals=any(entry.tool.approval != "never" for entry in registry.values()),
     )
     try:
         return _compile(spec, inputs, initial_state, name, description, implementation_version)
@@ -204,6 +205,13 @@ def define_agent(
 def _on_limit(limits: Limits) -> dict[str, str]:
     """``onLimit`` when it is not the default, so round-1 identities stay as they were."""
     return {} if limits.on_limit == "fail" else {"onLimit": limits.on_limit}
+
+
+def _approval(tool: Tool) -> dict[str, str]:
+    """``approval`` (``always`` or ``predicate``) for a gated tool; nothing for the default."""
+    if tool.approval == "never":
+        return {}
+    return {"approval": "always" if tool.approval == "always" else "predicate"}
 
 
 def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
@@ -222,6 +230,7 @@ def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
                 "name": c["name"],
                 "description": c["description"],
                 "inputJsonSchema": thaw(c["input_json_schema"]),
+                **_approval(spec.registry[str(c["name"])].tool),
             }
             for c in spec.capabilities
         ],
@@ -253,6 +262,7 @@ def _snapshot_metadata(spec: AgentSpec) -> dict[str, Any]:
                 "description": entry.tool.description,
                 "inputSchemaFingerprint": descriptor_fingerprint(entry.tool.input_json_schema),
                 "identity": entry.pipeline.identity.to_wire(),
+                **_approval(entry.tool),
             }
             for entry in spec.registry.values()
         ],
@@ -298,7 +308,11 @@ def _compile(
     async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
         parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
         depth = ctx.slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
-        scope = Scope(Budget(ctx.run_id, depth, limits), parent)
+        route = spec.id
+        if parent is not None:
+            call = ctx.slots.get(EXECUTION_SLOT) or {}
+            route = f"{parent.route}/{call.get('turn')}:{call.get('call_id')}/{spec.id}"
+        scope = Scope(Budget(ctx.run_id, depth, limits), parent, route)
         return await iterate(step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope}))
 
     agent_step = replace(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
+from tubeless.agent._approvals import dispatch_gated, gated_requests
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
 from tubeless.agent._limits import LimitReachedError, Limits
@@ -41,6 +42,8 @@ class AgentSpec:
     capabilities: tuple[FrozenDict, ...]
     registry: Mapping[str, CompiledTool]
     limits: Limits
+    approvals: bool = False
+    """Whether any tool may need approval (otherwise batches skip that check entirely)."""
 
 
 class TurnInput(NamedTuple):
@@ -157,7 +160,13 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
     """Compile the turn pipeline of ``spec``."""
     steps = [
         Step(id="decide", run=partial(decide, spec), orchestration=True, name="Decide"),
-        Step(id="calls", run=calls, depends_on=("decide",), orchestration=True, name="Calls"),
+        Step(
+            id="calls",
+            run=partial(calls, spec) if spec.approvals else calls,
+            depends_on=("decide",),
+            orchestration=True,
+            name="Calls",
+        ),
         Step(
             id="reduce",
             run=partial(reduce, spec),
@@ -260,14 +269,39 @@ def admit(
 
 
 # -- step 2: calls -----------------------------------------------------------------------------
-def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
-    """Charge the batch to the call budgets and run it: its outcomes, or an awaitable of them."""
+def calls(*args: Any) -> Any:
+    """Charge the batch to the call budgets and run it: its outcomes, or an awaitable of them.
+
+    ``calls(inputs, ctx)``, or ``calls(spec, inputs, ctx)`` for an agent with tools that may
+    need approval: their predicates run, then the batch goes through ``dispatch_gated``.
+    """
+    inputs, ctx = args[-2], args[-1]
     decided = inputs["decide"]
     if isinstance(decided, _Finished):
         return ()
     t: TurnInput = ctx.options
     t.scope.reserve("max_calls", len(decided))
     t.trace.dispatching(ctx, t, len(decided))
+    if len(args) == 3:
+        requests = gated_requests(
+            decided,
+            args[0].registry,
+            ctx,
+            key=t.scope.chain[0].id,
+            route=t.scope.route,
+            agent_run_id=t.agent_run_id,
+            turn=t.turn,
+        )
+        if requests:
+            return dispatch_gated(
+                decided,
+                requests,
+                ctx,
+                scope=t.scope,
+                agent_run_id=t.agent_run_id,
+                turn=t.turn,
+                trace=t.trace,
+            )
     return dispatch(
         decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn, trace=t.trace
     )
