@@ -147,6 +147,14 @@ class LimitsSpec(_Spec):
     )
 
 
+Approval = Literal["never", "always"] | Reference
+_APPROVAL: Any = Field(
+    default="never",
+    description="Whether a call needs the run's approver to say yes first: 'never', 'always', "
+    "or a predicate(input, ctx) by import path.",
+)
+
+
 class HandlerToolSpec(_Spec):
     """A tool declared around a plain function ``run(input, ctx)``."""
 
@@ -160,6 +168,7 @@ class HandlerToolSpec(_Spec):
         default="skip",
         description="In dry runs: 'run' the handler, 'skip' the tool, or call this preview.",
     )
+    approval: Approval = _APPROVAL
 
 
 class PipelineToolSpec(_Spec):
@@ -176,6 +185,7 @@ class PipelineToolSpec(_Spec):
     map_options: Reference | None = Field(
         default=None, description="Maps the validated argument to the pipeline's input."
     )
+    approval: Approval = _APPROVAL
 
 
 class AgentToolSpec(_Spec):
@@ -192,6 +202,7 @@ class AgentToolSpec(_Spec):
     map_options: Reference | None = Field(
         default=None, description="Maps the validated argument to the agent's input."
     )
+    approval: Approval = _APPROVAL
 
 
 ToolSpec = Annotated[
