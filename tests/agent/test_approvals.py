@@ -437,7 +437,7 @@ def _identity(approval: Any) -> Any:
     return agent.identity
 
 
-def test_approval_never_keeps_the_identity_and_a_gate_changes_it() -> None:
+def test_approval_never_keeps_the_identity_and_a_gate_changes_the_definition_id() -> None:
     plain = define_agent(
         id="gated", input_schema=dict[str, Any], result_schema=Any,
         initial_state=lambda v: {}, decide=scripted(),
@@ -445,5 +445,7 @@ def test_approval_never_keeps_the_identity_and_a_gate_changes_it() -> None:
                                    output_schema=str, run=lambda v, c: v)},
         reduce=lambda s, o: s,
     ).identity
-    assert _identity("never").structural_fingerprint == plain.structural_fingerprint
-    assert _identity("always").structural_fingerprint != plain.structural_fingerprint
+    assert _identity("never") == plain
+    gated = _identity("always")
+    assert gated.structural_fingerprint == plain.structural_fingerprint  # the original shape
+    assert gated.definition_id != plain.definition_id

@@ -138,13 +138,14 @@ async def test_fail_is_the_default_and_an_exhausted_budget_fails_as_before() -> 
     assert [a["final"] for a in decide.asked] == [False]
 
 
-async def test_on_limit_fail_keeps_the_round_1_identity_and_finish_changes_it() -> None:
+async def test_on_limit_fail_keeps_the_round_1_identity_and_finish_changes_the_definition_id() -> None:
     plain = _agent(Seen(), {"max_turns": 3}, []).identity
     fail = _agent(Seen(), {"max_turns": 3, "on_limit": "fail"}, []).identity
     ending = _agent(Seen(), {"max_turns": 3, "on_limit": "finish"}, []).identity
 
     assert fail == plain
-    assert ending.structural_fingerprint != plain.structural_fingerprint
+    assert ending.structural_fingerprint == plain.structural_fingerprint  # the original shape
+    assert ending.definition_id != plain.definition_id
 
 
 def test_an_unknown_on_limit_is_a_definition_error() -> None:

@@ -244,7 +244,9 @@ def _snapshot_metadata(spec: AgentSpec) -> dict[str, Any]:
     """The agent metadata as the definition snapshot records it (the original release's shape).
 
     Descriptors enter as fingerprints, each tool with its pipeline's identity; the structural
-    fingerprint reduces those identities to ``{version, structuralFingerprint}``.
+    fingerprint reduces those identities to ``{version, structuralFingerprint}``. ``onLimit``
+    and tool approvals stay out of it (the original release reads this shape); the definition
+    id covers them through the metadata (``pipeline._identity._implementation``).
     """
     limits = spec.limits
     return {
@@ -254,7 +256,6 @@ def _snapshot_metadata(spec: AgentSpec) -> dict[str, Any]:
             "maxDecisions": limits.max_decisions,
             "maxDepth": limits.max_depth,
             "maxConcurrency": limits.max_concurrency,
-            **_on_limit(limits),
         },
         "capabilities": [
             {
@@ -262,7 +263,6 @@ def _snapshot_metadata(spec: AgentSpec) -> dict[str, Any]:
                 "description": entry.tool.description,
                 "inputSchemaFingerprint": descriptor_fingerprint(entry.tool.input_json_schema),
                 "identity": entry.pipeline.identity.to_wire(),
-                **_approval(entry.tool),
             }
             for entry in spec.registry.values()
         ],
