@@ -138,7 +138,7 @@ async def test_fail_is_the_default_and_an_exhausted_budget_fails_as_before() -> 
     assert [a["final"] for a in decide.asked] == [False]
 
 
-async def test_on_limit_fail_keeps_the_round_1_identity_and_finish_changes_the_definition_id() -> None:
+async def test_on_limit_fail_keeps_the_identity_and_finish_changes_the_definition_id() -> None:
     plain = _agent(Seen(), {"max_turns": 3}, []).identity
     fail = _agent(Seen(), {"max_turns": 3, "on_limit": "fail"}, []).identity
     ending = _agent(Seen(), {"max_turns": 3, "on_limit": "finish"}, []).identity
