@@ -162,7 +162,7 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
         Step(id="decide", run=partial(decide, spec), orchestration=True, name="Decide"),
         Step(
             id="calls",
-            run=partial(calls, spec) if spec.approvals else calls,
+            run=partial(gated_calls, spec) if spec.approvals else calls,
             depends_on=("decide",),
             orchestration=True,
             name="Calls",
@@ -269,39 +269,47 @@ def admit(
 
 
 # -- step 2: calls -----------------------------------------------------------------------------
-def calls(*args: Any) -> Any:
-    """Charge the batch to the call budgets and run it: its outcomes, or an awaitable of them.
-
-    ``calls(inputs, ctx)``, or ``calls(spec, inputs, ctx)`` for an agent with tools that may
-    need approval: their predicates run, then the batch goes through ``dispatch_gated``.
-    """
-    inputs, ctx = args[-2], args[-1]
+def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
+    """Charge the batch to the call budgets and run it: its outcomes, or an awaitable of them."""
     decided = inputs["decide"]
     if isinstance(decided, _Finished):
         return ()
     t: TurnInput = ctx.options
     t.scope.reserve("max_calls", len(decided))
     t.trace.dispatching(ctx, t, len(decided))
-    if len(args) == 3:
-        requests = gated_requests(
+    return dispatch(
+        decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn, trace=t.trace
+    )
+
+
+def gated_calls(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
+    """``calls`` for an agent with tools that may need approval: after the charge, every
+    approval predicate of the batch runs, then a batch with gated calls goes to the approver."""
+    decided = inputs["decide"]
+    if isinstance(decided, _Finished):
+        return ()
+    t: TurnInput = ctx.options
+    t.scope.reserve("max_calls", len(decided))
+    t.trace.dispatching(ctx, t, len(decided))
+    requests = gated_requests(
+        decided,
+        spec.registry,
+        ctx,
+        key=t.scope.chain[0].id,
+        route=t.scope.route,
+        agent_run_id=t.agent_run_id,
+        turn=t.turn,
+    )
+    if requests:
+        return dispatch_gated(
             decided,
-            args[0].registry,
+            requests,
             ctx,
-            key=t.scope.chain[0].id,
-            route=t.scope.route,
+            scope=t.scope,
             agent_run_id=t.agent_run_id,
             turn=t.turn,
+            trace=t.trace,
         )
-        if requests:
-            return dispatch_gated(
-                decided,
-                requests,
-                ctx,
-                scope=t.scope,
-                agent_run_id=t.agent_run_id,
-                turn=t.turn,
-                trace=t.trace,
-            )
     return dispatch(
         decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn, trace=t.trace
     )
