@@ -382,7 +382,9 @@ async def test_recorded_decisions_round_trip_as_plain_data_and_run_the_exact_cal
     run = await agent.run({}, approver=again)
 
     assert (run.status, ran) == ("completed", ["a"])
-    assert seen == [[_ok("c1", "send", "A"), _denied("c2", "send")]]
+    denied = _denied("c2", "send")
+    denied["error"]["message"] = "Call 'c2' to tool 'send' was denied: no"
+    assert seen == [[_ok("c1", "send", "A"), denied]]
 
 
 async def test_an_approver_answer_that_is_not_a_bool_runs_nothing() -> None:

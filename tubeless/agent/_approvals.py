@@ -119,6 +119,14 @@ class RecordedApprovals:
         """Deny exactly ``request``."""
         self._record(request, False, reason)
 
+    def reason(self, request: Mapping[str, Any]) -> str | None:
+        """The reason recorded with the decision for exactly ``request``, if any."""
+        entry = self._decisions.get((request["route"], request["turn"], request["call_id"]))
+        if entry is None or entry["digest"] != request["digest"]:
+            return None
+        reason = entry.get("reason")
+        return None if reason is None else str(reason)
+
     def to_data(self) -> list[FrozenDict]:
         """Every recorded decision, as plain data (``RecordedApprovals(data)`` reads it back)."""
         return list(self._decisions.values())
@@ -156,7 +164,12 @@ def _needs_approval(
     return verdict is not False  # fail closed: only False lets a call run unasked
 
 
-def _denied(call: PreparedCall) -> FrozenDict:
+_MAX_REASON = 1024
+
+
+def _denied(call: PreparedCall, reason: str | None) -> FrozenDict:
+    message = f"Call {shown(call.id)} to tool {shown(call.tool)} was denied"
+    message += "." if not reason else f": {reason[:_MAX_REASON]}"
     return FrozenDict(
         {
             "id": call.id,
@@ -164,7 +177,7 @@ def _denied(call: PreparedCall) -> FrozenDict:
             "ok": False,
             "error": {
                 "code": TOOL_DENIED,
-                "message": f"Call {shown(call.id)} to tool {shown(call.tool)} was denied.",
+                "message": message,
             },
         }
     )
@@ -313,9 +326,12 @@ async def dispatch_gated(
     approved = tuple(calls[index] for index, yes in answers.items() if yes)
     approved_outcomes = await run(approved) if approved else ()
     by_id = {o["id"]: o for o in (*free_outcomes, *approved_outcomes)}
+    reasons = approver.reason if isinstance(approver, RecordedApprovals) else lambda r: None
     return outcomes_of(
         [
-            by_id[call.id] if index not in requests or answers[index] else _denied(call)
+            by_id[call.id]
+            if index not in requests or answers[index]
+            else _denied(call, reasons(requests[index]))
             for index, call in enumerate(calls)
         ]
     )
