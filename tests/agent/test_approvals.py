@@ -374,6 +374,8 @@ async def test_recorded_decisions_round_trip_as_plain_data_and_run_the_exact_cal
     recorded.deny({**request, "call_id": "c2", "digest": call_digest("send", "b")}, "no")
     recorded.approve(request)
     again = RecordedApprovals(recorded.to_data())
+    assert again.decision(request) is True
+    assert again.decision({**request, "digest": call_digest("send", "z")}) is None
     agent, seen = _agent(
         scripted(continue_with(call("send", "a", "c1"), call("send", "b", "c2")), finish("ok")),
         {"send": _tool(ran, "always")},

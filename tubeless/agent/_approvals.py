@@ -131,16 +131,23 @@ class RecordedApprovals:
         """Every recorded decision, as plain data (``RecordedApprovals(data)`` reads it back)."""
         return list(self._decisions.values())
 
-    def __call__(self, request: Mapping[str, Any]) -> bool:
+    def decision(self, request: Mapping[str, Any]) -> bool | None:
+        """The decision recorded for exactly ``request``, or ``None`` (none, or another digest)."""
         entry = self._decisions.get((request["route"], request["turn"], request["call_id"]))
         if entry is None or entry["digest"] != request["digest"]:
+            return None
+        return bool(entry["approved"])
+
+    def __call__(self, request: Mapping[str, Any]) -> bool:
+        decided = self.decision(request)
+        if decided is None:
             raise ApprovalError(
                 APPROVAL_REQUIRED,
                 f"Call {shown(request['call_id'])} to tool {shown(request['tool'])} needs "
                 "approval: no decision was recorded for this exact call",
                 (FrozenDict(request),),
             )
-        return bool(entry["approved"])
+        return decided
 
 
 def _needs_approval(

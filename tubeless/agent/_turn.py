@@ -185,8 +185,6 @@ async def decide(
     """Ask for a decision; a finish ends the loop, a batch of calls is admitted."""
     t: TurnInput = ctx.options
     try:
-        ctx.signal.raise_if_cancelled()
-        t.scope.reserve("max_decisions", 1)
         decision = parse_decision(await ask(spec, t, ctx))
         if isinstance(decision, Finish):
             return finish(spec, t, ctx, decision)
@@ -214,8 +212,12 @@ async def final(
 async def ask(
     spec: AgentSpec, t: TurnInput, ctx: StepContext, *, final: bool = False
 ) -> Any:
-    """Call ``decide`` (``dry_run`` in dry runs) under a permit; the caller charged it."""
+    """Charge one decision (not the ``final`` one), then call ``decide`` (``dry_run`` in dry
+    runs) under a permit."""
+    ctx.signal.raise_if_cancelled()
     scope = t.scope
+    if not final:
+        scope.reserve("max_decisions", 1)
     source = spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
     decision_ctx = DecisionContext(
         t.turn,
