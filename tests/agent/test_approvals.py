@@ -18,7 +18,7 @@ from tubeless.errors import (
     AgentDefinitionError,
 )
 from tubeless.frozen import thaw
-from tubeless.testing import call, continue_with, finish, scripted
+from tubeless.testing import call, capture_trace, continue_with, finish, scripted
 
 
 def _tool(ran: list[str], approval: Any = "never", name: str = "") -> Any:
@@ -123,9 +123,17 @@ async def test_a_denied_call_is_a_tool_denied_outcome_in_decision_order() -> Non
         {"send": _tool(ran, "always", "send:"), "echo": _tool(ran, name="echo:")},
     )
 
-    run = await agent.run({}, approver=lambda request: request["call_id"] == "s2")
+    with capture_trace() as trace:
+        run = await agent.run({}, approver=lambda request: request["call_id"] == "s2", trace=trace)
 
     assert run.status == "completed"
+    counted = [
+        (a["agent.approvalsRequested"], a["agent.callsDenied"])
+        for r in trace.records
+        if r["name"] == "step.attempted"
+        and "agent.callsDenied" in (a := r["payload"].get("attributes", {}))
+    ]
+    assert counted == [(2, 1)]
     assert sorted(ran) == ["echo:b", "send:c"]
     assert seen == [[_denied("s1", "send"), _ok("e1", "echo", "B"), _ok("s2", "send", "C")]]
 

@@ -331,6 +331,7 @@ async def dispatch_gated(
         raise
     ctx.signal.raise_if_cancelled()
     approved = tuple(calls[index] for index, yes in answers.items() if yes)
+    trace.approvals(ctx, agent_run_id, turn, len(answers), len(answers) - len(approved))
     approved_outcomes = await run(approved) if approved else ()
     by_id = {o["id"]: o for o in (*free_outcomes, *approved_outcomes)}
     reasons = approver.reason if isinstance(approver, RecordedApprovals) else lambda r: None

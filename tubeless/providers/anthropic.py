@@ -155,7 +155,8 @@ def request_body(
 ) -> dict[str, Any]:
     """The JSON body of one Messages request for ``state`` at ``ctx.turn``."""
     # After a limit (on_limit="finish") only _finish is offered: the model must answer.
-    specs = function_specs(() if ctx.final else ctx.capabilities, ctx.result_json_schema)
+    final = getattr(ctx, "final", False)  # contexts built by hand may not say
+    specs = function_specs(() if final else ctx.capabilities, ctx.result_json_schema)
     return {
         "model": model,
         "max_tokens": max_output_tokens,
