@@ -95,3 +95,21 @@ def test_an_unknown_on_limit_is_a_document_error(tmp_path: Path) -> None:
     with pytest.raises(DocumentError) as caught:
         load_project(path)
     assert "/agents/gated/limits/on_limit" in str(caught.value)
+
+
+def test_the_shipped_project_is_the_python_example_agent() -> None:
+    from examples.approvals import approvals_agent
+
+    shipped = load_project(ROOT / "projects" / "approvals.yaml").entry()
+
+    assert shipped.identity == approvals_agent.identity
+
+
+def test_the_python_example_runs_as_a_module(capsys: pytest.CaptureFixture[str]) -> None:
+    from examples.approvals import main
+
+    assert main(["--to", "ops@elsewhere.org", "--deny-all"]) == 0
+    assert capsys.readouterr().out == (
+        '{"drafted": "RELEASE NOTES", "published": false, "mailed": false, '
+        '"denied": ["publish", "mail"]}\n'
+    )
