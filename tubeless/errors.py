@@ -23,6 +23,7 @@ varies shows its family. Grouped by the layer that raises them::
     ├── DecisionError                   TUBELESS_AGENT_INVALID_DECISION (.issues)
     ├── StateError                      TUBELESS_AGENT_INVALID_STATE (.path)
     ├── LimitReachedError               TUBELESS_AGENT_LIMIT_REACHED (.limit, .bound, .scope, ...)
+    ├── ApprovalError                   TUBELESS_APPROVAL_* (.pending: the requests not decided)
     │
     │   traces and durable runs: tubeless.tracing, tubeless.errors
     ├── TraceReadError                  TUBELESS_TRACE_INVALID (.path, .line, .problem, .bound)
@@ -176,6 +177,10 @@ AGENT_INVALID_DECISION = "TUBELESS_AGENT_INVALID_DECISION"
 AGENT_INVALID_STATE = "TUBELESS_AGENT_INVALID_STATE"
 AGENT_LIMIT_REACHED = "TUBELESS_AGENT_LIMIT_REACHED"
 TOOL_ERRORS = "TUBELESS_TOOL_ERRORS"
+TOOL_DENIED = "TUBELESS_TOOL_DENIED"
+"""An outcome: the approver said no, so the call did not run."""
+APPROVAL_REQUIRED = "TUBELESS_APPROVAL_REQUIRED"
+APPROVAL_PREDICATE_FAILED = "TUBELESS_APPROVAL_PREDICATE_FAILED"
 
 # -- traces ---------------------------------------------------------------------------------------
 TRACE_INVALID = "TUBELESS_TRACE_INVALID"

@@ -469,13 +469,14 @@ def test_define_agent_validates_limits_given_as_a_mapping(limits: dict[str, Any]
 # -- Limits -------------------------------------------------------------------------------------
 
 
-def test_limits_defaults_are_20_turns_100_calls_100_decisions_depth_4_concurrency_1() -> None:
+def test_limits_defaults_are_20_turns_100_calls_100_decisions_depth_4_concurrency_1_fail() -> None:
     assert Limits().to_dict() == {
         "max_turns": 20,
         "max_calls": 100,
         "max_decisions": 100,
         "max_depth": 4,
         "max_concurrency": 1,
+        "on_limit": "fail",
     }
 
 

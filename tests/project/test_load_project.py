@@ -85,8 +85,31 @@ async def test_every_shipped_project_gives_its_documented_answer(
 MODEL_BACKED = {"openai-agent"}
 
 
+# Projects with approval-gated tools answer with an approver that says yes, or no, to all.
+GATED_ANSWERS = [
+    pytest.param("approvals", {"to": "ops@elsewhere.org"}, True,
+                 {"drafted": "RELEASE NOTES", "published": True, "mailed": True, "denied": []},
+                 id="approvals-approved"),
+    pytest.param("approvals", {"to": "ops@elsewhere.org"}, False,
+                 {"drafted": "RELEASE NOTES", "published": False, "mailed": False,
+                  "denied": ["publish", "mail"]}, id="approvals-denied"),
+]
+
+
+@pytest.mark.parametrize(("name", "raw_input", "approve", "answer"), GATED_ANSWERS)
+async def test_every_gated_project_gives_its_documented_answer(
+    name: str, raw_input: dict[str, str], approve: bool, answer: Any
+) -> None:
+    project = load_project(PROJECTS / f"{name}.yaml")
+
+    run = await project.entry().run(raw_input, approver=lambda request: approve)
+
+    assert (run.status, run.errors) == ("completed", ())
+    assert run.value.model_dump() == answer
+
+
 def test_the_answers_cover_every_shipped_project() -> None:
-    covered = {param.values[0] for param in ANSWERS}
+    covered = {param.values[0] for param in (*ANSWERS, *GATED_ANSWERS)}
     assert covered == {path.stem for path in SHIPPED} - MODEL_BACKED
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,10 @@ import pytest
 from tests.providers.fixtures.adapters import ADAPTERS, Adapter
 from tests.providers.fixtures.openai_responses import BODY_SECRET, SECRET_KEY
 from tests.providers.fixtures.runs import (
+    AGENT,
+    PROJECT,
     QUESTION,
+    ROOT,
     everything_said,
     outcome,
     project_agent,
@@ -23,6 +27,7 @@ from tests.providers.fixtures.runs import (
     tool_runs,
 )
 from tubeless import CancelToken
+from tubeless.project import load_project
 from tubeless.providers import (
     PROVIDER_BUDGET_EXCEEDED,
     PROVIDER_INVALID_RESPONSE,
@@ -287,3 +292,37 @@ async def test_two_concurrent_runs_keep_separate_state(adapter: Adapter) -> None
     assert alpha.value == {"answer": "up-alpha=ALPHA"}
     assert beta.value == {"answer": "up-beta=BETA"}
     assert len(server.requests) == 4
+
+
+# -- on_limit: finish -----------------------------------------------------------------------------
+async def test_after_a_limit_the_final_request_offers_only_finish(
+    adapter: Adapter, tmp_path: Path
+) -> None:
+    """With ``on_limit: finish``, the request asked with ``ctx.final`` offers ``_finish`` alone."""
+    text = PROJECT.read_text(encoding="utf-8")
+    shipped = "limits: {max_turns: 6,"
+    assert text.count(shipped) == 1
+    path = tmp_path / "final-agent.yaml"
+    path.write_text(
+        text.replace(shipped, "limits: {on_limit: finish, max_turns: 1,").replace(
+            "python_path: [..]", f"python_path: [{ROOT}]"
+        ),
+        "utf-8",
+    )
+    server = adapter.server(
+        adapter.reply(adapter.tool_call("uppercase", "red", "red")),
+        adapter.reply(adapter.finish_call("RED, at the limit")),
+    )
+    decide = adapter.factory(transport=server.transport)
+    agent = load_project(path, overrides={AGENT: {"decide": decide}}).entry()
+
+    with capture_trace() as trace:
+        run = await agent.run({"question": QUESTION}, trace=trace)
+
+    assert (run.status, run.value) == ("completed", {"answer": "RED, at the limit"})
+    offered = [
+        [tool.get("name") or tool["function"]["name"] for tool in body["tools"]]
+        for body in server.bodies
+    ]
+    assert offered == [["count", "uppercase", "_finish"], ["_finish"]]
+    assert tool_runs(trace.records) == []

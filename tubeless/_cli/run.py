@@ -153,7 +153,8 @@ def _refuse_unknown_option(option: str, project: Project) -> None:
     if not option.startswith("--") or "=" in option:
         return
     known = {"--help", "-h", *_VALUE_OPTIONS, "--dry-run", "--continue-on-error", "--quiet",
-             "--replay-outcomes", "--show-values", "--allow-changed-definition"}
+             "--replay-outcomes", "--show-values", "--allow-changed-definition",
+             "--approve-all", "--deny-all"}
     for entry in project.entries.values():
         for flag in derive_flags(_input_schema(entry)):
             known.add(f"--{flag.option}")
@@ -203,6 +204,11 @@ def _builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cl
         click.Option(["--correlation-id"], default=None, metavar="ID", callback=_nonblank,
                      help="An id recorded on every run of the tree, to tie runs together."),
         *cassette_params(),
+        click.Option(["--approve-all"], is_flag=True,
+                     help="Approve every tool call that needs approval (for scripts)."),
+        click.Option(["--deny-all"], is_flag=True,
+                     help="Deny every tool call that needs approval (they become "
+                     "TUBELESS_TOOL_DENIED outcomes). Without either flag a terminal asks."),
     ]
     if not is_agent:
         where = "" if is_agent is False else " (pipelines only)"
@@ -337,7 +343,20 @@ def _execute(
     trace_log = logging.getLogger("tubeless.trace")
     trace_log.addHandler(warnings)
     propagate, trace_log.propagate = trace_log.propagate, False
-    reporter = _reporter(report_stream, quiet=options["quiet"])
+    from tubeless._cli._approve import choose_approver, needs_approvals, prompt_abandoned
+
+    prompting = (
+        not options["approve_all"]
+        and not options["deny_all"]
+        and sys.stdin.isatty()
+        and sys.stderr.isatty()
+        and needs_approvals(entry)
+    )
+    approver = choose_approver(
+        approve_all=options["approve_all"], deny_all=options["deny_all"], interactive=prompting
+    )
+    # A prompt and the live view would draw over each other: prompts get plain report lines.
+    reporter = _reporter(report_stream, quiet=options["quiet"], live=False if prompting else None)
     token = CancelToken()
     # Installed before anything opens and kept until every sink is closed (DESIGN.md §6).
     signals = RunSignals(token, reporter)
@@ -352,7 +371,9 @@ def _execute(
                 sinks.append(reporter)
             with cassette_for(options):
                 run_record = asyncio.run(
-                    _run_with_signals(entry, raw, options, sinks, signals, is_agent=is_agent)
+                    _run_with_signals(
+                        entry, raw, options, sinks, signals, is_agent=is_agent, approver=approver
+                    )
                 )
         finally:
             for sink in sinks:
@@ -366,14 +387,17 @@ def _execute(
         if signals.acted and (run_record is None or run_record.status == "cancelled"):
             # One line for a run the user stopped; the report (if any) told the rest.
             click.echo(f"error: {signals.cancelled_line()}", err=True)
-            if signals.abandoned_threads:
+            if signals.abandoned_threads or prompt_abandoned(approver):
                 # Threads the run stopped waiting for would hold the interpreter's exit until
                 # they return: everything is flushed and closed, so leave at once.
                 _flush_and_exit(EXIT_CANCELLED)
             return EXIT_CANCELLED
         if run_record is None:
             return EXIT_CANCELLED
-        return _finish(run_record, result_stream, flags)
+        code = _finish(run_record, result_stream, flags)
+        if prompt_abandoned(approver):
+            _flush_and_exit(code)
+        return code
     finally:
         signals.restore()
 
@@ -398,10 +422,10 @@ class _SinkWarnings(logging.Handler):
         click.echo(f"warning: {record.getMessage()}", err=True)
 
 
-def _reporter(stream: Any, *, quiet: bool) -> Any:
+def _reporter(stream: Any, *, quiet: bool, live: bool | None = None) -> Any:
     from tubeless.reporting import choose_reporter
 
-    return choose_reporter(stream, quiet=quiet)
+    return choose_reporter(stream, quiet=quiet, live=live)
 
 
 async def _run_with_signals(
@@ -412,6 +436,7 @@ async def _run_with_signals(
     signals: RunSignals,
     *,
     is_agent: bool,
+    approver: Any = None,
 ) -> PipelineRun | None:
     """The run, with ``signals`` acting on this loop; ``None`` once a second signal stopped it."""
     signals.attach()
@@ -427,6 +452,7 @@ async def _run_with_signals(
             signal=signals.token,
             run_id=options["run_id"],
             correlation_id=options["correlation_id"],
+            approver=approver,
         )
     except asyncio.CancelledError:
         return None

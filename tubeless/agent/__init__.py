@@ -19,6 +19,7 @@ One turn, with the module that owns each arrow::
           finish          validate the result: the loop ends                 _turn
           admit           max_turns, max_calls; validate arguments           _turn, _prepare
         calls             charge max_calls; dispatch, one child run a call   _turn, _dispatch
+          approvals       predicates, then the approver, before gated calls  _approvals
           tool handler    under a permit of every budget of the chain        _agent, _scope
         reduce            the reducer; commit the state → the next turn      _turn, _state
 
@@ -29,6 +30,7 @@ Traces: every ``agent.*`` attribute and the calls' progress rows go through one 
 from __future__ import annotations
 
 from tubeless.agent._agent import define_agent
+from tubeless.agent._approvals import ApprovalError, RecordedApprovals, call_digest
 from tubeless.agent._decisions import DecisionError
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._state import StateError
@@ -36,14 +38,17 @@ from tubeless.agent._tools import Tool, ToolContext, ToolError, define_tool, pip
 from tubeless.agent._turn import DecisionContext
 
 __all__ = [
+    "ApprovalError",
     "DecisionContext",
     "DecisionError",
     "LimitReachedError",
     "Limits",
+    "RecordedApprovals",
     "StateError",
     "Tool",
     "ToolContext",
     "ToolError",
+    "call_digest",
     "define_agent",
     "define_tool",
     "pipeline_tool",

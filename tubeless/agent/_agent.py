@@ -195,11 +195,24 @@ def define_agent(
         capabilities=capabilities,
         registry=registry,
         limits=resolved_limits,
+        approvals=any(entry.tool.approval != "never" for entry in registry.values()),
     )
     try:
         return _compile(spec, inputs, initial_state, name, description, implementation_version)
     except PipelineDefinitionError as exc:
         raise AgentDefinitionError(f"Agent {id!r}: {exc}") from exc
+
+
+def _on_limit(limits: Limits) -> dict[str, str]:
+    """``onLimit`` when it is not the default, so round-1 identities stay as they were."""
+    return {} if limits.on_limit == "fail" else {"onLimit": limits.on_limit}
+
+
+def _approval(tool: Tool) -> dict[str, str]:
+    """``approval`` (``always`` or ``predicate``) for a gated tool; nothing for the default."""
+    if tool.approval == "never":
+        return {}
+    return {"approval": "always" if tool.approval == "always" else "predicate"}
 
 
 def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
@@ -211,12 +224,14 @@ def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
             "maxDecisions": limits.max_decisions,
             "maxDepth": limits.max_depth,
             "maxConcurrency": limits.max_concurrency,
+            **_on_limit(limits),
         },
         "capabilities": [
             {
                 "name": c["name"],
                 "description": c["description"],
                 "inputJsonSchema": thaw(c["input_json_schema"]),
+                **_approval(spec.registry[str(c["name"])].tool),
             }
             for c in spec.capabilities
         ],
@@ -230,7 +245,9 @@ def _snapshot_metadata(spec: AgentSpec) -> dict[str, Any]:
     """The agent metadata as the definition snapshot records it (the original release's shape).
 
     Descriptors enter as fingerprints, each tool with its pipeline's identity; the structural
-    fingerprint reduces those identities to ``{version, structuralFingerprint}``.
+    fingerprint reduces those identities to ``{version, structuralFingerprint}``. ``onLimit``
+    and tool approvals stay out of it (the original release reads this shape); the definition
+    id covers them through the metadata (``pipeline._identity._implementation``).
     """
     limits = spec.limits
     return {
@@ -294,7 +311,11 @@ def _compile(
     async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
         parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
         depth = ctx.slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
-        scope = Scope(Budget(ctx.run_id, depth, limits), parent)
+        route = spec.id
+        if parent is not None:
+            call = ctx.slots.get(EXECUTION_SLOT) or {}
+            route = f"{parent.route}/{call.get('turn')}:{call.get('call_id')}/{spec.id}"
+        scope = Scope(Budget(ctx.run_id, depth, limits), parent, route)
         tape = open_tape(ctx.slots.get(TAPE_SLOT), spec.id, lambda: built[0].identity, ctx.options)
         try:
             result = await iterate(

@@ -30,7 +30,7 @@ from tubeless.pipeline import (
 )
 from tubeless.pipeline._child import run_child_value
 
-__all__ = ["DEPTH_SLOT", "EXECUTION_SLOT", "dispatch"]
+__all__ = ["DEPTH_SLOT", "EXECUTION_SLOT", "dispatch", "outcomes_of"]
 
 #: Slot carrying ``{agent_run_id, turn, call_id, tool, parent_attempt_id}`` to a tool run.
 EXECUTION_SLOT = "tubeless.agent.execution"
@@ -202,3 +202,7 @@ def _outcomes(outcomes: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any],
         if type(outcome) is not FrozenDict:
             return tuple(outcomes)
     return FrozenTuple._trusted(outcomes)
+
+
+#: The batch's outcomes as ``dispatch`` returns them (for batches merged after approvals).
+outcomes_of = _outcomes

@@ -8,9 +8,11 @@ from typing import Any, Literal
 
 from tubeless.errors import AGENT_LIMIT_REACHED, AgentDefinitionError, TubelessError
 
-__all__ = ["LimitName", "LimitReachedError", "Limits"]
+__all__ = ["LimitName", "LimitReachedError", "Limits", "OnLimit"]
 
 LimitName = Literal["max_turns", "max_calls", "max_decisions", "max_depth", "max_concurrency"]
+#: What an exhausted turn, decision or call budget does: fail the run, or ask for a final answer.
+OnLimit = Literal["fail", "finish"]
 _MAX_SAFE_INT = 2**53 - 1
 _MINIMUMS = {"max_turns": 1, "max_calls": 0, "max_decisions": 1, "max_depth": 0,
              "max_concurrency": 1}
@@ -34,8 +36,15 @@ class Limits:
     """Delegation edges below this agent; 0 allows handler tools only."""
     max_concurrency: int = 1
     """Active decision callbacks and leaf tool handlers across the subtree (at least 1)."""
+    on_limit: OnLimit = "fail"
+    """``fail``: an exhausted turn, decision or call budget fails the run. ``finish``: decide is
+    called once more with ``ctx.final=True`` and must finish (see docs/agents.md)."""
 
     def __post_init__(self) -> None:
+        if self.on_limit not in ("fail", "finish"):
+            raise AgentDefinitionError(
+                f"Agent limit on_limit must be 'fail' or 'finish', not {self.on_limit!r}."
+            )
         for name, minimum in _MINIMUMS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -62,7 +71,7 @@ class Limits:
                 raise AgentDefinitionError(f"Unsupported agent limit: {key}")
         return cls(**value)
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | str]:
         """The limits as a plain dict (snake_case)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 

@@ -39,6 +39,8 @@ class PreparedCall(NamedTuple):
     value: Any
     delegates: bool
     """Whether the call runs a pipeline tool (one delegation edge)."""
+    raw: Any = None
+    """The argument as the decision gave it (what an approval request shows and digests)."""
 
 
 def _validate(schema: Schema, value: Any, call: Call, what: str) -> Any:
@@ -66,7 +68,7 @@ def prepare_calls(
             schema = compiled.tool.input_schema
             assert schema is not None
             value = _validate(schema, call.input, call, "Arguments")
-            return (PreparedCall(call.id, call.tool, compiled.pipeline, value, False),)
+            return (PreparedCall(call.id, call.tool, compiled.pipeline, value, False, call.input),)
     resolved: list[CompiledTool] = []
     for call in calls:
         compiled = registry.get(call.tool)
@@ -79,7 +81,9 @@ def prepare_calls(
         if tool.kind == "handler":
             assert tool.input_schema is not None
             value = _validate(tool.input_schema, call.input, call, "Arguments")
-            prepared.append(PreparedCall(call.id, call.tool, compiled.pipeline, value, False))
+            prepared.append(
+                PreparedCall(call.id, call.tool, compiled.pipeline, value, False, call.input)
+            )
             continue
         scope.check_delegation()
         raw = call.input
@@ -91,5 +95,5 @@ def prepare_calls(
             raw = _validate(child.options_schema, raw, call, "Child input")
         if not child.plan(dry_run=dry_run).ok:
             raise DecisionError(f"Agent tool {shown(call.tool)} has an invalid plan")
-        prepared.append(PreparedCall(call.id, call.tool, child, raw, True))
+        prepared.append(PreparedCall(call.id, call.tool, child, raw, True, call.input))
     return tuple(prepared)

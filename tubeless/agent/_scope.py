@@ -121,10 +121,13 @@ def _reject(waiter: asyncio.Future[None]) -> None:
 class Scope:
     """The budget chain of one agent invocation (root first) and its root's permit pool."""
 
-    __slots__ = ("budget", "chain", "pool")
+    __slots__ = ("budget", "chain", "pool", "route")
 
-    def __init__(self, budget: Budget, parent: Scope | None) -> None:
+    def __init__(self, budget: Budget, parent: Scope | None, route: str = "") -> None:
         self.budget = budget
+        self.route = route
+        """Where this invocation stands in the tree: the root agent's id, then, per
+        delegation, ``/<turn>:<call id>/<agent id>`` (approval requests carry it)."""
         self.chain: tuple[Budget, ...] = (budget,) if parent is None else (*parent.chain, budget)
         self.pool: PermitPool = PermitPool() if parent is None else parent.pool
 

@@ -109,6 +109,7 @@ class Tool:
         "_map_options",
         "_preview",
         "_run",
+        "approval",
         "description",
         "input_json_schema",
         "input_schema",
@@ -125,6 +126,8 @@ class Tool:
     """The frozen draft 2020-12 descriptor models see (keys sorted)."""
     pipeline: Pipeline | None
     """For pipeline tools: the child pipeline (or agent) the tool runs."""
+    approval: Any
+    """``"never"``, ``"always"`` or a predicate ``(input, ctx) -> bool`` (see ``define_tool``)."""
     _run: Callable[..., Any] | None
     _preview: Callable[..., Any] | None
     _map_options: Callable[[Any], Any] | None
@@ -132,6 +135,8 @@ class Tool:
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
             object.__setattr__(self, name, fields.get(name))
+        if self.approval is None:
+            object.__setattr__(self, "approval", "never")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Tool is immutable")
@@ -178,6 +183,14 @@ def descriptor(value: Any, label: str) -> FrozenDict:
     return frozen
 
 
+def _approval(value: Any) -> Any:
+    if value in ("never", "always") or (callable(value) and not isinstance(value, str)):
+        return value
+    raise AgentDefinitionError(
+        "A tool's approval must be 'never', 'always' or a callable predicate(input, ctx)."
+    )
+
+
 def _derived_descriptor(schema: Schema, label: str) -> FrozenDict:
     try:
         generated = schema.json_schema()
@@ -196,6 +209,7 @@ def define_tool(
     run: Callable[..., Any],
     preview: Callable[..., Any] | None = None,
     input_json_schema: Mapping[str, Any] | None = None,
+    approval: Any = "never",
 ) -> Tool:
     """Define a handler tool.
 
@@ -209,10 +223,13 @@ def define_tool(
             in dry runs (and a turn that needs it fails rather than inventing an outcome).
         input_json_schema: An explicit draft 2020-12 descriptor for models; the validator stays
             authoritative.
+        approval: ``"never"`` (the default), ``"always"``, or ``predicate(input, ctx)``
+            returning whether this call (validated input; ``ctx`` as a handler's) needs the
+            run's approver to say yes before it runs. Anything but ``False`` needs approval.
 
     Raises:
         AgentDefinitionError: For a blank or oversized description, a non-schema, a
-            non-callable handler or a descriptor that is not plain JSON.
+            non-callable handler, a descriptor that is not plain JSON or an unknown approval.
     """
     text = _description(description)
     inputs = _schema(input_schema, "input_schema")
@@ -234,6 +251,7 @@ def define_tool(
         input_json_schema=schema_descriptor,
         _run=run,
         _preview=preview,
+        approval=_approval(approval),
     )
 
 
@@ -244,6 +262,7 @@ def pipeline_tool(
     input_schema: Any = None,
     map_options: Callable[[Any], Any] | None = None,
     input_json_schema: Mapping[str, Any] | None = None,
+    approval: Any = "never",
 ) -> Tool:
     """Use a pipeline, or another agent, as a tool.
 
@@ -259,6 +278,7 @@ def pipeline_tool(
         input_schema: Validates the model's argument (give it together with ``map_options``).
         map_options: Maps the validated argument to the child's raw input (pure).
         input_json_schema: An explicit descriptor for models.
+        approval: As for :func:`define_tool`.
 
     Raises:
         AgentDefinitionError: For a non-pipeline child, only one of ``input_schema`` and
@@ -293,4 +313,5 @@ def pipeline_tool(
         input_json_schema=schema_descriptor,
         pipeline=child,
         _map_options=map_options,
+        approval=_approval(approval),
     )

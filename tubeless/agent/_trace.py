@@ -45,6 +45,24 @@ class AgentTrace:
             },
         )
 
+    def limit_reached(self, ctx: StepContext, t: TurnInput, limit: str) -> None:
+        """``on_limit="finish"``: ``limit`` refused the decision; a final one is asked for."""
+        _record(ctx, t, {"agent.limitReached": limit})
+
+    def approvals(
+        self, ctx: StepContext, agent_run_id: str, turn: int, requested: int, denied: int
+    ) -> None:
+        """The approver answered ``requested`` requests of the batch, ``denied`` of them no."""
+        ctx.report_attempt(
+            1,
+            {
+                "agent.runId": agent_run_id,
+                "agent.turn": turn,
+                "agent.approvalsRequested": requested,
+                "agent.callsDenied": denied,
+            },
+        )
+
     def dispatching(self, ctx: StepContext, t: TurnInput, calls: int) -> None:
         """The calls step admitted a batch of ``calls`` calls."""
         _record(ctx, t, {"agent.callsAdmitted": t.calls + calls, "agent.callCount": calls})
@@ -81,6 +99,14 @@ class _Untraced(AgentTrace):
     __slots__ = ()
 
     def decided(self, ctx: StepContext, t: TurnInput, decision: str, calls: int) -> None:
+        pass
+
+    def limit_reached(self, ctx: StepContext, t: TurnInput, limit: str) -> None:
+        pass
+
+    def approvals(
+        self, ctx: StepContext, agent_run_id: str, turn: int, requested: int, denied: int
+    ) -> None:
         pass
 
     def dispatching(self, ctx: StepContext, t: TurnInput, calls: int) -> None:

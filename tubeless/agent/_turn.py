@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from tubeless._callables import is_awaitable
+from tubeless.agent._approvals import dispatch_gated, gated_requests
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
 from tubeless.agent._limits import LimitReachedError, Limits
@@ -42,6 +43,8 @@ class AgentSpec:
     capabilities: tuple[FrozenDict, ...]
     registry: Mapping[str, CompiledTool]
     limits: Limits
+    approvals: bool = False
+    """Whether any tool may need approval (otherwise batches skip that check entirely)."""
 
 
 class TurnInput(NamedTuple):
@@ -79,13 +82,20 @@ class DecisionContext:
         log: A logger whose lines are recorded in the trace.
         dry_run: Whether decisions are previews.
         execution: ``{agent_run_id, turn}``.
+        final: True for the one decision asked after a limit was reached under
+            ``on_limit="finish"``; only a finish decision is accepted then.
+        remaining: ``{turns, decisions, calls}`` still available (the tightest budget of the
+            delegation chain; 0 where exhausted).
     """
 
     __slots__ = (
         "_agent_run_id",
+        "_max_turns",
+        "_scope",
         "_step",
         "capabilities",
         "dry_run",
+        "final",
         "input",
         "result_json_schema",
         "signal",
@@ -102,7 +112,13 @@ class DecisionContext:
         input: Any,
         step: StepContext,
         agent_run_id: str,
+        scope: Scope | None = None,
+        max_turns: int = 0,
+        final: bool = False,
     ) -> None:
+        self.final = final
+        self._scope = scope
+        self._max_turns = max_turns
         self.turn = turn
         self.state_version = state_version
         self.capabilities = capabilities
@@ -123,12 +139,37 @@ class DecisionContext:
         """``{agent_run_id, turn}``."""
         return FrozenDict._trusted({"agent_run_id": self._agent_run_id, "turn": self.turn})
 
+    @property
+    def remaining(self) -> FrozenDict:
+        """``{turns, decisions, calls}`` still available; 0 where exhausted."""
+        return remaining(self._scope, self._max_turns, self.turn)
+
+
+def remaining(scope: Scope | None, max_turns: int, turn: int) -> FrozenDict:
+    """Turns after ``turn``, and the tightest decision and call budgets of ``scope``'s chain."""
+    chain = scope.chain if scope is not None else ()
+    decisions = min((b.limits.max_decisions - b.decisions for b in chain), default=0)
+    calls = min((b.limits.max_calls - b.calls for b in chain), default=0)
+    return FrozenDict._trusted(
+        {
+            "turns": max(0, max_turns - turn),
+            "decisions": max(0, decisions),
+            "calls": max(0, calls),
+        }
+    )
+
 
 def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
     """Compile the turn pipeline of ``spec``."""
     steps = [
         Step(id="decide", run=partial(decide, spec), orchestration=True, name="Decide"),
-        Step(id="calls", run=calls, depends_on=("decide",), orchestration=True, name="Calls"),
+        Step(
+            id="calls",
+            run=partial(gated_calls, spec) if spec.approvals else calls,
+            depends_on=("decide",),
+            orchestration=True,
+            name="Calls",
+        ),
         Step(
             id="reduce",
             run=partial(reduce, spec),
@@ -146,17 +187,40 @@ async def decide(
 ) -> _Finished | tuple[PreparedCall, ...]:
     """Ask for a decision; a finish ends the loop, a batch of calls is admitted."""
     t: TurnInput = ctx.options
-    decision = parse_decision(await ask(spec, t, ctx))
-    if isinstance(decision, Finish):
-        return finish(spec, t, ctx, decision)
-    return admit(spec, t, ctx, decision)
+    try:
+        decision = parse_decision(await ask(spec, t, ctx))
+        if isinstance(decision, Finish):
+            return finish(spec, t, ctx, decision)
+        return admit(spec, t, ctx, decision)
+    except LimitReachedError as exc:
+        if spec.limits.on_limit != "finish" or exc.limit == "max_depth":
+            raise
+        return await final(spec, t, ctx, exc)
 
 
-async def ask(spec: AgentSpec, t: TurnInput, ctx: StepContext) -> Any:
-    """Charge one decision, then call ``decide`` (``dry_run`` in dry runs) under a permit."""
+async def final(
+    spec: AgentSpec, t: TurnInput, ctx: StepContext, reached: LimitReachedError
+) -> _Finished:
+    """``on_limit="finish"``: one more decision, uncharged, with ``ctx.final``; it must finish."""
+    t.trace.limit_reached(ctx, t, reached.limit)
+    decision = parse_decision(await ask(spec, t, ctx, final=True))
+    if not isinstance(decision, Finish):
+        raise DecisionError(
+            f"Agent {reached.limit}={reached.bound} was reached: the final decision "
+            "(ctx.final) must finish"
+        ) from None
+    return finish(spec, t, ctx, decision)
+
+
+async def ask(
+    spec: AgentSpec, t: TurnInput, ctx: StepContext, *, final: bool = False
+) -> Any:
+    """Charge one decision (not the ``final`` one), then call ``decide`` (``dry_run`` in dry
+    runs) under a permit."""
     ctx.signal.raise_if_cancelled()
     scope = t.scope
-    scope.reserve("max_decisions", 1)
+    if not final:
+        scope.reserve("max_decisions", 1)
     source = t.tape.source(
         spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
     )
@@ -168,6 +232,9 @@ async def ask(spec: AgentSpec, t: TurnInput, ctx: StepContext) -> Any:
         t.agent_input,
         ctx,
         t.agent_run_id,
+        scope,
+        spec.limits.max_turns,
+        final,
     )
     if not scope.try_enter(ctx.signal):
         await scope.enter(ctx.signal)
@@ -221,6 +288,46 @@ def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
     t: TurnInput = ctx.options
     t.scope.reserve("max_calls", len(decided))
     t.trace.dispatching(ctx, t, len(decided))
+    return dispatch(
+        decided,
+        ctx,
+        scope=t.scope,
+        agent_run_id=t.agent_run_id,
+        turn=t.turn,
+        trace=t.trace,
+        tape=t.tape,
+    )
+
+
+def gated_calls(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
+    """``calls`` for an agent with tools that may need approval: after the charge, every
+    approval predicate of the batch runs, then a batch with gated calls goes to the approver."""
+    decided = inputs["decide"]
+    if isinstance(decided, _Finished):
+        return ()
+    t: TurnInput = ctx.options
+    t.scope.reserve("max_calls", len(decided))
+    t.trace.dispatching(ctx, t, len(decided))
+    requests = gated_requests(
+        decided,
+        spec.registry,
+        ctx,
+        key=t.scope.chain[0].id,
+        route=t.scope.route,
+        agent_run_id=t.agent_run_id,
+        turn=t.turn,
+    )
+    if requests:
+        return dispatch_gated(
+            decided,
+            requests,
+            ctx,
+            scope=t.scope,
+            agent_run_id=t.agent_run_id,
+            turn=t.turn,
+            trace=t.trace,
+            tape=t.tape,
+        )
     return dispatch(
         decided,
         ctx,

@@ -28,7 +28,18 @@ if TYPE_CHECKING:
 
     from tubeless.pipeline._pipeline import Pipeline
 
-__all__ = ["DEFAULT_CONTROLS", "UNVALIDATED", "Controls", "Run", "execute", "run_root"]
+__all__ = [
+    "APPROVER_SLOT",
+    "DEFAULT_CONTROLS",
+    "UNVALIDATED",
+    "Controls",
+    "Run",
+    "execute",
+    "run_root",
+]
+
+#: The slot carrying ``run(approver=...)`` down the run tree; only the agent harness reads it.
+APPROVER_SLOT = "tubeless.approver"
 
 _PUBLISHED = frozenset({"completed", "policy"})
 _GATE_FAILED = frozenset({"failed", "cancelled"})
@@ -65,6 +76,7 @@ async def run_root(
     signal: CancelToken | None,
     run_id: str | None,
     correlation_id: str | None,
+    approver: Any = None,
 ) -> PipelineRun:
     """Run ``pipeline`` as the root of a run tree; flush (never close) the sinks at the end."""
     _check_concurrency(controls.max_concurrency)
@@ -75,7 +87,8 @@ async def run_root(
     else:
         sinks = list(trace)
     fanout = TraceFanout(sinks) if sinks else None
-    env = RunEnvironment(fanout, correlation_id=correlation_id)
+    slots = None if approver is None else {APPROVER_SLOT: approver}
+    env = RunEnvironment(fanout, slots, correlation_id=correlation_id)
     try:
         return await execute(
             pipeline, raw_input, controls, env=env, signal=signal or CancelToken(), run_id=run_id

@@ -279,7 +279,29 @@ def _implementation(pipeline: Pipeline) -> dict[str, Any]:
         out["outputSchemaFingerprints"] = outputs
     if pipeline.finalizer.kind != "last":
         out["finalizer"] = pipeline.finalizer.kind
+    policies = {s.id: policy for s in pipeline.order if (policy := _agent_policy(s.agent))}
+    if policies:
+        out["agentPolicies"] = policies
     return out
+
+
+def _agent_policy(agent: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An agent step's non-default limit policy and tool approvals (round 2), if any.
+
+    They are not in the definition snapshot, whose shape the original release reads.
+    """
+    if agent is None:
+        return {}
+    policy: dict[str, Any] = {}
+    on_limit = agent.get("limits", {}).get("onLimit")
+    if on_limit is not None:
+        policy["onLimit"] = on_limit
+    approvals = {
+        str(c["name"]): c["approval"] for c in agent.get("capabilities", ()) if "approval" in c
+    }
+    if approvals:
+        policy["approvals"] = approvals
+    return policy
 
 
 def compute_identity(pipeline: Pipeline) -> tuple[DefinitionIdentity, dict[str, Any]]:

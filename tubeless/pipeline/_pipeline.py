@@ -173,6 +173,7 @@ class Pipeline:
         signal: CancelToken | None = None,
         run_id: str | None = None,
         correlation_id: str | None = None,
+        approver: Callable[[Any], Any] | None = None,
     ) -> PipelineRun:
         """Run the pipeline; returns the run record whatever the outcome.
 
@@ -188,6 +189,8 @@ class Pipeline:
             signal: A token to cancel the run cooperatively.
             run_id: The run id (default ``<pipeline id>:<uuid4>``).
             correlation_id: An id recorded on every run of the tree.
+            approver: ``approver(request) -> bool | Awaitable[bool]``, asked before an agent
+                tool call that needs approval runs (see docs/agents.md); passed down unread.
 
         Raises:
             asyncio.CancelledError: If the awaiting task is cancelled (after recording the
@@ -220,6 +223,7 @@ class Pipeline:
             signal=signal,
             run_id=run_id,
             correlation_id=correlation_id,
+            approver=approver,
         )
 
     async def run_or_raise(self, raw_input: Any = None, /, **kwargs: Any) -> Any:

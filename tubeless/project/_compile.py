@@ -177,11 +177,13 @@ class Compiler:
                 preview = self.ref(tool.preview, f"{pointer}/preview", "callable")
             inputs = self.schema(tool.input, f"{pointer}/input")
             outputs = self.schema(tool.output, f"{pointer}/output")
-            if _missing(run, preview, inputs, outputs):
+            approval = self._approval(tool.approval, pointer)
+            if _missing(run, preview, inputs, outputs, approval):
                 return _MISSING
             try:
                 return define_tool(description=tool.description, input_schema=inputs,
-                                   output_schema=outputs, run=run, preview=preview)
+                                   output_schema=outputs, run=run, preview=preview,
+                                   approval=approval)
             except AgentDefinitionError as exc:
                 self.definition_errors.append((pointer, exc))
                 return _MISSING
@@ -191,14 +193,20 @@ class Compiler:
         inputs = None if tool.input is None else self.schema(tool.input, f"{pointer}/input")
         mapper = (None if tool.map_options is None
                   else self.ref(tool.map_options, f"{pointer}/map_options", "callable"))
-        if child is None or _missing(inputs, mapper):
+        approval = self._approval(tool.approval, pointer)
+        if child is None or _missing(inputs, mapper, approval):
             return _MISSING
         try:
             return pipeline_tool(child, description=tool.description, input_schema=inputs,
-                                 map_options=mapper)
+                                 map_options=mapper, approval=approval)
         except AgentDefinitionError as exc:
             self.definition_errors.append((pointer, exc))
             return _MISSING
+
+    def _approval(self, value: str, pointer: str) -> Any:
+        if value in ("never", "always"):
+            return value
+        return self.ref(value, f"{pointer}/approval", "callable")
 
     def _initial_state(self, agent: AgentSpec, pointer: str) -> Any:
         value = agent.initial_state

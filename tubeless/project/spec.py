@@ -140,6 +140,19 @@ class LimitsSpec(_Spec):
         le=2**53 - 1,
         description="Active decisions and tool handlers across the subtree.",
     )
+    on_limit: Literal["fail", "finish"] | None = Field(
+        default=None,
+        description="When turns, decisions or calls run out: 'fail' the run (the default), or "
+        "'finish': ask decide once more with ctx.final and accept only a finish.",
+    )
+
+
+Approval = Literal["never", "always"] | Reference
+_APPROVAL: Any = Field(
+    default="never",
+    description="Whether a call needs the run's approver to say yes first: 'never', 'always', "
+    "or a predicate(input, ctx) by import path.",
+)
 
 
 class HandlerToolSpec(_Spec):
@@ -155,6 +168,7 @@ class HandlerToolSpec(_Spec):
         default="skip",
         description="In dry runs: 'run' the handler, 'skip' the tool, or call this preview.",
     )
+    approval: Approval = _APPROVAL
 
 
 class PipelineToolSpec(_Spec):
@@ -171,6 +185,7 @@ class PipelineToolSpec(_Spec):
     map_options: Reference | None = Field(
         default=None, description="Maps the validated argument to the pipeline's input."
     )
+    approval: Approval = _APPROVAL
 
 
 class AgentToolSpec(_Spec):
@@ -187,6 +202,7 @@ class AgentToolSpec(_Spec):
     map_options: Reference | None = Field(
         default=None, description="Maps the validated argument to the agent's input."
     )
+    approval: Approval = _APPROVAL
 
 
 ToolSpec = Annotated[

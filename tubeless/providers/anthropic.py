@@ -154,7 +154,9 @@ def request_body(
     state: Any, ctx: DecisionContext, *, model: str, instructions: str, max_output_tokens: int
 ) -> dict[str, Any]:
     """The JSON body of one Messages request for ``state`` at ``ctx.turn``."""
-    specs = function_specs(ctx.capabilities, ctx.result_json_schema)
+    # After a limit (on_limit="finish") only _finish is offered: the model must answer.
+    final = getattr(ctx, "final", False)  # contexts built by hand may not say
+    specs = function_specs(() if final else ctx.capabilities, ctx.result_json_schema)
     return {
         "model": model,
         "max_tokens": max_output_tokens,

@@ -112,6 +112,8 @@ class AgentTool:
     """A Python handler, a pipeline run as a tool, or another agent run as a tool."""
     pipeline_id: str
     """The pipeline a call runs: ``<agent>/tool/<name>`` for a function, else the child's id."""
+    approval: str = "never"
+    """Whether a call needs approval first: ``never``, ``always`` or ``predicate``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,6 +217,7 @@ def agent_tools(step: Step) -> tuple[AgentTool, ...]:
                 input_json_schema=capability.get("inputJsonSchema"),
                 kind=kind,
                 pipeline_id=function_id if child is None else child.id,
+                approval=str(capability.get("approval", "never")),
             )
         )
     return tuple(tools)

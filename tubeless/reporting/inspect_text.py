@@ -17,7 +17,7 @@ EntryKind = Literal["agent", "pipeline"]
 
 #: Tool input schemas and the result descriptor are shown on one line, cut to this many chars.
 SCHEMA_WIDTH = 200
-_LIMITS = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency")
+_LIMITS = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency", "onLimit")
 
 
 def format_inspect(
@@ -109,6 +109,8 @@ def _agent_lines(s: Step, strict: Mapping[str, Sequence[str]] | None = None) -> 
         lines.append(f"  {tool.name} ({tool.kind}{target})")
         lines.append(f"    description: {_one_line(tool.description)}")
         lines.append(f"    input: {_compact(tool.input_json_schema)}")
+        if tool.approval != "never":
+            lines.append(f"    approval: {tool.approval}")
         if strict is not None and tool.name in strict:
             problems = strict[tool.name]
             verdict = "yes" if not problems else "no (" + "; ".join(problems[:3]) + (
@@ -131,6 +133,7 @@ def _agent_dict(s: Step) -> dict[str, Any]:
                 "input_json_schema": tool.input_json_schema,
                 "kind": tool.kind,
                 "pipeline_id": tool.pipeline_id,
+                **({} if tool.approval == "never" else {"approval": tool.approval}),
             }
             for tool in agent_tools(s)
         ],

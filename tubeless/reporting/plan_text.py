@@ -51,7 +51,7 @@ def _step_line(s: PlanStep, *, explain: bool) -> str:
 def _agent_lines(agent: Mapping[str, Any]) -> list[str]:
     """The agent's limits and capability inventory, indented under its step."""
     limits = agent.get("limits", {})
-    names = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency")
+    names = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency", "onLimit")
     text = " ".join(f"{_snake_key(name)}={limits[name]}" for name in names if name in limits)
     lines = [f"      limits: {text}"]
     capabilities = agent.get("capabilities", [])
@@ -61,7 +61,9 @@ def _agent_lines(agent: Mapping[str, Any]) -> list[str]:
         description = " ".join(str(capability.get("description", "")).split())
         if len(description) > 100:
             description = description[:99] + "…"
-        lines.append(f"      tool {capability['name']}: {description}")
+        gate = capability.get("approval")
+        needs = "" if gate is None else f" (needs approval: {gate})"
+        lines.append(f"      tool {capability['name']}: {description}{needs}")
     return lines
 
 
