@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from tubeless.tracing.runs import Run, Step
@@ -29,6 +29,7 @@ __all__ = [
     "FINISH_REASONS",
     "chat_span",
     "event_of",
+    "model_request_attributes",
     "run_attributes",
     "run_error",
     "run_name",
@@ -257,3 +258,39 @@ def chat_span(
     duration = _number(record.get("durationMs"))
     error = recorded.get("error.type")
     return name, attributes, float(duration or 0), error if isinstance(error, str) else None
+
+
+def model_request_attributes(
+    *,
+    provider: str,
+    model: str,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    finish_reasons: Sequence[str] = (),
+    response_model: str | None = None,
+    error_type: str | None = None,
+) -> dict[str, str | int]:
+    """The ``step.attempted`` attributes of one model request (what :func:`chat_span` reads).
+
+    GenAI semantic-convention names, scalars only (trace attributes are): the finish reasons are
+    joined by commas. Counts that are not non-negative integers are left out.
+    """
+    out: dict[str, str | int] = {
+        "gen_ai.operation.name": CHAT,
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": model,
+    }
+    if response_model:
+        out["gen_ai.response.model"] = response_model
+    for key, count in (
+        ("gen_ai.usage.input_tokens", input_tokens),
+        ("gen_ai.usage.output_tokens", output_tokens),
+    ):
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            out[key] = count
+    reasons = [r.replace(",", " ") for r in finish_reasons if isinstance(r, str) and r]
+    if reasons:
+        out[FINISH_REASONS] = ",".join(reasons)
+    if error_type:
+        out["error.type"] = error_type
+    return out
