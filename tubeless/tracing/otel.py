@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["INSTALL_HINT", "Delivery", "OtelSink", "export_records", "otlp_http_sink"]
+__all__ = ["INSTALL_HINT", "Delivery", "OtelSink", "export_records", "feed", "otlp_http_sink"]
 
 #: What the error says when the OpenTelemetry SDK is missing.
 INSTALL_HINT: Final = "pip install 'tubeless[otel]'"
@@ -312,11 +312,11 @@ def export_records(records: Iterable[Mapping[str, Any]], tracer_provider: Any = 
 
     The sink is closed at the end, so spans of runs the records never completed end too.
     """
-    sink = OtelSink(tracer_provider)
-    return _feed(sink, records)
+    return feed(OtelSink(tracer_provider), records)
 
 
-def _feed(sink: OtelSink, records: Iterable[Mapping[str, Any]]) -> int:
+def feed(sink: OtelSink, records: Iterable[Mapping[str, Any]]) -> int:
+    """Export ``records`` through ``sink`` and close it; returns the runs that started."""
     runs = 0
     try:
         for record in records:
