@@ -699,3 +699,101 @@ def test_the_sinks_fold_lets_go_of_each_run_as_it_ends() -> None:
         fold.add(record)
     assert fold.run(root_id) is None
     assert fold.runs == []
+
+
+def _usage_agent() -> Any:
+    from tubeless import define_agent
+
+    def decide(state: Any, ctx: Any) -> Any:
+        ctx.report_model_request(
+            provider="acme",
+            model="m-1",
+            duration_ms=2.5,
+            input_tokens=3,
+            output_tokens=4,
+            finish_reasons=("stop", "length"),
+            response_model="m-1-2026",
+        )
+        ctx.report_model_request(provider="acme", model="m-1", duration_ms=1.0, error_type="BUSY")
+        return {"kind": "finish", "result": "done"}
+
+    return define_agent(
+        id="usage-agent",
+        input_schema=dict[str, Any],
+        result_schema=str,
+        initial_state=lambda validated: {},
+        decide=decide,
+    )
+
+
+def test_a_decide_of_your_own_reports_model_requests_as_chat_spans() -> None:
+    provider, exporter = memory_provider()
+    with OtelSink(provider) as sink, capture_trace() as trace:
+        asyncio.run(_usage_agent().run({}, trace=[sink, trace]))
+
+    rows = span_rows(exporter.get_finished_spans(), trace.records)
+    chats = [
+        (r["name"], r["kind"], r["status"], r["attributes"])
+        for r in rows
+        if r["kind"] != "INTERNAL"
+    ]
+    assert {rows[r["parent"]]["name"] for r in rows if r["kind"] != "INTERNAL"} == {"turn 1"}
+    assert chats == [
+        (
+            "chat m-1",
+            "CLIENT",
+            "UNSET",
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "acme",
+                "gen_ai.request.model": "m-1",
+                "gen_ai.response.model": "m-1-2026",
+                "gen_ai.usage.input_tokens": 3,
+                "gen_ai.usage.output_tokens": 4,
+                "gen_ai.response.finish_reasons": ["stop", "length"],
+                "tubeless.turn": 1,
+            },
+        ),
+        (
+            "chat m-1",
+            "CLIENT",
+            "ERROR",
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "acme",
+                "gen_ai.request.model": "m-1",
+                "error.type": "BUSY",
+                "tubeless.turn": 1,
+            },
+        ),
+    ]
+    reported = [r for r in trace.records if r["name"] == "step.attempted"][:2]
+    assert [(r["stepId"], r["durationMs"]) for r in reported] == [("decide", 2.5), ("decide", 1.0)]
+    turn = next(r for r in rows if r["name"] == "turn 1")
+    assert all(
+        turn["start"] <= r["start"] <= r["end"] <= turn["end"]
+        for r in rows
+        if r["kind"] == "CLIENT"
+    )
+
+
+def test_docs_observability_names_every_span_attribute_and_event() -> None:
+    """Every attribute key and event name the sink sends is in docs/observability.md."""
+    doc = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    spans = (
+        live_spans("delegation", "red blue")[0] + live_spans("scripted-agent", "missing word")[0]
+    )
+    provider, exporter = memory_provider()
+    with OtelSink(provider) as sink:
+        asyncio.run(_usage_agent().run({}, trace=sink))
+    spans += list(exporter.get_finished_spans())
+    keys = {key for span in spans for key in (span.attributes or {})}
+    keys |= {key for span in spans for event in span.events for key in (event.attributes or {})}
+    names = {event.name for span in spans for event in span.events}
+
+    def documented(key: str) -> bool:
+        head, _, last = key.rpartition(".")
+        return f"`{key}`" in doc or (f"`.{last}`" in doc and f"`{head}." in doc)
+
+    assert sorted(k for k in keys | names if not documented(k)) == []
+    assert len(keys) > 30
