@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.cli import ROOT, Outcome, tubeless
+from tests.fixtures.cli import ROOT, Outcome, tubeless, tubeless_process
 from tests.fixtures.otlp import Receiver, closed_port, otlp_receiver
 
 SCRIPTED = ROOT / "projects" / "scripted-agent.yaml"
@@ -195,3 +195,18 @@ def test_without_the_sdk_the_error_names_the_extra(
         f"error: {what} needs the OpenTelemetry SDK, which is not installed: "
         "pip install 'tubeless[otel]'"
     )
+
+
+def test_run_otel_as_a_process_delivers_every_span_before_it_exits(collector: Receiver) -> None:
+    """The real command line: the batch processor's last spans leave before the process ends."""
+    done = tubeless_process("run", SCRIPTED, "--question", "hello tubeless", "--quiet", "--otel")
+
+    assert done == Outcome(0, '{"answer": "14 characters; HELLO; TUBELESS"}\n', "")
+    assert sorted(s["name"] for s in collector.spans()) == [
+        "execute_tool count",
+        "execute_tool uppercase",
+        "execute_tool uppercase",
+        "invoke_agent scripted-agent",
+        "turn 1",
+        "turn 2",
+    ]
