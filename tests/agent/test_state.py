@@ -487,9 +487,11 @@ async def test_decision_context_exposes_no_handler() -> None:
         "execution",
     }
     leaks: list[str] = []
-    for name in sorted(public - {"log", "signal"}):
+    for name in sorted(public - {"log", "signal", "report_model_request"}):
         leaks.extend(_callables_in(getattr(ctx, name), f"ctx.{name}"))
     assert leaks == []
+    # The one method records a model request in the trace; it is the context's own.
+    assert ctx.report_model_request.__self__ is ctx
     for service in ("log", "signal"):
         value = getattr(ctx, service)
         assert value is not handler

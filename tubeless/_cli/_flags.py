@@ -30,6 +30,7 @@ BUILTIN_FLAGS = frozenset(
         "max-concurrency",
         "continue-on-error",
         "trace",
+        "otel",
         "quiet",
         "run-id",
         "correlation-id",

@@ -198,6 +198,9 @@ def _builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cl
         click.Option(["--trace"], multiple=True, metavar="PATH|-",
                      help="Record the run: .ndjson/.jsonl, .sqlite/.sqlite3/.db, or - for "
                      "NDJSON on stdout (repeatable)."),
+        click.Option(["--otel"], is_flag=True,
+                     help="Also send the run's spans over OTLP/HTTP, configured by the "
+                     "OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME variables (tubeless[otel])."),
         click.Option(["--quiet", "-q"], is_flag=True, help="Print no run report."),
         click.Option(["--run-id"], default=None, metavar="ID", callback=_nonblank,
                      help="The root run's id (default: <entry id>:<uuid>)."),
@@ -336,6 +339,8 @@ def _execute(
 
     check_cassette_options(options)
     sinks: list[Any] = []
+    otel: Any = None
+    release_sdk_logs: Any = None
     trace_to_stdout = "-" in options["trace"]
     report_stream = sys.stderr
     result_stream = sys.stderr if trace_to_stdout else sys.stdout
@@ -367,6 +372,12 @@ def _execute(
 
             for target in options["trace"]:
                 sinks.append(open_sink(target))
+            if options["otel"]:
+                from tubeless._cli._otel import hold_sdk_logs, open_otlp_sink
+
+                release_sdk_logs = hold_sdk_logs()
+                otel = open_otlp_sink("--otel")
+                sinks.append(otel)
             if reporter is not None:
                 sinks.append(reporter)
             with cassette_for(options):
@@ -384,6 +395,10 @@ def _execute(
                         click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
             trace_log.removeHandler(warnings)
             trace_log.propagate = propagate
+            if release_sdk_logs is not None:
+                release_sdk_logs()
+        if otel is not None:
+            _warn_undelivered(otel)
         if signals.acted and (run_record is None or run_record.status == "cancelled"):
             # One line for a run the user stopped; the report (if any) told the rest.
             click.echo(f"error: {signals.cancelled_line()}", err=True)
@@ -400,6 +415,15 @@ def _execute(
         return code
     finally:
         signals.restore()
+
+
+def _warn_undelivered(sink: Any) -> None:
+    """One ``warning:`` line when spans did not reach the collector (the exit code stays)."""
+    from tubeless._cli._otel import endpoint_of, undelivered
+
+    line = undelivered(sink)
+    if line is not None:
+        click.echo(f"warning: OpenTelemetry export to {endpoint_of(sink)} failed: {line}", err=True)
 
 
 def _flush_and_exit(code: int) -> None:

@@ -1,11 +1,13 @@
-"""``tubeless trace show|convert``: read a stored trace back, or copy it to the other storage.
+"""``tubeless trace show|convert|export-otel``: read a stored trace back, copy it to the other
+storage, or send it to an OpenTelemetry collector.
 
 Both commands read with :func:`tubeless.tracing.read_trace`, so they accept NDJSON
 (``.ndjson``, ``.jsonl``) and SQLite (``.sqlite``, ``.sqlite3``, ``.db``) traces alike. Exit codes
 follow the ``trace`` column of DESIGN.md §6: a missing or unreadable trace exits 2 (a
 ``FileNotFoundError`` or a ``TraceReadError`` reaching :func:`tubeless._cli._exit.exit_code_for`),
 an unknown or ambiguous run id exits 1 (a :class:`CliLoadError` under ``trace``), and so does
-a refused ``convert``.
+a refused ``convert`` and ``export-otel`` without the SDK; spans the collector did not take exit 2
+(an ``OSError``).
 
 The tracing modules are imported inside the commands: ``tubeless --help`` imports this module,
 and must not pay for ``sqlite3`` or the projection.
@@ -14,6 +16,7 @@ and must not pay for ``sqlite3`` or the projection.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -36,7 +39,7 @@ _STDOUT: Final = "-"
 
 @click.group("trace", no_args_is_help=False)
 def trace() -> None:
-    """Show stored traces, or convert them between NDJSON and SQLite."""
+    """Show stored traces, convert them between NDJSON and SQLite, or export them as spans."""
 
 
 def _bound_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,6 +131,39 @@ def convert(source: str, target: str, max_bytes: int, max_records: int) -> None:
         raise
     noun = "record" if count == 1 else "records"
     click.echo(f"wrote {count} {noun} to {_safe(target)}", err=True)
+
+
+@trace.command("export-otel")
+@click.argument("trace_file", metavar="TRACE", type=click.Path(path_type=str))
+@_bound_options
+def export_otel(trace_file: str, max_bytes: int, max_records: int) -> None:
+    """Send every run of TRACE to an OpenTelemetry collector as spans, over OTLP/HTTP.
+
+    The spans are those `run --otel` sends live. The collector and the service are set by the
+    standard variables: OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318) or
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT,
+    OTEL_SERVICE_NAME (default tubeless).
+    """
+    from tubeless._cli._otel import endpoint_of, hold_sdk_logs, open_otlp_sink, undelivered
+    from tubeless.tracing.otel import feed
+
+    release = hold_sdk_logs()
+    try:
+        sink = open_otlp_sink("export-otel")  # first: without the SDK, nothing is read
+        try:
+            records = _read(trace_file, max_bytes, max_records)
+        except BaseException:
+            sink.close()
+            raise
+        runs = feed(sink, records)
+    finally:
+        release()
+    failed = undelivered(sink)
+    if failed is not None:
+        raise OSError(errno.EIO, f"OpenTelemetry export failed: {failed}", endpoint_of(sink))
+    assert sink.delivery is not None  # an OTLP sink counts what it sent
+    noun = "run" if runs == 1 else "runs"
+    click.echo(f"sent {sink.delivery.sent} spans of {runs} {noun} to {endpoint_of(sink)}", err=True)
 
 
 # -- helpers ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ limits and prepare its calls). The agent's own record of each step goes through 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
@@ -26,6 +26,7 @@ from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
 from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
+from tubeless.tracing._otel_spans import model_request_attributes
 
 __all__ = ["AgentSpec", "DecisionContext", "TurnInput", "build_turn_pipeline"]
 
@@ -143,6 +144,39 @@ class DecisionContext:
     def remaining(self) -> FrozenDict:
         """``{turns, decisions, calls}`` still available; 0 where exhausted."""
         return remaining(self._scope, self._max_turns, self.turn)
+
+
+    def report_model_request(
+        self,
+        *,
+        provider: str,
+        model: str,
+        duration_ms: float,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        finish_reasons: Sequence[str] = (),
+        response_model: str | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        """Record one model request in the trace (the adapters call it for every request).
+
+        A ``step.attempted`` record on ``decide`` with GenAI attributes (``gen_ai.provider.name``,
+        ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``, ...; ``error.type`` for a failed
+        request): names, counts and codes, never a prompt or a response. The OpenTelemetry sink
+        makes it a ``chat <model>`` span. Ignored when nothing records the run.
+        """
+        if not self._step.tracing:
+            return
+        attributes = model_request_attributes(
+            provider=provider,
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            finish_reasons=finish_reasons,
+            response_model=response_model,
+            error_type=error_type,
+        )
+        self._step.report_attempt(1, attributes, duration_ms=duration_ms)
 
 
 def remaining(scope: Scope | None, max_turns: int, turn: int) -> FrozenDict:

@@ -248,11 +248,16 @@ class StepContext:
         )
 
     def report_attempt(
-        self, attempt: int, attributes: Mapping[str, str | int | float | bool | None] | None = None
+        self,
+        attempt: int,
+        attributes: Mapping[str, str | int | float | bool | None] | None = None,
+        *,
+        duration_ms: float | None = None,
     ) -> None:
         """Record work within the current attempt (a ``step.attempted`` record).
 
-        ``None`` attribute values are dropped. Ignored when nothing records the run.
+        ``None`` attribute values are dropped; ``duration_ms`` is how long the work took.
+        Ignored when nothing records the run.
         """
         envelope = self._envelope
         fanout = self._env.fanout
@@ -266,6 +271,7 @@ class StepContext:
                 attempt=attempt,
                 attributes=attributes or {},
                 attempt_id=self.attempt_id,
+                duration_ms=duration_ms,
             )
         )
 

@@ -1,18 +1,53 @@
-"""The factory arguments every model adapter takes, checked once when a project compiles."""
+"""The factory arguments every model adapter takes, checked once when a project compiles, and
+the ``decide`` they all return (one request per decision, its usage recorded in the trace)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
 from tubeless.agent import DecisionContext
 from tubeless.providers._budgets import encode_body, positive_int, positive_number
+from tubeless.providers._errors import ProviderError
 from tubeless.providers._http import post_json
 
-__all__ = ["AdapterSettings", "adapter_decide", "adapter_settings"]
+__all__ = [
+    "AdapterSettings",
+    "ModelUsage",
+    "adapter_decide",
+    "adapter_settings",
+    "count",
+    "object_at",
+]
+
+
+class ModelUsage(NamedTuple):
+    """What a response says about itself: token counts, finish reasons, the model that answered.
+
+    Each adapter reads its provider's shape; anything missing or malformed is ``None`` / empty.
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reasons: tuple[str, ...] = ()
+    response_model: str | None = None
+
+
+def object_at(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """``data[key]`` if it is a JSON object, else an empty one."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def count(value: Any) -> int | None:
+    """A token count: a non-negative integer (not a bool), else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +107,7 @@ def adapter_settings(
 def adapter_decide(
     *,
     provider: str,
+    system: str,
     settings: AdapterSettings,
     transport: httpx.AsyncBaseTransport | None,
     render: Callable[[DecisionContext], str],
@@ -80,33 +116,69 @@ def adapter_decide(
     headers: Callable[[], dict[str, str]],
     url: Callable[[], str],
     parse_response: Callable[[Any], dict[str, Any]],
+    usage: Callable[[Any], ModelUsage],
 ) -> Callable[[Any, DecisionContext], Awaitable[dict[str, Any]]]:
     """The ``decide`` callable every adapter returns: one stateless request per decision.
 
     The encoded body is checked against its budget before ``headers()`` runs, so a credential
-    is read only for a request that will really be sent.
+    is read only for a request that will really be sent. Every request sent is recorded with
+    ``ctx.report_model_request`` (``system`` is its ``gen_ai.provider.name``): its duration
+    (retries included), the ``usage`` of the response, and the error code when it failed.
     """
 
     async def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
+        requested = model()
         body = request_body(
             state,
             ctx,
-            model=model(),
+            model=requested,
             instructions=render(ctx),
             max_output_tokens=settings.max_output_tokens,
         )
         encoded = encode_body(body, settings.max_request_bytes, provider)
         request_headers = headers()
-        data = await post_json(
-            url(),
-            encoded,
-            headers=request_headers,
-            provider=provider,
-            signal=ctx.signal,
-            timeout_s=settings.timeout_s,
-            max_retries=settings.max_retries,
-            transport=transport,
-        )
-        return parse_response(data)
+        started = time.perf_counter()
+        try:
+            data = await post_json(
+                url(),
+                encoded,
+                headers=request_headers,
+                provider=provider,
+                signal=ctx.signal,
+                timeout_s=settings.timeout_s,
+                max_retries=settings.max_retries,
+                transport=transport,
+            )
+        except ProviderError as exc:
+            _report(ctx, system, requested, started, ModelUsage(), exc.code)
+            raise
+        spent = usage(data)
+        try:
+            decision = parse_response(data)
+        except ProviderError as exc:
+            _report(ctx, system, requested, started, spent, exc.code)
+            raise
+        _report(ctx, system, requested, started, spent, None)
+        return decision
 
     return decide
+
+
+def _report(
+    ctx: DecisionContext,
+    system: str,
+    model: str,
+    started: float,
+    spent: ModelUsage,
+    error_type: str | None,
+) -> None:
+    ctx.report_model_request(
+        provider=system,
+        model=model,
+        duration_ms=(time.perf_counter() - started) * 1000.0,
+        input_tokens=spent.input_tokens,
+        output_tokens=spent.output_tokens,
+        finish_reasons=spent.finish_reasons,
+        response_model=spent.response_model,
+        error_type=error_type,
+    )

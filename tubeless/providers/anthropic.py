@@ -37,7 +37,13 @@ from tubeless.providers._errors import (
     ProviderError,
 )
 from tubeless.providers._http import join_url, require_env, setting
-from tubeless.providers._settings import adapter_decide, adapter_settings
+from tubeless.providers._settings import (
+    ModelUsage,
+    adapter_decide,
+    adapter_settings,
+    count,
+    object_at,
+)
 
 __all__ = [
     "DEFAULT_ANTHROPIC_VERSION",
@@ -46,6 +52,7 @@ __all__ = [
     "messages",
     "parse_response",
     "request_body",
+    "usage",
 ]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -132,6 +139,7 @@ def messages(
 
     return adapter_decide(
         provider=_PROVIDER,
+        system="anthropic",
         settings=settings,
         transport=transport,
         render=render,
@@ -143,6 +151,7 @@ def messages(
         },
         url=lambda: join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "v1/messages"),
         parse_response=parse_response,
+        usage=usage,
     )
 
 
@@ -231,3 +240,26 @@ def parse_response(data: Any) -> dict[str, Any]:
             )
         )
     return decision(_PROVIDER, calls)
+
+
+def usage(data: Any) -> ModelUsage:
+    """Token counts, stop reason and model of a Messages body (never content).
+
+    Input tokens are ``input_tokens`` plus the cache reads and writes Anthropic counts apart
+    (``cache_read_input_tokens``, ``cache_creation_input_tokens``), as the GenAI conventions ask.
+    """
+    if not isinstance(data, dict):
+        return ModelUsage()
+    spent = object_at(data, "usage")
+    parts = [
+        count(spent.get(key))
+        for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    ]
+    stop = _string(data.get("stop_reason"))
+    model = _string(data.get("model"))
+    return ModelUsage(
+        input_tokens=None if parts[0] is None else sum(p or 0 for p in parts),
+        output_tokens=count(spent.get("output_tokens")),
+        finish_reasons=() if stop is None else (stop,),
+        response_model=model,
+    )

@@ -39,7 +39,13 @@ from tubeless.providers._errors import (
     ProviderError,
 )
 from tubeless.providers._http import join_url, require_env, setting
-from tubeless.providers._settings import adapter_decide, adapter_settings
+from tubeless.providers._settings import (
+    ModelUsage,
+    adapter_decide,
+    adapter_settings,
+    count,
+    object_at,
+)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -47,6 +53,7 @@ __all__ = [
     "completions",
     "parse_response",
     "request_body",
+    "usage",
 ]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -124,6 +131,7 @@ def completions(
 
     return adapter_decide(
         provider=_PROVIDER,
+        system="openai",
         settings=settings,
         transport=transport,
         render=render,
@@ -134,6 +142,7 @@ def completions(
         ),
         url=lambda: join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "chat/completions"),
         parse_response=parse_response,
+        usage=usage,
     )
 
 
@@ -234,3 +243,26 @@ def parse_response(data: Any) -> dict[str, Any]:
             ParsedCall(id=call_id, name=name, value=parse_arguments(_PROVIDER, name, arguments))
         )
     return decision(_PROVIDER, calls)
+
+
+def usage(data: Any) -> ModelUsage:
+    """Token counts, finish reasons and model of a chat completions body (never content):
+    ``usage.prompt_tokens``, ``usage.completion_tokens``, each choice's ``finish_reason``."""
+    if not isinstance(data, dict):
+        return ModelUsage()
+    spent = object_at(data, "usage")
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        choices = []
+    reasons = tuple(
+        c["finish_reason"]
+        for c in choices
+        if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)
+    )
+    model = data.get("model")
+    return ModelUsage(
+        input_tokens=count(spent.get("prompt_tokens")),
+        output_tokens=count(spent.get("completion_tokens")),
+        finish_reasons=reasons,
+        response_model=model if isinstance(model, str) else None,
+    )

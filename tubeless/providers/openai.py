@@ -40,7 +40,13 @@ from tubeless.providers._errors import (
     ProviderError,
 )
 from tubeless.providers._http import join_url, require_env, setting
-from tubeless.providers._settings import adapter_decide, adapter_settings
+from tubeless.providers._settings import (
+    ModelUsage,
+    adapter_decide,
+    adapter_settings,
+    count,
+    object_at,
+)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -49,6 +55,7 @@ __all__ = [
     "request_body",
     "responses",
     "strict_problems",
+    "usage",
 ]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -120,6 +127,7 @@ def responses(
 
     return adapter_decide(
         provider=_PROVIDER,
+        system="openai",
         settings=settings,
         transport=transport,
         render=render,
@@ -128,6 +136,7 @@ def responses(
         headers=lambda: {"Authorization": f"Bearer {require_env(api_key_env)}"},
         url=lambda: join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "responses"),
         parse_response=parse_response,
+        usage=usage,
     )
 
 
@@ -215,3 +224,32 @@ def parse_response(data: Any) -> dict[str, Any]:
             ParsedCall(id=call_id, name=name, value=parse_arguments(_PROVIDER, name, arguments))
         )
     return decision(_PROVIDER, calls)
+
+
+def usage(data: Any) -> ModelUsage:
+    """Token counts, finish reason and model of a Responses body (trace data, never content).
+
+    ``usage.input_tokens`` and ``usage.output_tokens``; the Responses API has no finish reason,
+    so it is ``tool_calls`` for a completed response with function calls, ``stop`` for another
+    completed one, and the ``incomplete_details.reason`` of an incomplete one.
+    """
+    if not isinstance(data, dict):
+        return ModelUsage()
+    spent = object_at(data, "usage")
+    reasons: tuple[str, ...] = ()
+    output = data.get("output")
+    if data.get("status") == "completed":
+        calls = isinstance(output, list) and any(
+            isinstance(item, dict) and item.get("type") == "function_call" for item in output
+        )
+        reasons = ("tool_calls",) if calls else ("stop",)
+    elif isinstance(details := data.get("incomplete_details"), dict):
+        reason = details.get("reason")
+        reasons = (reason,) if isinstance(reason, str) else ()
+    model = data.get("model")
+    return ModelUsage(
+        input_tokens=count(spent.get("input_tokens")),
+        output_tokens=count(spent.get("output_tokens")),
+        finish_reasons=reasons,
+        response_model=model if isinstance(model, str) else None,
+    )

@@ -1,6 +1,7 @@
 """Trace v3: the record model, sinks, storage (NDJSON, SQLite), the fold readers share, readers.
 
-The storage names are imported lazily: a run that records nothing never loads ``sqlite3``.
+The storage names are imported lazily: a run that records nothing never loads ``sqlite3``, and
+``OtelSink`` imports ``opentelemetry`` only when one is made.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tubeless.tracing.sinks import TraceFanout, TraceSink
 if TYPE_CHECKING:
     from tubeless.tracing.fold import TraceFold
     from tubeless.tracing.ndjson import NdjsonSink, read_ndjson
+    from tubeless.tracing.otel import OtelSink
     from tubeless.tracing.projection import (
         AgentHistory,
         CallNode,
@@ -35,6 +37,7 @@ __all__ = [
     "CallNode",
     "Envelope",
     "NdjsonSink",
+    "OtelSink",
     "RunTree",
     "SqliteSink",
     "StepNode",
@@ -58,6 +61,7 @@ __all__ = [
 _HOMES = {
     "tubeless.tracing.fold": ("TraceFold",),
     "tubeless.tracing.ndjson": ("NdjsonSink", "read_ndjson"),
+    "tubeless.tracing.otel": ("OtelSink",),
     "tubeless.tracing.reader": ("TraceReadError", "open_sink", "read_trace", "write_trace"),
     "tubeless.tracing.sqlite": ("SqliteSink", "read_sqlite"),
     "tubeless.tracing.projection": (

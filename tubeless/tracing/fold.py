@@ -10,6 +10,10 @@ the fold.
 - ``TraceFold()`` keeps every run of every run tree in the records (one NDJSON file may hold many
   appended runs; a ``pipeline.started`` for a run id that already started begins a new run). A
   call's tool is the one its run recorded, else the one its turn attributed to its call id.
+  ``TraceFold(keep=False)`` folds the same way but lets go of each run once its
+  ``pipeline.completed`` is folded (``add`` still returns it, and ``runs`` stays empty): memory
+  follows the runs still open, for a reader that is done with a run when it ends (the
+  OpenTelemetry sink, which ends the run's span then).
 - ``TraceFold(scope="root")`` keeps what a reporter shows while a run goes on, in memory that does
   not grow with the run: the first root run and its steps, the runs its steps iterate (turns: per
   step the newest :data:`MAX_TURNS`, older ones only counted), and the tool calls of those turns
@@ -79,10 +83,12 @@ class TraceFold:
 
     Args:
         scope: ``"all"`` (every run) or ``"root"`` (the first root run, bounded).
+        keep: Scope ``"all"``: keep finished runs (``False``: forget each one as it completes).
     """
 
-    def __init__(self, *, scope: Literal["all", "root"] = "all") -> None:
+    def __init__(self, *, scope: Literal["all", "root"] = "all", keep: bool = True) -> None:
         self._all = scope == "all"
+        self._keep = keep or not self._all
         #: Every run in arrival order (scope "all").
         self.runs: list[Run] = []
         #: The first root run (scope "root").
@@ -117,8 +123,9 @@ class TraceFold:
         if self._all:
             if run is None or (name == "pipeline.started" and run.started):
                 run = self._open[run_id] = Run(run_id)
-                run.arrival = len(self.runs)
-                self.runs.append(run)
+                if self._keep:
+                    run.arrival = len(self.runs)
+                    self.runs.append(run)
             self._relations(run, record)
             handler = _HANDLERS.get(name) if isinstance(name, str) else None
         elif type(name) is not str:
@@ -228,7 +235,10 @@ class TraceFold:
         step.turn_count += 1
 
     def _forget(self, run: Run) -> None:
-        """Root scope: a turn or call completed; a finished call stays while there is room."""
+        """Root scope: a turn or call completed; a finished call stays while there is room.
+
+        Scope "all" without ``keep``: any run completed, and is forgotten by id.
+        """
         if self._open.get(run.run_id) is run:
             del self._open[run.run_id]
         call = run.call
@@ -314,7 +324,9 @@ def _completed(fold: TraceFold, run: Run, record: Mapping[str, Any], payload: An
     run.status = _RUN_STATUSES.get(status, "failed") if type(status) is str else "failed"
     run.duration_ms = _duration(record.get("durationMs"))
     run.error = _error(record)
-    if not fold._all and run is not fold.root:
+    if not fold._keep:  # scope "all" without keep: the reader is done with the run
+        fold._forget(run)
+    elif not fold._all and run is not fold.root:
         fold._forget(run)  # of a turn or a call, root scope keeps no more
         return True
     count = payload.get("errorCount")

@@ -1,0 +1,296 @@
+"""What each run, step record and model request becomes in OpenTelemetry: names and attributes.
+
+Plain functions of the fold's :class:`~tubeless.tracing.runs.Run` and the record at hand (no
+``opentelemetry`` import), used by :class:`~tubeless.tracing.otel.OtelSink`. Every value comes
+from the trace record stream, which holds no input, output, state, prompt or argument; of a
+``step.attempted`` record only ``gen_ai.*`` keys and ``error.type`` are read. docs/observability.md
+lists each span and attribute.
+
+Span names (GenAI semantic conventions where they have one):
+
+- an agent run: ``invoke_agent <agent id>``;
+- a tool call run (a child of a turn, named by its call id): ``execute_tool <tool alias>``;
+- an agent turn: ``turn <n>``;
+- any other run: ``run_pipeline <pipeline id>``;
+- a model request the adapters recorded: ``chat <model>``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from tubeless.tracing.runs import Run, Step
+
+__all__ = [
+    "CHAT",
+    "FINISH_REASONS",
+    "chat_span",
+    "event_of",
+    "model_request_attributes",
+    "run_attributes",
+    "run_error",
+    "run_name",
+    "start_attributes",
+]
+
+#: ``gen_ai.operation.name`` of a model request recorded as ``step.attempted`` attributes.
+CHAT: Final = "chat"
+#: The one list-valued GenAI attribute; trace attributes are scalars, so it is stored joined by
+#: commas and split again here.
+FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+
+Attributes = dict[str, str | int | float | bool | tuple[str, ...]]
+
+_TERMINAL: Final = frozenset({"step.complete", "step.failed", "step.skipped", "step.cancelled"})
+_FINALIZE: Final = frozenset({"pipeline.finalize.completed", "pipeline.finalize.failed"})
+_CAMEL: Final = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def _tool(run: Run) -> str | None:
+    if run.tool:
+        return run.tool
+    parent, key = run.parent, run.item_key
+    call = None if parent is None or key is None else parent.calls.get(key)
+    return None if call is None else call.attributed_tool
+
+
+def run_name(run: Run) -> str:
+    """The span name of ``run``, from what the fold knows of it now."""
+    kind = run.kind
+    if kind == "call":
+        return f"execute_tool {_tool(run) or run.pipeline_id or ''}".rstrip()
+    if kind == "turn":
+        return "turn" if run.index is None else f"turn {run.index}"
+    prefix = "invoke_agent" if kind == "agent" else "run_pipeline"
+    return f"{prefix} {run.pipeline_id or ''}".rstrip()
+
+
+def start_attributes(run: Run, record: Mapping[str, Any]) -> Attributes:
+    """What a run's ``pipeline.started`` record says about it (its ids and relations)."""
+    out: Attributes = {"tubeless.run_id": run.run_id}
+    for key, value in (
+        ("tubeless.pipeline_id", run.pipeline_id),
+        ("tubeless.parent_run_id", run.parent_run_id),
+        ("tubeless.item_key", run.item_key),
+        ("tubeless.correlation_id", record.get("correlationId")),
+    ):
+        if isinstance(value, str):
+            out[key] = value
+    payload = record.get("payload")
+    identity = payload.get("definitionIdentity") if isinstance(payload, Mapping) else None
+    definition_id = identity.get("definitionId") if isinstance(identity, Mapping) else None
+    if isinstance(definition_id, str):
+        out["tubeless.definition_id"] = definition_id
+    return out
+
+
+def _limits(run: Run) -> Attributes:
+    """``tubeless.limits.<name>`` of the run's first agent step (from the definition snapshot)."""
+    out: Attributes = {}
+    for meta in (run.agents or {}).values():
+        limits = meta.get("limits") if isinstance(meta, Mapping) else None
+        if isinstance(limits, Mapping):
+            for key, value in limits.items():
+                if isinstance(key, str) and isinstance(value, str | int) and value is not True:
+                    out[f"tubeless.limits.{_CAMEL.sub('_', key).lower()}"] = value
+            break
+    return out
+
+
+def run_attributes(run: Run, turns: int, calls_admitted: int | None) -> Attributes:
+    """The attributes a run's span ends with; ``turns`` and ``calls_admitted`` of an agent run
+    are counted from its turns as they ended."""
+    kind = run.kind
+    out: Attributes = {"tubeless.kind": kind, "tubeless.status": run.status}
+    if run.dry_run:
+        out["tubeless.dry_run"] = True
+    if run.step_count is not None:
+        out["tubeless.step_count"] = run.step_count
+    is_agent = run.agents is not None and any(step.agent for step in run.steps.values())
+    if kind == "call":
+        parent = run.parent
+        out["gen_ai.operation.name"] = "execute_tool"
+        tool = _tool(run)
+        if tool is not None:
+            out["gen_ai.tool.name"] = tool
+        if run.item_key is not None:
+            out["gen_ai.tool.call.id"] = run.item_key
+        if parent is not None and parent.index is not None:
+            out["tubeless.turn"] = parent.index
+    elif kind == "turn":
+        parent = run.parent
+        if parent is not None and parent.pipeline_id is not None:
+            out["gen_ai.agent.id"] = parent.pipeline_id
+        for key, value in (
+            ("tubeless.turn", run.index),
+            ("tubeless.decision", run.decision),
+            ("tubeless.call_count", run.call_count),
+            ("tubeless.calls_admitted", run.calls_admitted),
+            ("tubeless.state_version", run.state_version),
+        ):
+            if value is not None:
+                out[key] = value
+    elif kind == "agent":
+        out["gen_ai.operation.name"] = "invoke_agent"
+    if (kind == "agent" or (kind == "call" and is_agent)) and run.pipeline_id is not None:
+        # The trace records agent ids, not display names: the id is the name too.
+        out["gen_ai.agent.id"] = out["gen_ai.agent.name"] = run.pipeline_id
+        out.update(_limits(run))
+        out["tubeless.turns"] = turns
+        if calls_admitted is not None:
+            out["tubeless.calls_admitted"] = calls_admitted
+    source = _error_field(_first_error(run), "sourceCode")
+    if source is not None:
+        out["tubeless.error.source_code"] = source
+    return out
+
+
+def _first_error(run: Run) -> Mapping[str, Any] | None:
+    if run.status not in ("failed", "cancelled"):
+        return None
+    return run.error or (run.errors[0] if run.errors else None)
+
+
+def _error_field(error: Mapping[str, Any] | None, key: str) -> str | None:
+    value = None if error is None else error.get(key)
+    return value if isinstance(value, str) else None
+
+
+def run_error(run: Run) -> tuple[str, str] | None:
+    """``(error.type, status description)`` of a failed or cancelled run, else ``None``."""
+    if run.status not in ("failed", "cancelled"):
+        return None
+    error = _first_error(run)
+    code = _error_field(error, "code") or (
+        "TUBELESS_RUN_CANCELLED" if run.status == "cancelled" else "TUBELESS_RUN_FAILED"
+    )
+    return code, _error_field(error, "message") or run.status
+
+
+def _step_attributes(step: Step, error: Mapping[str, Any] | None) -> Attributes:
+    out: Attributes = {"tubeless.step_id": step.id}
+    if step.attempt_id is not None:
+        out["tubeless.attempt_id"] = step.attempt_id
+    if step.duration_ms is not None:
+        out["tubeless.duration_ms"] = step.duration_ms
+    for key, field in (("error.type", "code"), ("tubeless.error.source_code", "sourceCode")):
+        value = _error_field(error, field)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if isinstance(value, int) or math.isfinite(value) else None
+
+
+def event_of(run: Run, record: Mapping[str, Any]) -> tuple[str, Attributes] | None:
+    """The span event of a step lifecycle, progress or finalization record (else ``None``).
+
+    Events are named after their record (``step.running``, ``step.complete``, ...), except a
+    progress report, which is ``step.progress``.
+    """
+    name = record.get("name")
+    if name == "pipeline.finalize.started":
+        return "pipeline.finalize.started", {}
+    if name in _FINALIZE:
+        step = run.finalize
+        if step is None:
+            return None
+        attributes = _step_attributes(step, step.error)
+        del attributes["tubeless.step_id"]
+        return str(name), attributes
+    step_id = record.get("stepId")
+    step = run.steps.get(step_id) if isinstance(step_id, str) else None
+    if step is None:
+        return None
+    if name in _TERMINAL:
+        attributes = _step_attributes(step, step.error if name != "step.complete" else None)
+        if name == "step.skipped" and step.reason is not None:
+            attributes["tubeless.reason"] = step.reason
+        return str(name), attributes
+    if name != "step.running":
+        return None
+    payload = record.get("payload")
+    progress = payload.get("progress") if isinstance(payload, Mapping) else None
+    attributes = {"tubeless.step_id": step.id}
+    attempt = record.get("attemptId")
+    if isinstance(attempt, str):
+        attributes["tubeless.attempt_id"] = attempt
+    if not isinstance(progress, Mapping):
+        return "step.running", attributes
+    for key in ("completed", "total"):
+        number = _number(progress.get(key))
+        if number is not None:
+            attributes[f"tubeless.progress.{key}"] = number
+    message = progress.get("message")
+    if isinstance(message, str):
+        attributes["tubeless.progress.message"] = message
+    return "step.progress", attributes
+
+
+def chat_span(
+    run: Run, record: Mapping[str, Any]
+) -> tuple[str, Attributes, float, str | None] | None:
+    """``(name, attributes, duration_ms, error)`` of a model request a ``step.attempted``
+    record describes (``gen_ai.operation.name: chat``), else ``None``."""
+    payload = record.get("payload")
+    recorded = payload.get("attributes") if isinstance(payload, Mapping) else None
+    if not isinstance(recorded, Mapping) or recorded.get("gen_ai.operation.name") != CHAT:
+        return None
+    attributes: Attributes = {}
+    for key, value in recorded.items():
+        if not isinstance(key, str) or not (key.startswith("gen_ai.") or key == "error.type"):
+            continue
+        if key == FINISH_REASONS and isinstance(value, str):
+            attributes[key] = tuple(part for part in value.split(",") if part)
+        elif isinstance(value, str | int | float | bool):
+            attributes[key] = value
+    if run.index is not None:
+        attributes["tubeless.turn"] = run.index
+    model = recorded.get("gen_ai.request.model")
+    name = f"chat {model}" if isinstance(model, str) else "chat"
+    duration = _number(record.get("durationMs"))
+    error = recorded.get("error.type")
+    return name, attributes, float(duration or 0), error if isinstance(error, str) else None
+
+
+def model_request_attributes(
+    *,
+    provider: str,
+    model: str,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    finish_reasons: Sequence[str] = (),
+    response_model: str | None = None,
+    error_type: str | None = None,
+) -> dict[str, str | int]:
+    """The ``step.attempted`` attributes of one model request (what :func:`chat_span` reads).
+
+    GenAI semantic-convention names, scalars only (trace attributes are): the finish reasons are
+    joined by commas. Counts that are not non-negative integers are left out.
+    """
+    out: dict[str, str | int] = {
+        "gen_ai.operation.name": CHAT,
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": model,
+    }
+    if response_model:
+        out["gen_ai.response.model"] = response_model
+    for key, count in (
+        ("gen_ai.usage.input_tokens", input_tokens),
+        ("gen_ai.usage.output_tokens", output_tokens),
+    ):
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            out[key] = count
+    reasons = [r.replace(",", " ") for r in finish_reasons if isinstance(r, str) and r]
+    if reasons:
+        out[FINISH_REASONS] = ",".join(reasons)
+    if error_type:
+        out["error.type"] = error_type
+    return out

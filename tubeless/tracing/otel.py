@@ -1,0 +1,328 @@
+"""OpenTelemetry export: trace records as spans with the GenAI semantic conventions (DESIGN §16).
+
+:class:`OtelSink` is a trace sink. It folds the records with a
+:class:`~tubeless.tracing.fold.TraceFold` (``keep=False``: a run is let go once it ends) and
+turns each run into one span: started at the run's ``pipeline.started``, named and ended at its
+``pipeline.completed`` (start plus ``durationMs``), when the fold knows what the run was. Step
+lifecycle and progress records become span events; a ``step.attempted`` record that describes a
+model request (``gen_ai.operation.name: chat``, written by the model adapters) becomes a
+``chat <model>`` child span. A stored trace replayed through the sink gives the same spans as the
+live run did, because spans are made from records alone: nothing from the run itself (no input,
+output, state or prompt) ever reaches a span. Span names and attributes are in
+:mod:`tubeless.tracing._otel_spans`.
+
+``opentelemetry`` is imported when a sink is made, never on import of this module.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from tubeless.tracing._otel_spans import (
+    chat_span,
+    event_of,
+    run_attributes,
+    run_error,
+    run_name,
+    start_attributes,
+)
+from tubeless.tracing.fold import TraceFold
+from tubeless.tracing.runs import Run
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.trace import Span, Tracer
+
+__all__ = ["INSTALL_HINT", "Delivery", "OtelSink", "export_records", "feed", "otlp_http_sink"]
+
+#: What the error says when the OpenTelemetry SDK is missing.
+INSTALL_HINT: Final = "pip install 'tubeless[otel]'"
+#: The instrumentation scope of every span.
+SCOPE: Final = "tubeless"
+#: ``service.name`` when neither ``OTEL_SERVICE_NAME`` nor ``OTEL_RESOURCE_ATTRIBUTES`` sets it.
+DEFAULT_SERVICE_NAME: Final = "tubeless"
+
+_NS_PER_MS: Final = 1_000_000
+
+
+def _require_otel(what: str) -> None:
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"{what} needs the OpenTelemetry SDK, which is not installed: {INSTALL_HINT}"
+        ) from exc
+
+
+@dataclass(eq=False, slots=True)
+class _Open:
+    """A run whose span is open."""
+
+    span: Span
+    start_ns: int
+    last_ms: int
+    turns: int = 0
+    calls_admitted: int | None = None
+
+
+class OtelSink:
+    """A trace sink that sends each run of the records as an OpenTelemetry span.
+
+    Args:
+        tracer_provider: Where spans go; ``None`` uses the global provider
+            (``opentelemetry.trace.get_tracer_provider()``).
+
+    ``flush`` hands nothing extra to the provider (its span processor exports on its own, so a
+    collector that is slow or down never holds a run); ``close`` ends the spans of runs that
+    never completed (a trace cut short) at their last record, and shuts the provider down when
+    this sink made it (:func:`otlp_http_sink`).
+
+    Raises:
+        ImportError: When the OpenTelemetry SDK is not installed (``tubeless[otel]``).
+    """
+
+    def __init__(self, tracer_provider: Any = None) -> None:
+        _require_otel("tubeless.tracing.OtelSink")
+        from opentelemetry import trace
+
+        from tubeless._version import __version__
+
+        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        self._tracer: Tracer = provider.get_tracer(SCOPE, __version__)
+        #: The SDK provider this sink made and shuts down on close (:func:`otlp_http_sink`).
+        self._owned: Any = None
+        #: Delivery counts of an OTLP exporter this sink set up (:func:`otlp_http_sink`).
+        self.delivery: Delivery | None = None
+        self._fold = TraceFold(keep=False)
+        self._open: dict[Run, _Open] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def export(self, record: Mapping[str, Any]) -> None:
+        """Fold ``record`` and start, add to or end its run's span."""
+        with self._lock:
+            if self._closed:
+                return
+            run = self._fold.add(record)
+            if run is None:
+                return
+            name = record.get("name")
+            ts = record.get("timestampMs")
+            ts_ms = ts if type(ts) is int else None
+            if name == "pipeline.started":
+                self._start(run, record, ts_ms)
+                return
+            opened = self._open.get(run)
+            if opened is None:  # a run whose start was not seen
+                return
+            if ts_ms is not None:
+                opened.last_ms = max(opened.last_ms, ts_ms)
+            if name == "pipeline.completed":
+                self._end(run, opened, ts_ms)
+            elif name == "step.attempted":
+                self._attempted(run, opened, record, ts_ms)
+            else:
+                event = event_of(run, record)
+                if event is not None:
+                    opened.span.add_event(event[0], event[1], timestamp=_ns(ts_ms, opened))
+
+    def flush(self) -> None:
+        """Nothing to do: the provider's span processor sends spans on its own schedule."""
+
+    def close(self) -> None:
+        """End every span still open; shut the provider down if this sink made it."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            # Children first (opened later), so that no child outlives its parent.
+            for run, opened in reversed(list(self._open.items())):
+                self._finish(run, opened, opened.last_ms * _NS_PER_MS)
+            self._open.clear()
+        if self._owned is not None:
+            self._owned.shutdown()
+
+    def __enter__(self) -> OtelSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the mapping ----------------------------------------------------------------------------
+    def _start(self, run: Run, record: Mapping[str, Any], ts_ms: int | None) -> None:
+        from opentelemetry import trace
+
+        parent = None if run.parent is None else self._open.get(run.parent)
+        if parent is not None:
+            context = trace.set_span_in_context(parent.span)
+        elif run.parent_run_id is not None:
+            # A parent the records never started: the span is a root of its own.
+            context = trace.set_span_in_context(trace.INVALID_SPAN)
+        else:
+            context = None  # a root run: under the caller's current span, if any
+        start_ms = ts_ms if ts_ms is not None else (parent.last_ms if parent else 0)
+        start_ns = start_ms * _NS_PER_MS
+        span = self._tracer.start_span(
+            run_name(run),
+            context=context,
+            start_time=start_ns,
+            attributes=start_attributes(run, record),
+        )
+        self._open[run] = _Open(span, start_ns, start_ms)
+
+    def _attempted(
+        self, run: Run, opened: _Open, record: Mapping[str, Any], ts_ms: int | None
+    ) -> None:
+        chat = chat_span(run, record)
+        if chat is None:
+            return
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        name, attributes, duration_ms, error = chat
+        end_ns = _ns(ts_ms, opened)
+        start_ns = max(opened.start_ns, end_ns - round(duration_ms * _NS_PER_MS))
+        span = self._tracer.start_span(
+            name,
+            context=trace.set_span_in_context(opened.span),
+            kind=SpanKind.CLIENT,
+            start_time=start_ns,
+            attributes=attributes,
+        )
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time=end_ns)
+
+    def _end(self, run: Run, opened: _Open, ts_ms: int | None) -> None:
+        del self._open[run]
+        duration = run.duration_ms
+        if duration is not None:
+            end_ns = opened.start_ns + round(duration * _NS_PER_MS)
+        else:
+            end_ns = _ns(ts_ms, opened)
+        parent = None if run.parent is None else self._open.get(run.parent)
+        if parent is not None and run.kind == "turn":
+            parent.turns += 1
+            admitted = run.calls_admitted
+            if admitted is not None:
+                parent.calls_admitted = admitted
+        self._finish(run, opened, end_ns)
+
+    def _finish(self, run: Run, opened: _Open, end_ns: int) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        span = opened.span
+        span.update_name(run_name(run))
+        span.set_attributes(run_attributes(run, opened.turns, opened.calls_admitted))
+        error = run_error(run)
+        if error is not None:
+            span.set_attribute("error.type", error[0])
+            span.set_status(Status(StatusCode.ERROR, error[1]))
+        span.end(end_time=max(end_ns, opened.start_ns))
+
+
+def _ns(ts_ms: int | None, opened: _Open) -> int:
+    return (ts_ms if ts_ms is not None else opened.last_ms) * _NS_PER_MS
+
+
+# -- OTLP/HTTP -----------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Delivery:
+    """What an OTLP exporter made by :func:`otlp_http_sink` achieved."""
+
+    endpoint: str
+    sent: int = 0
+    """Spans the collector accepted."""
+    failed: int = 0
+    """Spans that could not be sent (collector down, refused, timed out)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, spans: int, ok: bool) -> None:
+        with self._lock:
+            if ok:
+                self.sent += spans
+            else:
+                self.failed += spans
+
+
+def _endpoint() -> str:
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
+    return base.rstrip("/") + "/v1/traces"
+
+
+def otlp_http_sink() -> OtelSink:
+    """An :class:`OtelSink` with its own provider exporting over OTLP/HTTP (protobuf).
+
+    Configured only by the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (default ``http://localhost:4318/v1/traces``),
+    ``..._HEADERS``, ``..._TIMEOUT`` (10 s), ``..._COMPRESSION``, ``..._CERTIFICATE``,
+    ``OTEL_SERVICE_NAME`` (default ``tubeless``), ``OTEL_RESOURCE_ATTRIBUTES`` and the
+    ``OTEL_BSP_*`` batch settings. Spans leave through a batch processor on its own thread;
+    ``close()`` shuts it down, which waits at most the exporter's timeout for what is left.
+    ``sink.delivery`` counts the spans sent and failed.
+    """
+    _require_otel("OpenTelemetry export")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    delivery = Delivery(_endpoint())
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(_counting(OTLPSpanExporter(), delivery)))
+    sink = OtelSink(provider)
+    sink._owned = provider
+    sink.delivery = delivery
+    return sink
+
+
+def _counting(exporter: SpanExporter, delivery: Delivery) -> SpanExporter:
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class Counting(SpanExporter):
+        """Delegates to ``exporter`` and counts what it achieved."""
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            result = exporter.export(spans)
+            delivery.count(len(spans), result is SpanExportResult.SUCCESS)
+            return result
+
+        def shutdown(self) -> None:
+            exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return exporter.force_flush(timeout_millis)
+
+    return Counting()
+
+
+def export_records(records: Iterable[Mapping[str, Any]], tracer_provider: Any = None) -> int:
+    """Send stored records as spans (the sink, fed after the fact); returns the runs seen.
+
+    The sink is closed at the end, so spans of runs the records never completed end too.
+    """
+    return feed(OtelSink(tracer_provider), records)
+
+
+def feed(sink: OtelSink, records: Iterable[Mapping[str, Any]]) -> int:
+    """Export ``records`` through ``sink`` and close it; returns the runs that started."""
+    runs = 0
+    try:
+        for record in records:
+            if isinstance(record, Mapping) and record.get("name") == "pipeline.started":
+                runs += 1
+            sink.export(record)
+    finally:
+        sink.close()
+    return runs
