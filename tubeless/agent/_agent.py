@@ -20,6 +20,7 @@ from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
+from tubeless.agent._sources import REMOTES_ATTRIBUTE, connect_sources
 from tubeless.agent._state import own
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
 from tubeless.agent._trace import agent_trace
@@ -35,6 +36,8 @@ from tubeless.schema import Schema
 __all__ = ["define_agent"]
 
 _MAX_TOOLS = 4096
+#: The slot carrying an invocation's connected tools (``LiveTools`` or None) to its first turn.
+_LIVE_SLOT = "tubeless.agent.live"
 
 
 def _schema(value: Any, label: str) -> Schema:
@@ -274,6 +277,8 @@ def _compile(
             agent_run_id=ctx.run_id,
             scope=ctx.slots[SCOPE_SLOT],
             trace=agent_trace(ctx),
+            # A child agent without servers of its own must not see its parent's tools.
+            live=ctx.slots.get(_LIVE_SLOT) if remote else None,
         )
 
     loop = iterate_pipeline(
@@ -287,13 +292,26 @@ def _compile(
     )
     iterate = loop.run
     limits = spec.limits
+    remote = any(entry.tool.remote is not None for entry in spec.registry.values())
 
     async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
         parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
         depth = ctx.slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
         scope = Scope(Budget(ctx.run_id, depth, limits), parent)
-        return await iterate(step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope}))
+        if not remote:
+            return await iterate(step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope}))
+        # Servers that supply tools: connected for this invocation only, closed however it ends.
+        async with connect_sources(spec.registry, spec.capabilities, ctx) as (live, slots):
+            slots.update({SCOPE_SLOT: scope, _LIVE_SLOT: live})
+            return await iterate(step_inputs, ctx.derive(gate=scope, **slots))
 
+    if remote:
+        # inspect --connect finds an agent's server tools here (plans never look).
+        setattr(run_agent, REMOTES_ATTRIBUTE, {
+            name: entry.tool.remote
+            for name, entry in spec.registry.items()
+            if entry.tool.remote is not None
+        })
     agent_step = replace(
         loop,
         run=run_agent,

@@ -115,6 +115,7 @@ class Tool:
         "kind",
         "output_schema",
         "pipeline",
+        "remote",
     )
 
     kind: Literal["handler", "pipeline"]
@@ -125,6 +126,8 @@ class Tool:
     """The frozen draft 2020-12 descriptor models see (keys sorted)."""
     pipeline: Pipeline | None
     """For pipeline tools: the child pipeline (or agent) the tool runs."""
+    remote: Any
+    """For tools a server supplies at run time (``tubeless.agent._sources.Remote``), else None."""
     _run: Callable[..., Any] | None
     _preview: Callable[..., Any] | None
     _map_options: Callable[[Any], Any] | None

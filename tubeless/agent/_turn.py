@@ -17,6 +17,7 @@ from tubeless.agent._dispatch import dispatch
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
+from tubeless.agent._sources import LiveTools
 from tubeless.agent._state import own
 from tubeless.agent._trace import AgentTrace
 from tubeless.frozen import FrozenDict
@@ -56,6 +57,8 @@ class TurnInput(NamedTuple):
     scope: Scope
     trace: AgentTrace
     """The agent's recorder (the null one when nothing traces the run)."""
+    live: LiveTools | None = None
+    """The tools as connected servers describe them (``None``: the definition's own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,7 @@ async def ask(spec: AgentSpec, t: TurnInput, ctx: StepContext) -> Any:
     decision_ctx = DecisionContext(
         t.turn,
         t.state_version,
-        spec.capabilities,
+        spec.capabilities if t.live is None else t.live.capabilities,
         spec.result_json_schema,
         t.agent_input,
         ctx,
@@ -200,7 +203,8 @@ def admit(
             calls=count,
         )
     t.scope.check("max_calls", count)
-    return prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
+    registry = spec.registry if t.live is None else t.live.registry
+    return prepare_calls(decision.calls, registry, scope=t.scope, dry_run=ctx.dry_run)
 
 
 # -- step 2: calls -----------------------------------------------------------------------------
@@ -255,5 +259,6 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
         agent_run_id=t.agent_run_id,
         scope=t.scope,
         trace=t.trace,
+        live=t.live,
     )
     return {"kind": "next", "state": following}
