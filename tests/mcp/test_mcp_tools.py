@@ -4,6 +4,7 @@ listing, calling, errors, crashes, timeouts, cancellation and what an agent may 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from tests.fixtures.mcp_servers import Served, one_turn_agent, source_codes, start_http
 from tests.mcp.conftest import http_served, stdio_served
-from tubeless import CancelToken
+from tubeless import CancelToken, Schema, define_agent
 from tubeless.errors import AGENT_INVALID_DECISION
 from tubeless.mcp import (
     MCP_CONNECTION_FAILED,
@@ -21,7 +22,9 @@ from tubeless.mcp import (
     MCP_TOOL_MISSING,
     MCP_UNAVAILABLE,
     McpError,
+    mcp_tools,
 )
+from tubeless.testing import capture_trace
 
 
 def _alive(pid: int) -> bool:
@@ -226,3 +229,48 @@ def test_mcp_error_carries_its_code_and_server() -> None:
         "MCP server 'a' did not answer.",
         "a",
     )
+
+
+def test_mcp_calls_are_traced_like_other_tools_without_their_arguments_or_results(
+    tmp_path: Path,
+) -> None:
+    served = stdio_served(tmp_path / "server.log")
+    calls = [("t__echo", {"text": "private words"}), ("t__shout", {"text": "private words"})]
+    agent = one_turn_agent(served.make(), ["echo", "shout"], calls, [])
+
+    with capture_trace() as trace:
+        run = asyncio.run(agent.run({}, trace=trace))
+
+    assert run.status == "completed"
+    tool_runs = {
+        record["pipelineId"]
+        for record in trace.records
+        if record.get("pipelineId", "").startswith("mcp-agent/tool/")
+    }
+    assert tool_runs == {"mcp-agent/tool/t__echo", "mcp-agent/tool/t__shout"}
+    text = json.dumps(trace.records)
+    assert "private words" not in text and "PRIVATE WORDS" not in text
+
+
+def test_mcp_calls_are_charged_to_max_calls_before_any_starts(tmp_path: Path) -> None:
+    served = stdio_served(tmp_path / "server.log")
+    calls = [("t__echo", {"text": "a"}), ("t__echo", {"text": "b"})]
+    agent = define_agent(
+        id="mcp-limited",
+        input_schema=Schema.json({"type": "object"}),
+        result_schema=Schema.json({}),
+        initial_state=lambda _: [],
+        decide=lambda state, ctx: {
+            "kind": "continue",
+            "calls": [{"id": f"c{i}", "tool": t, "input": a} for i, (t, a) in enumerate(calls)],
+        },
+        tools=mcp_tools(served.make(), ["echo"]),
+        limits={"max_calls": 1},
+    )
+
+    run = asyncio.run(agent.run({}))
+
+    assert run.status == "failed"
+    assert "TUBELESS_AGENT_LIMIT_REACHED" in source_codes(run)
+    assert not [line for line in served.lines() if line.startswith("call ")]
+    _assert_stdio_process_gone(served)
