@@ -5,13 +5,17 @@ does and says so, and the shipped example runs with ``tubeless run``."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.guards import cli
-from tests.fixtures.mcp_servers import SERVER
+from tests.fixtures.mcp_servers import HANG_GUARD_S, SERVER
+from tests.fixtures.processes import finish, start_run
 from tubeless.errors import AgentDefinitionError
 from tubeless.mcp import McpServer, mcp_tools
 from tubeless.project import load_project
@@ -188,3 +192,39 @@ def test_invalid_servers_and_includes_are_definition_errors(make: object, messag
         "TUBELESS_AGENT_INVALID_DEFINITION",
         message,
     )
+
+
+def test_sigint_during_an_mcp_call_cancels_it_at_the_server_and_stops_the_server(
+    tmp_path: Path,
+) -> None:
+    """``tubeless run`` under SIGINT: exit 7, the server saw notifications/cancelled, and its
+    process is gone once the command has exited."""
+    module = tmp_path / "hang_decide.py"
+    module.write_text(
+        "def decide(state, ctx):\n"
+        "    return {'kind': 'continue', 'calls': [{'id': 'h', 'tool': 't__hang', 'input': {}}]}\n",
+        encoding="utf-8",
+    )
+    text = (
+        PROJECT.replace("python_path: [{root}]", f"python_path: [{{root}}, {tmp_path}]")
+        .replace("examples.mcp_notes:decide", "hang_decide:decide")
+        .replace("include: [echo, shout]", "include: [hang]")
+        .replace("      r: {{mcp: remote, include: [anything]}}\n", "")
+    )
+    path, log = _project(tmp_path, text)
+    process = start_run(path, "--question", "x")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while "call hang" not in (log.read_text() if log.exists() else ""):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the server never got the call"
+        time.sleep(0.02)
+
+    process.send_signal(signal.SIGINT)
+    _, err = finish(process)
+
+    assert process.returncode == 7, err
+    lines = log.read_text().splitlines()
+    assert [line for line in lines if line.startswith("cancelled ")]
+    pid = int(lines[0].split()[1])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
