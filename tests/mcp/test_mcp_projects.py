@@ -228,3 +228,17 @@ def test_sigint_during_an_mcp_call_cancels_it_at_the_server_and_stops_the_server
     pid = int(lines[0].split()[1])
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_inspect_connect_exits_2_naming_a_server_it_cannot_use(tmp_path: Path) -> None:
+    missing = PROJECT.replace("command: [{python}, {server}, stdio]", "command: [{server}.absent]")
+    missing = missing.replace("      r: {{mcp: remote, include: [anything]}}\n", "")
+    path, _ = _project(tmp_path, missing)
+
+    code, out, err = cli("inspect", path, "--connect")
+
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        "error: TUBELESS_MCP_CONNECTION_FAILED: MCP server 'local' could not be started "
+        "(FileNotFoundError"
+    )

@@ -147,10 +147,16 @@ def inspect(project: str, entry_id: str | None, as_json: bool, connect: bool) ->
 
 
 def _live_tools(pipeline: Any) -> dict[str, dict[str, Any]]:
-    """The entry's MCP tools as their servers describe them (connects to each, then closes)."""
-    from tubeless.mcp import describe_servers
+    """The entry's MCP tools as their servers describe them (connects to each, then closes).
 
-    return describe_servers(pipeline)
+    A server that cannot be used exits 2, like anything else the command cannot load.
+    """
+    from tubeless.mcp import McpError, describe_servers
+
+    try:
+        return describe_servers(pipeline)
+    except McpError as exc:
+        raise CliLoadError(f"{exc.code}: {exc.message}") from None
 
 
 def _strict_notes(pipeline: Any, live: Any = None) -> dict[str, list[str]]:
