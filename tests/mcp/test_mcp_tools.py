@@ -14,7 +14,7 @@ import pytest
 
 from tests.fixtures.mcp_servers import Served, one_turn_agent, source_codes, start_http
 from tests.mcp.conftest import http_served, stdio_served
-from tubeless import CancelToken, Schema, define_agent
+from tubeless import CancelToken, Schema, define_agent, pipeline_tool
 from tubeless.errors import AGENT_INVALID_DECISION
 from tubeless.mcp import (
     MCP_CONNECTION_FAILED,
@@ -273,4 +273,47 @@ def test_mcp_calls_are_charged_to_max_calls_before_any_starts(tmp_path: Path) ->
     assert run.status == "failed"
     assert "TUBELESS_AGENT_LIMIT_REACHED" in source_codes(run)
     assert not [line for line in served.lines() if line.startswith("call ")]
+    _assert_stdio_process_gone(served)
+
+
+def test_one_connection_per_server_per_run_shared_with_a_child_agent(tmp_path: Path) -> None:
+    """Two turns of the parent and a child agent using the same server: one server process."""
+    served = stdio_served(tmp_path / "server.log")
+    server = served.make()
+
+    def script(*batches: list[dict[str, Any]]) -> Any:
+        def decide(state: Any, ctx: Any) -> Any:
+            if ctx.turn <= len(batches):
+                return {"kind": "continue", "calls": batches[ctx.turn - 1]}
+            return {"kind": "finish", "result": state}
+
+        return decide
+
+    child = define_agent(
+        id="child",
+        input_schema=Schema.json({"type": "object"}),
+        result_schema=Schema.json({}),
+        initial_state=lambda _: None,
+        decide=script([{"id": "s", "tool": "t__shout", "input": {"text": "child"}}]),
+        reduce=lambda state, outcomes: outcomes[0]["value"],
+        tools=mcp_tools(server, ["shout"]),
+    )
+    parent = define_agent(
+        id="parent",
+        input_schema=Schema.json({"type": "object"}),
+        result_schema=Schema.json({}),
+        initial_state=lambda _: [],
+        decide=script(
+            [{"id": "c", "tool": "child", "input": {}}],
+            [{"id": "e", "tool": "t__echo", "input": {"text": "parent"}}],
+        ),
+        reduce=lambda state, outcomes: [*state, *(o["value"] for o in outcomes)],
+        tools={
+            **mcp_tools(server, ["echo"]),
+            "child": pipeline_tool(child, description="A child agent with MCP tools."),
+        },
+    )
+
+    assert parent.run_sync({}) == ["CHILD", {"echo": "parent"}]
+    assert len(served.pids()) == 1
     _assert_stdio_process_gone(served)
