@@ -265,6 +265,8 @@ def _compile(
     implementation_version: str | None,
 ) -> Pipeline:
     turn = build_turn_pipeline(spec)
+    # Tools a server supplies (tubeless.mcp): each invocation connects their sources.
+    remote = any(entry.tool.remote is not None for entry in spec.registry.values())
 
     async def first_turn(step_inputs: dict[str, Any], ctx: StepContext) -> TurnInput:
         state = own(await maybe_await(initial_state(ctx.options)), "Agent initial state")
@@ -292,7 +294,6 @@ def _compile(
     )
     iterate = loop.run
     limits = spec.limits
-    remote = any(entry.tool.remote is not None for entry in spec.registry.values())
 
     async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
         parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
