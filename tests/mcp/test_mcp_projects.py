@@ -82,10 +82,11 @@ def test_tubeless_run_runs_the_example_project_with_its_mcp_server() -> None:
     ],
 )
 def test_commands_that_look_start_no_server_and_contact_none(
-    command: list[str], tmp_path: Path
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The stdio server would log its pid on start; the HTTP one listens nowhere and its header
-    variable is unset, so contacting it would fail."""
+    variable is unset, so contacting it would fail. They do not need the SDK either."""
+    monkeypatch.setitem(sys.modules, "mcp", None)
     path, log = _project(tmp_path)
 
     code, out, err = cli(*command, path)
