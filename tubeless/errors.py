@@ -40,7 +40,11 @@ varies shows its family. Grouped by the layer that raises them::
     │   └── TemplateError               TUBELESS_TEMPLATE_INVALID (at load, or at render in a run)
     │
     │   model providers: tubeless.providers
-    └── ProviderError                   TUBELESS_PROVIDER_* (.status)
+    ├── ProviderError                   TUBELESS_PROVIDER_* (.status)
+    │
+    │   MCP servers: tubeless.mcp (their tool outcomes are MCP_TOOL_ERROR, MCP_PROTOCOL_ERROR)
+    └── McpError                        TUBELESS_MCP_* (.server): no SDK, transport, timeout,
+                                        an included tool the server lacks; fatal to a run
 
 Other exceptions tubeless raises subclass the built-in their callers already catch::
 

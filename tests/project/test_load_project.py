@@ -65,6 +65,9 @@ ANSWERS = [
                  {"answer": "14 characters; HELLO; TUBELESS"}, id="text-pipeline"),
     pytest.param("text-pipeline", {"question": "hello tubeless"}, False, ["count"],
                  {"answer": "14 characters"}, id="text-pipeline-count-target"),
+    pytest.param("mcp-notes", {"question": "hello tubeless"}, False, None,
+                 {"answer": "note 1 of 1; notes with 'hello': hello tubeless"},
+                 id="mcp-notes-starts-its-server"),
 ]
 
 

@@ -277,8 +277,8 @@ CASES = [
                 12,
                 "/agents/helper/tools/odd",
                 "expected a mapping with 'run', 'description', 'input', 'output', a mapping "
-                "with 'pipeline', 'description' or a mapping with 'agent', 'description', "
-                "found a mapping with 'description'",
+                "with 'pipeline', 'description', a mapping with 'agent', 'description' or a "
+                "mapping with 'mcp', 'include', found a mapping with 'description'",
             )
         ],
         id="tool-of-no-clear-kind",

@@ -125,20 +125,41 @@ def _finalization_notes(pipeline: Any, plan: Any) -> list[str]:
 @_project_argument
 @_id_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def inspect(project: str, entry_id: str | None, as_json: bool) -> None:
+@click.option(
+    "--connect",
+    is_flag=True,
+    help="Connect to the entry's MCP servers to show their tools' live descriptions and input "
+    "schemas (without it nothing is started or contacted).",
+)
+def inspect(project: str, entry_id: str | None, as_json: bool, connect: bool) -> None:
     """Show an entry of PROJECT: targets, steps, identity and default plan, and for an agent
     its limits, tools (descriptions and input schemas) and result descriptor."""
     from tubeless.reporting.inspect_text import format_inspect, inspect_dict
 
     chosen, kind, pipeline = _entry(project, entry_id)
+    live = _live_tools(pipeline) if connect else None
     if as_json:
-        _echo_json(inspect_dict(pipeline, entry_id=chosen, kind=kind))
+        _echo_json(inspect_dict(pipeline, entry_id=chosen, kind=kind, live=live))
     else:
-        strict = _strict_notes(pipeline)
-        click.echo(format_inspect(pipeline, entry_id=chosen, kind=kind, strict=strict), nl=False)
+        strict = _strict_notes(pipeline, live)
+        text = format_inspect(pipeline, entry_id=chosen, kind=kind, strict=strict, live=live)
+        click.echo(text, nl=False)
 
 
-def _strict_notes(pipeline: Any) -> dict[str, list[str]]:
+def _live_tools(pipeline: Any) -> dict[str, dict[str, Any]]:
+    """The entry's MCP tools as their servers describe them (connects to each, then closes).
+
+    A server that cannot be used exits 2, like anything else the command cannot load.
+    """
+    from tubeless.mcp import McpError, describe_servers
+
+    try:
+        return describe_servers(pipeline)
+    except McpError as exc:
+        raise CliLoadError(f"{exc.code}: {exc.message}") from None
+
+
+def _strict_notes(pipeline: Any, live: Any = None) -> dict[str, list[str]]:
     """Per tool of each agent step, why OpenAI's strict mode cannot apply (empty: it can)."""
     from tubeless.providers._calls import strict_problems, wrap_parameters
     from tubeless.reporting.graph import agent_tools
@@ -149,6 +170,8 @@ def _strict_notes(pipeline: Any) -> dict[str, list[str]]:
             continue
         for tool in agent_tools(s):
             schema = tool.input_json_schema if isinstance(tool.input_json_schema, dict) else {}
+            if live and tool.name in live:
+                schema = dict(live[tool.name]["input_json_schema"])
             notes[tool.name] = strict_problems(wrap_parameters("input", schema))
     return notes
 

@@ -21,6 +21,7 @@ from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
+from tubeless.agent._sources import REMOTES_ATTRIBUTE, connect_sources
 from tubeless.agent._state import own
 from tubeless.agent._tape import TAPE_SLOT, open_tape
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
@@ -36,6 +37,8 @@ from tubeless.schema import Schema
 __all__ = ["define_agent"]
 
 _MAX_TOOLS = 4096
+#: The slot carrying an invocation's connected tools (``LiveTools`` or None) to its first turn.
+_LIVE_SLOT = "tubeless.agent.live"
 
 
 def _schema(value: Any, label: str) -> Schema:
@@ -280,6 +283,8 @@ def _compile(
     implementation_version: str | None,
 ) -> Pipeline:
     turn = build_turn_pipeline(spec)
+    # Tools a server supplies (tubeless.mcp): each invocation connects their sources.
+    remote = any(entry.tool.remote is not None for entry in spec.registry.values())
 
     async def first_turn(step_inputs: dict[str, Any], ctx: StepContext) -> TurnInput:
         state = own(await maybe_await(initial_state(ctx.options)), "Agent initial state")
@@ -293,6 +298,8 @@ def _compile(
             scope=ctx.slots[SCOPE_SLOT],
             trace=agent_trace(ctx),
             tape=ctx.slots[TAPE_SLOT],
+            # A child agent without servers of its own must not see its parent's tools.
+            live=ctx.slots.get(_LIVE_SLOT) if remote else None,
         )
 
     loop = iterate_pipeline(
@@ -318,15 +325,29 @@ def _compile(
         scope = Scope(Budget(ctx.run_id, depth, limits), parent, route)
         tape = open_tape(ctx.slots.get(TAPE_SLOT), spec.id, lambda: built[0].identity, ctx.options)
         try:
-            result = await iterate(
-                step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, TAPE_SLOT: tape})
-            )
+            if not remote:
+                result = await iterate(
+                    step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, TAPE_SLOT: tape})
+                )
+            else:
+                # Servers that supply tools: connected for this invocation only, closed however
+                # it ends.
+                async with connect_sources(spec.registry, spec.capabilities, ctx) as (live, slots):
+                    slots.update({SCOPE_SLOT: scope, TAPE_SLOT: tape, _LIVE_SLOT: live})
+                    result = await iterate(step_inputs, ctx.derive(gate=scope, **slots))
         except BaseException as exc:
             tape.failed(exc)
             raise
         tape.finished(result)
         return result
 
+    if remote:
+        # inspect --connect finds an agent's server tools here (plans never look).
+        setattr(run_agent, REMOTES_ATTRIBUTE, {
+            name: entry.tool.remote
+            for name, entry in spec.registry.items()
+            if entry.tool.remote is not None
+        })
     agent_step = replace(
         loop,
         run=run_agent,

@@ -116,6 +116,7 @@ class Tool:
         "kind",
         "output_schema",
         "pipeline",
+        "remote",
     )
 
     kind: Literal["handler", "pipeline"]
@@ -128,6 +129,8 @@ class Tool:
     """For pipeline tools: the child pipeline (or agent) the tool runs."""
     approval: Any
     """``"never"``, ``"always"`` or a predicate ``(input, ctx) -> bool`` (see ``define_tool``)."""
+    remote: Any
+    """For tools a server supplies at run time (``tubeless.agent._sources.Remote``), else None."""
     _run: Callable[..., Any] | None
     _preview: Callable[..., Any] | None
     _map_options: Callable[[Any], Any] | None

@@ -19,6 +19,7 @@ from tubeless.agent._dispatch import dispatch
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
+from tubeless.agent._sources import LiveTools
 from tubeless.agent._state import own
 from tubeless.agent._tape import Tape
 from tubeless.agent._trace import AgentTrace
@@ -63,6 +64,8 @@ class TurnInput(NamedTuple):
     """The agent's recorder (the null one when nothing traces the run)."""
     tape: Tape
     """The agent's cassette tape (the null one when no cassette records or replays the run)."""
+    live: LiveTools | None = None
+    """The tools as connected servers describe them (``None``: the definition's own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +264,7 @@ async def ask(
     decision_ctx = DecisionContext(
         t.turn,
         t.state_version,
-        spec.capabilities,
+        spec.capabilities if t.live is None else t.live.capabilities,
         spec.result_json_schema,
         t.agent_input,
         ctx,
@@ -308,7 +311,8 @@ def admit(
             calls=count,
         )
     t.scope.check("max_calls", count)
-    prepared = prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
+    registry = spec.registry if t.live is None else t.live.registry
+    prepared = prepare_calls(decision.calls, registry, scope=t.scope, dry_run=ctx.dry_run)
     t.tape.decided(t.turn, decision)
     return prepared
 
@@ -344,7 +348,7 @@ def gated_calls(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> An
     t.trace.dispatching(ctx, t, len(decided))
     requests = gated_requests(
         decided,
-        spec.registry,
+        spec.registry if t.live is None else t.live.registry,
         ctx,
         key=t.scope.chain[0].id,
         route=t.scope.route,
@@ -413,5 +417,6 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
         scope=t.scope,
         trace=t.trace,
         tape=t.tape,
+        live=t.live,
     )
     return {"kind": "next", "state": following}

@@ -6,9 +6,10 @@ that named it); only then are agents and pipelines built, each after the entries
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic_core import to_jsonable_python
 
@@ -20,6 +21,7 @@ from tubeless.errors import (
     PipelineDefinitionError,
     TemplateError,
 )
+from tubeless.mcp import McpServer, mcp_tools
 from tubeless.pipeline import (
     Pipeline,
     Step,
@@ -37,6 +39,9 @@ from tubeless.project.spec import (
     AgentToolSpec,
     FinalizeSpec,
     HandlerToolSpec,
+    McpHttpServerSpec,
+    McpStdioServerSpec,
+    McpToolSpec,
     PipelineSpec,
     PipelineToolSpec,
     ProjectSpec,
@@ -61,6 +66,12 @@ class _Missing:
 _MISSING = _Missing()
 
 
+class McpTools(NamedTuple):
+    """The tools one ``{mcp: server, include: [...]}`` entry registers, by registered name."""
+
+    tools: dict[str, Any]
+
+
 def _missing(*values: Any) -> bool:
     return any(value is _MISSING for value in values)
 
@@ -76,6 +87,8 @@ class Compiler:
     ) -> None:
         self.spec = spec
         self.resolver = Resolver(base_dir, spec.python_path, spec.allow_modules)
+        self.base_dir = base_dir
+        self._servers: dict[str, McpServer] = {}
         self.overrides = overrides or {}
         self.issues: list[_Issue] = []
         self.definition_errors: list[tuple[str, Exception]] = []
@@ -187,6 +200,8 @@ class Compiler:
             except AgentDefinitionError as exc:
                 self.definition_errors.append((pointer, exc))
                 return _MISSING
+        if isinstance(tool, McpToolSpec):
+            return self._mcp_tools(name, tool, pointer)
         assert isinstance(tool, (PipelineToolSpec, AgentToolSpec))
         target = tool.pipeline if isinstance(tool, PipelineToolSpec) else tool.agent
         child = self.built.get(target)
@@ -207,6 +222,34 @@ class Compiler:
         if value in ("never", "always"):
             return value
         return self.ref(value, f"{pointer}/approval", "callable")
+
+    def _mcp_server(self, name: str) -> McpServer:
+        """The ``McpServer`` for ``mcp_servers[name]`` (one object per name, so runs share it)."""
+        if name not in self._servers:
+            spec = self.spec.mcp_servers[name]
+            if isinstance(spec, McpStdioServerSpec):
+                command = list(spec.command)
+                if command[0] == "python":
+                    command[0] = sys.executable  # the Python that runs tubeless
+                cwd = self.base_dir / spec.cwd if spec.cwd is not None else self.base_dir
+                server = McpServer.stdio(
+                    name, command, env=spec.env, cwd=str(cwd), timeout_s=spec.timeout_s
+                )
+            else:
+                assert isinstance(spec, McpHttpServerSpec)
+                server = McpServer.http(
+                    name, spec.url, headers_env=spec.headers_env, timeout_s=spec.timeout_s
+                )
+            self._servers[name] = server
+        return self._servers[name]
+
+    def _mcp_tools(self, key: str, tool: McpToolSpec, pointer: str) -> Any:
+        """``{key__tool: Tool}`` for the included tools (the server is not contacted)."""
+        try:
+            return McpTools(mcp_tools(self._mcp_server(tool.mcp), tool.include, key=key))
+        except AgentDefinitionError as exc:
+            self.definition_errors.append((pointer, exc))
+            return _MISSING
 
     def _initial_state(self, agent: AgentSpec, pointer: str) -> Any:
         value = agent.initial_state
@@ -235,8 +278,18 @@ class Compiler:
                        else self.callable_(agent.reduce, f"{base}/reduce"))
         inputs = self.schema(agent.input, f"{base}/input")
         result = self.schema(agent.result, f"{base}/result")
-        tools = {name: self._tool(name, tool, f"{base}/tools/{escape(name)}")
-                 for name, tool in agent.tools.items()}
+        tools: dict[str, Any] = {}
+        for name, tool in agent.tools.items():
+            built = self._tool(name, tool, f"{base}/tools/{escape(name)}")
+            if not isinstance(built, McpTools):
+                tools[name] = built
+                continue
+            for registered, each in built.tools.items():
+                if registered in agent.tools or registered in tools:
+                    self.definition_errors.append((f"{base}/tools/{escape(name)}",
+                        AgentDefinitionError(f"MCP tool {registered!r} is registered twice.")))
+                    each = _MISSING
+                tools[registered] = each
         parts = [initial_state, decide, dry_run, reduce, inputs, result, *tools.values()]
         if any(part is _MISSING for part in parts):
             return None

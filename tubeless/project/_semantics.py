@@ -17,6 +17,7 @@ from tubeless.project.spec import (
     AgentSpec,
     AgentToolSpec,
     FinalizeSpec,
+    McpToolSpec,
     PipelineSpec,
     PipelineToolSpec,
     ProjectSpec,
@@ -138,6 +139,9 @@ def _agent(agent_id: str, agent: AgentSpec, spec: ProjectSpec) -> list[Problem]:
         if isinstance(tool, AgentToolSpec) and tool.agent not in spec.agents:
             found.append((f"{pointer}/agent", _unknown("agent", tool.agent, spec.agents),
                           DOCUMENT_INVALID, False))
+        if isinstance(tool, McpToolSpec) and tool.mcp not in spec.mcp_servers:
+            found.append((f"{pointer}/mcp", _unknown("MCP server", tool.mcp, spec.mcp_servers),
+                          DOCUMENT_INVALID, False))
         schema = getattr(tool, "input", None)
         if isinstance(schema, SchemaSpec):
             found.extend(_inline_schema(schema, f"{pointer}/input"))
@@ -150,6 +154,8 @@ def _agent(agent_id: str, agent: AgentSpec, spec: ProjectSpec) -> list[Problem]:
 def _unknown(kind: str, name: str, known: Mapping[str, Any], owner: str = "project") -> str:
     choices = ", ".join(map(repr, known)) or "none"
     plural = "entries" if kind == "entry" else f"{kind}s"
+    if kind == "MCP server":
+        return f"unknown MCP server {name!r}; this {owner}'s mcp_servers: {choices}"
     return f"unknown {kind} {name!r}; this {owner}'s {plural}: {choices}"
 
 

@@ -24,6 +24,9 @@ __all__ = [
     "FromPipelineSpec",
     "HandlerToolSpec",
     "LimitsSpec",
+    "McpHttpServerSpec",
+    "McpStdioServerSpec",
+    "McpToolSpec",
     "PipelineSpec",
     "PipelineToolSpec",
     "ProjectInfo",
@@ -44,6 +47,9 @@ MAX_TOOL_DESCRIPTION = 4096
 #: Step ids and tool names.
 STEP_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,127}$"
+#: MCP server names (``mcp_servers`` keys).
+MCP_SERVER_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+_ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 Reference = Annotated[
     str,
@@ -205,11 +211,26 @@ class AgentToolSpec(_Spec):
     approval: Approval = _APPROVAL
 
 
+class McpToolSpec(_Spec):
+    """Tools of an MCP server of this project, registered as ``<key>__<tool>``."""
+
+    mcp: Annotated[str, Field(pattern=MCP_SERVER_PATTERN)] = Field(
+        description="The server's name in mcp_servers."
+    )
+    include: list[Text] = Field(
+        min_length=1,
+        json_schema_extra={"uniqueItems": True},
+        description="The server's tools the agent may call (the server describes them when a "
+        "run connects; any other tool cannot be called).",
+    )
+
+
 ToolSpec = Annotated[
-    Reference | HandlerToolSpec | PipelineToolSpec | AgentToolSpec,
+    Reference | HandlerToolSpec | PipelineToolSpec | AgentToolSpec | McpToolSpec,
     Field(
         description="A define_tool/pipeline_tool object by import path, a tool around a plain "
-        "function, or {pipeline: id} / {agent: id} of this project."
+        "function, {pipeline: id} / {agent: id} of this project, or {mcp: server, include: "
+        "[tool, ...]}."
     ),
 ]
 
@@ -364,6 +385,48 @@ class PipelineSpec(_Spec):
     steps: list[StepSpec] = Field(min_length=1, description="The steps, in declaration order.")
 
 
+Timeout = Annotated[
+    float,
+    Field(gt=0, le=86400, description="Seconds each request may take (default 60); past it "
+          "the run fails."),
+]
+
+
+class McpStdioServerSpec(_Spec):
+    """An MCP server started as a subprocess for each run, speaking MCP on stdin/stdout."""
+
+    command: list[Text] = Field(
+        min_length=1,
+        description="The program and its arguments; 'python' as the program is the Python "
+        "that runs tubeless.",
+    )
+    env: dict[Annotated[str, Field(pattern=_ENV_NAME_PATTERN)], str] = Field(
+        default_factory=dict,
+        description="Environment variables for the process (literal values), over a minimal "
+        "inherited set (HOME, PATH, ...).",
+        json_schema_extra={"propertyNames": {"pattern": _ENV_NAME_PATTERN}},
+    )
+    cwd: Text | None = Field(
+        default=None,
+        description="The working directory, relative to this file (default: this file's folder).",
+    )
+    timeout_s: Timeout = 60.0
+
+
+class McpHttpServerSpec(_Spec):
+    """An MCP server reached over streamable HTTP."""
+
+    url: Annotated[str, Field(pattern=r"^https?://\S+$")] = Field(
+        description="The endpoint, e.g. http://127.0.0.1:8000/mcp."
+    )
+    headers_env: dict[str, Annotated[str, Field(pattern=_ENV_NAME_PATTERN)]] = Field(
+        default_factory=dict,
+        description="HTTP headers whose values are read from these environment variables when "
+        "a run connects (never written in the file).",
+    )
+    timeout_s: Timeout = 60.0
+
+
 class ProjectSpec(_Spec):
     """A tubeless project file (version 1)."""
 
@@ -389,4 +452,12 @@ class ProjectSpec(_Spec):
         default_factory=dict,
         description="Pipelines by id.",
         json_schema_extra={"propertyNames": {"pattern": ID_PATTERN}},
+    )
+    mcp_servers: dict[
+        Annotated[str, Field(pattern=MCP_SERVER_PATTERN)], McpStdioServerSpec | McpHttpServerSpec
+    ] = Field(
+        default_factory=dict,
+        description="MCP servers by name: {command: [...], env, cwd, timeout_s} (stdio) or "
+        "{url, headers_env, timeout_s} (streamable HTTP). Only runs connect to them.",
+        json_schema_extra={"propertyNames": {"pattern": MCP_SERVER_PATTERN}},
     )

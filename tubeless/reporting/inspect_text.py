@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from tubeless.agent._sources import remotes
 from tubeless.pipeline import DefinitionIdentity, Pipeline, Step
 from tubeless.reporting.graph import agent_tools
 from tubeless.reporting.plan_text import format_plan
@@ -26,6 +27,7 @@ def format_inspect(
     entry_id: str,
     kind: EntryKind,
     strict: Mapping[str, Sequence[str]] | None = None,
+    live: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
     """The text report of one project entry, ending in one newline.
 
@@ -35,6 +37,8 @@ def format_inspect(
         kind: Whether the project declares it under ``agents`` or ``pipelines``.
         strict: Per tool name, why its descriptor is outside OpenAI's strict subset (empty:
             strict mode applies); shown under each tool when given.
+        live: Per MCP tool name, the descriptor its server gave (``inspect --connect``):
+            shown instead of the placeholder; without it nothing was contacted.
     """
     lines = [f"Entry {entry_id} ({kind})", f"Pipeline {pipeline.id}"]
     if pipeline.name:
@@ -48,11 +52,17 @@ def format_inspect(
     lines.extend(format_plan(pipeline.plan()).splitlines())
     for s in _agent_steps(pipeline):
         lines.append("")
-        lines.extend(_agent_lines(s, strict))
+        lines.extend(_agent_lines(s, strict, live))
     return "\n".join(lines) + "\n"
 
 
-def inspect_dict(pipeline: Pipeline, *, entry_id: str, kind: EntryKind) -> dict[str, Any]:
+def inspect_dict(
+    pipeline: Pipeline,
+    *,
+    entry_id: str,
+    kind: EntryKind,
+    live: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The JSON form of :func:`format_inspect` (``tubeless inspect --json``).
 
     ``agent`` describes the first agent step (every agent has exactly one), or is ``None``.
@@ -68,7 +78,7 @@ def inspect_dict(pipeline: Pipeline, *, entry_id: str, kind: EntryKind) -> dict[
         "step_ids": list(pipeline.step_ids),
         "identity": _identity_dict(pipeline.identity),
         "plan": pipeline.plan().to_dict(definition=True),
-        "agent": _agent_dict(agents[0]) if agents else None,
+        "agent": _agent_dict(agents[0], live) if agents else None,
     }
 
 
@@ -97,18 +107,39 @@ def _identity_dict(identity: DefinitionIdentity) -> dict[str, Any]:
     return out
 
 
-def _agent_lines(s: Step, strict: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+def _mcp_line(s: Step, live: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    servers = sorted({str(getattr(r.source, "name", "?")) for r in remotes(s).values()})
+    if not servers:
+        return []
+    names = ", ".join(servers)
+    if live is None:
+        return [f"MCP: tools of {names} are described by their server when a run connects "
+                "(inspect --connect shows them)"]
+    return [f"MCP: connected to {names} for the live descriptions and input schemas below"]
+
+
+def _agent_lines(
+    s: Step,
+    strict: Mapping[str, Sequence[str]] | None = None,
+    live: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[str]:
     assert s.agent is not None
     limits: Mapping[str, Any] = s.agent.get("limits", {})
     shown = " ".join(f"{_snake(key)}={limits[key]}" for key in _LIMITS if key in limits)
-    lines = [f"Limits: {shown or 'none'}"]
+    lines = [f"Limits: {shown or 'none'}", *_mcp_line(s, live)]
     tools = agent_tools(s)
+    sourced = remotes(s)
     lines.append("Tools:" if tools else "Tools: none")
     for tool in tools:
         target = "" if tool.kind == "function" else f" {tool.pipeline_id}"
-        lines.append(f"  {tool.name} ({tool.kind}{target})")
-        lines.append(f"    description: {_one_line(tool.description)}")
-        lines.append(f"    input: {_compact(tool.input_json_schema)}")
+        remote = sourced.get(tool.name)
+        kind = tool.kind if remote is None else f"mcp {getattr(remote.source, 'name', '?')}"
+        lines.append(f"  {tool.name} ({kind}{target if remote is None else ''})")
+        described = (live or {}).get(tool.name)
+        description = tool.description if described is None else described["description"]
+        schema = tool.input_json_schema if described is None else described["input_json_schema"]
+        lines.append(f"    description: {_one_line(description)}")
+        lines.append(f"    input: {_compact(schema)}")
         if tool.approval != "never":
             lines.append(f"    approval: {tool.approval}")
         if strict is not None and tool.name in strict:
@@ -121,22 +152,35 @@ def _agent_lines(s: Step, strict: Mapping[str, Sequence[str]] | None = None) -> 
     return lines
 
 
-def _agent_dict(s: Step) -> dict[str, Any]:
+def _agent_dict(s: Step, live: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     assert s.agent is not None
     limits: Mapping[str, Any] = s.agent.get("limits", {})
+    sourced = remotes(s)
+    capabilities: list[dict[str, Any]] = []
+    for tool in agent_tools(s):
+        entry: dict[str, Any] = {
+            "name": tool.name,
+            "description": tool.description,
+            "input_json_schema": tool.input_json_schema,
+            "kind": tool.kind,
+            "pipeline_id": tool.pipeline_id,
+            **({} if tool.approval == "never" else {"approval": tool.approval}),
+        }
+        remote = sourced.get(tool.name)
+        if remote is not None:
+            described = (live or {}).get(tool.name)
+            if described is not None:
+                entry["description"] = described["description"]
+                entry["input_json_schema"] = described["input_json_schema"]
+            entry["mcp"] = {
+                "server": getattr(remote.source, "name", None),
+                "tool": remote.name,
+                "live": described is not None,
+            }
+        capabilities.append(entry)
     return {
         "limits": {_snake(key): value for key, value in limits.items()},
-        "capabilities": [
-            {
-                "name": tool.name,
-                "description": tool.description,
-                "input_json_schema": tool.input_json_schema,
-                "kind": tool.kind,
-                "pipeline_id": tool.pipeline_id,
-                **({} if tool.approval == "never" else {"approval": tool.approval}),
-            }
-            for tool in agent_tools(s)
-        ],
+        "capabilities": capabilities,
         "result_json_schema": s.agent.get("resultJsonSchema"),
         "turn_pipeline_id": s.agent.get("turnPipelineId"),
     }

@@ -1,0 +1,114 @@
+"""A small MCP server for the tests, built with the SDK's low-level server API.
+
+``python mcp_test_server.py stdio`` serves on stdin/stdout; ``python mcp_test_server.py http
+PORT_FILE`` serves streamable HTTP on 127.0.0.1 (a free port, written to PORT_FILE once it
+listens). When ``MCP_TEST_LOG`` names a file, the server appends one line per event: ``pid N``
+at start, ``call NAME`` when a tool starts, ``cancelled ID`` for each notifications/cancelled,
+``interrupted hang`` when the hanging call is cancelled.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+_TEXT = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+_NONE: dict[str, Any] = {"type": "object", "properties": {}}
+TOOLS = {
+    "echo": ("Echoes the text back as structured content.", _TEXT),
+    "shout": ("Answers the text in capitals, as text content.", _TEXT),
+    "fail": ("Always reports a tool error (isError).", _NONE),
+    "protocol": ("Always answers with a JSON-RPC error.", _NONE),
+    "crash": ("Exits the server process in the middle of the call.", _NONE),
+    "hang": ("Never answers.", _NONE),
+    "secret": ("A tool the tests never include.", _NONE),
+}
+
+
+def log(line: str) -> None:
+    path = os.environ.get("MCP_TEST_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(line + "\n")
+
+
+async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    return types.ListToolsResult(
+        tools=[
+            types.Tool(name=name, description=text, input_schema=schema)
+            for name, (text, schema) in TOOLS.items()
+        ]
+    )
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    name, arguments = params.name, params.arguments or {}
+    log(f"call {name}")
+    if name == "echo":
+        return types.CallToolResult(
+            content=[types.TextContent(text=arguments["text"])],
+            structured_content={"echo": arguments["text"]},
+        )
+    if name == "shout":
+        return types.CallToolResult(content=[types.TextContent(text=arguments["text"].upper())])
+    if name == "fail":
+        return types.CallToolResult(content=[types.TextContent(text="it broke")], is_error=True)
+    if name == "protocol":
+        raise MCPError(code=-32602, message="the server refused the request")
+    if name == "crash":
+        os._exit(3)
+    if name == "hang":
+        try:
+            await anyio.sleep(3600)
+        except anyio.get_cancelled_exc_class():
+            log("interrupted hang")
+            raise
+    raise MCPError(code=-32601, message=f"no tool {name}")
+
+
+async def cancelled(ctx: Any, params: types.CancelledNotificationParams) -> None:
+    log(f"cancelled {params.request_id}")
+
+
+def build() -> Server[Any]:
+    server: Server[Any] = Server("tubeless-test", on_list_tools=list_tools, on_call_tool=call_tool)
+    server.add_notification_handler(
+        "notifications/cancelled", types.CancelledNotificationParams, cancelled
+    )
+    return server
+
+
+async def serve_stdio() -> None:
+    server = build()
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def serve_http(port_file: str) -> None:
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    app = build().streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    with open(port_file + ".tmp", "w") as file:
+        file.write(str(sock.getsockname()[1]))
+    os.replace(port_file + ".tmp", port_file)
+    await server.serve(sockets=[sock])
+
+
+if __name__ == "__main__":
+    log(f"pid {os.getpid()}")
+    if sys.argv[1] == "stdio":
+        anyio.run(serve_stdio)
+    else:
+        anyio.run(serve_http, sys.argv[2])

@@ -1,0 +1,47 @@
+"""MCP servers as tool sources, on the official ``mcp`` SDK (``pip install 'tubeless[mcp]'``).
+
+::
+
+    from tubeless.mcp import McpServer, mcp_tools
+
+    notes = McpServer.stdio("notes", ["python", "-m", "examples.notes_server"])
+    agent = define_agent(..., tools={**mcp_tools(notes, ["add_note", "find_notes"])})
+
+registers ``notes__add_note`` and ``notes__find_notes``. Defining, planning, inspecting and
+graphing contact nothing (the SDK is not even imported); each agent run connects once at its
+start, checks every included tool exists, takes the server's descriptions and input schemas,
+and closes the connection when it ends (stopping a stdio server's process). ``isError``
+results and JSON-RPC errors are recoverable outcomes (``MCP_TOOL_ERROR``,
+``MCP_PROTOCOL_ERROR``); transport failures and timeouts fail the run (:class:`McpError`).
+MCP tools are skipped in dry runs. (They are the tools durable runs will treat as unsafe to
+replay: ``Tool.remote`` is set on each.)
+"""
+
+from __future__ import annotations
+
+from tubeless.mcp._errors import (
+    MCP_CONNECTION_FAILED,
+    MCP_PROTOCOL_ERROR,
+    MCP_TIMEOUT,
+    MCP_TOOL_ERROR,
+    MCP_TOOL_MISSING,
+    MCP_UNAVAILABLE,
+    McpError,
+)
+from tubeless.mcp._live import describe_servers
+from tubeless.mcp._server import DEFAULT_TIMEOUT_S, McpServer, mcp_tools, registered_name
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "MCP_CONNECTION_FAILED",
+    "MCP_PROTOCOL_ERROR",
+    "MCP_TIMEOUT",
+    "MCP_TOOL_ERROR",
+    "MCP_TOOL_MISSING",
+    "MCP_UNAVAILABLE",
+    "McpError",
+    "McpServer",
+    "describe_servers",
+    "mcp_tools",
+    "registered_name",
+]

@@ -1,0 +1,39 @@
+"""The MCP error and its codes (outcome codes are the agent's, fatal ones are ``McpError``)."""
+
+from __future__ import annotations
+
+from tubeless.errors import TubelessError
+
+__all__ = [
+    "MCP_CONNECTION_FAILED",
+    "MCP_PROTOCOL_ERROR",
+    "MCP_TIMEOUT",
+    "MCP_TOOL_ERROR",
+    "MCP_TOOL_MISSING",
+    "MCP_UNAVAILABLE",
+    "McpError",
+]
+
+#: Outcome codes (recoverable: the agent sees them and goes on).
+MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
+MCP_PROTOCOL_ERROR = "MCP_PROTOCOL_ERROR"
+#: Fatal codes (the run fails).
+MCP_UNAVAILABLE = "TUBELESS_MCP_UNAVAILABLE"
+MCP_CONNECTION_FAILED = "TUBELESS_MCP_CONNECTION_FAILED"
+MCP_TIMEOUT = "TUBELESS_MCP_TIMEOUT"
+MCP_TOOL_MISSING = "TUBELESS_MCP_TOOL_MISSING"
+
+
+class McpError(TubelessError):
+    """An MCP server cannot be used: the SDK is missing, the transport failed, a request timed
+    out, or an included tool is not offered. Always fatal to the run.
+
+    Attributes:
+        server: The server's name (``None`` when no server is concerned yet).
+    """
+
+    server: str | None
+
+    def __init__(self, code: str, message: str, *, server: str | None = None) -> None:
+        super().__init__(code, message)
+        self.server = server
