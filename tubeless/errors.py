@@ -28,6 +28,10 @@ varies shows its family. Grouped by the layer that raises them::
     ├── TraceReadError                  TUBELESS_TRACE_INVALID (.path, .line, .problem, .bound)
     ├── CheckpointError                 TUBELESS_CHECKPOINT_*, TUBELESS_AGENT_INVALID_CHECKPOINT_KEY
     │
+    │   batch runs: tubeless.batch
+    ├── BatchError                      TUBELESS_BATCH_* (an unreadable inputs file, an engine
+    │                                   that cannot start); a row's own failure is a row, not this
+    │
     │   projects: tubeless.errors
     ├── ProjectError                    TUBELESS_*_INVALID (.issues: every problem, in file order)
     │   ├── DocumentError               TUBELESS_DOCUMENT_INVALID
@@ -100,6 +104,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentDefinitionError",
+    "BatchError",
     "CheckpointError",
     "DocumentError",
     "ErrorCause",
@@ -180,6 +185,14 @@ CHECKPOINT_INVALID = "TUBELESS_CHECKPOINT_INVALID"
 CHECKPOINT_INVALID_KEY = "TUBELESS_AGENT_INVALID_CHECKPOINT_KEY"
 CHECKPOINT_MISMATCH = "TUBELESS_AGENT_CHECKPOINT_MISMATCH"
 CALL_INTERRUPTED = "TUBELESS_AGENT_CALL_INTERRUPTED"
+
+# -- batch runs (round 2) -------------------------------------------------------------------------
+#: A row's input cannot be read (not JSON), or the inputs file is not a list of inputs.
+BATCH_INPUT_INVALID = "TUBELESS_BATCH_INPUT_INVALID"
+#: The worker process or actor running a row died before returning it.
+BATCH_WORKER_DIED = "TUBELESS_BATCH_WORKER_DIED"
+#: An engine cannot be used: Ray not installed, or an entry workers cannot load from its files.
+BATCH_ENGINE_UNAVAILABLE = "TUBELESS_BATCH_ENGINE_UNAVAILABLE"
 
 # -- projects -------------------------------------------------------------------------------------
 DOCUMENT_INVALID = "TUBELESS_DOCUMENT_INVALID"
@@ -384,6 +397,10 @@ class PipelineExecutionError(TubelessError):
 
 class CheckpointError(TubelessError):
     """A checkpoint store refused: a key in use, an unusable file, a key or document mismatch."""
+
+
+class BatchError(TubelessError):
+    """A batch cannot start: its inputs file is unusable or its engine cannot run the entry."""
 
 
 class ProjectError(TubelessError):
