@@ -36,6 +36,7 @@ from tubeless.errors import (
     OPTIONS_VALIDATION_FAILED,
     TRACE_INVALID,
     AgentDefinitionError,
+    BatchError,
     DocumentError,
     PipelineDefinitionError,
     PipelineExecutionError,
@@ -149,7 +150,7 @@ def _tubeless_exit_code(exc: TubelessError, command: str | None) -> int:
         return _run_exit_code(exc)
     if isinstance(exc, DocumentError | TemplateError):
         return EXIT_VALIDATION
-    if exc.code == TRACE_INVALID:
+    if exc.code == TRACE_INVALID or isinstance(exc, BatchError):
         return EXIT_LOAD
     if isinstance(exc, ReferenceResolutionError):
         return EXIT_VALIDATION if command == "validate" else EXIT_LOAD

@@ -71,7 +71,10 @@ def read_inputs(source: str | os.PathLike[str] | Iterable[Any]) -> list[InputRow
         OSError: When the file cannot be read.
     """
     if not isinstance(source, str | os.PathLike):
-        return [InputRow(index=i, line=i + 1, raw=raw) for i, raw in enumerate(source)]
+        items = list(source)
+        if all(isinstance(item, InputRow) for item in items):
+            return items  # rows read earlier (the CLI reads them first, to report a bad file)
+        return [InputRow(index=i, line=i + 1, raw=raw) for i, raw in enumerate(items)]
     name = os.fspath(source)
     if name == "-":
         text = sys.stdin.read()
