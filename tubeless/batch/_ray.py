@@ -94,7 +94,7 @@ class RayEngine:
                 settings["address"] = self._address
             else:
                 settings.update(num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False)
-            await asyncio.to_thread(lambda: ray.init(**settings))
+            ray.init(**settings)  # on the main thread, where Ray can install its handlers
             self._started_ray = True
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self._options = {"num_cpus": min(1.0, cpus / self._size), "max_restarts": 0}
