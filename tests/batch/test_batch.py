@@ -164,3 +164,17 @@ def test_summary_counts_codes_and_percentiles() -> None:
         "5 rows: 4 completed, 1 failed (X 1); 1 already completed, not run again",
         "duration p50 2.5 ms, p95 3.9 ms; turns 8, calls 4",
     ]
+
+
+def test_worker_engines_refuse_a_pipeline_object(tmp_path: Path) -> None:
+    """process and ray load the entry from its project file: an object is refused at once."""
+    from tubeless.errors import BatchError
+    from tubeless.project import load_project
+
+    entry = load_project(rows_project(tmp_path)).entry()
+    with pytest.raises(BatchError) as caught:
+        _run(entry, [{"n": 1}], engine="process")  # type: ignore[arg-type]
+    assert caught.value.code == "TUBELESS_BATCH_ENGINE_UNAVAILABLE"
+    assert caught.value.message == (
+        "the process engine loads the entry from its project file in each worker: pass the "
+        "project's path (or an EntrySource), not a pipeline object")

@@ -59,10 +59,12 @@ class BatchProgress:
     Plain lines: one per failed row, and one each time another tenth of the rows is done.
     """
 
-    def __init__(self, stream: TextIO, total: int, *, live: bool | None = None) -> None:
+    def __init__(self, stream: TextIO, total: int, *, live: bool | None = None,
+                 label: str = "batch") -> None:
         from tubeless.reporting.plain import stream_is_terminal
 
         self.stream = stream
+        self.label = label
         self.total = total
         self.done = 0
         self.failed = 0
@@ -82,7 +84,7 @@ class BatchProgress:
             )
 
             self._bar = Progress(
-                TextColumn("batch"), BarColumn(), MofNCompleteColumn(),
+                TextColumn(label), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[failed]} failed"), TextColumn("{task.fields[rate]}"),
                 TimeRemainingColumn(), console=Console(file=stream), transient=False,
             )
@@ -101,17 +103,20 @@ class BatchProgress:
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, failed=self.failed, rate=rate)
             return
-        if row["status"] == "failed":
+        if row["status"] == "failed" and self.label == "batch":  # eval's table says it
             error = row.get("error", {})
             self._line(f"row {row['index']} failed: {error.get('code')}: {error.get('message')}")
         if self.total and self.done * 10 >= self._next_tenth * self.total:
             while self.done * 10 >= self._next_tenth * self.total:
                 self._next_tenth += 1
-            self._line(f"batch: {self.done}/{self.total} rows done, {self.failed} failed"
-                       + (f", {rate}" if rate else ""))
+            if self.label == "batch":
+                self._line(f"batch: {self.done}/{self.total} rows done, {self.failed} failed"
+                           + (f", {rate}" if rate else ""))
+            else:
+                self._line(f"{self.label}: {self.done}/{self.total} cases run")
 
     def cancelling(self, reason: str) -> None:
-        self._line(f"batch: {reason}; cancelling the rows in flight")
+        self._line(f"{self.label}: {reason}; cancelling the rows in flight")
 
     def _line(self, text: str) -> None:
         from tubeless.errors import one_line
@@ -187,7 +192,7 @@ def run_cli_batch(
     project: str, entry: Pipeline, entry_id: str | None, rows: list[Any], *,
     output: str | None, concurrency: int, engine: str, ray_address: str | None,
     trace: tuple[str, ...], retry_failed: bool, fail_fast: bool,
-    collect: list[RowOutcome] | None = None,
+    collect: list[RowOutcome] | None = None, label: str = "batch",
 ) -> int:
     """Run the batch with signal handling, progress and summary; the exit code."""
     from tubeless._cli._signals import RunSignals
@@ -195,7 +200,7 @@ def run_cli_batch(
     from tubeless.pipeline import CancelToken
     from tubeless.tracing import open_sink
 
-    progress = BatchProgress(sys.stderr, len(rows))
+    progress = BatchProgress(sys.stderr, len(rows), label=label)
     token = CancelToken()
     signals = RunSignals(token, progress)
     signals.install()
@@ -219,7 +224,7 @@ def run_cli_batch(
                     finished.append(outcome.row)
                     if collect is not None:
                         collect.append(outcome)
-                    if output is None:
+                    if output is None and label == "batch":
                         from tubeless.batch._output import row_line
 
                         sys.stdout.write(row_line(outcome.row))
@@ -239,8 +244,9 @@ def run_cli_batch(
                 click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
         signals.restore()
     summary = summarize(finished, total=len(rows), skipped=progress.reused)
-    for line in summary.lines():
-        click.echo(f"batch: {line}", err=True)
+    if label == "batch":
+        for line in summary.lines():
+            click.echo(f"batch: {line}", err=True)
     if signals.acted:
         click.echo(f"error: {signals.cancelled_line().replace('the run', 'the batch')}",
                    err=True)

@@ -9,6 +9,7 @@ against the expectations of a cases file.
 from __future__ import annotations
 
 from tubeless.batch._engine import ENGINES, Engine, EngineName, EntrySource
+from tubeless.batch._eval import CaseResult, check_case, format_table, junit_xml, run_eval
 from tubeless.batch._inputs import InputRow, read_inputs, row_key
 from tubeless.batch._row import RowOutcome
 from tubeless.batch._runner import BatchSummary, run_batch, run_outcomes, summarize
@@ -16,14 +17,19 @@ from tubeless.batch._runner import BatchSummary, run_batch, run_outcomes, summar
 __all__ = [
     "ENGINES",
     "BatchSummary",
+    "CaseResult",
     "Engine",
     "EngineName",
     "EntrySource",
     "InputRow",
     "RowOutcome",
+    "check_case",
+    "format_table",
+    "junit_xml",
     "read_inputs",
     "row_key",
     "run_batch",
+    "run_eval",
     "run_outcomes",
     "summarize",
 ]
