@@ -50,6 +50,7 @@ def _wait_for_rows(output: Path, process: subprocess.Popen[str], count: int) -> 
 
 @pytest.mark.parametrize("how, engine", [
     pytest.param(signal.SIGINT, "local", id="sigint-local"),
+    pytest.param(signal.SIGINT, "process", id="sigint-process"),
     pytest.param(signal.SIGKILL, "local", id="sigkill-local"),
     pytest.param(signal.SIGKILL, "process", id="sigkill-process"),
 ])
