@@ -8,7 +8,6 @@ signal cancelled the batch.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -195,6 +194,8 @@ def run_cli_batch(
     collect: list[RowOutcome] | None = None, label: str = "batch",
 ) -> int:
     """Run the batch with signal handling, progress and summary; the exit code."""
+    import asyncio
+
     from tubeless._cli._signals import RunSignals
     from tubeless.batch import EntrySource, summarize
     from tubeless.pipeline import CancelToken
