@@ -1,5 +1,6 @@
 """The same batch on the local, process and ray engines: identical rows (ids aside) and the same
-trace shape, 200 root runs each. Ray is real: a local Ray started once for this module with
+trace shape, 200 root runs each; untraced rows (turns and calls from the agent's budget) equal
+traced ones (counted from records). Ray is real: a local Ray started once for this module with
 ``num_cpus=2`` (in a helper process, so that each batch connects to it as to a cluster and
 ships the project through Ray's runtime environment)."""
 
@@ -89,6 +90,8 @@ def test_200_rows_give_the_same_rows_and_trace_on_every_engine(
         assert len(roots) == 200
         assert {r["runId"] for r in roots} == {row["run_id"] for row in rows[engine]}
         shapes[engine] = _shape(records)
+    untraced = _batch(project, inputs, None, engine="local", concurrency=2)  # budgets, no sink
+    assert without_ids(untraced) == without_ids(rows["local"])
     assert without_ids(rows["process"]) == without_ids(rows["local"])
     assert without_ids(rows["ray"]) == without_ids(rows["local"])
     assert shapes["process"] == shapes["local"] == shapes["ray"]

@@ -221,6 +221,7 @@ def run_cli_batch(
                     source, rows, concurrency=concurrency, engine=engine,  # type: ignore[arg-type]
                     trace=sinks, output=output, retry_failed=retry_failed, fail_fast=fail_fast,
                     ray_address=ray_address, signal=token, on_row=progress.row,
+                    count_tools=label == "eval",
                 ):
                     finished.append(outcome.row)
                     if collect is not None:

@@ -19,7 +19,7 @@ from typing import Any
 from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
-from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
+from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope
 from tubeless.agent._state import own
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
 from tubeless.agent._trace import agent_trace
@@ -292,6 +292,10 @@ def _compile(
         parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
         depth = ctx.slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
         scope = Scope(Budget(ctx.run_id, depth, limits), parent)
+        if parent is None:
+            budgets = ROOT_BUDGETS.get()
+            if budgets is not None:
+                budgets.append(scope.budget)
         return await iterate(step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope}))
 
     agent_step = replace(

@@ -65,16 +65,19 @@ class Engine(Protocol):
 class LocalEngine:
     """Rows as asyncio tasks in this process, sharing its event loop."""
 
-    def __init__(self, entry: Pipeline, *, traced: bool, signal: CancelToken) -> None:
+    def __init__(self, entry: Pipeline, *, traced: bool, tools: bool,
+                 signal: CancelToken) -> None:
         self._entry = entry
         self._traced = traced
+        self._tools = tools
         self._signal = signal
 
     async def start(self) -> None:
         pass
 
     async def run(self, item: InputRow, key: str, *, retry: bool = False) -> RowOutcome:
-        return await run_row(self._entry, item, key, traced=self._traced, signal=self._signal)
+        return await run_row(self._entry, item, key, traced=self._traced, tools=self._tools,
+                             signal=self._signal)
 
     def cancel(self, reason: str) -> None:
         self._signal.cancel(reason)
@@ -90,6 +93,7 @@ def make_engine(
     concurrency: int,
     traced: bool,
     signal: CancelToken,
+    tools: bool = False,
     ray_address: str | None = None,
 ) -> Engine:
     """The engine called ``name`` for ``entry``.
@@ -100,7 +104,7 @@ def make_engine(
     """
     if name == "local":
         pipeline = entry.load() if isinstance(entry, EntrySource) else entry
-        return LocalEngine(pipeline, traced=traced, signal=signal)
+        return LocalEngine(pipeline, traced=traced, tools=tools, signal=signal)
     if not isinstance(entry, EntrySource):
         raise BatchError(
             BATCH_ENGINE_UNAVAILABLE,
@@ -110,11 +114,12 @@ def make_engine(
     if name == "process":
         from tubeless.batch._process import ProcessEngine
 
-        return ProcessEngine(entry, workers=concurrency, traced=traced, signal=signal)
+        return ProcessEngine(entry, workers=concurrency, traced=traced, tools=tools,
+                             signal=signal)
     if name == "ray":
         from tubeless.batch._ray import RayEngine
 
-        return RayEngine(entry, actors=concurrency, traced=traced, signal=signal,
+        return RayEngine(entry, actors=concurrency, traced=traced, tools=tools, signal=signal,
                          address=ray_address)
     raise BatchError(BATCH_ENGINE_UNAVAILABLE, f"unknown engine {name!r}; choose one of "
                      + ", ".join(ENGINES))

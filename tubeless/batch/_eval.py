@@ -158,7 +158,7 @@ async def run_eval(
     entry: Any = source.load() if engine == "local" else source
     outcomes = [outcome async for outcome in run_outcomes(
         entry, case_rows(loaded.cases), engine=engine, concurrency=concurrency, trace=trace,
-        ray_address=ray_address, signal=signal)]
+        ray_address=ray_address, signal=signal, count_tools=True)]
     by_index = {outcome.row["index"]: outcome for outcome in outcomes}
     return [check_case(case, by_index[i]) for i, case in enumerate(loaded.cases)
             if i in by_index]

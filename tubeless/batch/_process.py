@@ -46,11 +46,12 @@ class _Worker:
 class ProcessEngine:
     """``workers`` processes, one row in flight each."""
 
-    def __init__(self, source: EntrySource, *, workers: int, traced: bool,
+    def __init__(self, source: EntrySource, *, workers: int, traced: bool, tools: bool,
                  signal: CancelToken) -> None:
         self._source = source
         self._size = workers
         self._traced = traced
+        self._tools = tools
         self._signal = signal
         self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
         self._busy: set[_Worker] = set()
@@ -71,7 +72,8 @@ class ProcessEngine:
         parent, child = socket.socketpair()
         self._serial += 1
         spec = json.dumps({"path": self._source.path, "entry_id": self._source.entry_id,
-                           "traced": self._traced, "fd": child.fileno()})
+                           "traced": self._traced, "tools": self._tools,
+                           "fd": child.fileno()})
         process = subprocess.Popen(
             [sys.executable, "-m", "tubeless.batch._process", spec],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
@@ -156,17 +158,17 @@ def _worker_main(spec: str) -> None:
     settings = json.loads(spec)
     conn = Connection(settings["fd"])
     source = EntrySource(path=settings["path"], entry_id=settings["entry_id"])
-    traced = bool(settings["traced"])
+    traced, tools = bool(settings["traced"]), bool(settings["tools"])
     try:
         entry = source.load()
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready",))
-    asyncio.run(_serve(conn, entry, traced))
+    asyncio.run(_serve(conn, entry, traced, tools))
 
 
-async def _serve(conn: Connection, entry: Any, traced: bool) -> None:
+async def _serve(conn: Connection, entry: Any, traced: bool, tools: bool) -> None:
     from tubeless.pipeline import CancelToken
 
     loop = asyncio.get_running_loop()
@@ -188,7 +190,7 @@ async def _serve(conn: Connection, entry: Any, traced: bool) -> None:
     async def one(message: tuple[Any, ...]) -> None:
         _, index, line, raw, problem, text, key = message
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        outcome = await run_row(entry, item, key, traced=traced, signal=token)
+        outcome = await run_row(entry, item, key, traced=traced, tools=tools, signal=token)
         conn.send(outcome.to_wire())
 
     while True:

@@ -47,22 +47,23 @@ def shipped_folder(source: EntrySource) -> tuple[Path, str]:
 class _Actor:
     """Loads the entry once, then runs the rows it is sent (an async actor: cancellable)."""
 
-    def __init__(self, path: str, entry_id: str | None, traced: bool) -> None:
+    def __init__(self, path: str, entry_id: str | None, traced: bool, tools: bool) -> None:
         self._entry = EntrySource(path=str(Path(path).resolve()), entry_id=entry_id).load()
         self._traced = traced
+        self._tools = tools
 
     async def run(self, index: int, line: int, raw: Any, problem: str | None, text: str,
                   key: str) -> tuple[str, dict[str, int], list[str]]:
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        outcome = await run_row(self._entry, item, key, traced=self._traced)
+        outcome = await run_row(self._entry, item, key, traced=self._traced, tools=self._tools)
         return outcome.to_wire()
 
 
 class RayEngine:
     """``actors`` Ray actors, one row in flight each."""
 
-    def __init__(self, source: EntrySource, *, actors: int, traced: bool, signal: CancelToken,
-                 address: str | None) -> None:
+    def __init__(self, source: EntrySource, *, actors: int, traced: bool, tools: bool,
+                 signal: CancelToken, address: str | None) -> None:
         try:
             import ray
         except ImportError:
@@ -72,6 +73,7 @@ class RayEngine:
         self._source = source
         self._size = actors
         self._traced = traced
+        self._tools = tools
         self._signal = signal
         self._address = address or os.environ.get("RAY_ADDRESS") or None
         self._started_ray = False
@@ -105,7 +107,7 @@ class RayEngine:
     def _spawn(self) -> Any:
         actor_class = self._ray.remote(_Actor)
         return actor_class.options(**self._options).remote(
-            self._relative, self._source.entry_id, self._traced)
+            self._relative, self._source.entry_id, self._traced, self._tools)
 
     async def run(self, item: InputRow, key: str, *, retry: bool = False) -> RowOutcome:
         ray = self._ray

@@ -106,28 +106,49 @@ async def run_row(
     key: str,
     *,
     traced: bool,
+    tools: bool = False,
     signal: CancelToken | None = None,
 ) -> RowOutcome:
-    """Run ``entry`` on ``item``'s input as a root run and describe it as a row."""
+    """Run ``entry`` on ``item``'s input as a root run and describe it as a row.
+
+    Args:
+        traced: Keep the row's trace records (the batch has sinks).
+        tools: Count calls per tool name (eval's ``tools`` expectation).
+
+    A row that needs neither runs untraced (the fast path): its turns and calls are read from
+    the root agent's budget instead of counted from records; both give the same numbers.
+    """
     if item.problem is not None:
         return failed_row(item, key, BATCH_INPUT_INVALID, f"line {item.line}: {item.problem}")
-    sink = RowSink(keep=traced)
+    from tubeless.agent._scope import ROOT_BUDGETS
+
+    sink = RowSink(keep=traced) if traced or tools else None
+    budgets: list[Any] = []
+    token = ROOT_BUDGETS.set(budgets) if sink is None else None
     start = time.perf_counter()
     try:
-        run = await entry.run(item.raw, trace=[sink], signal=signal)
+        run = await entry.run(item.raw, trace=None if sink is None else [sink], signal=signal)
     except asyncio.CancelledError:
         # The task was cancelled (a second signal): the run recorded its cancellation.
         duration = (time.perf_counter() - start) * 1000
         outcome = failed_row(item, key, RUN_CANCELLED, "the row was cancelled", duration)
         outcome.row["status"] = "cancelled"
-        outcome.records = sink.records
+        outcome.records = sink.records if sink is not None else []
         return outcome
+    finally:
+        if token is not None:
+            ROOT_BUDGETS.reset(token)
     duration = (time.perf_counter() - start) * 1000
-    return RowOutcome(row=_row(item, key, run, sink, duration), tools=dict(sink.tools),
-                      records=sink.records)
+    if sink is not None:
+        turns, calls, counted = sink.turns, sum(sink.tools.values()), dict(sink.tools)
+    else:
+        turns = sum(b.decisions for b in budgets if b.id == run.run_id)
+        calls, counted = sum(b.calls for b in budgets), {}
+    return RowOutcome(row=_row(item, key, run, turns, calls, duration), tools=counted,
+                      records=sink.records if sink is not None else [])
 
 
-def _row(item: InputRow, key: str, run: PipelineRun, sink: RowSink,
+def _row(item: InputRow, key: str, run: PipelineRun, turns: int, calls: int,
          duration_ms: float) -> dict[str, Any]:
     row: dict[str, Any] = {"index": item.index, "key": key, "status": run.status}
     if run.status == "completed":
@@ -138,8 +159,8 @@ def _row(item: InputRow, key: str, run: PipelineRun, sink: RowSink,
         row["error"] = _error(item, run)
     row["run_id"] = run.run_id
     row["duration_ms"] = round(duration_ms, 3)
-    row["turns"] = sink.turns
-    row["calls"] = sum(sink.tools.values())
+    row["turns"] = turns
+    row["calls"] = calls
     return row
 
 

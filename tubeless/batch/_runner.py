@@ -93,8 +93,10 @@ async def run_outcomes(
     ray_address: str | None = None,
     signal: CancelToken | None = None,
     on_row: OnRow | None = None,
+    count_tools: bool = False,
 ) -> AsyncIterator[RowOutcome]:
-    """:func:`run_batch`, yielding each row with its calls per tool (what eval needs)."""
+    """:func:`run_batch`, yielding each row's :class:`RowOutcome`; with ``count_tools`` its
+    calls per tool name too (what eval needs)."""
     from tubeless.pipeline import CancelToken
     from tubeless.tracing import TraceFanout
 
@@ -112,7 +114,7 @@ async def run_outcomes(
     store = BatchOutput(output) if output is not None else None
     runner = make_engine(engine, pipeline if engine == "local" else entry,
                          concurrency=concurrency, traced=bool(sinks), signal=token,
-                         ray_address=ray_address)
+                         tools=count_tools, ray_address=ray_address)
     batch = _Batch(rows, keys, runner, store, fanout, token, retry_failed=retry_failed,
                    fail_fast=fail_fast, on_row=on_row)
     try:
@@ -137,8 +139,12 @@ class _Batch:
         self.changed = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
         self.stopping = False
+        self.closed = False
 
     def stop(self) -> None:
+        """The batch is over (finished, or its consumer went away): rows still in flight are
+        cancelled and will not be recorded."""
+        self.closed = True
         for task in self.tasks:
             task.cancel()
 
@@ -190,6 +196,8 @@ class _Batch:
             self._finished(outcome)
 
     def _finished(self, outcome: RowOutcome) -> None:
+        if self.closed:
+            return
         for record in outcome.records:
             self.fanout.export(record)
         outcome.records = []
