@@ -111,10 +111,10 @@ async def run_outcomes(
     sinks = [] if trace is None else [trace] if not isinstance(trace, Sequence) else list(trace)
     fanout = TraceFanout(sinks)
     token = signal if signal is not None else CancelToken()
-    store = BatchOutput(output) if output is not None else None
     runner = make_engine(engine, pipeline if engine == "local" else entry,
                          concurrency=concurrency, traced=bool(sinks), signal=token,
                          tools=count_tools, ray_address=ray_address)
+    store = BatchOutput(output) if output is not None else None
     batch = _Batch(rows, keys, runner, store, fanout, token, retry_failed=retry_failed,
                    fail_fast=fail_fast, on_row=on_row)
     try:
