@@ -178,3 +178,16 @@ def test_worker_engines_refuse_a_pipeline_object(tmp_path: Path) -> None:
     assert caught.value.message == (
         "the process engine loads the entry from its project file in each worker: pass the "
         "project's path (or an EntrySource), not a pipeline object")
+
+
+@pytest.mark.parametrize("engine", ["local", "process"])
+def test_stdout_holds_only_rows(tmp_path: Path, engine: str) -> None:
+    """A handler's print() goes to stderr, never among the rows (worker processes too)."""
+    from tests.fixtures.cli import tubeless_process
+
+    project = rows_project(tmp_path)
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 7}, {"n": 8}])
+    outcome = tubeless_process("batch", project, inputs, "--engine", engine)
+    assert outcome.code == 0, outcome.err
+    assert [json.loads(line)["result"]["square"] for line in outcome.out.splitlines()] == [49, 64]
+    assert "noise from a handler" in outcome.err

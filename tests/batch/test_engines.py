@@ -7,6 +7,7 @@ ships the project through Ray's runtime environment)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -16,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.batch import rows_project, without_ids
+from tests.fixtures.batch import rows_project, without_ids, write_inputs
+from tests.fixtures.cli import tubeless
 from tests.fixtures.processes import HANG_GUARD, cli_env
 from tubeless.batch import run_batch
 from tubeless.tracing import NdjsonSink, read_trace
@@ -98,10 +100,17 @@ def test_200_rows_give_the_same_rows_and_trace_on_every_engine(
     assert [row["status"] for row in rows["local"][-3:]] == ["completed", "failed", "failed"]
 
 
-def test_a_row_that_kills_its_ray_actor_fails_alone(tmp_path: Path, ray_address: str) -> None:
+def test_a_row_that_kills_its_ray_actor_fails_alone(
+    tmp_path: Path, ray_address: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the CLI, with the cluster named by RAY_ADDRESS."""
     project = rows_project(tmp_path)
-    rows = _batch(project, [{"n": 1}, {"n": -1}, {"n": 3}], engine="ray", concurrency=2,
-                  ray_address=ray_address)
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}, {"n": -1}, {"n": 3}])
+    monkeypatch.setenv("RAY_ADDRESS", ray_address)
+    outcome = tubeless(capsys, "batch", project, inputs, "--engine", "ray", "-c", "2")
+    assert outcome.code == 6
+    rows = [json.loads(line) for line in outcome.out.splitlines()]
     assert [row["status"] for row in rows] == ["completed", "failed", "completed"]
     assert rows[1]["error"]["code"] == "TUBELESS_BATCH_WORKER_DIED"
     assert rows[1]["error"]["message"].startswith("the Ray actor running the row died")

@@ -195,6 +195,7 @@ def run_cli_batch(
 ) -> int:
     """Run the batch with signal handling, progress and summary; the exit code."""
     import asyncio
+    import contextlib
 
     from tubeless._cli._signals import RunSignals
     from tubeless.batch import EntrySource, summarize
@@ -229,14 +230,18 @@ def run_cli_batch(
                     if output is None and label == "batch":
                         from tubeless.batch._output import row_line
 
-                        sys.stdout.write(row_line(outcome.row))
-                        sys.stdout.flush()
+                        rows_out.write(row_line(outcome.row))
+                        rows_out.flush()
             except asyncio.CancelledError:
                 pass
             finally:
                 signals.detach()
 
-        asyncio.run(drive())
+        # stdout holds rows only: anything else printed meanwhile (a handler's print(), Ray's
+        # messages about its workers) goes to stderr.
+        rows_out = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            asyncio.run(drive())
     finally:
         progress.close()
         for sink in sinks:

@@ -77,6 +77,7 @@ class ProcessEngine:
         process = subprocess.Popen(
             [sys.executable, "-m", "tubeless.batch._process", spec],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+            stdout=2,  # what a handler prints must not land among the rows on stdout
         )
         child.close()
         return _Worker(process, Connection(parent.detach()), self._serial)
