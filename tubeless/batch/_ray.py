@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +98,14 @@ class RayEngine:
                 settings["address"] = self._address
             else:
                 settings.update(num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False)
-            ray.init(**settings)  # on the main thread, where Ray can install its handlers
+            # ray.init replaces the SIGTERM handler (with a sys.exit) on the main thread: keep
+            # the caller's (the CLI's cooperative cancellation) in place.
+            handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+            ray.init(**settings)
+            if threading.current_thread() is threading.main_thread():
+                for sig, handler in handlers.items():
+                    if handler is not None:
+                        signal.signal(sig, handler)
             self._started_ray = True
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self._options = {"num_cpus": min(1.0, cpus / self._size), "max_restarts": 0}

@@ -236,6 +236,9 @@ class BatchSummary:
             head += " (" + ", ".join(f"{code} {n}" for code, n in self.failed.items()) + ")"
         if self.cancelled:
             head += f", {self.cancelled} cancelled"
+        not_run = self.rows - self.completed - failed - self.cancelled
+        if not_run > 0:
+            head += f", {not_run} not run"
         if self.skipped:
             head += f"; {self.skipped} already completed, not run again"
         lines = [head]
