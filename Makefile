@@ -22,7 +22,7 @@ help:
 	@echo "make test                             ruff, mypy, import contracts, pytest"
 	@echo "make lint                             ruff, mypy, import contracts"
 	@echo "make bench                            on-demand benchmarks (never part of test)"
-	@echo "make schema                           regenerate schemas/project.schema.json"
+	@echo "make schema                           regenerate schemas/project.schema.json, cases.schema.json"
 	@echo "PYTHON=$(PYTHON) creates .venv (needs Python >= 3.11)"
 
 # Fails with one clear line when $(PYTHON) is missing or older than 3.11. It runs only when .venv

@@ -190,11 +190,16 @@ def main() -> int:
         _tracing_workload(rows, repeats)
     if wanted("W6"):
         _startup_workload(rows, max(3, repeats // 3))
+    if only.startswith("W7"):  # minutes long (worker processes, Ray): only when asked for
+        from benchmarks.batch import run as batch_workload
+
+        batch_workload(rows, 1 if args.quick else 3, emit=_emit)
     print()
     print(f"{'workload':28} {'measure':>14} {'baseline':>12} {'ratio':>7}")
     for row in rows:
         measure = next((f"{row[k]} {k}" for k in ("us_per_call", "us_per_run", "us_per_record",
-                                                   "ms", "ratio_4000_to_250") if k in row), "")
+                                                   "ms", "ratio_4000_to_250", "rows_per_s",
+                                                   "us_per_row") if k in row), "")
         base = next((str(row[k]) for k in ("baseline_us_per_call", "baseline_us_per_run")
                      if k in row), "")
         print(f"{row['workload']:28} {measure:>28} {base:>10} {row.get('ratio', ''):>7}")

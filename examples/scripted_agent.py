@@ -52,6 +52,13 @@ def reduce(state: Any, outcomes: Sequence[Any]) -> dict[str, Any]:
     return {"question": state["question"], "observations": [observe(o) for o in outcomes]}
 
 
+def check_answer(result: Any, summary: Any) -> None:
+    """An eval check (projects/scripted-agent.cases.yaml): one observation per uppercase call."""
+    observations = result["answer"].split("; ")
+    assert len(observations) == summary["calls"], f"{len(observations)} observations"
+    assert summary["tools"].get("count") == 1, "count was not called once"
+
+
 scripted_agent = define_agent(
     id="scripted-agent",
     name="Scripted agent",

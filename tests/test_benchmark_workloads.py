@@ -22,3 +22,16 @@ async def test_workloads_agree_with_the_baseline(
     pipeline = agent(turns, width, concurrency=concurrency, sync_tool=sync_tool)
     assert await pipeline.run_or_raise({}) == turns * width
     assert await baseline(turns, width, sync_tool=sync_tool) == turns * width
+
+
+@pytest.mark.parametrize("entry", ["cpu-row", "io-row"])
+async def test_batch_benchmark_rows_complete(entry: str) -> None:
+    """W7's rows (benchmarks/batch_project.yaml) run: one turn, one call, the tool's value."""
+    from benchmarks.batch import PROJECT
+    from benchmarks.batch_rows import burn
+    from tubeless.batch import run_batch
+
+    rows = [row async for row in run_batch(PROJECT, [{"i": 3}], entry_id=entry)]
+    expected = burn(3) if entry == "cpu-row" else 3
+    assert [(r["status"], r["result"], r["turns"], r["calls"]) for r in rows] == [
+        ("completed", expected, 2, 1)]

@@ -32,6 +32,9 @@ varies shows its family. Grouped by the layer that raises them::
     │   record and replay: tubeless.errors
     ├── CassetteError                   TUBELESS_CASSETTE_* (.path, .line): INVALID, MISMATCH
     ├── ReplayDivergedError             TUBELESS_REPLAY_DIVERGED (.route, .turn, .call_id, ...)
+    │   batch runs: tubeless.batch
+    ├── BatchError                      TUBELESS_BATCH_* (an unreadable inputs file, an engine
+    │                                   that cannot start); a row's own failure is a row, not this
     │
     │   projects: tubeless.errors
     ├── ProjectError                    TUBELESS_*_INVALID (.issues: every problem, in file order)
@@ -109,6 +112,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentDefinitionError",
+    "BatchError",
     "CassetteError",
     "CheckpointError",
     "DocumentError",
@@ -200,6 +204,14 @@ CALL_INTERRUPTED = "TUBELESS_AGENT_CALL_INTERRUPTED"
 REPLAY_DIVERGED = "TUBELESS_REPLAY_DIVERGED"
 CASSETTE_INVALID = "TUBELESS_CASSETTE_INVALID"
 CASSETTE_MISMATCH = "TUBELESS_CASSETTE_MISMATCH"
+
+# -- batch runs (round 2) -------------------------------------------------------------------------
+#: A row's input cannot be read (not JSON), or the inputs file is not a list of inputs.
+BATCH_INPUT_INVALID = "TUBELESS_BATCH_INPUT_INVALID"
+#: The worker process or actor running a row died before returning it.
+BATCH_WORKER_DIED = "TUBELESS_BATCH_WORKER_DIED"
+#: An engine cannot be used: Ray not installed, or an entry workers cannot load from its files.
+BATCH_ENGINE_UNAVAILABLE = "TUBELESS_BATCH_ENGINE_UNAVAILABLE"
 
 # -- projects -------------------------------------------------------------------------------------
 DOCUMENT_INVALID = "TUBELESS_DOCUMENT_INVALID"
@@ -435,6 +447,10 @@ class ReplayDivergedError(TubelessError):
         self.turn = turn
         self.call_id = call_id
         self.pointer = pointer
+
+
+class BatchError(TubelessError):
+    """A batch cannot start: its inputs file is unusable or its engine cannot run the entry."""
 
 
 class ProjectError(TubelessError):

@@ -19,6 +19,8 @@ from typing import Any, TextIO
 import click
 
 from tubeless._cli._exit import EXIT_OK, exit_code_for, report_error
+from tubeless._cli.batch import batch
+from tubeless._cli.eval import eval_
 from tubeless._cli.init import init
 from tubeless._cli.look import graph, inspect, list_, plan
 from tubeless._cli.run import run
@@ -224,6 +226,8 @@ def _discard(stream: TextIO) -> None:
             os.close(devnull)
 
 
+cli.add_command(batch)
+cli.add_command(eval_)
 cli.add_command(graph)
 cli.add_command(init)
 cli.add_command(inspect)

@@ -38,6 +38,7 @@ from tubeless.errors import (
     OPTIONS_VALIDATION_FAILED,
     TRACE_INVALID,
     AgentDefinitionError,
+    BatchError,
     DocumentError,
     PipelineDefinitionError,
     PipelineExecutionError,
@@ -151,7 +152,7 @@ def _tubeless_exit_code(exc: TubelessError, command: str | None) -> int:
         return _run_exit_code(exc)
     if isinstance(exc, DocumentError | TemplateError):
         return EXIT_VALIDATION
-    if exc.code in (TRACE_INVALID, CASSETTE_INVALID):
+    if exc.code in (TRACE_INVALID, CASSETTE_INVALID) or isinstance(exc, BatchError):
         return EXIT_LOAD
     if isinstance(exc, ReferenceResolutionError):
         return EXIT_VALIDATION if command == "validate" else EXIT_LOAD

@@ -20,7 +20,7 @@ from tubeless._callables import maybe_await
 from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
-from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
+from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope
 from tubeless.agent._sources import REMOTES_ATTRIBUTE, connect_sources
 from tubeless.agent._state import own
 from tubeless.agent._tape import TAPE_SLOT, open_tape
@@ -323,6 +323,10 @@ def _compile(
             call = ctx.slots.get(EXECUTION_SLOT) or {}
             route = f"{parent.route}/{call.get('turn')}:{call.get('call_id')}/{spec.id}"
         scope = Scope(Budget(ctx.run_id, depth, limits), parent, route)
+        if parent is None:
+            budgets = ROOT_BUDGETS.get()
+            if budgets is not None:
+                budgets.append(scope.budget)
         tape = open_tape(ctx.slots.get(TAPE_SLOT), spec.id, lambda: built[0].identity, ctx.options)
         try:
             if not remote:

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from contextvars import ContextVar
 from typing import Literal
 
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.pipeline import CancelToken, RunCancelledError
 
-__all__ = ["SCOPE_SLOT", "Budget", "PermitPool", "Scope"]
+__all__ = ["ROOT_BUDGETS", "SCOPE_SLOT", "Budget", "PermitPool", "Scope"]
 
 #: The run-environment slot that carries the innermost agent scope down a run tree.
 SCOPE_SLOT = "tubeless.agent.scope"
+#: Set by a caller that wants the budgets of the root agent invocations of the runs it starts
+#: (a batch row's turns and calls, without tracing the row); each is appended when created.
+ROOT_BUDGETS: ContextVar[list[Budget] | None] = ContextVar("tubeless.agent.root_budgets",
+                                                           default=None)
 
 
 class Budget:

@@ -1,7 +1,8 @@
 """The project meta-schema: generated from :mod:`tubeless.project.spec`, committed, shipped.
 
-``python -m tubeless.project.metaschema`` (``make schema``) rewrites the committed file; a test
-fails when the file and the models disagree.
+``python -m tubeless.project.metaschema`` (``make schema``) rewrites the committed file, and the
+eval cases schema generated from :mod:`tubeless.project.cases` beside it; a test fails when a
+file and its models disagree.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEMA_ID", "generate", "load", "render"]
+__all__ = ["CASES_SCHEMA_ID", "SCHEMA_ID", "generate", "generate_cases", "load",
+           "load_cases_schema", "render"]
 
 SCHEMA_ID = "https://tubeless.dev/schemas/project.schema.json"
+CASES_SCHEMA_ID = "https://tubeless.dev/schemas/cases.schema.json"
 _PACKAGE_FILE = ("tubeless", "schemas/project.schema.json")
+_CASES_FILE = ("tubeless", "schemas/cases.schema.json")
 
 
 def _strip_nulls(node: Any) -> Any:
@@ -58,6 +62,28 @@ def generate() -> dict[str, Any]:
     return schema
 
 
+def generate_cases() -> dict[str, Any]:
+    """The eval cases schema as :mod:`tubeless.project.cases` describes it today."""
+    from tubeless.project.cases import CasesSpec
+
+    body = _strip_nulls(CasesSpec.model_json_schema(by_alias=True, mode="validation"))
+    schema: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": CASES_SCHEMA_ID,
+        "title": "tubeless eval cases",
+    }
+    schema.update(body)
+    return schema
+
+
+@cache
+def load_cases_schema() -> dict[str, Any]:
+    """The shipped eval cases schema."""
+    text = resources.files(_CASES_FILE[0]).joinpath(_CASES_FILE[1]).read_text("utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
 def render(schema: dict[str, Any]) -> str:
     """The committed text form: sorted keys, two-space indent, trailing newline."""
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
@@ -77,6 +103,9 @@ def main() -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render(generate()), encoding="utf-8")
     print(f"wrote {target}", file=sys.stderr)
+    cases = target.with_name("cases.schema.json")
+    cases.write_text(render(generate_cases()), encoding="utf-8")
+    print(f"wrote {cases}", file=sys.stderr)
     return 0
 
 

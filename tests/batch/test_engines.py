@@ -1,0 +1,116 @@
+"""The same batch on the local, process and ray engines: identical rows (ids aside) and the same
+trace shape, 200 root runs each; untraced rows (turns and calls from the agent's budget) equal
+traced ones (counted from records). Ray is real: a local Ray started once for this module with
+``num_cpus=2`` (in a helper process, so that each batch connects to it as to a cluster and
+ships the project through Ray's runtime environment)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.batch import rows_project, without_ids, write_inputs
+from tests.fixtures.cli import tubeless
+from tests.fixtures.processes import HANG_GUARD, cli_env
+from tubeless.batch import run_batch
+from tubeless.tracing import NdjsonSink, read_trace
+
+ray = pytest.importorskip("ray")
+
+_START_RAY = """\
+import sys, ray
+context = ray.init(num_cpus=2, include_dashboard=False, logging_level="error")
+print(context.address_info["gcs_address"], flush=True)
+sys.stdin.read()
+ray.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """A local Ray with two CPUs, for this module only (no auth token: it listens locally)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("RAY_AUTH_MODE", "disabled")
+    helper = subprocess.Popen([sys.executable, "-c", _START_RAY], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=cli_env(RAY_AUTH_MODE="disabled"))
+    assert helper.stdout is not None and helper.stdin is not None
+    address = helper.stdout.readline().strip()
+    assert address, "Ray did not start"
+    try:
+        yield address
+    finally:
+        helper.stdin.close()
+        try:
+            helper.wait(HANG_GUARD * 2)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait()
+        helper.stdout.close()
+        patch.undo()
+
+
+def _batch(project: Path, inputs: list[Any], trace: Path | None = None,
+           **options: Any) -> list[dict[str, Any]]:
+    async def collect() -> list[dict[str, Any]]:
+        sink = NdjsonSink(trace) if trace is not None else None
+        try:
+            return [row async for row in run_batch(project, inputs, trace=sink, **options)]
+        finally:
+            if sink is not None:
+                sink.close()
+
+    return asyncio.run(collect())
+
+
+def _shape(records: list[dict[str, Any]]) -> Counter[tuple[str, str, str | None]]:
+    return Counter((r["name"], r["pipelineId"], r.get("stepId")) for r in records)
+
+
+@pytest.mark.slow
+def test_200_rows_give_the_same_rows_and_trace_on_every_engine(
+    tmp_path: Path, ray_address: str
+) -> None:
+    project = rows_project(tmp_path)
+    inputs: list[Any] = [{"n": n} for n in range(198)] + [{"m": 1}, {"n": -2}]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    shapes = {}
+    for engine in ("local", "process", "ray"):
+        trace = tmp_path / f"{engine}.ndjson"
+        rows[engine] = _batch(project, inputs, trace, engine=engine, concurrency=2,
+                              ray_address=ray_address)
+        records = read_trace(trace)
+        roots = [r for r in records if r["name"] == "pipeline.started" and "parentRunId" not in r]
+        assert len(roots) == 200
+        assert {r["runId"] for r in roots} == {row["run_id"] for row in rows[engine]}
+        shapes[engine] = _shape(records)
+    untraced = _batch(project, inputs, None, engine="local", concurrency=2)  # budgets, no sink
+    assert without_ids(untraced) == without_ids(rows["local"])
+    assert without_ids(rows["process"]) == without_ids(rows["local"])
+    assert without_ids(rows["ray"]) == without_ids(rows["local"])
+    assert shapes["process"] == shapes["local"] == shapes["ray"]
+    assert [row["status"] for row in rows["local"][-3:]] == ["completed", "failed", "failed"]
+
+
+def test_a_row_that_kills_its_ray_actor_fails_alone(
+    tmp_path: Path, ray_address: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the CLI, with the cluster named by RAY_ADDRESS."""
+    project = rows_project(tmp_path)
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}, {"n": -1}, {"n": 3}])
+    monkeypatch.setenv("RAY_ADDRESS", ray_address)
+    outcome = tubeless(capsys, "batch", project, inputs, "--engine", "ray", "-c", "2")
+    assert outcome.code == 6
+    rows = [json.loads(line) for line in outcome.out.splitlines()]
+    assert [row["status"] for row in rows] == ["completed", "failed", "completed"]
+    assert rows[1]["error"]["code"] == "TUBELESS_BATCH_WORKER_DIED"
+    assert rows[1]["error"]["message"].startswith("the Ray actor running the row died")

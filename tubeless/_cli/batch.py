@@ -1,0 +1,261 @@
+"""``tubeless batch PROJECT [ID] INPUTS``: run one entry over a dataset (DESIGN.md §13).
+
+Rows go to ``--output`` (JSONL; appended as they finish, rewritten in input order at the end)
+or, without it, to stdout in input order. Progress and the summary go to stderr: a rich bar on
+a terminal, plain lines otherwise. Exit 0 when every row completed, 6 if any failed, 7 when a
+signal cancelled the batch.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import click
+
+from tubeless._cli._exit import EXIT_CANCELLED, EXIT_EXECUTION, EXIT_OK, CliLoadError
+
+if TYPE_CHECKING:
+    from tubeless.batch import RowOutcome
+    from tubeless.pipeline import Pipeline
+
+__all__ = ["BatchProgress", "batch", "load_entry"]
+
+_ENGINES = ("local", "process", "ray")
+
+
+def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
+    """The project's entry (exit 2 for a missing file or unknown id), and the id asked for."""
+    from tubeless._cli.run import _load
+
+    project = _load(path)
+    try:
+        return project.entry(entry_id), entry_id
+    except KeyError as exc:
+        raise CliLoadError(str(exc.args[0])) from None
+
+
+def read_rows(inputs: str) -> list[Any]:
+    """The inputs (exit 2 when the file is missing or not a list of inputs)."""
+    from tubeless.batch import read_inputs
+    from tubeless.errors import BatchError
+
+    if inputs != "-" and not Path(inputs).is_file():
+        raise FileNotFoundError(2, "No such file or directory", inputs)
+    try:
+        return read_inputs(inputs)
+    except BatchError as exc:
+        raise CliLoadError(f"{exc.code}: {exc.message}") from None
+    except UnicodeDecodeError:
+        raise CliLoadError(f"{inputs}: not UTF-8 text") from None
+
+
+class BatchProgress:
+    """Progress on stderr: a rich bar (done, failed, rate, ETA) on a terminal, else plain lines.
+
+    Plain lines: one per failed row, and one each time another tenth of the rows is done.
+    """
+
+    def __init__(self, stream: TextIO, total: int, *, live: bool | None = None,
+                 label: str = "batch") -> None:
+        from tubeless.reporting.plain import stream_is_terminal
+
+        self.stream = stream
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.failed = 0
+        self.reused = 0
+        self._started = time.perf_counter()
+        self._next_tenth = 1
+        self._bar: Any = None
+        self._task: Any = None
+        if stream_is_terminal(stream) if live is None else live:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn(label), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[failed]} failed"), TextColumn("{task.fields[rate]}"),
+                TimeRemainingColumn(), console=Console(file=stream), transient=False,
+            )
+            self._task = self._bar.add_task("rows", total=total, failed=0, rate="")
+            self._bar.start()
+
+    def row(self, outcome: RowOutcome, reused: bool) -> None:
+        self.done += 1
+        self.reused += reused
+        row = outcome.row
+        if row["status"] == "failed":
+            self.failed += 1
+        ran = self.done - self.reused
+        elapsed = time.perf_counter() - self._started
+        rate = f"{ran / elapsed:.1f} rows/s" if ran and elapsed > 0 else ""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, failed=self.failed, rate=rate)
+            return
+        if row["status"] == "failed" and self.label == "batch":  # eval's table says it
+            error = row.get("error", {})
+            self._line(f"row {row['index']} failed: {error.get('code')}: {error.get('message')}")
+        if self.total and self.done * 10 >= self._next_tenth * self.total:
+            while self.done * 10 >= self._next_tenth * self.total:
+                self._next_tenth += 1
+            if self.label == "batch":
+                self._line(f"batch: {self.done}/{self.total} rows done, {self.failed} failed"
+                           + (f", {rate}" if rate else ""))
+            else:
+                self._line(f"{self.label}: {self.done}/{self.total} cases run")
+
+    def cancelling(self, reason: str) -> None:
+        self._line(f"{self.label}: {reason}; cancelling the rows in flight")
+
+    def _line(self, text: str) -> None:
+        from tubeless.errors import one_line
+        from tubeless.tracing.projection import terminal_safe
+
+        line = terminal_safe(one_line(text))
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False)
+        else:
+            click.echo(line, file=self.stream)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+@click.command("batch")
+@click.argument("project", metavar="PROJECT")
+@click.argument("args", nargs=-1, metavar="[ID] INPUTS")
+@click.option("--output", "-o", default=None, metavar="FILE",
+              help="Write rows to FILE (JSONL); a rerun skips the rows it holds as completed.")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Rows in flight at once (process and ray: workers).")
+@click.option("--engine", type=click.Choice(_ENGINES), default="local", show_default=True,
+              help="local: asyncio tasks here; process: worker processes; ray: Ray actors.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="The Ray cluster (default: RAY_ADDRESS, else a local Ray for the batch).")
+@click.option("--trace", multiple=True, metavar="PATH",
+              help="Record every row: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).")
+@click.option("--retry-failed", is_flag=True,
+              help="Run a failed row once more (on another worker); the second outcome counts.")
+@click.option("--fail-fast", is_flag=True,
+              help="After the first failed row, start no more and cancel those in flight.")
+@click.pass_context
+def batch(ctx: click.Context, project: str, args: tuple[str, ...], output: str | None,
+          concurrency: int, engine: str, ray_address: str | None, trace: tuple[str, ...],
+          retry_failed: bool, fail_fast: bool) -> None:
+    """Run an entry of PROJECT once per input of INPUTS (JSONL, a JSON array or a YAML list;
+    - for stdin) and write one JSON row per input, in input order."""
+    entry_id, inputs = _split(ctx, args)
+    _check_paths(ctx, output, trace)
+    entry, _ = load_entry(project, entry_id)
+    rows = read_rows(inputs)
+    code = run_cli_batch(
+        project, entry, entry_id, rows, output=output, concurrency=concurrency,
+        engine=engine, ray_address=ray_address, trace=trace, retry_failed=retry_failed,
+        fail_fast=fail_fast,
+    )
+    ctx.exit(code)
+
+
+def _split(ctx: click.Context, args: tuple[str, ...]) -> tuple[str | None, str]:
+    if len(args) == 1:
+        return None, args[0]
+    if len(args) == 2:
+        return args[0], args[1]
+    if not args:
+        raise click.UsageError("Missing argument 'INPUTS' (a JSONL, JSON or YAML file, or -).",
+                               ctx=ctx)
+    raise click.UsageError(f"Got unexpected extra arguments ({' '.join(args[2:])}).", ctx=ctx)
+
+
+def _check_paths(ctx: click.Context, output: str | None, trace: tuple[str, ...]) -> None:
+    if "-" in trace:
+        raise click.UsageError("--trace - is not available here: rows may go to stdout; give "
+                               "a file", ctx=ctx)
+    if output is not None and any(Path(t).resolve() == Path(output).resolve() for t in trace):
+        raise click.UsageError("--output and --trace must be different files", ctx=ctx)
+
+
+def run_cli_batch(
+    project: str, entry: Pipeline, entry_id: str | None, rows: list[Any], *,
+    output: str | None, concurrency: int, engine: str, ray_address: str | None,
+    trace: tuple[str, ...], retry_failed: bool, fail_fast: bool,
+    collect: list[RowOutcome] | None = None, label: str = "batch",
+) -> int:
+    """Run the batch with signal handling, progress and summary; the exit code."""
+    import asyncio
+    import contextlib
+
+    from tubeless._cli._signals import RunSignals
+    from tubeless.batch import EntrySource, summarize
+    from tubeless.pipeline import CancelToken
+    from tubeless.tracing import open_sink
+
+    progress = BatchProgress(sys.stderr, len(rows), label=label)
+    token = CancelToken()
+    signals = RunSignals(token, progress)
+    signals.install()
+    sinks: list[Any] = []
+    finished: list[dict[str, Any]] = []
+    try:
+        for target in trace:
+            sinks.append(open_sink(target))
+        source: Any = entry if engine == "local" else EntrySource.of(project, entry_id)
+
+        async def drive() -> None:
+            from tubeless.batch import run_outcomes
+
+            signals.attach()
+            try:
+                async for outcome in run_outcomes(
+                    source, rows, concurrency=concurrency, engine=engine,  # type: ignore[arg-type]
+                    trace=sinks, output=output, retry_failed=retry_failed, fail_fast=fail_fast,
+                    ray_address=ray_address, signal=token, on_row=progress.row,
+                    count_tools=label == "eval",
+                ):
+                    finished.append(outcome.row)
+                    if collect is not None:
+                        collect.append(outcome)
+                    if output is None and label == "batch":
+                        from tubeless.batch._output import row_line
+
+                        rows_out.write(row_line(outcome.row))
+                        rows_out.flush()
+            except asyncio.CancelledError:
+                pass
+            finally:
+                signals.detach()
+
+        # stdout holds rows only: anything else printed meanwhile (a handler's print(), Ray's
+        # messages about its workers) goes to stderr.
+        rows_out = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            asyncio.run(drive())
+    finally:
+        progress.close()
+        for sink in sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
+        signals.restore()
+    summary = summarize(finished, total=len(rows), skipped=progress.reused)
+    if label == "batch":
+        for line in summary.lines():
+            click.echo(f"batch: {line}", err=True)
+    if signals.acted:
+        click.echo(f"error: {signals.cancelled_line().replace('the run', 'the batch')}",
+                   err=True)
+        return EXIT_CANCELLED
+    return EXIT_EXECUTION if summary.failed or summary.cancelled else EXIT_OK

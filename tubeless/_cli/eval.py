@@ -1,0 +1,59 @@
+"""``tubeless eval PROJECT CASES``: run a cases file and check every expectation (DESIGN.md §13).
+
+Prints a results table on stdout, writes JUnit XML with ``--junit``, exits 0 when every case
+passed, 6 otherwise, 7 when a signal cancelled the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tubeless._cli._exit import EXIT_CANCELLED, EXIT_EXECUTION, EXIT_OK
+from tubeless._cli.batch import _ENGINES, load_entry, run_cli_batch
+
+__all__ = ["eval_"]
+
+
+@click.command("eval")
+@click.argument("project", metavar="PROJECT")
+@click.argument("cases", metavar="CASES")
+@click.option("--junit", default=None, metavar="FILE", help="Write JUnit XML to FILE.")
+@click.option("--engine", type=click.Choice(_ENGINES), default="local", show_default=True,
+              help="local: asyncio tasks here; process: worker processes; ray: Ray actors.")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Cases in flight at once (process and ray: workers).")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="The Ray cluster (default: RAY_ADDRESS, else a local Ray for the run).")
+@click.option("--trace", multiple=True, metavar="PATH",
+              help="Record every case: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).")
+@click.pass_context
+def eval_(ctx: click.Context, project: str, cases: str, junit: str | None, engine: str,
+          concurrency: int, ray_address: str | None, trace: tuple[str, ...]) -> None:
+    """Run the cases of CASES (YAML) on PROJECT and check each case's expectations."""
+    from tubeless.batch import RowOutcome, check_case, format_table, junit_xml
+    from tubeless.batch._eval import case_rows
+    from tubeless.project.cases import load_cases
+
+    if not Path(cases).is_file():
+        raise FileNotFoundError(2, "No such file or directory", cases)
+    loaded = load_cases(cases)
+    entry, entry_id = load_entry(project, loaded.entry)
+    outcomes: list[RowOutcome] = []
+    code = run_cli_batch(
+        project, entry, entry_id, case_rows(loaded.cases), output=None,
+        concurrency=concurrency, engine=engine, ray_address=ray_address, trace=trace,
+        retry_failed=False, fail_fast=False, collect=outcomes, label="eval",
+    )
+    by_index = {outcome.row["index"]: outcome for outcome in outcomes}
+    results = [check_case(case, by_index[i]) for i, case in enumerate(loaded.cases)
+               if i in by_index]
+    for line in format_table(results):
+        click.echo(line)
+    if junit is not None:
+        junit_xml(results, suite=Path(cases).stem, entry=entry.id, path=junit)
+    if code == EXIT_CANCELLED:
+        ctx.exit(EXIT_CANCELLED)
+    passed = len(results) == len(loaded.cases) and all(r.passed for r in results)
+    ctx.exit(EXIT_OK if passed else EXIT_EXECUTION)

@@ -1,0 +1,125 @@
+"""The engine interface, where an entry comes from, and the ``local`` engine.
+
+An engine runs one row at a time per slot; the batch runner keeps ``concurrency`` rows in
+flight and awaits :meth:`Engine.run` for each. An engine never raises for a row's own failure:
+a row whose worker died comes back as a failed row (``TUBELESS_BATCH_WORKER_DIED``), and the
+engine replaces the worker.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from tubeless.batch._inputs import InputRow
+from tubeless.batch._row import RowOutcome, run_row
+from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BatchError
+
+if TYPE_CHECKING:
+    from tubeless.pipeline import CancelToken, Pipeline
+
+__all__ = ["ENGINES", "Engine", "EngineName", "EntrySource", "LocalEngine", "make_engine"]
+
+EngineName = Literal["local", "process", "ray"]
+ENGINES: tuple[EngineName, ...] = ("local", "process", "ray")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EntrySource:
+    """An entry that workers load from its project file (``process`` and ``ray`` engines)."""
+
+    path: str
+    """The project file (absolute)."""
+    entry_id: str | None = None
+    """The entry's id; ``None`` for the project's only entry or its default."""
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str], entry_id: str | None = None) -> EntrySource:
+        return cls(path=str(Path(path).resolve()), entry_id=entry_id)
+
+    def load(self) -> Pipeline:
+        """Load the project and pick the entry (``KeyError`` for an unknown id)."""
+        from tubeless.project import load_project
+
+        return load_project(self.path).entry(self.entry_id)
+
+
+class Engine(Protocol):
+    """Runs rows; one implementation per ``--engine`` value."""
+
+    async def start(self) -> None:
+        """Start the workers (before the first row)."""
+
+    async def run(self, item: InputRow, key: str, *, retry: bool = False) -> RowOutcome:
+        """Run one row; ``retry=True`` asks for another worker than the one that failed it."""
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the rows in flight (cooperatively: they come back ``cancelled``)."""
+
+    async def close(self) -> None:
+        """Stop the workers."""
+
+
+class LocalEngine:
+    """Rows as asyncio tasks in this process, sharing its event loop."""
+
+    def __init__(self, entry: Pipeline, *, traced: bool, tools: bool,
+                 signal: CancelToken) -> None:
+        self._entry = entry
+        self._traced = traced
+        self._tools = tools
+        self._signal = signal
+
+    async def start(self) -> None:
+        pass
+
+    async def run(self, item: InputRow, key: str, *, retry: bool = False) -> RowOutcome:
+        return await run_row(self._entry, item, key, traced=self._traced, tools=self._tools,
+                             signal=self._signal)
+
+    def cancel(self, reason: str) -> None:
+        self._signal.cancel(reason)
+
+    async def close(self) -> None:
+        pass
+
+
+def make_engine(
+    name: EngineName,
+    entry: Pipeline | EntrySource,
+    *,
+    concurrency: int,
+    traced: bool,
+    signal: CancelToken,
+    tools: bool = False,
+    ray_address: str | None = None,
+) -> Engine:
+    """The engine called ``name`` for ``entry``.
+
+    Raises:
+        BatchError: ``TUBELESS_BATCH_ENGINE_UNAVAILABLE`` when ``process`` or ``ray`` is given a
+            pipeline object (workers load entries from project files), or Ray is not installed.
+    """
+    if name == "local":
+        pipeline = entry.load() if isinstance(entry, EntrySource) else entry
+        return LocalEngine(pipeline, traced=traced, tools=tools, signal=signal)
+    if not isinstance(entry, EntrySource):
+        raise BatchError(
+            BATCH_ENGINE_UNAVAILABLE,
+            f"the {name} engine loads the entry from its project file in each worker: pass "
+            "the project's path (or an EntrySource), not a pipeline object",
+        )
+    if name == "process":
+        from tubeless.batch._process import ProcessEngine
+
+        return ProcessEngine(entry, workers=concurrency, traced=traced, tools=tools,
+                             signal=signal)
+    if name == "ray":
+        from tubeless.batch._ray import RayEngine
+
+        return RayEngine(entry, actors=concurrency, traced=traced, tools=tools, signal=signal,
+                         address=ray_address)
+    raise BatchError(BATCH_ENGINE_UNAVAILABLE, f"unknown engine {name!r}; choose one of "
+                     + ", ".join(ENGINES))

@@ -1,0 +1,217 @@
+"""The ``process`` engine: a pool of worker processes, each loading the project from its files.
+
+Each worker is a fresh interpreter (``python -m tubeless.batch._process``, never a re-import of
+the caller's ``__main__``) that loads the entry once and then runs one row at
+a time, sent over a pipe; the row and its trace records come back as JSON text. Workers ignore
+SIGINT (a terminal sends it to the whole process group): the driver cancels their rows by
+message instead. A worker whose pipe closes (it died) fails only the row it was running and is
+replaced; a worker whose driver went away (its pipe closed) exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal as signals
+import socket
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+from tubeless.batch._engine import EntrySource
+from tubeless.batch._inputs import InputRow
+from tubeless.batch._row import RowOutcome, failed_row, run_row
+from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
+
+if TYPE_CHECKING:
+    from tubeless.pipeline import CancelToken
+
+__all__ = ["ProcessEngine"]
+
+
+class _Worker:
+    __slots__ = ("conn", "process", "serial")
+
+    def __init__(self, process: subprocess.Popen[bytes], conn: Connection, serial: int) -> None:
+        self.process = process
+        self.conn = conn
+        self.serial = serial
+
+
+class ProcessEngine:
+    """``workers`` processes, one row in flight each."""
+
+    def __init__(self, source: EntrySource, *, workers: int, traced: bool, tools: bool,
+                 signal: CancelToken) -> None:
+        self._source = source
+        self._size = workers
+        self._traced = traced
+        self._tools = tools
+        self._signal = signal
+        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._busy: set[_Worker] = set()
+        self._serial = 0
+        # One thread per worker waits on its pipe (a blocking recv), so the pool needs as many.
+        self._threads = ThreadPoolExecutor(max_workers=workers + 1,
+                                           thread_name_prefix="tubeless-batch-pipe")
+        self._remove_callback: Any = None
+
+    async def start(self) -> None:
+        started = [self._spawn() for _ in range(self._size)]
+        for worker in started:
+            await self._ready(worker)
+            self._idle.put_nowait(worker)
+        self._remove_callback = self._signal.add_callback(lambda: self.cancel("cancelled"))
+
+    def _spawn(self) -> _Worker:
+        parent, child = socket.socketpair()
+        self._serial += 1
+        spec = json.dumps({"path": self._source.path, "entry_id": self._source.entry_id,
+                           "traced": self._traced, "tools": self._tools,
+                           "fd": child.fileno()})
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tubeless.batch._process", spec],
+            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+            stdout=2,  # what a handler prints must not land among the rows on stdout
+        )
+        child.close()
+        return _Worker(process, Connection(parent.detach()), self._serial)
+
+    async def _ready(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            message = await loop.run_in_executor(self._threads, worker.conn.recv)
+        except (EOFError, OSError):
+            message = ("failed", "the worker process exited while loading the project")
+        if message[0] != "ready":
+            await self.close()
+            raise BatchError(BATCH_ENGINE_UNAVAILABLE, f"a worker could not load the entry: "
+                             f"{message[1]}")
+
+    async def run(self, item: InputRow, key: str, *, retry: bool = False) -> RowOutcome:
+        worker = await self._idle.get()
+        self._busy.add(worker)
+        loop = asyncio.get_running_loop()
+        try:
+            worker.conn.send(("row", item.index, item.line, item.raw, item.problem, item.text,
+                              key))
+            wire = await loop.run_in_executor(self._threads, worker.conn.recv)
+        except (EOFError, OSError):
+            self._busy.discard(worker)
+            code = await loop.run_in_executor(self._threads, _reap, worker)
+            self._idle.put_nowait(await self._replace())
+            return failed_row(item, key, BATCH_WORKER_DIED,
+                              f"the worker process running the row died ({code})")
+        self._busy.discard(worker)
+        self._idle.put_nowait(worker)
+        return RowOutcome.from_wire(wire)
+
+    async def _replace(self) -> _Worker:
+        worker = self._spawn()
+        await self._ready(worker)
+        if self._signal.cancelled:
+            with contextlib.suppress(OSError):
+                worker.conn.send(("cancel", "cancelled"))
+        return worker
+
+    def cancel(self, reason: str) -> None:
+        for worker in list(self._busy):
+            with contextlib.suppress(OSError):
+                worker.conn.send(("cancel", reason))
+
+    async def close(self) -> None:
+        if self._remove_callback is not None:
+            self._remove_callback()
+            self._remove_callback = None
+        workers: list[_Worker] = list(self._busy)
+        while not self._idle.empty():
+            workers.append(self._idle.get_nowait())
+        for worker in workers:
+            with contextlib.suppress(OSError):
+                worker.conn.send(("stop",))
+            worker.conn.close()
+        loop = asyncio.get_running_loop()
+        for worker in workers:
+            await loop.run_in_executor(self._threads, _reap, worker)
+        self._threads.shutdown(wait=False)
+
+
+def _reap(worker: _Worker) -> str:
+    """Wait briefly for the process to end (killing it if it does not) and say how it ended."""
+    try:
+        code = worker.process.wait(5)
+    except subprocess.TimeoutExpired:
+        worker.process.kill()
+        code = worker.process.wait()
+    if code < 0:
+        return f"killed by {signals.Signals(-code).name}"
+    return f"exit status {code}"
+
+
+# -- the worker process ---------------------------------------------------------------------------
+def _worker_main(spec: str) -> None:
+    signals.signal(signals.SIGINT, signals.SIG_IGN)
+    settings = json.loads(spec)
+    conn = Connection(settings["fd"])
+    source = EntrySource(path=settings["path"], entry_id=settings["entry_id"])
+    traced, tools = bool(settings["traced"]), bool(settings["tools"])
+    try:
+        entry = source.load()
+    except BaseException as exc:
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready",))
+    asyncio.run(_serve(conn, entry, traced, tools))
+
+
+async def _serve(conn: Connection, entry: Any, traced: bool, tools: bool) -> None:
+    from tubeless.pipeline import CancelToken
+
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[Any, ...] | None] = asyncio.Queue()
+
+    def read() -> None:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                loop.call_soon_threadsafe(inbox.put_nowait, None)
+                return
+            loop.call_soon_threadsafe(inbox.put_nowait, message)
+
+    threading.Thread(target=read, name="tubeless-batch-inbox", daemon=True).start()
+    token = CancelToken()
+    running: set[asyncio.Task[None]] = set()
+
+    async def one(message: tuple[Any, ...]) -> None:
+        _, index, line, raw, problem, text, key = message
+        item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
+        outcome = await run_row(entry, item, key, traced=traced, tools=tools, signal=token)
+        conn.send(outcome.to_wire())
+
+    while True:
+        message = await inbox.get()
+        if message is None:
+            os._exit(0)  # the driver is gone: nobody is left to receive a row
+        if message[0] == "row":
+            if token.cancelled:
+                token = CancelToken()
+            task = asyncio.create_task(one(message))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        elif message[0] == "cancel":
+            token.cancel(str(message[1]))
+        else:  # stop
+            break
+    for task in list(running):
+        with contextlib.suppress(BaseException):
+            await task
+
+
+if __name__ == "__main__":
+    _worker_main(sys.argv[1])

@@ -1,0 +1,179 @@
+"""One row: run the entry on one input and describe the outcome as a row (every engine's worker).
+
+A row runs as a root run of its own (its own run id) with one sink, :class:`RowSink`, which
+counts the root agent's turns and the calls of the whole tree (by tool name) and, when the
+batch is traced, keeps the row's records for the driver, which alone writes the batch's sinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tubeless.batch._inputs import InputRow
+from tubeless.errors import (
+    BATCH_INPUT_INVALID,
+    OPTIONS_VALIDATION_FAILED,
+    RUN_CANCELLED,
+    deepest_source_code,
+)
+
+if TYPE_CHECKING:
+    from tubeless.pipeline import CancelToken, Pipeline, PipelineRun
+
+__all__ = ["RowOutcome", "RowSink", "failed_row", "run_row"]
+
+
+class RowSink:
+    """Counts a row's turns and calls and, if ``keep``, keeps its records in order."""
+
+    __slots__ = ("keep", "records", "root", "root_pipeline", "tools", "turns")
+
+    def __init__(self, *, keep: bool) -> None:
+        self.keep = keep
+        self.records: list[Mapping[str, Any]] = []
+        self.root: str | None = None
+        self.root_pipeline = ""
+        self.turns = 0
+        self.tools: dict[str, int] = {}
+
+    def export(self, record: Mapping[str, Any]) -> None:
+        name = record["name"]
+        if name == "pipeline.started":
+            if "parentRunId" not in record:
+                self.root = record["runId"]
+                self.root_pipeline = f"{record['pipelineId']}/turn"
+            elif (record["parentRunId"] == self.root and "iteration" in record
+                  and record["pipelineId"] == self.root_pipeline):
+                self.turns += 1
+        elif name == "step.attempted" and record.get("stepId") == "calls":
+            attributes = record.get("payload", {}).get("attributes", {})
+            tool = attributes.get("agent.tool")
+            if tool is not None and "agent.callId" in attributes:
+                self.tools[tool] = self.tools.get(tool, 0) + 1
+        if self.keep:
+            self.records.append(record)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(kw_only=True, slots=True)
+class RowOutcome:
+    """A finished row, and what only the driver needs of it."""
+
+    row: dict[str, Any]
+    """The output row (``{index, key, status, result | error, run_id, duration_ms, turns,
+    calls}``)."""
+    tools: dict[str, int] = field(default_factory=dict)
+    """Calls per tool name (for eval expectations)."""
+    records: list[Mapping[str, Any]] = field(default_factory=list)
+    """The row's trace records, in order (empty unless the batch is traced)."""
+
+    def to_wire(self) -> tuple[str, dict[str, int], list[str]]:
+        """A form that crosses a process boundary: the row as JSON, records as JSON lines."""
+        from tubeless.tracing.records import record_json
+
+        return json.dumps(self.row), self.tools, [record_json(r) for r in self.records]
+
+    @classmethod
+    def from_wire(cls, wire: tuple[str, dict[str, int], list[str]]) -> RowOutcome:
+        row, tools, records = wire
+        return cls(row=json.loads(row), tools=dict(tools),
+                   records=[json.loads(text) for text in records])
+
+
+def failed_row(item: InputRow, key: str, code: str, message: str,
+               duration_ms: float = 0.0) -> RowOutcome:
+    """A row that failed without a run of its own (an unreadable line, a dead worker)."""
+    return RowOutcome(row={
+        "index": item.index, "key": key, "status": "failed",
+        "error": {"code": code, "message": message},
+        "run_id": None, "duration_ms": round(duration_ms, 3), "turns": 0, "calls": 0,
+    })
+
+
+async def run_row(
+    entry: Pipeline,
+    item: InputRow,
+    key: str,
+    *,
+    traced: bool,
+    tools: bool = False,
+    signal: CancelToken | None = None,
+) -> RowOutcome:
+    """Run ``entry`` on ``item``'s input as a root run and describe it as a row.
+
+    Args:
+        traced: Keep the row's trace records (the batch has sinks).
+        tools: Count calls per tool name (eval's ``tools`` expectation).
+
+    A row that needs neither runs untraced (the fast path): its turns and calls are read from
+    the root agent's budget instead of counted from records; both give the same numbers.
+    """
+    if item.problem is not None:
+        return failed_row(item, key, BATCH_INPUT_INVALID, f"line {item.line}: {item.problem}")
+    from tubeless.agent._scope import ROOT_BUDGETS
+
+    sink = RowSink(keep=traced) if traced or tools else None
+    budgets: list[Any] = []
+    token = ROOT_BUDGETS.set(budgets) if sink is None else None
+    start = time.perf_counter()
+    try:
+        run = await entry.run(item.raw, trace=None if sink is None else [sink], signal=signal)
+    except asyncio.CancelledError:
+        # The task was cancelled (a second signal): the run recorded its cancellation.
+        duration = (time.perf_counter() - start) * 1000
+        outcome = failed_row(item, key, RUN_CANCELLED, "the row was cancelled", duration)
+        outcome.row["status"] = "cancelled"
+        outcome.records = sink.records if sink is not None else []
+        return outcome
+    finally:
+        if token is not None:
+            ROOT_BUDGETS.reset(token)
+    duration = (time.perf_counter() - start) * 1000
+    if sink is not None:
+        turns, calls, counted = sink.turns, sum(sink.tools.values()), dict(sink.tools)
+    else:
+        turns = sum(b.decisions for b in budgets if b.id == run.run_id)
+        calls, counted = sum(b.calls for b in budgets), {}
+    return RowOutcome(row=_row(item, key, run, turns, calls, duration), tools=counted,
+                      records=sink.records if sink is not None else [])
+
+
+def _row(item: InputRow, key: str, run: PipelineRun, turns: int, calls: int,
+         duration_ms: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"index": item.index, "key": key, "status": run.status}
+    if run.status == "completed":
+        from pydantic_core import to_jsonable_python
+
+        row["result"] = to_jsonable_python(run.value)
+    else:
+        row["error"] = _error(item, run)
+    row["run_id"] = run.run_id
+    row["duration_ms"] = round(duration_ms, 3)
+    row["turns"] = turns
+    row["calls"] = calls
+    return row
+
+
+def _error(item: InputRow, run: PipelineRun) -> dict[str, str]:
+    """The row's error: the deepest original code of the run's first error, and its message."""
+    first = run.errors[0]
+    code = deepest_source_code(first) or first.code
+    message = first.message
+    step = f"step {first.step_id}: " if first.step_id else ""
+    deepest = first.cause.deepest() if first.cause is not None else None
+    if deepest is not None and deepest.message not in message:
+        message = f"{message.rstrip('.')}; caused by: {deepest.message}"
+    message = step + message
+    if first.code == OPTIONS_VALIDATION_FAILED and first.step_id is None:
+        message = f"line {item.line}: {message}"  # the row's own input was rejected
+    return {"code": code, "message": message}
