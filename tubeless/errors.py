@@ -334,6 +334,9 @@ class PipelineDefinitionError(TubelessError):
 
     errors: tuple[PipelineError, ...]
     pipeline_id: str
+    issues: tuple[Any, ...] = ()
+    """From ``load_project``: every problem located in the project file (``DocumentIssue``s,
+    in file order, each with its ``TUBELESS_DEFINITION_*`` code); empty otherwise."""
 
     def __init__(self, pipeline_id: str, errors: Sequence[PipelineError]) -> None:
         assert errors, "a definition error needs at least one problem"
@@ -347,6 +350,9 @@ class AgentDefinitionError(TubelessError):
     """An agent or tool definition is invalid."""
 
     code = AGENT_INVALID_DEFINITION
+    issues: tuple[Any, ...] = ()
+    """From ``load_project``: every definition problem located in the project file
+    (``DocumentIssue``s, in file order); empty otherwise."""
 
     def __init__(self, message: str) -> None:
         super().__init__(self.code, message)
@@ -419,6 +425,11 @@ class TemplateError(ProjectError):
 
 
 _LINE_BREAKS = re.compile(r"\s*(?:\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029])\s*")
+
+
+def is_definition_code(code: str) -> bool:
+    """Whether ``code`` is a pipeline core or agent harness definition code (``run`` exits 3)."""
+    return code.startswith("TUBELESS_DEFINITION_") or code == AGENT_INVALID_DEFINITION
 
 
 def one_line(text: str) -> str:

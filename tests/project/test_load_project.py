@@ -194,7 +194,7 @@ def test_an_unknown_id_lists_the_choices() -> None:
 def test_a_graph_the_core_rejects_raises_a_located_pipeline_definition_error(
     tmp_path: Path,
 ) -> None:
-    """A step depending on itself passes the meta-schema and the cross-reference checks."""
+    """A step depending on itself is found before anything is imported, at the dependency."""
     path = write(tmp_path, TWO_PIPELINES.replace(
         "{id: split, run: examples.text_pipeline:split_words}",
         "{id: split, run: examples.text_pipeline:split_words, depends_on: [split]}",
@@ -205,30 +205,59 @@ def test_a_graph_the_core_rejects_raises_a_located_pipeline_definition_error(
 
     error = caught.value
     assert error.code == DEFINITION_DEPENDENCY_SELF_REFERENCE
-    assert [e.code for e in error.errors] == [DEFINITION_DEPENDENCY_SELF_REFERENCE]
-    assert error.message.startswith(f"{path}:6:5 /pipelines/words: Invalid pipeline 'words': ")
+    assert [(e.code, e.step_id) for e in error.errors] == [
+        (DEFINITION_DEPENDENCY_SELF_REFERENCE, "split")
+    ]
+    assert error.message == (
+        f"{path}:7:75 /pipelines/words/steps/0/depends_on/0: "
+        "[TUBELESS_DEFINITION_DEPENDENCY_SELF_REFERENCE] Step 'split' depends on itself in "
+        "depends_on."
+    )
+    assert [(i.line, i.column, i.pointer) for i in error.issues] == [
+        (7, 75, "/pipelines/words/steps/0/depends_on/0")
+    ]
     assert str(error) == error.message
     assert error.args == (error.message,)
+
+
+PIPELINE_TOOL_WITHOUT_INPUT = """\
+version: 1
+project: {id: two}
+python_path: [REPO]
+agents:
+  helper:
+    input: {schema: examples.text:Question}
+    result: {schema: examples.text:Answer}
+    initial_state: examples.scripted_agent:initial_state
+    decide: examples.scripted_agent:decide
+    tools:
+      count: {pipeline: words, description: Count.}
+pipelines:
+  words:
+    steps:
+      - {id: split, run: examples.text_pipeline:split_words}
+"""
 
 
 def test_a_located_definition_error_is_a_new_error_caused_by_the_core_s_own(
     tmp_path: Path,
 ) -> None:
-    """The core's error is not rewritten in place: the located copy names it as its cause."""
-    path = write(tmp_path, TWO_PIPELINES.replace(
-        "{id: split, run: examples.text_pipeline:split_words}",
-        "{id: split, run: examples.text_pipeline:split_words, depends_on: [split]}",
-    ))
+    """A definition error only compiling finds (a pipeline tool without an input schema) is not
+    rewritten in place: the located copy names the harness's own error as its cause."""
+    path = write(tmp_path, PIPELINE_TOOL_WITHOUT_INPUT)
 
-    with pytest.raises(PipelineDefinitionError) as caught:
+    with pytest.raises(AgentDefinitionError) as caught:
         load_project(path)
 
     original = caught.value.__cause__
-    assert isinstance(original, PipelineDefinitionError)
-    assert original.message.startswith("Invalid pipeline 'words': ")
+    assert isinstance(original, AgentDefinitionError)
+    assert original.message.startswith("Pipeline 'words' has no input schema")
     assert original.args == (original.message,)
-    assert caught.value.message == f"{path}:6:5 /pipelines/words: {original.message}"
-    assert (caught.value.errors, caught.value.pipeline_id) == (original.errors, "words")
+    assert caught.value.message == f"{path}:11:14 /agents/helper/tools/count: {original.message}"
+    assert [(i.line, i.column, i.pointer, i.code, i.message) for i in caught.value.issues] == [
+        (11, 14, "/agents/helper/tools/count", "TUBELESS_AGENT_INVALID_DEFINITION",
+         original.message)
+    ]
 
 
 TOO_LONG_DESCRIPTION = """\

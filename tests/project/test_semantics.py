@@ -259,12 +259,6 @@ def test_every_cross_reference_problem_is_reported_together_in_file_order(
     assert str(caught.value).endswith(" (and 4 more problems)")
 
 
-def test_a_step_that_depends_on_itself_is_left_to_the_compiler(tmp_path: Path) -> None:
-    """Graph rules the pipeline core enforces (DEFINITION_*) are not repeated here."""
-    path = write(tmp_path, BASE.replace("depends_on: [split]", "depends_on: [count]"))
-    assert check_project(path).spec.pipelines["words"].steps[1].depends_on == ["count"]
-
-
 def test_a_pipeline_tool_naming_an_agent_is_one_unknown_pipeline_problem(tmp_path: Path) -> None:
     path = write(tmp_path, mutate((TOOL, "{pipeline: helper, description: Ask for help.}")))
 

@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 
 from tubeless.errors import DOCUMENT_INVALID, TEMPLATE_INVALID
+from tubeless.project._step_graph import step_graph_problems
 from tubeless.project._templates import template_problems
 from tubeless.project.spec import (
     AgentSpec,
@@ -206,6 +207,8 @@ def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> li
             if required not in ids:
                 found.append((f"{base}/finalize/require_outputs/{position}",
                               _unknown("step", required, ids, "pipeline"), DOCUMENT_INVALID, False))
+    found.extend((pointer, message, code, False)
+                 for pointer, message, code in step_graph_problems(base, pipeline))
     return found
 
 
