@@ -84,8 +84,10 @@ jsonschema, json, an HTTP response) drops the library's exception, so that value
 message may quote the value it rejected or the body it received, and :func:`cause_chain` copies
 every cause's message into ``PipelineError.cause``, onto stderr and into trace records; the
 tubeless error says instead what is wrong by path, type and bound. And an error whose message
-already restates its cause (the type and text of an import or template failure, the issues of a
-``SchemaValidationError``) drops it because the chain would only repeat it.
+already restates its cause (the type and text of a template failure, the issues of a
+``SchemaValidationError``) drops it because the chain would only repeat it. A failed import is
+kept: the ``ReferenceResolutionError`` of ``load_project`` has what the first failing import
+raised as its ``__cause__``, so that ``--debug`` shows where in the module it failed.
 """
 
 from __future__ import annotations

@@ -410,7 +410,7 @@ def test_a_bad_reference_is_found_only_with_resolve(tmp_path: Path) -> None:
     )
     expected_error = (
         f"error: {project}:9:13 /agents/helper/decide: module 'examples.scripted_agent' has "
-        "no attribute 'decyde'\n"
+        "no attribute 'decyde'; did you mean 'decide'?\n"
     )
 
     assert invoke(project) == Outcome(0, f"ok: {project}\n", "")

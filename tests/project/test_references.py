@@ -255,19 +255,21 @@ REFERENCE_CASES = [
     ),
     pytest.param(
         "decide: helpers:decide", "decide: helpers:decyde",
-        (9, 13, "/agents/helper/decide", "module 'helpers' has no attribute 'decyde'"),
+        (9, 13, "/agents/helper/decide",
+         "module 'helpers' has no attribute 'decyde'; did you mean 'decide'?"),
         id="missing-attribute",
     ),
     pytest.param(
         "decide: helpers:decide", "decide: broken:decide",
         (9, 13, "/agents/helper/decide",
-         "importing 'broken' failed: RuntimeError: broken at import time"),
+         "importing 'broken' failed at lib/broken.py:1: RuntimeError: broken at import time"),
         id="import-raises",
     ),
     pytest.param(
         "decide: helpers:decide", "decide: broken_dependency:decide",
         (9, 13, "/agents/helper/decide",
-         "importing 'broken_dependency' failed: ModuleNotFoundError: No module named "
+         "importing 'broken_dependency' failed at lib/broken_dependency.py:1: "
+         "ModuleNotFoundError: No module named "
          "'not_installed_anywhere'"),
         id="import-of-a-missing-dependency",
     ),

@@ -246,6 +246,7 @@ def _check(file: str, *, resolve: bool) -> _Outcome:
             problems=(_Problem(code=None, message=reason),),
         )
     except (DocumentError, TemplateError, ReferenceResolutionError) as exc:
+        _show_traceback(exc)
         problems = tuple(_Problem(**issue.to_dict()) for issue in exc.issues) or (
             _Problem(code=exc.code, message=exc.message),
         )
@@ -259,6 +260,15 @@ def _check(file: str, *, resolve: bool) -> _Outcome:
             problems=_definition_problems(exc),
         )
     return _Outcome(file=file)
+
+
+def _show_traceback(exc: BaseException) -> None:
+    """Under ``--debug``: the traceback of what a failed import raised (and of ``exc``)."""
+    state = getattr(click.get_current_context(silent=True), "obj", None)  # the CliState
+    if getattr(state, "debug", False) is True and exc.__cause__ is not None:
+        import traceback
+
+        click.echo("".join(traceback.format_exception(exc)).rstrip("\n"), err=True)
 
 
 def _definition_problems(

@@ -6,6 +6,7 @@ that named it); only then are agents and pipelines built, each after the entries
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from tubeless.pipeline import (
     require_outputs,
     step,
 )
+from tubeless.project._issues import did_you_mean
 from tubeless.project._references import ReferenceProblem, Resolver
 from tubeless.project._semantics import composition_order, escape
 from tubeless.project._templates import compile_template_mapping
@@ -78,6 +80,10 @@ class Compiler:
         self.resolver = Resolver(base_dir, spec.python_path, spec.allow_modules)
         self.overrides = overrides or {}
         self.issues: list[_Issue] = []
+        self.at_key: set[str] = set()
+        """Pointers of issues located at their key (an unknown factory setting)."""
+        self.import_failures: list[BaseException] = []
+        """What importing a module raised, first failure first (the cause ``--debug`` shows)."""
         self.definition_errors: list[tuple[str, Exception]] = []
         self.built: dict[str, Pipeline] = {}
         self._check_overrides()
@@ -100,14 +106,17 @@ class Compiler:
         try:
             return self.resolver.resolve(reference, kind)
         except ReferenceProblem as exc:
-            self.issues.append((pointer, str(exc), REFERENCE_INVALID))
+            if not exc.repeated:  # a module that failed to import is one problem
+                self.issues.append((pointer, str(exc), REFERENCE_INVALID))
+                if exc.original is not None:
+                    self.import_failures.append(exc.original)
             return _MISSING
 
     def callable_(self, value: str | UseSpec, pointer: str) -> Any:
         if isinstance(value, str):
             return self.ref(value, pointer, "callable")
         factory = self.ref(value.use, f"{pointer}/use", "callable")
-        if factory is _MISSING:
+        if factory is _MISSING or not self._settings_fit(factory, value, pointer):
             return _MISSING
         try:
             made = factory(**value.with_)
@@ -126,6 +135,33 @@ class Compiler:
             )
             return _MISSING
         return made
+
+    def _settings_fit(self, factory: Any, value: UseSpec, pointer: str) -> bool:
+        """Whether ``with:`` names only settings the factory takes, and all it needs; each
+        problem is recorded (an unknown setting with the closest one)."""
+        try:
+            parameters = list(inspect.signature(factory).parameters.values())
+        except (TypeError, ValueError):  # no signature to read: let the call say it
+            return True
+        named = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        names = [p.name for p in named]
+        fits = True
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            for key in value.with_:
+                if key not in names:
+                    hint = did_you_mean(key, names)
+                    listed = f"its settings: {', '.join(names)}" if names else "it takes none"
+                    where = f"{pointer}/with/{escape(key)}"
+                    self.at_key.add(where)
+                    self.issues.append((where, f"{value.use!r} has no setting {key!r}; "
+                                        f"{hint or listed}", REFERENCE_INVALID))
+                    fits = False
+        for parameter in named:
+            if parameter.default is parameter.empty and parameter.name not in value.with_:
+                self.issues.append((pointer, f"{value.use!r} needs the setting "
+                                    f"{parameter.name!r} under with:", REFERENCE_INVALID))
+                fits = False
+        return fits
 
     def schema(self, value: SchemaSpec, pointer: str) -> Any:
         source = value.schema_
@@ -147,6 +183,8 @@ class Compiler:
 
     # -- entries ----------------------------------------------------------------------------
     def build_all(self) -> dict[str, Pipeline]:
+        for index, message in self.resolver.folder_problems():
+            self.issues.append((f"/python_path/{index}", message, REFERENCE_INVALID))
         self.resolver.activate()
         for entry_id in composition_order(self.spec):
             if entry_id in self.spec.agents:

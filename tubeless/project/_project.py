@@ -113,9 +113,13 @@ def _pydantic_issues(doc: LoadedDocument, error: pydantic.ValidationError) -> li
     return issues
 
 
-def _raise(issues: Sequence[DocumentIssue], spec: ProjectSpec | None = None) -> None:
+def _raise(
+    issues: Sequence[DocumentIssue],
+    spec: ProjectSpec | None = None,
+    cause: BaseException | None = None,
+) -> None:
     """Raise the error class the issues call for (documents first, then templates, references
-    and the step graph)."""
+    and the step graph); ``cause`` is what a failed import raised (``--debug`` shows it)."""
     if not issues:
         return
     if spec is not None and all(is_definition_code(issue.code) for issue in issues):
@@ -125,7 +129,7 @@ def _raise(issues: Sequence[DocumentIssue], spec: ProjectSpec | None = None) -> 
         raise TemplateError(_summary(ordered), ordered)
     if all(issue.code == REFERENCE_INVALID for issue in issues):
         ordered = sorted(issues, key=lambda i: (i.line, i.column, i.pointer))
-        raise ReferenceResolutionError(_summary(ordered), ordered)
+        raise ReferenceResolutionError(_summary(ordered), ordered) from cause
     raise_issues(issues)
 
 
@@ -241,7 +245,10 @@ def load_project(
     doc, spec = checked.document, checked.spec
     compiler = Compiler(spec, Path(doc.file).resolve().parent, overrides)
     built = compiler.build_all()
-    _raise([_issue(doc, pointer, message, code) for pointer, message, code in compiler.issues])
+    _raise([
+        _issue(doc, pointer, message, code, key=pointer in compiler.at_key)
+        for pointer, message, code in compiler.issues
+    ], cause=compiler.import_failures[0] if compiler.import_failures else None)
     if compiler.definition_errors:
         issues = sort_issues(
             issue for pointer, error in compiler.definition_errors

@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 
 from tubeless.errors import DOCUMENT_INVALID, TEMPLATE_INVALID
+from tubeless.project._issues import did_you_mean
 from tubeless.project._step_graph import step_graph_problems
 from tubeless.project._templates import template_problems
 from tubeless.project.spec import (
@@ -151,7 +152,11 @@ def _agent(agent_id: str, agent: AgentSpec, spec: ProjectSpec) -> list[Problem]:
 def _unknown(kind: str, name: str, known: Mapping[str, Any], owner: str = "project") -> str:
     choices = ", ".join(map(repr, known)) or "none"
     plural = "entries" if kind == "entry" else f"{kind}s"
-    return f"unknown {kind} {name!r}; this {owner}'s {plural}: {choices}"
+    listed = f"this {owner}'s {plural}: {choices}"
+    hint = did_you_mean(name, known)
+    if hint is not None:
+        return f"unknown {kind} {name!r}; {hint} ({listed})"
+    return f"unknown {kind} {name!r}; {listed}"
 
 
 def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> list[Problem]:
