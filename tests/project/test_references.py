@@ -187,8 +187,9 @@ def test_a_module_already_imported_from_the_same_file_is_reused(tmp_path: Path) 
 
 # -- the standard library -------------------------------------------------------------------
 STDLIB_CASES = [
-    pytest.param(AGENT, "helpers:decide", "os:system", "os", (9, 13, "/agents/helper/decide"),
-                 id="decide-os-system"),
+    # Callables that could be called as the harness calls them (os.rename takes two arguments).
+    pytest.param(AGENT, "helpers:decide", "os:rename", "os", (9, 13, "/agents/helper/decide"),
+                 id="decide-os-rename"),
     pytest.param(AGENT, "helpers:decide", "builtins:eval", "builtins",
                  (9, 13, "/agents/helper/decide"), id="decide-builtins-eval"),
     pytest.param(PIPELINE, "helpers:plain", "subprocess:run", "subprocess",

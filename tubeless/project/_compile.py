@@ -33,6 +33,7 @@ from tubeless.pipeline import (
 from tubeless.project._issues import did_you_mean
 from tubeless.project._references import ReferenceProblem, Resolver
 from tubeless.project._semantics import composition_order, escape
+from tubeless.project._signatures import call_problem
 from tubeless.project._templates import compile_template_mapping
 from tubeless.project.spec import (
     AgentSpec,
@@ -102,19 +103,26 @@ class Compiler:
                 )
 
     # -- references -------------------------------------------------------------------------
-    def ref(self, reference: str, pointer: str, kind: Any) -> Any:
+    def ref(self, reference: str, pointer: str, kind: Any, call: str | None = None) -> Any:
+        """The object ``reference`` names (``_MISSING`` once its problem is recorded); a
+        callable must take the arguments of ``call`` (``"decide(state, ctx)"``)."""
         try:
-            return self.resolver.resolve(reference, kind)
+            value = self.resolver.resolve(reference, kind)
         except ReferenceProblem as exc:
             if not exc.repeated:  # a module that failed to import is one problem
                 self.issues.append((pointer, str(exc), REFERENCE_INVALID))
                 if exc.original is not None:
                     self.import_failures.append(exc.original)
             return _MISSING
+        problem = None if call is None else call_problem(value, call)
+        if problem is not None:
+            self.issues.append((pointer, f"{reference!r} {problem}", REFERENCE_INVALID))
+            return _MISSING
+        return value
 
-    def callable_(self, value: str | UseSpec, pointer: str) -> Any:
+    def callable_(self, value: str | UseSpec, pointer: str, call: str) -> Any:
         if isinstance(value, str):
-            return self.ref(value, pointer, "callable")
+            return self.ref(value, pointer, "callable", call)
         factory = self.ref(value.use, f"{pointer}/use", "callable")
         if factory is _MISSING or not self._settings_fit(factory, value, pointer):
             return _MISSING
@@ -133,6 +141,11 @@ class Compiler:
                 (pointer, f"factory {value.use!r} returned {article} {kind}, not a callable",
                  REFERENCE_INVALID)
             )
+            return _MISSING
+        problem = call_problem(made, call)
+        if problem is not None:
+            self.issues.append((pointer, f"what {value.use!r} returned {problem}",
+                                REFERENCE_INVALID))
             return _MISSING
         return made
 
@@ -207,12 +220,13 @@ class Compiler:
                 return _MISSING
             return value
         if isinstance(tool, HandlerToolSpec):
-            run = self.ref(tool.run, f"{pointer}/run", "callable")
+            run = self.ref(tool.run, f"{pointer}/run", "callable", "run(input, ctx)")
             preview: Any = None
             if tool.preview == "run":
                 preview = run
             elif tool.preview != "skip":
-                preview = self.ref(tool.preview, f"{pointer}/preview", "callable")
+                preview = self.ref(tool.preview, f"{pointer}/preview", "callable",
+                                   "preview(input, ctx)")
             inputs = self.schema(tool.input, f"{pointer}/input")
             outputs = self.schema(tool.output, f"{pointer}/output")
             if _missing(run, preview, inputs, outputs):
@@ -228,7 +242,8 @@ class Compiler:
         child = self.built.get(target)
         inputs = None if tool.input is None else self.schema(tool.input, f"{pointer}/input")
         mapper = (None if tool.map_options is None
-                  else self.ref(tool.map_options, f"{pointer}/map_options", "callable"))
+                  else self.ref(tool.map_options, f"{pointer}/map_options", "callable",
+                           "map_options(input)"))
         if child is None or _missing(inputs, mapper):
             return _MISSING
         try:
@@ -247,7 +262,7 @@ class Compiler:
                 return render({"input": to_jsonable_python(validated)})
 
             return from_template
-        return self.callable_(value, pointer)
+        return self.callable_(value, pointer, "initial_state(input)")
 
     def _agent(self, agent_id: str, agent: AgentSpec) -> Pipeline | None:
         base = f"/agents/{escape(agent_id)}"
@@ -258,11 +273,14 @@ class Compiler:
 
         initial_state = field("initial_state", lambda: self._initial_state(
             agent, f"{base}/initial_state"))
-        decide = field("decide", lambda: self.callable_(agent.decide, f"{base}/decide"))
+        decide = field("decide", lambda: self.callable_(agent.decide, f"{base}/decide",
+                                                           "decide(state, ctx)"))
         dry_run = field("dry_run", lambda: None if agent.dry_run is None
-                        else self.callable_(agent.dry_run, f"{base}/dry_run"))
+                        else self.callable_(agent.dry_run, f"{base}/dry_run",
+                                            "dry_run(state, ctx)"))
         reduce = field("reduce", lambda: None if agent.reduce is None
-                       else self.callable_(agent.reduce, f"{base}/reduce"))
+                       else self.callable_(agent.reduce, f"{base}/reduce",
+                                           "reduce(state, outcomes)"))
         inputs = self.schema(agent.input, f"{base}/input")
         result = self.schema(agent.result, f"{base}/result")
         tools = {name: self._tool(name, tool, f"{base}/tools/{escape(name)}")
@@ -291,12 +309,13 @@ class Compiler:
             "name": item.name,
             "description": item.description,
         }
-        skip = None if item.skip is None else self.ref(item.skip, f"{pointer}/skip", "callable")
+        skip = None if item.skip is None else self.ref(item.skip, f"{pointer}/skip", "callable",
+                                                       "skip(inputs, ctx)")
         dry_run: Any = item.dry_run
         if dry_run is not None and dry_run != "skip":
-            dry_run = self.ref(dry_run, f"{pointer}/dry_run", "callable")
+            dry_run = self.ref(dry_run, f"{pointer}/dry_run", "callable", "dry_run(inputs, ctx)")
         if item.run is not None:
-            run = self.ref(item.run, f"{pointer}/run", "callable")
+            run = self.ref(item.run, f"{pointer}/run", "callable", "run(inputs, ctx)")
             output = None if item.output is None else self.schema(item.output, f"{pointer}/output")
             if _missing(run, skip, dry_run, output):
                 return _MISSING
@@ -306,9 +325,11 @@ class Compiler:
             where = f"{pointer}/from_pipeline"
             child = self.built.get(spec.pipeline)
             map_options = (None if spec.map_options is None
-                           else self.ref(spec.map_options, f"{where}/map_options", "callable"))
+                           else self.ref(spec.map_options, f"{where}/map_options", "callable",
+                                      "map_options(inputs, ctx)"))
             map_result = (None if spec.map_result is None
-                          else self.ref(spec.map_result, f"{where}/map_result", "callable"))
+                          else self.ref(spec.map_result, f"{where}/map_result", "callable",
+                                     "map_result(result)"))
             if child is None or _missing(map_options, map_result, skip):
                 return _MISSING
             return from_pipeline(item.id, child, map_options=map_options, map_result=map_result,
@@ -317,11 +338,13 @@ class Compiler:
         fan = item.for_each_pipeline
         where = f"{pointer}/for_each_pipeline"
         child = self.built.get(fan.pipeline)
-        items = self.ref(fan.items, f"{where}/items", "callable")
-        key = self.ref(fan.key, f"{where}/key", "callable")
-        map_options = self.ref(fan.map_options, f"{where}/map_options", "callable")
+        items = self.ref(fan.items, f"{where}/items", "callable", "items(inputs, ctx)")
+        key = self.ref(fan.key, f"{where}/key", "callable", "key(item, index)")
+        map_options = self.ref(fan.map_options, f"{where}/map_options", "callable",
+                               "map_options(item, index, inputs, ctx)")
         map_result = (None if fan.map_result is None
-                      else self.ref(fan.map_result, f"{where}/map_result", "callable"))
+                      else self.ref(fan.map_result, f"{where}/map_result", "callable",
+                                    "map_result(results)"))
         if child is None or _missing(items, key, map_options, map_result, skip):
             return _MISSING
         return for_each_pipeline(item.id, child, items=items, key=key, map_options=map_options,
@@ -331,7 +354,8 @@ class Compiler:
     def _finalize(self, value: str | FinalizeSpec | None, pointer: str) -> Any:
         if value is None or isinstance(value, str):
             return value
-        fn = None if value.run is None else self.ref(value.run, f"{pointer}/run", "callable")
+        fn = None if value.run is None else self.ref(value.run, f"{pointer}/run", "callable",
+                                                    "run(outputs, ctx)")
         if fn is _MISSING:
             return _MISSING
         if value.require_outputs:

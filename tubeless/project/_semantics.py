@@ -14,6 +14,7 @@ import jsonschema
 from tubeless.errors import DOCUMENT_INVALID, TEMPLATE_INVALID
 from tubeless.project._issues import did_you_mean
 from tubeless.project._step_graph import step_graph_problems
+from tubeless.project._template_inputs import undeclared_reads
 from tubeless.project._templates import template_problems
 from tubeless.project.spec import (
     AgentSpec,
@@ -127,10 +128,15 @@ def _agent(agent_id: str, agent: AgentSpec, spec: ProjectSpec) -> list[Problem]:
     found = [*_inline_schema(agent.input, f"{base}/input"),
              *_inline_schema(agent.result, f"{base}/result")]
     if isinstance(agent.initial_state, dict):
-        found.extend(
-            (where, message, TEMPLATE_INVALID, False)
-            for where, message in template_problems(agent.initial_state, f"{base}/initial_state")
-        )
+        invalid = template_problems(agent.initial_state, f"{base}/initial_state")
+        found.extend((where, message, TEMPLATE_INVALID, False) for where, message in invalid)
+        if not invalid and isinstance(agent.input.schema_, dict):
+            found.extend(
+                (where, message, TEMPLATE_INVALID, False)
+                for where, message in undeclared_reads(
+                    agent.initial_state, f"{base}/initial_state", agent.input.schema_
+                )
+            )
     for name, tool in agent.tools.items():
         pointer = f"{base}/tools/{escape(name)}"
         if isinstance(tool, PipelineToolSpec) and tool.pipeline not in spec.pipelines:
