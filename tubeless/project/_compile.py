@@ -243,7 +243,7 @@ class Compiler:
         inputs = None if tool.input is None else self.schema(tool.input, f"{pointer}/input")
         mapper = (None if tool.map_options is None
                   else self.ref(tool.map_options, f"{pointer}/map_options", "callable",
-                           "map_options(input)"))
+                                "map_options(input)"))
         if child is None or _missing(inputs, mapper):
             return _MISSING
         try:
@@ -326,10 +326,10 @@ class Compiler:
             child = self.built.get(spec.pipeline)
             map_options = (None if spec.map_options is None
                            else self.ref(spec.map_options, f"{where}/map_options", "callable",
-                                      "map_options(inputs, ctx)"))
+                                         "map_options(inputs, ctx)"))
             map_result = (None if spec.map_result is None
                           else self.ref(spec.map_result, f"{where}/map_result", "callable",
-                                     "map_result(result)"))
+                                        "map_result(result)"))
             if child is None or _missing(map_options, map_result, skip):
                 return _MISSING
             return from_pipeline(item.id, child, map_options=map_options, map_result=map_result,
