@@ -446,7 +446,7 @@ def test_a_graph_problem_is_found_without_resolve_and_names_its_code(tmp_path: P
 def test_an_agent_definition_error_exits_4_under_resolve_without_a_traceback(
     tmp_path: Path,
 ) -> None:
-    # A pipeline used as a tool needs an input schema; only compiling the agent finds out.
+    # A pipeline used as a tool needs an input schema (found with and without --resolve).
     project = write(
         tmp_path / "project.yaml",
         VALID.replace(

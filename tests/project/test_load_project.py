@@ -5,6 +5,7 @@ agent callables; ``Project.entry`` picks the entry; definition errors are locate
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -220,43 +221,52 @@ def test_a_graph_the_core_rejects_raises_a_located_pipeline_definition_error(
     assert error.args == (error.message,)
 
 
-PIPELINE_TOOL_WITHOUT_INPUT = """\
+# A result model pydantic cannot express as JSON Schema: only compiling the agent finds out.
+UNDESCRIBED_RESULT = """\
 version: 1
 project: {id: two}
-python_path: [REPO]
+python_path: [REPO, lib]
 agents:
   helper:
     input: {schema: examples.text:Question}
-    result: {schema: examples.text:Answer}
+    result: {schema: MODULE:Odd}
     initial_state: examples.scripted_agent:initial_state
     decide: examples.scripted_agent:decide
-    tools:
-      count: {pipeline: words, description: Count.}
-pipelines:
-  words:
-    steps:
-      - {id: split, run: examples.text_pipeline:split_words}
+"""
+ODD_TYPES = """\
+from pydantic import BaseModel, ConfigDict
+
+
+class Thing:
+    pass
+
+
+class Odd(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    thing: Thing
 """
 
 
 def test_a_located_definition_error_is_a_new_error_caused_by_the_core_s_own(
     tmp_path: Path,
 ) -> None:
-    """A definition error only compiling finds (a pipeline tool without an input schema) is not
-    rewritten in place: the located copy names the harness's own error as its cause."""
-    path = write(tmp_path, PIPELINE_TOOL_WITHOUT_INPUT)
+    """A definition error only compiling finds is not rewritten in place: the located copy
+    names the harness's own error as its cause, and carries the located issue."""
+    module = f"odd_{uuid.uuid4().hex}"
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / f"{module}.py").write_text(ODD_TYPES, encoding="utf-8")
+    path = write(tmp_path, UNDESCRIBED_RESULT.replace("MODULE", module))
 
     with pytest.raises(AgentDefinitionError) as caught:
         load_project(path)
 
     original = caught.value.__cause__
     assert isinstance(original, AgentDefinitionError)
-    assert original.message.startswith("Pipeline 'words' has no input schema")
+    assert original.message.startswith("Agent 'helper': result_schema has no JSON Schema")
     assert original.args == (original.message,)
-    assert caught.value.message == f"{path}:11:14 /agents/helper/tools/count: {original.message}"
+    assert caught.value.message == f"{path}:6:5 /agents/helper: {original.message}"
     assert [(i.line, i.column, i.pointer, i.code, i.message) for i in caught.value.issues] == [
-        (11, 14, "/agents/helper/tools/count", "TUBELESS_AGENT_INVALID_DEFINITION",
-         original.message)
+        (6, 5, "/agents/helper", "TUBELESS_AGENT_INVALID_DEFINITION", original.message)
     ]
 
 

@@ -191,6 +191,9 @@ def test_a_template_reading_an_undeclared_input_property_is_located(
         "{{ input.options.depth + 1 }}",
         "{% for key in input %}{{ key }}{% endfor %}",
         "{{ input.items() | list }}",
+        "{{ input.name if input.name is defined else 'none' }}",
+        "{{ input.name | default('none') }}",
+        "{{ input.options.extra | d(0) }}",
     ],
 )
 def test_templates_reading_declared_input_pass(tmp_path: Path, template: str) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.fixtures.cli import tubeless
 from tubeless.errors import (
+    AGENT_INVALID_DEFINITION,
     DEFINITION_DEPENDENCY_CONTRADICTORY,
     DEFINITION_DEPENDENCY_CYCLE,
     DEFINITION_DEPENDENCY_DUPLICATE,
@@ -21,6 +22,7 @@ from tubeless.errors import (
     DEFINITION_TARGET_FINALIZER_MISMATCH,
     DEFINITION_TARGETS_DUPLICATE,
     DOCUMENT_INVALID,
+    AgentDefinitionError,
     DocumentError,
     PipelineDefinitionError,
 )
@@ -193,3 +195,26 @@ def test_run_plan_and_validate_say_a_graph_problem_at_its_location(
         "[TUBELESS_DEFINITION_DEPENDENCY_SELF_REFERENCE] Step 'count' depends on itself in "
         "depends_on.\n"
     )
+
+
+def test_a_pipeline_tool_whose_pipeline_takes_no_input_is_found_without_importing(
+    tmp_path: Path,
+) -> None:
+    """What pipeline_tool(...) refuses when compiling, said at the tool in the file's terms."""
+    text = BASE.replace("pipelines:\n", "agents:\n  helper:\n    input: {schema: {}}\n"
+                        "    result: {schema: {}}\n    initial_state: nowhere:initial\n"
+                        "    decide: nowhere:decide\n"
+                        "    tools: {count: {pipeline: words, description: Count.}}\n"
+                        "pipelines:\n")
+    path = tmp_path / "project.yaml"
+    path.write_text(text, encoding="utf-8")
+
+    with pytest.raises(AgentDefinitionError) as caught:
+        check_project(path)
+
+    message = ("Pipeline 'words' has no input schema: give the pipeline an input:, or give this "
+               "tool input: and map_options:.")
+    assert [(i.line, i.column, i.pointer, i.code, i.message) for i in caught.value.issues] == [
+        (9, 31, "/agents/helper/tools/count/pipeline", AGENT_INVALID_DEFINITION, message)
+    ]
+    assert str(caught.value) == f"{path}:9:31 /agents/helper/tools/count/pipeline: {message}"

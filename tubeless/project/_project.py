@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TypeVar
 import pydantic
 
 from tubeless.errors import (
+    AGENT_INVALID_DEFINITION,
     DOCUMENT_INVALID,
     REFERENCE_INVALID,
     TEMPLATE_INVALID,
@@ -145,8 +146,12 @@ def _step_id(spec: ProjectSpec, pointer: str) -> str | None:
 
 
 def _raise_definition(issues: Sequence[DocumentIssue], spec: ProjectSpec) -> NoReturn:
-    """The static graph problems as the core's :class:`PipelineDefinitionError`, located."""
+    """The static graph problems as the core's :class:`PipelineDefinitionError` (or, when all
+    are about agents, the harness's :class:`AgentDefinitionError`), located."""
     ordered = sorted(issues, key=lambda i: (i.line, i.column, i.pointer))
+    if all(issue.code == AGENT_INVALID_DEFINITION for issue in ordered):
+        agent_error = AgentDefinitionError(ordered[0].message)
+        raise _located(agent_error, ordered)
     parts = ordered[0].pointer.split("/")
     pipeline_id = parts[2].replace("~1", "/").replace("~0", "~") if len(parts) > 2 else ""
     errors = [

@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonschema
 
-from tubeless.errors import DOCUMENT_INVALID, TEMPLATE_INVALID
+from tubeless.errors import AGENT_INVALID_DEFINITION, DOCUMENT_INVALID, TEMPLATE_INVALID
 from tubeless.project._issues import did_you_mean
 from tubeless.project._step_graph import step_graph_problems
 from tubeless.project._template_inputs import undeclared_reads
@@ -143,6 +143,12 @@ def _agent(agent_id: str, agent: AgentSpec, spec: ProjectSpec) -> list[Problem]:
             found.append((f"{pointer}/pipeline", _unknown("pipeline", tool.pipeline,
                                                           spec.pipelines), DOCUMENT_INVALID,
                           False))
+        elif (isinstance(tool, PipelineToolSpec) and tool.input is None
+              and spec.pipelines[tool.pipeline].input is None):
+            # What pipeline_tool(...) refuses when compiling, said in the file's terms.
+            found.append((f"{pointer}/pipeline", f"Pipeline {tool.pipeline!r} has no input "
+                          "schema: give the pipeline an input:, or give this tool input: and "
+                          "map_options:.", AGENT_INVALID_DEFINITION, False))
         if isinstance(tool, AgentToolSpec) and tool.agent not in spec.agents:
             found.append((f"{pointer}/agent", _unknown("agent", tool.agent, spec.agents),
                           DOCUMENT_INVALID, False))

@@ -188,6 +188,7 @@ def input_reads(source: str) -> list[tuple[str, ...]]:
     except PARSE_ERRORS:
         return []
     found: list[tuple[str, ...]] = []
+    guarded: set[tuple[str, ...]] = set()
     stack: list[nodes.Node] = list(body)
     while stack:
         node = stack.pop()
@@ -197,8 +198,25 @@ def input_reads(source: str) -> list[tuple[str, ...]]:
             path = _input_path(node)
             if path:
                 found.append(path)
+        elif _guards(node):
+            # ``input.x is defined`` and ``input.x | default(...)`` are how a template reads a
+            # name that may be absent: every read of that path (and below it) is left alone.
+            inner = getattr(node, "node", None)
+            path = _input_path(inner) if isinstance(inner, nodes.Getattr | nodes.Getitem) else None
+            if path:
+                guarded.add(path)
         stack.extend(_children(node))
-    return found
+    return [
+        path for path in found
+        if not any(path[: len(guard)] == guard for guard in guarded)
+    ]
+
+
+def _guards(node: nodes.Node) -> bool:
+    """A ``defined``/``undefined`` test or a ``default`` filter."""
+    if isinstance(node, nodes.Test):
+        return node.name in {"defined", "undefined"}
+    return isinstance(node, nodes.Filter) and node.name in {"default", "d"}
 
 
 def _input_path(node: nodes.Getattr | nodes.Getitem) -> tuple[str, ...] | None:
