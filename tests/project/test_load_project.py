@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.cli import tubeless
 from tubeless import Pipeline
 from tubeless.errors import (
     AGENT_INVALID_DEFINITION,
@@ -268,6 +269,25 @@ def test_a_located_definition_error_is_a_new_error_caused_by_the_core_s_own(
     assert [(i.line, i.column, i.pointer, i.code, i.message) for i in caught.value.issues] == [
         (6, 5, "/agents/helper", "TUBELESS_AGENT_INVALID_DEFINITION", original.message)
     ]
+
+
+def test_run_prints_a_compile_time_definition_error_at_its_location(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 15: ``run`` says a definition error with the file:line:col validate computes."""
+    module = f"odd_{uuid.uuid4().hex}"
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / f"{module}.py").write_text(ODD_TYPES, encoding="utf-8")
+    path = write(tmp_path, UNDESCRIBED_RESULT.replace("MODULE", module))
+
+    outcome = tubeless(capsys, "run", path, "--input", '{"question": "q"}')
+
+    assert (outcome.code, outcome.out) == (3, "")
+    assert outcome.err.startswith(
+        f"error: {path}:6:5 /agents/helper: [TUBELESS_AGENT_INVALID_DEFINITION] Agent 'helper': "
+        "result_schema has no JSON Schema"
+    )
+    assert len(outcome.err.splitlines()) == 1
 
 
 TOO_LONG_DESCRIPTION = """\
