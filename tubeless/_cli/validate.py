@@ -254,6 +254,7 @@ def _check(file: str, *, resolve: bool) -> _Outcome:
             file=file, exit_code=exit_code_for(exc, command="validate"), problems=problems
         )
     except (PipelineDefinitionError, AgentDefinitionError) as exc:
+        _show_traceback(exc)
         return _Outcome(
             file=file,
             exit_code=exit_code_for(exc, command="validate"),
@@ -263,7 +264,8 @@ def _check(file: str, *, resolve: bool) -> _Outcome:
 
 
 def _show_traceback(exc: BaseException) -> None:
-    """Under ``--debug``: the traceback of what a failed import raised (and of ``exc``)."""
+    """Under ``--debug``: the traceback of what ``exc`` restates (a failed import, the core's
+    own definition error), then of ``exc``."""
     state = getattr(click.get_current_context(silent=True), "obj", None)  # the CliState
     if getattr(state, "debug", False) is True and exc.__cause__ is not None:
         import traceback
