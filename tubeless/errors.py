@@ -96,8 +96,10 @@ jsonschema, json, an HTTP response) drops the library's exception, so that value
 message may quote the value it rejected or the body it received, and :func:`cause_chain` copies
 every cause's message into ``PipelineError.cause``, onto stderr and into trace records; the
 tubeless error says instead what is wrong by path, type and bound. And an error whose message
-already restates its cause (the type and text of an import or template failure, the issues of a
-``SchemaValidationError``) drops it because the chain would only repeat it.
+already restates its cause (the type and text of a template failure, the issues of a
+``SchemaValidationError``) drops it because the chain would only repeat it. A failed import is
+kept: the ``ReferenceResolutionError`` of ``load_project`` has what the first failing import
+raised as its ``__cause__``, so that ``--debug`` shows where in the module it failed.
 """
 
 from __future__ import annotations
@@ -366,6 +368,9 @@ class PipelineDefinitionError(TubelessError):
 
     errors: tuple[PipelineError, ...]
     pipeline_id: str
+    issues: tuple[Any, ...] = ()
+    """From ``load_project``: every problem located in the project file (``DocumentIssue``s,
+    in file order, each with its ``TUBELESS_DEFINITION_*`` code); empty otherwise."""
 
     def __init__(self, pipeline_id: str, errors: Sequence[PipelineError]) -> None:
         assert errors, "a definition error needs at least one problem"
@@ -379,6 +384,9 @@ class AgentDefinitionError(TubelessError):
     """An agent or tool definition is invalid."""
 
     code = AGENT_INVALID_DEFINITION
+    issues: tuple[Any, ...] = ()
+    """From ``load_project``: every definition problem located in the project file
+    (``DocumentIssue``s, in file order); empty otherwise."""
 
     def __init__(self, message: str) -> None:
         super().__init__(self.code, message)
@@ -486,6 +494,11 @@ class TemplateError(ProjectError):
 
 
 _LINE_BREAKS = re.compile(r"\s*(?:\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029])\s*")
+
+
+def is_definition_code(code: str) -> bool:
+    """Whether ``code`` is a pipeline core or agent harness definition code (``run`` exits 3)."""
+    return code.startswith("TUBELESS_DEFINITION_") or code == AGENT_INVALID_DEFINITION
 
 
 def one_line(text: str) -> str:

@@ -379,7 +379,7 @@ pipelines:
           trace: {type: string}
         required: [mode]
     steps:
-      - {id: a, run: builtins:len}
+      - {id: a, run: builtins:divmod}
 """
 
 

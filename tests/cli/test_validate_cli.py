@@ -51,8 +51,8 @@ INVALID_ISSUES = [
     (10, 5, "/agents/helper/tool", "unknown key 'tool'; did you mean 'tools'?"),
 ]
 
-# A step that depends on itself passes the meta-schema and the cross-reference checks: only
-# compiling it (--resolve) finds the problem.
+# A step that depends on itself passes the meta-schema and the cross-reference checks; the
+# static step graph check finds it (with or without --resolve).
 SELF_DEPENDENT = """\
 version: 1
 project: {id: demo}
@@ -410,7 +410,7 @@ def test_a_bad_reference_is_found_only_with_resolve(tmp_path: Path) -> None:
     )
     expected_error = (
         f"error: {project}:9:13 /agents/helper/decide: module 'examples.scripted_agent' has "
-        "no attribute 'decyde'\n"
+        "no attribute 'decyde'; did you mean 'decide'?\n"
     )
 
     assert invoke(project) == Outcome(0, f"ok: {project}\n", "")
@@ -419,25 +419,26 @@ def test_a_bad_reference_is_found_only_with_resolve(tmp_path: Path) -> None:
     assert tubeless_process("validate", "--resolve", project) == Outcome(4, "", expected_error)
 
 
-def test_a_definition_error_is_found_only_with_resolve_and_names_its_code(
-    tmp_path: Path,
-) -> None:
+def test_a_graph_problem_is_found_without_resolve_and_names_its_code(tmp_path: Path) -> None:
+    """Issue 15: plain validate checks the static step graph, at the dependency's location."""
     project = write(tmp_path / "project.yaml", SELF_DEPENDENT)
-
-    assert invoke(project).code == 0
-    assert invoke("--resolve", project) == Outcome(
+    expected = Outcome(
         4,
         "",
-        f"error: {project}:6:5 /pipelines/words: [TUBELESS_DEFINITION_DEPENDENCY_SELF_REFERENCE]"
-        " Step 'split' depends on itself in depends_on.\n",
+        f"error: {project}:7:75 /pipelines/words/steps/0/depends_on/0: "
+        "[TUBELESS_DEFINITION_DEPENDENCY_SELF_REFERENCE] Step 'split' depends on itself in "
+        "depends_on.\n",
     )
-    assert json.loads(invoke("--resolve", "--json", project).out)["files"][0]["errors"] == [
+
+    assert invoke(project) == expected
+    assert invoke("--resolve", project) == expected
+    assert json.loads(invoke("--json", project).out)["files"][0]["errors"] == [
         {
             "code": "TUBELESS_DEFINITION_DEPENDENCY_SELF_REFERENCE",
             "message": "Step 'split' depends on itself in depends_on.",
-            "pointer": "/pipelines/words",
-            "line": 6,
-            "column": 5,
+            "pointer": "/pipelines/words/steps/0/depends_on/0",
+            "line": 7,
+            "column": 75,
         }
     ]
 
@@ -445,7 +446,7 @@ def test_a_definition_error_is_found_only_with_resolve_and_names_its_code(
 def test_an_agent_definition_error_exits_4_under_resolve_without_a_traceback(
     tmp_path: Path,
 ) -> None:
-    # A pipeline used as a tool needs an input schema; only compiling the agent finds out.
+    # A pipeline used as a tool needs an input schema (found with and without --resolve).
     project = write(
         tmp_path / "project.yaml",
         VALID.replace(

@@ -5,11 +5,13 @@ agent callables; ``Project.entry`` picks the entry; definition errors are locate
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures.cli import tubeless
 from tubeless import Pipeline
 from tubeless.errors import (
     AGENT_INVALID_DEFINITION,
@@ -220,7 +222,7 @@ def test_an_unknown_id_lists_the_choices() -> None:
 def test_a_graph_the_core_rejects_raises_a_located_pipeline_definition_error(
     tmp_path: Path,
 ) -> None:
-    """A step depending on itself passes the meta-schema and the cross-reference checks."""
+    """A step depending on itself is found before anything is imported, at the dependency."""
     path = write(tmp_path, TWO_PIPELINES.replace(
         "{id: split, run: examples.text_pipeline:split_words}",
         "{id: split, run: examples.text_pipeline:split_words, depends_on: [split]}",
@@ -231,30 +233,87 @@ def test_a_graph_the_core_rejects_raises_a_located_pipeline_definition_error(
 
     error = caught.value
     assert error.code == DEFINITION_DEPENDENCY_SELF_REFERENCE
-    assert [e.code for e in error.errors] == [DEFINITION_DEPENDENCY_SELF_REFERENCE]
-    assert error.message.startswith(f"{path}:6:5 /pipelines/words: Invalid pipeline 'words': ")
+    assert [(e.code, e.step_id) for e in error.errors] == [
+        (DEFINITION_DEPENDENCY_SELF_REFERENCE, "split")
+    ]
+    assert error.message == (
+        f"{path}:7:75 /pipelines/words/steps/0/depends_on/0: "
+        "[TUBELESS_DEFINITION_DEPENDENCY_SELF_REFERENCE] Step 'split' depends on itself in "
+        "depends_on."
+    )
+    assert [(i.line, i.column, i.pointer) for i in error.issues] == [
+        (7, 75, "/pipelines/words/steps/0/depends_on/0")
+    ]
     assert str(error) == error.message
     assert error.args == (error.message,)
+
+
+# A result model pydantic cannot express as JSON Schema: only compiling the agent finds out.
+UNDESCRIBED_RESULT = """\
+version: 1
+project: {id: two}
+python_path: [REPO, lib]
+agents:
+  helper:
+    input: {schema: examples.text:Question}
+    result: {schema: MODULE:Odd}
+    initial_state: examples.scripted_agent:initial_state
+    decide: examples.scripted_agent:decide
+"""
+ODD_TYPES = """\
+from pydantic import BaseModel, ConfigDict
+
+
+class Thing:
+    pass
+
+
+class Odd(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    thing: Thing
+"""
 
 
 def test_a_located_definition_error_is_a_new_error_caused_by_the_core_s_own(
     tmp_path: Path,
 ) -> None:
-    """The core's error is not rewritten in place: the located copy names it as its cause."""
-    path = write(tmp_path, TWO_PIPELINES.replace(
-        "{id: split, run: examples.text_pipeline:split_words}",
-        "{id: split, run: examples.text_pipeline:split_words, depends_on: [split]}",
-    ))
+    """A definition error only compiling finds is not rewritten in place: the located copy
+    names the harness's own error as its cause, and carries the located issue."""
+    module = f"odd_{uuid.uuid4().hex}"
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / f"{module}.py").write_text(ODD_TYPES, encoding="utf-8")
+    path = write(tmp_path, UNDESCRIBED_RESULT.replace("MODULE", module))
 
-    with pytest.raises(PipelineDefinitionError) as caught:
+    with pytest.raises(AgentDefinitionError) as caught:
         load_project(path)
 
     original = caught.value.__cause__
-    assert isinstance(original, PipelineDefinitionError)
-    assert original.message.startswith("Invalid pipeline 'words': ")
+    assert isinstance(original, AgentDefinitionError)
+    assert original.message.startswith("Agent 'helper': result_schema has no JSON Schema")
     assert original.args == (original.message,)
-    assert caught.value.message == f"{path}:6:5 /pipelines/words: {original.message}"
-    assert (caught.value.errors, caught.value.pipeline_id) == (original.errors, "words")
+    assert caught.value.message == f"{path}:6:5 /agents/helper: {original.message}"
+    assert [(i.line, i.column, i.pointer, i.code, i.message) for i in caught.value.issues] == [
+        (6, 5, "/agents/helper", "TUBELESS_AGENT_INVALID_DEFINITION", original.message)
+    ]
+
+
+def test_run_prints_a_compile_time_definition_error_at_its_location(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 15: ``run`` says a definition error with the file:line:col validate computes."""
+    module = f"odd_{uuid.uuid4().hex}"
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / f"{module}.py").write_text(ODD_TYPES, encoding="utf-8")
+    path = write(tmp_path, UNDESCRIBED_RESULT.replace("MODULE", module))
+
+    outcome = tubeless(capsys, "run", path, "--input", '{"question": "q"}')
+
+    assert (outcome.code, outcome.out) == (3, "")
+    assert outcome.err.startswith(
+        f"error: {path}:6:5 /agents/helper: [TUBELESS_AGENT_INVALID_DEFINITION] Agent 'helper': "
+        "result_schema has no JSON Schema"
+    )
+    assert len(outcome.err.splitlines()) == 1
 
 
 TOO_LONG_DESCRIPTION = """\

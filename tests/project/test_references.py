@@ -187,8 +187,9 @@ def test_a_module_already_imported_from_the_same_file_is_reused(tmp_path: Path) 
 
 # -- the standard library -------------------------------------------------------------------
 STDLIB_CASES = [
-    pytest.param(AGENT, "helpers:decide", "os:system", "os", (9, 13, "/agents/helper/decide"),
-                 id="decide-os-system"),
+    # Callables that could be called as the harness calls them (os.rename takes two arguments).
+    pytest.param(AGENT, "helpers:decide", "os:rename", "os", (9, 13, "/agents/helper/decide"),
+                 id="decide-os-rename"),
     pytest.param(AGENT, "helpers:decide", "builtins:eval", "builtins",
                  (9, 13, "/agents/helper/decide"), id="decide-builtins-eval"),
     pytest.param(PIPELINE, "helpers:plain", "subprocess:run", "subprocess",
@@ -255,19 +256,21 @@ REFERENCE_CASES = [
     ),
     pytest.param(
         "decide: helpers:decide", "decide: helpers:decyde",
-        (9, 13, "/agents/helper/decide", "module 'helpers' has no attribute 'decyde'"),
+        (9, 13, "/agents/helper/decide",
+         "module 'helpers' has no attribute 'decyde'; did you mean 'decide'?"),
         id="missing-attribute",
     ),
     pytest.param(
         "decide: helpers:decide", "decide: broken:decide",
         (9, 13, "/agents/helper/decide",
-         "importing 'broken' failed: RuntimeError: broken at import time"),
+         "importing 'broken' failed at lib/broken.py:1: RuntimeError: broken at import time"),
         id="import-raises",
     ),
     pytest.param(
         "decide: helpers:decide", "decide: broken_dependency:decide",
         (9, 13, "/agents/helper/decide",
-         "importing 'broken_dependency' failed: ModuleNotFoundError: No module named "
+         "importing 'broken_dependency' failed at lib/broken_dependency.py:1: "
+         "ModuleNotFoundError: No module named "
          "'not_installed_anywhere'"),
         id="import-of-a-missing-dependency",
     ),

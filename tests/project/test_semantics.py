@@ -60,13 +60,15 @@ CASES = [
     ),
     pytest.param(
         [("default: helper", "default: helpr")],
-        [(2, 30, "/project/default", "unknown entry 'helpr'; this project's")],
+        [(2, 30, "/project/default",
+          "unknown entry 'helpr'; did you mean 'helper'? (this project's")],
         id="unknown-default",
     ),
     pytest.param(
         [(TOOL, "{pipeline: wordz, description: Split the words.}")],
         [(10, 29, "/agents/helper/tools/summarize/pipeline",
-          "unknown pipeline 'wordz'; this project's pipelines: 'words'")],
+          "unknown pipeline 'wordz'; did you mean 'words'? (this project's pipelines: "
+          "'words')")],
         id="pipeline-tool-names-an-unknown-pipeline",
     ),
     pytest.param(
@@ -116,7 +118,8 @@ CASES = [
     ),
     pytest.param(
         [("depends_on: [split]", "depends_on: [split, splt]")],
-        [(16, 67, "/pipelines/words/steps/1/depends_on/1", f"unknown step 'splt'; {STEPS}")],
+        [(16, 67, "/pipelines/words/steps/1/depends_on/1",
+          f"unknown step 'splt'; did you mean 'split'? ({STEPS})")],
         id="unknown-step-in-depends-on",
     ),
     pytest.param(
@@ -128,7 +131,7 @@ CASES = [
     pytest.param(
         [("depends_on: [split]", "skip_after_failure_of: [Split]")],
         [(16, 71, "/pipelines/words/steps/1/skip_after_failure_of/0",
-          f"unknown step 'Split'; {STEPS}")],
+          f"unknown step 'Split'; did you mean 'split'? ({STEPS})")],
         id="unknown-step-in-skip-after-failure-of",
     ),
     pytest.param(
@@ -259,12 +262,6 @@ def test_every_cross_reference_problem_is_reported_together_in_file_order(
     assert str(caught.value).endswith(" (and 4 more problems)")
 
 
-def test_a_step_that_depends_on_itself_is_left_to_the_compiler(tmp_path: Path) -> None:
-    """Graph rules the pipeline core enforces (DEFINITION_*) are not repeated here."""
-    path = write(tmp_path, BASE.replace("depends_on: [split]", "depends_on: [count]"))
-    assert check_project(path).spec.pipelines["words"].steps[1].depends_on == ["count"]
-
-
 def test_a_pipeline_tool_naming_an_agent_is_one_unknown_pipeline_problem(tmp_path: Path) -> None:
     path = write(tmp_path, mutate((TOOL, "{pipeline: helper, description: Ask for help.}")))
 
@@ -284,7 +281,8 @@ def test_an_unknown_default_lists_the_entries(tmp_path: Path) -> None:
         check_project(path)
 
     assert caught.value.issues[0].message == (
-        "unknown entry 'helpr'; this project's entries: 'helper', 'words'"
+        "unknown entry 'helpr'; did you mean 'helper'? (this project's entries: 'helper', "
+        "'words')"
     )
 
 

@@ -105,13 +105,15 @@ def test_each_run_renders_the_templates_again(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "template",
     [
-        pytest.param("{{ input.missing }}", id="native"),
-        pytest.param("Question: {{ input.missing }}", id="text"),
+        pytest.param("{{ input.count }}", id="native"),
+        pytest.param("Question: {{ input.count }}", id="text"),
     ],
 )
 def test_an_undefined_name_fails_the_run_with_template_invalid_naming_the_pointer(
     tmp_path: Path, template: str
 ) -> None:
+    """``count`` is declared but optional: a run without it fails at the render (a name the
+    schema does not declare at all is refused when the project loads)."""
     path = write_project(tmp_path, {"question": "{{ input.question }}", "broken": template})
     agent = load_project(path, overrides=echo_state()).get("helper")
 
@@ -122,7 +124,7 @@ def test_an_undefined_name_fails_the_run_with_template_invalid_naming_the_pointe
     (error,) = caught.value.run.errors
     assert error.source_code == TEMPLATE_INVALID
     assert error.message.startswith("/agents/helper/initial_state/broken: template failed: ")
-    assert "missing" in error.message
+    assert "count" in error.message
 
 
 def test_a_name_other_than_input_is_refused_when_the_project_loads(tmp_path: Path) -> None:

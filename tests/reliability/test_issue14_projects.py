@@ -178,6 +178,11 @@ def plain(inputs, ctx):
     return "ran"
 
 
+class Decider:
+    def __init__(self, state, ctx):
+        self.state = state
+
+
 class Factory:
     def __init__(self, **settings):
         self.settings = settings
@@ -270,13 +275,13 @@ def test_a_re_exported_popen_cannot_run_a_command_from_the_input(tmp_path: Path)
 
 ACCEPTED = [
     pytest.param("helpers:plain", id="project-function"),
-    pytest.param("helpers:Factory", id="project-class"),
+    pytest.param("helpers:Decider", id="project-class"),
     pytest.param("helpers:factory_instance", id="project-callable-object"),
     pytest.param("helpers:bound", id="bound-method-of-a-project-object"),
     pytest.param("helpers:partial_plain", id="partial-of-a-project-function"),
     pytest.param("helpers:cached", id="lru-cached-project-function"),
     pytest.param("helpers:plain.__call__", id="method-wrapper-of-a-project-function"),
-    pytest.param("yaml:safe_load", id="installed-package-function"),
+    pytest.param("yaml:dump", id="installed-package-function"),
     pytest.param("tubeless.testing:scripted", id="tubeless-function"),
 ]
 
@@ -397,7 +402,8 @@ def test_a_render_time_template_failure_exits_6_on_one_line(tmp_path: Path) -> N
     """Issue 14 item 8: at run time a violated bound is TUBELESS_TEMPLATE_INVALID, exit 6."""
     path = template_project(tmp_path, "{{ input.question.ljust(10**9) }}")
     path.write_text(path.read_text().replace("examples.scripted_agent:decide",
-                                             "tubeless.testing:finish"), encoding="utf-8")
+                                             "{use: tubeless.testing:scripted}"),
+                    encoding="utf-8")
     code, out, err = cli("run", path, "--quiet")
     assert (code, out) == (6, "")
     assert "TUBELESS_TEMPLATE_INVALID" in err

@@ -43,9 +43,11 @@ from tubeless.errors import (
     PipelineDefinitionError,
     PipelineExecutionError,
     PlanningError,
+    ProjectError,
     ReferenceResolutionError,
     TemplateError,
     TubelessError,
+    is_definition_code,
     one_line,
 )
 
@@ -242,7 +244,8 @@ def _error_lines(exc: BaseException, flags: Mapping[str, str] | None = None) -> 
         lines = [run_error_line(run, error, flags) for error in _run_errors(exc)]
         return lines or [f"{exc.code}: {exc.message}"]
     issues = getattr(exc, "issues", None)
-    if isinstance(exc, DocumentError | TemplateError | ReferenceResolutionError) and issues:
+    if isinstance(exc, ProjectError | PipelineDefinitionError | AgentDefinitionError) and issues:
+        # load_project located them; a definition problem also names its code.
         return [_format_issue(issue) for issue in issues]
     if isinstance(exc, CliInputError):
         return [exc.message]
@@ -261,9 +264,16 @@ def _error_lines(exc: BaseException, flags: Mapping[str, str] | None = None) -> 
 
 
 def _format_issue(issue: Any) -> str:
-    """A document issue as ``<file>:<line>:<col> <pointer>: <message>`` (its ``format()``)."""
+    """A document issue as ``<file>:<line>:<col> <pointer>: <message>`` (its ``format()``);
+    a definition problem's message starts with its code in brackets, as ``validate`` says it."""
     formatted = getattr(issue, "format", None)
-    return str(formatted()) if callable(formatted) else str(issue)
+    if not callable(formatted):
+        return str(issue)
+    text = str(formatted())
+    code, message = getattr(issue, "code", ""), getattr(issue, "message", "")
+    if isinstance(code, str) and is_definition_code(code) and text.endswith(message):
+        return f"{text.removesuffix(message)}[{code}] {message}"
+    return text
 
 
 def _echo_usage_hint(exc: click.UsageError) -> None:

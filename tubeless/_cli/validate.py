@@ -39,6 +39,7 @@ from tubeless.errors import (
     PipelineDefinitionError,
     ReferenceResolutionError,
     TemplateError,
+    is_definition_code,
 )
 
 __all__ = ["validate"]
@@ -93,8 +94,6 @@ class _Outcome:
     file: str
     exit_code: int = EXIT_OK
     problems: tuple[_Problem, ...] = ()
-    definition: bool = False
-    """Whether the problems come from the pipeline core (their text names the code)."""
 
     @property
     def ok(self) -> bool:
@@ -247,6 +246,7 @@ def _check(file: str, *, resolve: bool) -> _Outcome:
             problems=(_Problem(code=None, message=reason),),
         )
     except (DocumentError, TemplateError, ReferenceResolutionError) as exc:
+        _show_traceback(exc)
         problems = tuple(_Problem(**issue.to_dict()) for issue in exc.issues) or (
             _Problem(code=exc.code, message=exc.message),
         )
@@ -254,28 +254,32 @@ def _check(file: str, *, resolve: bool) -> _Outcome:
             file=file, exit_code=exit_code_for(exc, command="validate"), problems=problems
         )
     except (PipelineDefinitionError, AgentDefinitionError) as exc:
+        _show_traceback(exc)
         return _Outcome(
             file=file,
             exit_code=exit_code_for(exc, command="validate"),
-            problems=_definition_problems(file, exc),
-            definition=True,
+            problems=_definition_problems(exc),
         )
     return _Outcome(file=file)
 
 
+def _show_traceback(exc: BaseException) -> None:
+    """Under ``--debug``: the traceback of what ``exc`` restates (a failed import, the core's
+    own definition error), then of ``exc``."""
+    state = getattr(click.get_current_context(silent=True), "obj", None)  # the CliState
+    if getattr(state, "debug", False) is True and exc.__cause__ is not None:
+        import traceback
+
+        click.echo("".join(traceback.format_exception(exc)).rstrip("\n"), err=True)
+
+
 def _definition_problems(
-    file: str, exc: PipelineDefinitionError | AgentDefinitionError
+    exc: PipelineDefinitionError | AgentDefinitionError,
 ) -> tuple[_Problem, ...]:
-    """The core's problems, located at the entry ``load_project`` names in the message."""
-    location = re.match(rf"{re.escape(file)}:(\d+):(\d+) (\S*): ", exc.message)
-    where: dict[str, Any] = {}
-    if location is not None:
-        line, column, pointer = location.groups()
-        where = {"pointer": pointer, "line": int(line), "column": int(column)}
-    if isinstance(exc, PipelineDefinitionError):
-        return tuple(_Problem(code=e.code, message=e.message, **where) for e in exc.errors)
-    message = exc.message[location.end() :] if location is not None else exc.message
-    return (_Problem(code=exc.code, message=message, **where),)
+    """The core's problems, each where ``load_project`` located it."""
+    if exc.issues:
+        return tuple(_Problem(**issue.to_dict()) for issue in exc.issues)
+    return (_Problem(code=exc.code, message=exc.message),)  # not from a project file
 
 
 # -- reporting ----------------------------------------------------------------------------------
@@ -328,7 +332,7 @@ def _printable(line: str) -> str:
 def _text(outcome: _Outcome, problem: _Problem) -> str:
     """``<file>:<line>:<col> <pointer>: <message>`` (as ``DocumentIssue.format()`` gives it)."""
     message = problem.message
-    if outcome.definition and problem.code is not None:
+    if problem.code is not None and is_definition_code(problem.code):
         message = f"[{problem.code}] {message}"
     if problem.line is None:
         return f"{outcome.file}: {message}"

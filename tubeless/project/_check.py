@@ -114,6 +114,15 @@ def _found(value: Any) -> str:
     return _quote(value)
 
 
+def _colon_hint(reference: str) -> str:
+    """For ``pkg.module.attr`` written where ``pkg.module:attr`` was meant: how to write it."""
+    head, dot, tail = reference.strip().rpartition(".")
+    if ":" in reference or not dot or not re.fullmatch(REFERENCE_PATTERN, f"{head}:{tail}"):
+        return ""
+    return (f"; did you mean {head + ':' + tail!r}? (a colon separates the module from the "
+            "attribute)")
+
+
 def _one_of(texts: Sequence[str]) -> str:
     return texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " or " + texts[-1]
 
@@ -221,6 +230,8 @@ class _Explainer:
         else:
             text = error.message
             message = text if len(text) <= 200 else text[:197] + "..."
+        if kind == "pattern" and value == REFERENCE_PATTERN and isinstance(instance, str):
+            message += _colon_hint(instance)
         if instance is None:
             message += " (to leave an optional key unset, remove it)"
         return message

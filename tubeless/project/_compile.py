@@ -6,6 +6,7 @@ that named it); only then are agents and pipelines built, each after the entries
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -31,8 +32,10 @@ from tubeless.pipeline import (
     require_outputs,
     step,
 )
+from tubeless.project._issues import did_you_mean
 from tubeless.project._references import ReferenceProblem, Resolver
 from tubeless.project._semantics import composition_order, escape
+from tubeless.project._signatures import call_problem
 from tubeless.project._templates import compile_template_mapping
 from tubeless.project.spec import (
     AgentSpec,
@@ -91,6 +94,10 @@ class Compiler:
         self._servers: dict[str, McpServer] = {}
         self.overrides = overrides or {}
         self.issues: list[_Issue] = []
+        self.at_key: set[str] = set()
+        """Pointers of issues located at their key (an unknown factory setting)."""
+        self.import_failures: list[BaseException] = []
+        """What importing a module raised, first failure first (the cause ``--debug`` shows)."""
         self.definition_errors: list[tuple[str, Exception]] = []
         self.built: dict[str, Pipeline] = {}
         self._check_overrides()
@@ -109,18 +116,28 @@ class Compiler:
                 )
 
     # -- references -------------------------------------------------------------------------
-    def ref(self, reference: str, pointer: str, kind: Any) -> Any:
+    def ref(self, reference: str, pointer: str, kind: Any, call: str | None = None) -> Any:
+        """The object ``reference`` names (``_MISSING`` once its problem is recorded); a
+        callable must take the arguments of ``call`` (``"decide(state, ctx)"``)."""
         try:
-            return self.resolver.resolve(reference, kind)
+            value = self.resolver.resolve(reference, kind)
         except ReferenceProblem as exc:
-            self.issues.append((pointer, str(exc), REFERENCE_INVALID))
+            if not exc.repeated:  # a module that failed to import is one problem
+                self.issues.append((pointer, str(exc), REFERENCE_INVALID))
+                if exc.original is not None:
+                    self.import_failures.append(exc.original)
             return _MISSING
+        problem = None if call is None else call_problem(value, call)
+        if problem is not None:
+            self.issues.append((pointer, f"{reference!r} {problem}", REFERENCE_INVALID))
+            return _MISSING
+        return value
 
-    def callable_(self, value: str | UseSpec, pointer: str) -> Any:
+    def callable_(self, value: str | UseSpec, pointer: str, call: str) -> Any:
         if isinstance(value, str):
-            return self.ref(value, pointer, "callable")
+            return self.ref(value, pointer, "callable", call)
         factory = self.ref(value.use, f"{pointer}/use", "callable")
-        if factory is _MISSING:
+        if factory is _MISSING or not self._settings_fit(factory, value, pointer):
             return _MISSING
         try:
             made = factory(**value.with_)
@@ -138,7 +155,39 @@ class Compiler:
                  REFERENCE_INVALID)
             )
             return _MISSING
+        problem = call_problem(made, call)
+        if problem is not None:
+            self.issues.append((pointer, f"what {value.use!r} returned {problem}",
+                                REFERENCE_INVALID))
+            return _MISSING
         return made
+
+    def _settings_fit(self, factory: Any, value: UseSpec, pointer: str) -> bool:
+        """Whether ``with:`` names only settings the factory takes, and all it needs; each
+        problem is recorded (an unknown setting with the closest one)."""
+        try:
+            parameters = list(inspect.signature(factory).parameters.values())
+        except (TypeError, ValueError):  # no signature to read: let the call say it
+            return True
+        named = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        names = [p.name for p in named]
+        fits = True
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            for key in value.with_:
+                if key not in names:
+                    hint = did_you_mean(key, names)
+                    listed = f"its settings: {', '.join(names)}" if names else "it takes none"
+                    where = f"{pointer}/with/{escape(key)}"
+                    self.at_key.add(where)
+                    self.issues.append((where, f"{value.use!r} has no setting {key!r}; "
+                                        f"{hint or listed}", REFERENCE_INVALID))
+                    fits = False
+        for parameter in named:
+            if parameter.default is parameter.empty and parameter.name not in value.with_:
+                self.issues.append((pointer, f"{value.use!r} needs the setting "
+                                    f"{parameter.name!r} under with:", REFERENCE_INVALID))
+                fits = False
+        return fits
 
     def schema(self, value: SchemaSpec, pointer: str) -> Any:
         source = value.schema_
@@ -160,6 +209,8 @@ class Compiler:
 
     # -- entries ----------------------------------------------------------------------------
     def build_all(self) -> dict[str, Pipeline]:
+        for index, message in self.resolver.folder_problems():
+            self.issues.append((f"/python_path/{index}", message, REFERENCE_INVALID))
         self.resolver.activate()
         for entry_id in composition_order(self.spec):
             if entry_id in self.spec.agents:
@@ -182,12 +233,13 @@ class Compiler:
                 return _MISSING
             return value
         if isinstance(tool, HandlerToolSpec):
-            run = self.ref(tool.run, f"{pointer}/run", "callable")
+            run = self.ref(tool.run, f"{pointer}/run", "callable", "run(input, ctx)")
             preview: Any = None
             if tool.preview == "run":
                 preview = run
             elif tool.preview != "skip":
-                preview = self.ref(tool.preview, f"{pointer}/preview", "callable")
+                preview = self.ref(tool.preview, f"{pointer}/preview", "callable",
+                                   "preview(input, ctx)")
             inputs = self.schema(tool.input, f"{pointer}/input")
             outputs = self.schema(tool.output, f"{pointer}/output")
             approval = self._approval(tool.approval, pointer)
@@ -207,7 +259,8 @@ class Compiler:
         child = self.built.get(target)
         inputs = None if tool.input is None else self.schema(tool.input, f"{pointer}/input")
         mapper = (None if tool.map_options is None
-                  else self.ref(tool.map_options, f"{pointer}/map_options", "callable"))
+                  else self.ref(tool.map_options, f"{pointer}/map_options", "callable",
+                                "map_options(input)"))
         approval = self._approval(tool.approval, pointer)
         if child is None or _missing(inputs, mapper, approval):
             return _MISSING
@@ -260,7 +313,7 @@ class Compiler:
                 return render({"input": to_jsonable_python(validated)})
 
             return from_template
-        return self.callable_(value, pointer)
+        return self.callable_(value, pointer, "initial_state(input)")
 
     def _agent(self, agent_id: str, agent: AgentSpec) -> Pipeline | None:
         base = f"/agents/{escape(agent_id)}"
@@ -271,11 +324,14 @@ class Compiler:
 
         initial_state = field("initial_state", lambda: self._initial_state(
             agent, f"{base}/initial_state"))
-        decide = field("decide", lambda: self.callable_(agent.decide, f"{base}/decide"))
+        decide = field("decide", lambda: self.callable_(agent.decide, f"{base}/decide",
+                                                           "decide(state, ctx)"))
         dry_run = field("dry_run", lambda: None if agent.dry_run is None
-                        else self.callable_(agent.dry_run, f"{base}/dry_run"))
+                        else self.callable_(agent.dry_run, f"{base}/dry_run",
+                                            "dry_run(state, ctx)"))
         reduce = field("reduce", lambda: None if agent.reduce is None
-                       else self.callable_(agent.reduce, f"{base}/reduce"))
+                       else self.callable_(agent.reduce, f"{base}/reduce",
+                                           "reduce(state, outcomes)"))
         inputs = self.schema(agent.input, f"{base}/input")
         result = self.schema(agent.result, f"{base}/result")
         tools: dict[str, Any] = {}
@@ -314,12 +370,13 @@ class Compiler:
             "name": item.name,
             "description": item.description,
         }
-        skip = None if item.skip is None else self.ref(item.skip, f"{pointer}/skip", "callable")
+        skip = None if item.skip is None else self.ref(item.skip, f"{pointer}/skip", "callable",
+                                                       "skip(inputs, ctx)")
         dry_run: Any = item.dry_run
         if dry_run is not None and dry_run != "skip":
-            dry_run = self.ref(dry_run, f"{pointer}/dry_run", "callable")
+            dry_run = self.ref(dry_run, f"{pointer}/dry_run", "callable", "dry_run(inputs, ctx)")
         if item.run is not None:
-            run = self.ref(item.run, f"{pointer}/run", "callable")
+            run = self.ref(item.run, f"{pointer}/run", "callable", "run(inputs, ctx)")
             output = None if item.output is None else self.schema(item.output, f"{pointer}/output")
             if _missing(run, skip, dry_run, output):
                 return _MISSING
@@ -329,9 +386,11 @@ class Compiler:
             where = f"{pointer}/from_pipeline"
             child = self.built.get(spec.pipeline)
             map_options = (None if spec.map_options is None
-                           else self.ref(spec.map_options, f"{where}/map_options", "callable"))
+                           else self.ref(spec.map_options, f"{where}/map_options", "callable",
+                                         "map_options(inputs, ctx)"))
             map_result = (None if spec.map_result is None
-                          else self.ref(spec.map_result, f"{where}/map_result", "callable"))
+                          else self.ref(spec.map_result, f"{where}/map_result", "callable",
+                                        "map_result(result)"))
             if child is None or _missing(map_options, map_result, skip):
                 return _MISSING
             return from_pipeline(item.id, child, map_options=map_options, map_result=map_result,
@@ -340,11 +399,13 @@ class Compiler:
         fan = item.for_each_pipeline
         where = f"{pointer}/for_each_pipeline"
         child = self.built.get(fan.pipeline)
-        items = self.ref(fan.items, f"{where}/items", "callable")
-        key = self.ref(fan.key, f"{where}/key", "callable")
-        map_options = self.ref(fan.map_options, f"{where}/map_options", "callable")
+        items = self.ref(fan.items, f"{where}/items", "callable", "items(inputs, ctx)")
+        key = self.ref(fan.key, f"{where}/key", "callable", "key(item, index)")
+        map_options = self.ref(fan.map_options, f"{where}/map_options", "callable",
+                               "map_options(item, index, inputs, ctx)")
         map_result = (None if fan.map_result is None
-                      else self.ref(fan.map_result, f"{where}/map_result", "callable"))
+                      else self.ref(fan.map_result, f"{where}/map_result", "callable",
+                                    "map_result(results)"))
         if child is None or _missing(items, key, map_options, map_result, skip):
             return _MISSING
         return for_each_pipeline(item.id, child, items=items, key=key, map_options=map_options,
@@ -354,7 +415,8 @@ class Compiler:
     def _finalize(self, value: str | FinalizeSpec | None, pointer: str) -> Any:
         if value is None or isinstance(value, str):
             return value
-        fn = None if value.run is None else self.ref(value.run, f"{pointer}/run", "callable")
+        fn = None if value.run is None else self.ref(value.run, f"{pointer}/run", "callable",
+                                                    "run(outputs, ctx)")
         if fn is _MISSING:
             return _MISSING
         if value.require_outputs:

@@ -8,6 +8,7 @@ one :class:`~tubeless.errors.DocumentError` whose ``issues`` are in file order.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from tubeless.errors import DOCUMENT_INVALID, DocumentError
 __all__ = [
     "DocumentIssue",
     "SourceMap",
+    "did_you_mean",
     "escape_pointer",
     "join_pointer",
     "position",
@@ -58,6 +60,17 @@ class DocumentIssue:
             "line": self.line,
             "column": self.column,
         }
+
+
+def did_you_mean(name: str, choices: Iterable[str], *, most: int = 3) -> str | None:
+    """``"did you mean 'a'?"`` (or ``'a' or 'b'``) for the choices closest to ``name``, or None
+    when none is close (difflib's ratio of at least 0.6)."""
+    close = difflib.get_close_matches(name, list(dict.fromkeys(choices)), n=most)
+    if not close:
+        return None
+    quoted = [repr(choice) for choice in close]
+    text = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    return f"did you mean {text}?"
 
 
 def escape_pointer(token: str | int) -> str:

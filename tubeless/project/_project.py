@@ -6,23 +6,28 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import pydantic
 
 from tubeless.errors import (
+    AGENT_INVALID_DEFINITION,
     DOCUMENT_INVALID,
     REFERENCE_INVALID,
     TEMPLATE_INVALID,
+    AgentDefinitionError,
+    PipelineDefinitionError,
+    PipelineError,
     ReferenceResolutionError,
     TemplateError,
     TubelessError,
+    is_definition_code,
 )
 from tubeless.pipeline import Pipeline
 from tubeless.project import metaschema
 from tubeless.project._check import check_schema
 from tubeless.project._compile import Compiler
-from tubeless.project._issues import DocumentIssue, raise_issues
+from tubeless.project._issues import DocumentIssue, raise_issues, sort_issues
 from tubeless.project._semantics import check_semantics
 from tubeless.project._yaml import LoadedDocument, load_document
 from tubeless.project.spec import ProjectSpec
@@ -109,17 +114,71 @@ def _pydantic_issues(doc: LoadedDocument, error: pydantic.ValidationError) -> li
     return issues
 
 
-def _raise(issues: Sequence[DocumentIssue]) -> None:
-    """Raise the error class the issues call for (documents first, then templates)."""
+def _raise(
+    issues: Sequence[DocumentIssue],
+    spec: ProjectSpec | None = None,
+    cause: BaseException | None = None,
+) -> None:
+    """Raise the error class the issues call for (documents first, then templates, references
+    and the step graph); ``cause`` is what a failed import raised (``--debug`` shows it)."""
     if not issues:
         return
+    if spec is not None and all(is_definition_code(issue.code) for issue in issues):
+        _raise_definition(issues, spec)
     if all(issue.code == TEMPLATE_INVALID for issue in issues):
         ordered = sorted(issues, key=lambda i: (i.line, i.column, i.pointer))
         raise TemplateError(_summary(ordered), ordered)
     if all(issue.code == REFERENCE_INVALID for issue in issues):
         ordered = sorted(issues, key=lambda i: (i.line, i.column, i.pointer))
-        raise ReferenceResolutionError(_summary(ordered), ordered)
+        raise ReferenceResolutionError(_summary(ordered), ordered) from cause
     raise_issues(issues)
+
+
+def _step_id(spec: ProjectSpec, pointer: str) -> str | None:
+    """The id of the step ``/pipelines/<id>/steps/<index>/...`` names, if it names one."""
+    parts = pointer.split("/")
+    if len(parts) < 5 or parts[1] != "pipelines" or parts[3] != "steps":
+        return None
+    pipeline = spec.pipelines.get(parts[2].replace("~1", "/").replace("~0", "~"))
+    if pipeline is None or not parts[4].isdigit() or int(parts[4]) >= len(pipeline.steps):
+        return None
+    return pipeline.steps[int(parts[4])].id
+
+
+def _raise_definition(issues: Sequence[DocumentIssue], spec: ProjectSpec) -> NoReturn:
+    """The static graph problems as the core's :class:`PipelineDefinitionError` (or, when all
+    are about agents, the harness's :class:`AgentDefinitionError`), located."""
+    ordered = sorted(issues, key=lambda i: (i.line, i.column, i.pointer))
+    if all(issue.code == AGENT_INVALID_DEFINITION for issue in ordered):
+        agent_error = AgentDefinitionError(ordered[0].message)
+        raise _located(agent_error, ordered)
+    parts = ordered[0].pointer.split("/")
+    pipeline_id = parts[2].replace("~1", "/").replace("~0", "~") if len(parts) > 2 else ""
+    errors = [
+        PipelineError(code=issue.code, kind="definition", phase="definition",
+                      message=issue.message, step_id=_step_id(spec, issue.pointer))
+        for issue in ordered
+    ]
+    located = _located(PipelineDefinitionError(pipeline_id, errors), ordered)
+    # Said as the CLI says it (the issues may span several pipelines; the core's own message
+    # names one).
+    first = ordered[0]
+    extra = len(ordered) - 1
+    more = f" (and {extra} more problem{'s' if extra > 1 else ''})" if extra else ""
+    message = f"{first.format().removesuffix(first.message)}[{first.code}] {first.message}{more}"
+    TubelessError.__init__(located, located.code, message)
+    raise located
+
+
+_Definition = TypeVar("_Definition", PipelineDefinitionError, AgentDefinitionError)
+
+
+def _located(error: _Definition, issues: Sequence[DocumentIssue]) -> _Definition:
+    """A copy of ``error`` whose message starts at the first issue, carrying every issue."""
+    first = issues[0]
+    located = error.located(f"{first.file}:{first.line}:{first.column} {first.pointer}: ")
+    located.issues = tuple(issues)
+    return located
 
 
 def _summary(issues: Sequence[DocumentIssue]) -> str:
@@ -146,8 +205,28 @@ def check_project(path: str | os.PathLike[str]) -> CheckedProject:
     _raise([
         _issue(doc, pointer, message, code, key=at_key)
         for pointer, message, code, at_key in check_semantics(spec)
-    ])
+    ], spec)
     return CheckedProject(document=doc, spec=spec)
+
+
+def _definition_issues(
+    doc: LoadedDocument, spec: ProjectSpec, pointer: str, error: Exception
+) -> list[DocumentIssue]:
+    """A compile-time definition error as located issues: each of a pipeline's problems at its
+    step when it names one, else at the entry."""
+    if not isinstance(error, PipelineDefinitionError):
+        assert isinstance(error, AgentDefinitionError), error
+        return [_issue(doc, pointer, error.message, error.code)]
+    steps = {}
+    parts = pointer.split("/")
+    if len(parts) == 3 and parts[1] == "pipelines":
+        pipeline = spec.pipelines.get(parts[2].replace("~1", "/").replace("~0", "~"))
+        if pipeline is not None:
+            steps = {step.id: f"{pointer}/steps/{i}" for i, step in enumerate(pipeline.steps)}
+    return [
+        _issue(doc, steps.get(problem.step_id or "", pointer), problem.message, problem.code)
+        for problem in error.errors
+    ]
 
 
 def load_project(
@@ -171,13 +250,20 @@ def load_project(
     doc, spec = checked.document, checked.spec
     compiler = Compiler(spec, Path(doc.file).resolve().parent, overrides)
     built = compiler.build_all()
-    _raise([_issue(doc, pointer, message, code) for pointer, message, code in compiler.issues])
+    _raise([
+        _issue(doc, pointer, message, code, key=pointer in compiler.at_key)
+        for pointer, message, code in compiler.issues
+    ], cause=compiler.import_failures[0] if compiler.import_failures else None)
     if compiler.definition_errors:
-        pointer, error = compiler.definition_errors[0]
-        line, column = doc.source.locate(pointer)
-        where = f"{doc.file}:{line}:{column} {pointer}: "
-        assert isinstance(error, TubelessError), "the compiler keeps only definition errors"
-        raise error.located(where) from error
+        issues = sort_issues(
+            issue for pointer, error in compiler.definition_errors
+            for issue in _definition_issues(doc, spec, pointer, error)
+        )
+        error = compiler.definition_errors[0][1]
+        if isinstance(error, PipelineDefinitionError):
+            raise _located(error, issues) from error
+        assert isinstance(error, AgentDefinitionError), error
+        raise _located(error, issues) from error
     return Project(
         id=spec.project.id,
         path=Path(doc.file),

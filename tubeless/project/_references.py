@@ -20,10 +20,13 @@ import functools
 import importlib
 import importlib.util
 import sys
+import traceback
 import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
+
+from tubeless.project._issues import did_you_mean
 
 __all__ = ["ReferenceProblem", "Resolver"]
 
@@ -31,7 +34,18 @@ Kind = Literal["callable", "schema", "tool", "object"]
 
 
 class ReferenceProblem(Exception):
-    """A reference that cannot be used; the message says why and what to change."""
+    """A reference that cannot be used; the message says why and what to change.
+
+    ``original`` is what importing the module raised, if that is the problem; ``repeated`` is
+    true for a later reference to a module whose import already failed (said once).
+    """
+
+    def __init__(
+        self, message: str, *, original: BaseException | None = None, repeated: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.original = original
+        self.repeated = repeated
 
 
 _FUNCTIONS = (
@@ -116,9 +130,39 @@ class Resolver:
     def __init__(
         self, base_dir: Path, python_path: Sequence[str], allow_modules: Sequence[str]
     ) -> None:
+        self.base_dir = base_dir
         self.folders = [(base_dir / folder).resolve() for folder in python_path]
         self.allow_modules = set(allow_modules)
         self._cache: dict[str, Any] = {}
+        self._failed: dict[str, ReferenceProblem] = {}
+
+    def folder_problems(self) -> list[tuple[int, str]]:
+        """``(index in python_path, message)`` for each folder that is missing, and for each
+        file in one that shadows a standard-library module (imports of that module would get
+        the project's file)."""
+        found: list[tuple[int, str]] = []
+        for index, folder in enumerate(self.folders):
+            if not folder.is_dir():
+                what = "is not a folder" if folder.exists() else "does not exist"
+                found.append((index, f"python_path folder {self._shown(folder)} {what}"))
+                continue
+            for entry in sorted(folder.iterdir()):
+                name = entry.stem if entry.suffix == ".py" else entry.name
+                shadows = (entry.suffix == ".py" and entry.is_file()) or (
+                    entry.is_dir() and (entry / "__init__.py").is_file()
+                )
+                if shadows and name in sys.stdlib_module_names:
+                    found.append((index, f"{self._shown(entry)} shadows the standard library "
+                                  f"module {name!r} (imports of {name!r} get this file); "
+                                  "rename it"))
+        return found
+
+    def _shown(self, path: Path) -> str:
+        """``path`` relative to the project's folder when inside it (as the user wrote it)."""
+        try:
+            return path.relative_to(self.base_dir.resolve()).as_posix()
+        except ValueError:
+            return str(path)
 
     def activate(self) -> None:
         """Put the project's folders at the front of ``sys.path`` (once each)."""
@@ -142,8 +186,11 @@ class Resolver:
             try:
                 value = getattr(value, part)
             except AttributeError:
+                names = [n for n in dir(value) if not n.startswith("_") or part.startswith("_")]
+                hint = did_you_mean(part, names)
                 raise ReferenceProblem(
                     f"module {module_name!r} has no attribute {attribute!r}"
+                    + (f"; {hint}" if hint else "")
                 ) from None
             if kind != "schema":
                 self._refuse_stdlib(reference, value)
@@ -196,24 +243,52 @@ class Resolver:
         cached = self._cache.get(module_name)
         if cached is not None:
             return cached
+        failed = self._failed.get(module_name)
+        if failed is not None:  # said once, at the first reference
+            raise ReferenceProblem(str(failed), original=failed.original, repeated=True)
         self._check_origin(module_name)
         try:
             module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and module_name.startswith(exc.name):
-                raise ReferenceProblem(
-                    f"cannot import module {module_name!r}: no module named {exc.name!r}; "
-                    "check the spelling or add its folder to python_path"
-                ) from None
-            raise ReferenceProblem(
-                f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-            ) from None
         except Exception as exc:  # the module's own code raised while importing
-            raise ReferenceProblem(
-                f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-            ) from None
+            problem = self._import_failed(module_name, exc)
+            self._failed[module_name] = problem
+            raise problem from None
         self._cache[module_name] = module
         return module
+
+    def _import_failed(self, module_name: str, exc: Exception) -> ReferenceProblem:
+        if (
+            isinstance(exc, ModuleNotFoundError)
+            and exc.name is not None
+            and f"{module_name}.".startswith(f"{exc.name}.")
+        ):
+            return ReferenceProblem(
+                f"cannot import module {module_name!r}: no module named {exc.name!r}; "
+                "check the spelling or add its folder to python_path"
+            )
+        where = self._failing_line(exc)
+        at = f" at {where}" if where else ""
+        return ReferenceProblem(
+            f"importing {module_name!r} failed{at}: {type(exc).__name__}: {exc}", original=exc
+        )
+
+    def _failing_line(self, exc: BaseException) -> str | None:
+        """``file:line`` of the project code that raised while importing: the innermost frame
+        outside the import machinery (for a syntax error, where it stands)."""
+        if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+            return f"{self._shown(Path(exc.filename))}:{exc.lineno}"
+        frames = [
+            frame for frame in traceback.extract_tb(exc.__traceback__)
+            if not frame.filename.startswith("<") and frame.filename != __file__
+            and frame.filename != importlib.__file__
+        ]
+        roots = [*self.folders, self.base_dir.resolve()]
+        own = [f for f in frames if any(Path(f.filename).resolve().is_relative_to(root)
+                                        for root in roots)]
+        chosen = own or frames
+        if not chosen:
+            return None
+        return f"{self._shown(Path(chosen[-1].filename))}:{chosen[-1].lineno}"
 
     def _check_origin(self, module_name: str) -> None:
         """A module already imported from elsewhere than the project's folders is refused."""

@@ -11,7 +11,10 @@ from typing import Any
 
 import jsonschema
 
-from tubeless.errors import DOCUMENT_INVALID, TEMPLATE_INVALID
+from tubeless.errors import AGENT_INVALID_DEFINITION, DOCUMENT_INVALID, TEMPLATE_INVALID
+from tubeless.project._issues import did_you_mean
+from tubeless.project._step_graph import step_graph_problems
+from tubeless.project._template_inputs import undeclared_reads
 from tubeless.project._templates import template_problems
 from tubeless.project.spec import (
     AgentSpec,
@@ -126,16 +129,27 @@ def _agent(agent_id: str, agent: AgentSpec, spec: ProjectSpec) -> list[Problem]:
     found = [*_inline_schema(agent.input, f"{base}/input"),
              *_inline_schema(agent.result, f"{base}/result")]
     if isinstance(agent.initial_state, dict):
-        found.extend(
-            (where, message, TEMPLATE_INVALID, False)
-            for where, message in template_problems(agent.initial_state, f"{base}/initial_state")
-        )
+        invalid = template_problems(agent.initial_state, f"{base}/initial_state")
+        found.extend((where, message, TEMPLATE_INVALID, False) for where, message in invalid)
+        if not invalid and isinstance(agent.input.schema_, dict):
+            found.extend(
+                (where, message, TEMPLATE_INVALID, False)
+                for where, message in undeclared_reads(
+                    agent.initial_state, f"{base}/initial_state", agent.input.schema_
+                )
+            )
     for name, tool in agent.tools.items():
         pointer = f"{base}/tools/{escape(name)}"
         if isinstance(tool, PipelineToolSpec) and tool.pipeline not in spec.pipelines:
             found.append((f"{pointer}/pipeline", _unknown("pipeline", tool.pipeline,
                                                           spec.pipelines), DOCUMENT_INVALID,
                           False))
+        elif (isinstance(tool, PipelineToolSpec) and tool.input is None
+              and spec.pipelines[tool.pipeline].input is None):
+            # What pipeline_tool(...) refuses when compiling, said in the file's terms.
+            found.append((f"{pointer}/pipeline", f"Pipeline {tool.pipeline!r} has no input "
+                          "schema: give the pipeline an input:, or give this tool input: and "
+                          "map_options:.", AGENT_INVALID_DEFINITION, False))
         if isinstance(tool, AgentToolSpec) and tool.agent not in spec.agents:
             found.append((f"{pointer}/agent", _unknown("agent", tool.agent, spec.agents),
                           DOCUMENT_INVALID, False))
@@ -155,8 +169,12 @@ def _unknown(kind: str, name: str, known: Mapping[str, Any], owner: str = "proje
     choices = ", ".join(map(repr, known)) or "none"
     plural = "entries" if kind == "entry" else f"{kind}s"
     if kind == "MCP server":
-        return f"unknown MCP server {name!r}; this {owner}'s mcp_servers: {choices}"
-    return f"unknown {kind} {name!r}; this {owner}'s {plural}: {choices}"
+        plural = "mcp_servers"
+    listed = f"this {owner}'s {plural}: {choices}"
+    hint = did_you_mean(name, known)
+    if hint is not None:
+        return f"unknown {kind} {name!r}; {hint} ({listed})"
+    return f"unknown {kind} {name!r}; {listed}"
 
 
 def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> list[Problem]:
@@ -212,6 +230,8 @@ def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> li
             if required not in ids:
                 found.append((f"{base}/finalize/require_outputs/{position}",
                               _unknown("step", required, ids, "pipeline"), DOCUMENT_INVALID, False))
+    found.extend((pointer, message, code, False)
+                 for pointer, message, code in step_graph_problems(base, pipeline))
     return found
 
 

@@ -21,7 +21,7 @@ from jinja2.parser import Parser
 from tubeless.errors import one_line
 from tubeless.project._sandbox import SANDBOX
 
-__all__ = ["PARSE_ERRORS", "template_problem"]
+__all__ = ["PARSE_ERRORS", "input_reads", "template_problem"]
 
 #: What parsing a hostile template can raise besides jinja2's own errors.
 PARSE_ERRORS = (JinjaError, RecursionError, ValueError, OverflowError, MemoryError, TypeError)
@@ -175,3 +175,62 @@ def _walk(tree: nodes.Template) -> str | None:
             f"{', '.join(sorted(unknown))}"
         )
     return None
+
+
+def input_reads(source: str) -> list[tuple[str, ...]]:
+    """The paths a valid template reads from ``input`` by name: ``{{ input.a.b }}`` and
+    ``{{ input['a'].b }}`` give ``("a", "b")`` (and ``("a",)``); an expression key ends a path.
+    Nothing when the template binds ``input`` itself or cannot be parsed."""
+    if "{" not in source:
+        return []
+    try:
+        body = Parser(SANDBOX, source).subparse()
+    except PARSE_ERRORS:
+        return []
+    found: list[tuple[str, ...]] = []
+    guarded: set[tuple[str, ...]] = set()
+    stack: list[nodes.Node] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, nodes.Name) and node.name == "input" and node.ctx != "load":
+            return []  # {% set input = ... %} and the like: the names are the template's own
+        if isinstance(node, nodes.Getattr | nodes.Getitem):
+            path = _input_path(node)
+            if path:
+                found.append(path)
+        elif _guards(node):
+            # ``input.x is defined`` and ``input.x | default(...)`` are how a template reads a
+            # name that may be absent: every read of that path (and below it) is left alone.
+            inner = getattr(node, "node", None)
+            path = _input_path(inner) if isinstance(inner, nodes.Getattr | nodes.Getitem) else None
+            if path:
+                guarded.add(path)
+        stack.extend(_children(node))
+    return [
+        path for path in found
+        if not any(path[: len(guard)] == guard for guard in guarded)
+    ]
+
+
+def _guards(node: nodes.Node) -> bool:
+    """A ``defined``/``undefined`` test or a ``default`` filter."""
+    if isinstance(node, nodes.Test):
+        return node.name in {"defined", "undefined"}
+    return isinstance(node, nodes.Filter) and node.name in {"default", "d"}
+
+
+def _input_path(node: nodes.Getattr | nodes.Getitem) -> tuple[str, ...] | None:
+    """``("a", "b")`` for ``input.a.b``, or None when the chain does not start at ``input``."""
+    names: list[str] = []
+    current: nodes.Node = node
+    while isinstance(current, nodes.Getattr | nodes.Getitem):
+        if isinstance(current, nodes.Getattr):
+            names.append(current.attr)
+        elif isinstance(current.arg, nodes.Const) and isinstance(current.arg.value, str):
+            names.append(current.arg.value)
+        else:
+            names.clear()  # an expression key: what follows it is not a known path
+        current = current.node
+    if not (isinstance(current, nodes.Name) and current.name == "input" and names):
+        return None
+    return tuple(reversed(names))
