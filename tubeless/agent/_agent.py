@@ -17,6 +17,8 @@ from dataclasses import replace
 from typing import Any
 
 from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
+from tubeless.agent._durable import DurableAgent, run_durable
+from tubeless.agent._journal import JOURNAL_SLOT, NO_JOURNAL, Journal
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
@@ -24,6 +26,7 @@ from tubeless.agent._state import own
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
 from tubeless.agent._trace import agent_trace
 from tubeless.agent._turn import AgentSpec, TurnInput, build_turn_pipeline
+from tubeless.durable._session import SESSION_SLOT
 from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict, thaw
 from tubeless.pipeline import Pipeline, StepContext, define_pipeline, iterate_pipeline, step
@@ -262,18 +265,26 @@ def _compile(
     implementation_version: str | None,
 ) -> Pipeline:
     turn = build_turn_pipeline(spec)
+    durable = DurableAgent(spec, implementation_version)
 
     async def first_turn(step_inputs: dict[str, Any], ctx: StepContext) -> TurnInput:
-        state = own(await maybe_await(initial_state(ctx.options)), "Agent initial state")
+        journal: Journal = ctx.slots.get(JOURNAL_SLOT, NO_JOURNAL)
+        resumed = journal.resumed_turn()
+        if resumed is None:
+            state = own(await maybe_await(initial_state(ctx.options)), "Agent initial state")
+            number, version, calls = 1, 0, 0
+        else:
+            state, number, version, calls = resumed
         return TurnInput(
             state=state,
-            turn=1,
-            state_version=0,
-            calls=0,
+            turn=number,
+            state_version=version,
+            calls=calls,
             agent_input=ctx.options,
             agent_run_id=ctx.run_id,
             scope=ctx.slots[SCOPE_SLOT],
             trace=agent_trace(ctx),
+            journal=journal,
         )
 
     loop = iterate_pipeline(
@@ -292,6 +303,9 @@ def _compile(
         parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
         depth = ctx.slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
         scope = Scope(Budget(ctx.run_id, depth, limits), parent)
+        session = ctx.slots.get(SESSION_SLOT)
+        if session is not None:
+            return await run_durable(durable, session, scope, ctx, iterate, step_inputs)
         return await iterate(step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope}))
 
     agent_step = replace(
@@ -301,7 +315,7 @@ def _compile(
         agent_snapshot=_snapshot_metadata(spec),
         capabilities=tuple(entry.pipeline for entry in spec.registry.values()),
     )
-    return define_pipeline(
+    pipeline = define_pipeline(
         id=spec.id,
         name=name,
         description=description,
@@ -311,3 +325,5 @@ def _compile(
         targets=["agent"],
         finalize="agent",
     )
+    durable.pipeline = pipeline
+    return pipeline

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TOOL_NAME",
+    "Replay",
     "Tool",
     "ToolContext",
     "ToolError",
@@ -28,6 +29,8 @@ __all__ = [
 #: Registered tool names (use ``fullmatch``): a letter, then letters, digits, ``_`` or ``-``;
 #: 128 characters at most.
 TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,127}")
+#: A tool's replay class: may a call that was running when the run died run again?
+Replay = Literal["unsafe", "safe"]
 _MAX_DESCRIPTION = 4096
 
 
@@ -108,6 +111,7 @@ class Tool:
     __slots__ = (
         "_map_options",
         "_preview",
+        "_reconcile",
         "_run",
         "description",
         "input_json_schema",
@@ -115,6 +119,7 @@ class Tool:
         "kind",
         "output_schema",
         "pipeline",
+        "replay",
     )
 
     kind: Literal["handler", "pipeline"]
@@ -125,9 +130,12 @@ class Tool:
     """The frozen draft 2020-12 descriptor models see (keys sorted)."""
     pipeline: Pipeline | None
     """For pipeline tools: the child pipeline (or agent) the tool runs."""
+    replay: Replay
+    """Whether a call cut short by a crash may run again on resume (DESIGN.md §11)."""
     _run: Callable[..., Any] | None
     _preview: Callable[..., Any] | None
     _map_options: Callable[[Any], Any] | None
+    _reconcile: Callable[..., Any] | None
 
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
@@ -196,6 +204,8 @@ def define_tool(
     run: Callable[..., Any],
     preview: Callable[..., Any] | None = None,
     input_json_schema: Mapping[str, Any] | None = None,
+    replay: Replay = "unsafe",
+    reconcile: Callable[..., Any] | None = None,
 ) -> Tool:
     """Define a handler tool.
 
@@ -209,6 +219,14 @@ def define_tool(
             in dry runs (and a turn that needs it fails rather than inventing an outcome).
         input_json_schema: An explicit draft 2020-12 descriptor for models; the validator stays
             authoritative.
+        replay: ``"safe"`` when running a call twice does no harm (a read); ``"unsafe"`` (the
+            default) when it might (a payment, an email). On resume a call that was running
+            when the run died runs again only when it is safe.
+        reconcile: ``reconcile(input, ctx)``, sync or async, asked on resume about an unsafe
+            call that was running: return the call's value (it happened), or raise
+            :class:`ToolError` (its outcome is that failure). Without it the reducer receives
+            ``TUBELESS_AGENT_CALL_INTERRUPTED``. ``ctx.execution["idempotency_key"]`` is the
+            key the interrupted call had.
 
     Raises:
         AgentDefinitionError: For a blank or oversized description, a non-schema, a
@@ -221,6 +239,8 @@ def define_tool(
         raise AgentDefinitionError("A tool's run must be callable.")
     if preview is not None and not callable(preview):
         raise AgentDefinitionError("A tool's preview must be callable (or None to skip).")
+    if reconcile is not None and not callable(reconcile):
+        raise AgentDefinitionError("A tool's reconcile must be callable (or None).")
     schema_descriptor = (
         descriptor(input_json_schema, "input_json_schema")
         if input_json_schema is not None
@@ -234,6 +254,8 @@ def define_tool(
         input_json_schema=schema_descriptor,
         _run=run,
         _preview=preview,
+        replay=_replay(replay),
+        _reconcile=reconcile,
     )
 
 
@@ -244,6 +266,7 @@ def pipeline_tool(
     input_schema: Any = None,
     map_options: Callable[[Any], Any] | None = None,
     input_json_schema: Mapping[str, Any] | None = None,
+    replay: Replay | None = None,
 ) -> Tool:
     """Use a pipeline, or another agent, as a tool.
 
@@ -259,6 +282,8 @@ def pipeline_tool(
         input_schema: Validates the model's argument (give it together with ``map_options``).
         map_options: Maps the validated argument to the child's raw input (pure).
         input_json_schema: An explicit descriptor for models.
+        replay: As for :func:`define_tool`; by default ``"safe"`` for an agent (it resumes
+            from its own checkpoint) and ``"unsafe"`` for any other pipeline.
 
     Raises:
         AgentDefinitionError: For a non-pipeline child, only one of ``input_schema`` and
@@ -293,4 +318,16 @@ def pipeline_tool(
         input_json_schema=schema_descriptor,
         pipeline=child,
         _map_options=map_options,
+        replay=_replay(replay if replay is not None else "safe" if _is_agent(child) else "unsafe"),
     )
+
+
+def _is_agent(child: Pipeline) -> bool:
+    """Whether ``child`` is an agent (``define_agent``'s single agent step)."""
+    return len(child.steps) == 1 and child.steps[0].agent is not None
+
+
+def _replay(value: Any) -> Replay:
+    if value not in ("unsafe", "safe"):
+        raise AgentDefinitionError(f"A tool's replay must be 'unsafe' or 'safe', not {value!r}.")
+    return value  # type: ignore[no-any-return]

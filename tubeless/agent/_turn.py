@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
+from tubeless.agent._journal import Journal
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
@@ -56,6 +57,8 @@ class TurnInput(NamedTuple):
     scope: Scope
     trace: AgentTrace
     """The agent's recorder (the null one when nothing traces the run)."""
+    journal: Journal
+    """The agent's checkpoint journal (the null one when the run has no checkpoints)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +78,12 @@ class DecisionContext:
         signal: The run's cancellation token.
         log: A logger whose lines are recorded in the trace.
         dry_run: Whether decisions are previews.
-        execution: ``{agent_run_id, turn}``.
+        execution: ``{agent_run_id, turn, idempotency_key}``.
     """
 
     __slots__ = (
         "_agent_run_id",
+        "_idempotency_base",
         "_step",
         "capabilities",
         "dry_run",
@@ -99,6 +103,7 @@ class DecisionContext:
         input: Any,
         step: StepContext,
         agent_run_id: str,
+        idempotency_base: str | None = None,
     ) -> None:
         self.turn = turn
         self.state_version = state_version
@@ -109,6 +114,7 @@ class DecisionContext:
         self.dry_run = step.dry_run
         self._step = step
         self._agent_run_id = agent_run_id
+        self._idempotency_base = agent_run_id if idempotency_base is None else idempotency_base
 
     @property
     def log(self) -> StepLogger:
@@ -117,8 +123,14 @@ class DecisionContext:
 
     @property
     def execution(self) -> FrozenDict:
-        """``{agent_run_id, turn}``."""
-        return FrozenDict._trusted({"agent_run_id": self._agent_run_id, "turn": self.turn})
+        """``{agent_run_id, turn, idempotency_key}`` (the key is stable across resumes)."""
+        return FrozenDict._trusted(
+            {
+                "agent_run_id": self._agent_run_id,
+                "turn": self.turn,
+                "idempotency_key": f"{self._idempotency_base}/{self.turn}",
+            }
+        )
 
 
 def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
@@ -143,7 +155,9 @@ async def decide(
 ) -> _Finished | tuple[PreparedCall, ...]:
     """Ask for a decision; a finish ends the loop, a batch of calls is admitted."""
     t: TurnInput = ctx.options
-    decision = parse_decision(await ask(spec, t, ctx))
+    decision: Continue | Finish | None = t.journal.resume_decision(t)
+    if decision is None:
+        decision = parse_decision(await ask(spec, t, ctx))
     if isinstance(decision, Finish):
         return finish(spec, t, ctx, decision)
     return admit(spec, t, ctx, decision)
@@ -154,6 +168,7 @@ async def ask(spec: AgentSpec, t: TurnInput, ctx: StepContext) -> Any:
     ctx.signal.raise_if_cancelled()
     scope = t.scope
     scope.reserve("max_decisions", 1)
+    t.journal.reserved(t)
     source = spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
     decision_ctx = DecisionContext(
         t.turn,
@@ -163,6 +178,7 @@ async def ask(spec: AgentSpec, t: TurnInput, ctx: StepContext) -> Any:
         t.agent_input,
         ctx,
         t.agent_run_id,
+        t.journal.idempotency_base(t.agent_run_id),
     )
     if not scope.try_enter(ctx.signal):
         await scope.enter(ctx.signal)
@@ -179,9 +195,11 @@ def finish(spec: AgentSpec, t: TurnInput, ctx: StepContext, decision: Finish) ->
     """The finish result, once the result schema accepted it."""
     t.trace.decided(ctx, t, "finish", 0)
     try:
-        return _Finished(spec.result_schema.validate(decision.result))
+        finished = _Finished(spec.result_schema.validate(decision.result))
     except SchemaValidationError as exc:
         raise DecisionError(f"Agent finish result was rejected: {exc}", exc.issues) from None
+    t.journal.finished(t, decision.result)
+    return finished
 
 
 def admit(
@@ -199,8 +217,11 @@ def admit(
             scope=t.agent_run_id,
             calls=count,
         )
-    t.scope.check("max_calls", count)
-    return prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
+    if not t.journal.readmitted(t):
+        t.scope.check("max_calls", count)
+    prepared = prepare_calls(decision.calls, spec.registry, scope=t.scope, dry_run=ctx.dry_run)
+    t.journal.accepted(t, decision, prepared)
+    return prepared
 
 
 # -- step 2: calls -----------------------------------------------------------------------------
@@ -210,10 +231,19 @@ def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
     if isinstance(decided, _Finished):
         return ()
     t: TurnInput = ctx.options
-    t.scope.reserve("max_calls", len(decided))
+    journal = t.journal
+    if not journal.readmitted(t):
+        t.scope.reserve("max_calls", len(decided))
+        journal.admitted(t, len(decided))
     t.trace.dispatching(ctx, t, len(decided))
     return dispatch(
-        decided, ctx, scope=t.scope, agent_run_id=t.agent_run_id, turn=t.turn, trace=t.trace
+        decided,
+        ctx,
+        scope=t.scope,
+        agent_run_id=t.agent_run_id,
+        turn=t.turn,
+        trace=t.trace,
+        journal=journal,
     )
 
 
@@ -255,5 +285,7 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
         agent_run_id=t.agent_run_id,
         scope=t.scope,
         trace=t.trace,
+        journal=t.journal,
     )
+    t.journal.reduced(following)
     return {"kind": "next", "state": following}
