@@ -219,6 +219,7 @@ def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
                 "name": c["name"],
                 "description": c["description"],
                 "inputJsonSchema": thaw(c["input_json_schema"]),
+                "replay": spec.registry[c["name"]].tool.replay,
             }
             for c in spec.capabilities
         ],

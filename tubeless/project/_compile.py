@@ -175,13 +175,17 @@ class Compiler:
                 preview = run
             elif tool.preview != "skip":
                 preview = self.ref(tool.preview, f"{pointer}/preview", "callable")
+            reconcile: Any = None
+            if tool.reconcile is not None:
+                reconcile = self.ref(tool.reconcile, f"{pointer}/reconcile", "callable")
             inputs = self.schema(tool.input, f"{pointer}/input")
             outputs = self.schema(tool.output, f"{pointer}/output")
-            if _missing(run, preview, inputs, outputs):
+            if _missing(run, preview, inputs, outputs, reconcile):
                 return _MISSING
             try:
                 return define_tool(description=tool.description, input_schema=inputs,
-                                   output_schema=outputs, run=run, preview=preview)
+                                   output_schema=outputs, run=run, preview=preview,
+                                   replay=tool.replay, reconcile=reconcile)
             except AgentDefinitionError as exc:
                 self.definition_errors.append((pointer, exc))
                 return _MISSING
@@ -195,7 +199,7 @@ class Compiler:
             return _MISSING
         try:
             return pipeline_tool(child, description=tool.description, input_schema=inputs,
-                                 map_options=mapper)
+                                 map_options=mapper, replay=tool.replay)
         except AgentDefinitionError as exc:
             self.definition_errors.append((pointer, exc))
             return _MISSING

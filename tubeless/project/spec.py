@@ -155,6 +155,16 @@ class HandlerToolSpec(_Spec):
         default="skip",
         description="In dry runs: 'run' the handler, 'skip' the tool, or call this preview.",
     )
+    replay: Literal["unsafe", "safe"] = Field(
+        default="unsafe",
+        description="On resume, may a call that was running when the run stopped run again? "
+        "'safe' when running it twice does no harm (a read).",
+    )
+    reconcile: Reference | None = Field(
+        default=None,
+        description="reconcile(input, ctx), asked on resume about an unsafe call that was "
+        "running: return its value, or raise ToolError.",
+    )
 
 
 class PipelineToolSpec(_Spec):
@@ -171,6 +181,11 @@ class PipelineToolSpec(_Spec):
     map_options: Reference | None = Field(
         default=None, description="Maps the validated argument to the pipeline's input."
     )
+    replay: Literal["unsafe", "safe"] | None = Field(
+        default=None,
+        description="On resume, may a call that was running when the run stopped run again? "
+        "(default 'unsafe')",
+    )
 
 
 class AgentToolSpec(_Spec):
@@ -186,6 +201,11 @@ class AgentToolSpec(_Spec):
     )
     map_options: Reference | None = Field(
         default=None, description="Maps the validated argument to the agent's input."
+    )
+    replay: Literal["unsafe", "safe"] | None = Field(
+        default=None,
+        description="On resume, may a call that was running when the run stopped run again? "
+        "(default 'safe')",
     )
 
 

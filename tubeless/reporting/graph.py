@@ -112,6 +112,8 @@ class AgentTool:
     """A Python handler, a pipeline run as a tool, or another agent run as a tool."""
     pipeline_id: str
     """The pipeline a call runs: ``<agent>/tool/<name>`` for a function, else the child's id."""
+    replay: str = "unsafe"
+    """Whether a call cut short by a crash may run again on resume (``safe``) or not."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,6 +217,7 @@ def agent_tools(step: Step) -> tuple[AgentTool, ...]:
                 input_json_schema=capability.get("inputJsonSchema"),
                 kind=kind,
                 pipeline_id=function_id if child is None else child.id,
+                replay=str(capability.get("replay", "unsafe")),
             )
         )
     return tuple(tools)

@@ -109,6 +109,7 @@ def _agent_lines(s: Step, strict: Mapping[str, Sequence[str]] | None = None) -> 
         lines.append(f"  {tool.name} ({tool.kind}{target})")
         lines.append(f"    description: {_one_line(tool.description)}")
         lines.append(f"    input: {_compact(tool.input_json_schema)}")
+        lines.append(f"    replay: {tool.replay}")
         if strict is not None and tool.name in strict:
             problems = strict[tool.name]
             verdict = "yes" if not problems else "no (" + "; ".join(problems[:3]) + (
@@ -131,6 +132,7 @@ def _agent_dict(s: Step) -> dict[str, Any]:
                 "input_json_schema": tool.input_json_schema,
                 "kind": tool.kind,
                 "pipeline_id": tool.pipeline_id,
+                "replay": tool.replay,
             }
             for tool in agent_tools(s)
         ],

@@ -61,7 +61,9 @@ def _agent_lines(agent: Mapping[str, Any]) -> list[str]:
         description = " ".join(str(capability.get("description", "")).split())
         if len(description) > 100:
             description = description[:99] + "…"
-        lines.append(f"      tool {capability['name']}: {description}")
+        replay = capability.get("replay")
+        shown = f" (replay {replay})" if replay else ""
+        lines.append(f"      tool {capability['name']}{shown}: {description}")
     return lines
 
 
