@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import click
 
 from tubeless._cli._exit import EXIT_OK, exit_code_for, report_error
+from tubeless._cli.checkpoints import checkpoints
 from tubeless._cli.init import init
 from tubeless._cli.look import graph, inspect, list_, plan
 from tubeless._cli.run import run
@@ -224,6 +225,7 @@ def _discard(stream: TextIO) -> None:
             os.close(devnull)
 
 
+cli.add_command(checkpoints)
 cli.add_command(graph)
 cli.add_command(init)
 cli.add_command(inspect)

@@ -33,6 +33,7 @@ import click
 
 from tubeless.errors import (
     AGENT_INVALID_DEFINITION,
+    CHECKPOINT_INVALID,
     OPTIONS_VALIDATION_FAILED,
     TRACE_INVALID,
     AgentDefinitionError,
@@ -149,8 +150,8 @@ def _tubeless_exit_code(exc: TubelessError, command: str | None) -> int:
         return _run_exit_code(exc)
     if isinstance(exc, DocumentError | TemplateError):
         return EXIT_VALIDATION
-    if exc.code == TRACE_INVALID:
-        return EXIT_LOAD
+    if exc.code in (TRACE_INVALID, CHECKPOINT_INVALID):
+        return EXIT_LOAD  # an unreadable trace or checkpoint file
     if isinstance(exc, ReferenceResolutionError):
         return EXIT_VALIDATION if command == "validate" else EXIT_LOAD
     if isinstance(exc, PipelineDefinitionError | AgentDefinitionError) or (

@@ -34,7 +34,7 @@ __all__ = ["VALUE_OPTIONS", "entry_command_for", "find_project", "run"]
 
 VALUE_OPTIONS = _VALUE_OPTIONS = frozenset(
     {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace",
-     "--run-id", "--correlation-id"}
+     "--run-id", "--correlation-id", "--checkpoints", "--key"}
 )
 _OUTER_HELP = """Run an agent or pipeline of PROJECT (a YAML file) and print its result as JSON.
 
@@ -151,7 +151,8 @@ def _refuse_unknown_option(option: str, project: Project) -> None:
     """``run p.yaml --txt hi``: report ``--txt`` (a usage error), not an entry named ``hi``."""
     if not option.startswith("--") or "=" in option:
         return
-    known = {"--help", "-h", *_VALUE_OPTIONS, "--dry-run", "--continue-on-error", "--quiet"}
+    known = {"--help", "-h", *_VALUE_OPTIONS, "--dry-run", "--continue-on-error", "--quiet",
+             "--restart"}
     for entry in project.entries.values():
         for flag in derive_flags(_input_schema(entry)):
             known.add(f"--{flag.option}")
@@ -200,6 +201,13 @@ def _builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cl
                      help="The root run's id (default: <entry id>:<uuid>)."),
         click.Option(["--correlation-id"], default=None, metavar="ID", callback=_nonblank,
                      help="An id recorded on every run of the tree, to tie runs together."),
+        click.Option(["--checkpoints"], default=None, metavar="PATH",
+                     help="Commit the run's progress to this SQLite checkpoint file; the same "
+                     "command again resumes it (or prints its saved result)."),
+        click.Option(["--key"], default=None, metavar="KEY",
+                     help="The checkpoint key (default: <entry id>:<input digest>)."),
+        click.Option(["--restart"], is_flag=True,
+                     help="Start the checkpoint key over instead of resuming it."),
     ]
     if not is_agent:
         where = "" if is_agent is False else " (pipelines only)"
@@ -342,6 +350,12 @@ def _execute(
         try:
             from tubeless.tracing import open_sink
 
+            if options["checkpoints"] is not None and not options["dry_run"]:
+                from tubeless._cli.checkpoints import open_for_run
+
+                store, key = open_for_run(options["checkpoints"], options["trace"], entry.id,
+                                          raw, options["key"], options["restart"])
+                options = {**options, "checkpoint_store": store, "key": key}
             for target in options["trace"]:
                 sinks.append(open_sink(target))
             if reporter is not None:
@@ -350,6 +364,8 @@ def _execute(
                 _run_with_signals(entry, raw, options, sinks, signals, is_agent=is_agent)
             )
         finally:
+            if options.get("checkpoint_store") is not None:
+                options["checkpoint_store"].close()
             for sink in sinks:
                 try:
                     sink.close()
@@ -422,6 +438,9 @@ async def _run_with_signals(
             signal=signals.token,
             run_id=options["run_id"],
             correlation_id=options["correlation_id"],
+            checkpoints=options.get("checkpoint_store"),
+            checkpoint_key=options["key"],
+            restart=options["restart"],
         )
     except asyncio.CancelledError:
         return None
