@@ -7,6 +7,7 @@ at that moment (what a ``kill -9`` there would leave) and later resumes from the
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -340,3 +341,16 @@ def test_a_child_agent_resumes_by_route_inside_its_parent() -> None:
         if "agent.checkpointKey" in a
     ]
     assert resumes == [(KEY, 1), (KEY, 1)]
+
+
+def test_each_stored_document_is_canonical_json() -> None:
+    """What the fast encoder writes is sorted compact JSON that re-encodes to itself."""
+    from tubeless.durable._session import encode
+
+    world = World()
+    world.crash_in = "charge"
+    run(make_agent(world, calls=2, replay="safe"), world.store)
+    for store in (world.store, world.crashed):
+        assert store is not None
+        for stored in store.list():
+            assert encode(json.loads(stored.document)) == stored.document

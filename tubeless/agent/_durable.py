@@ -30,6 +30,7 @@ from tubeless.agent._dispatch import EXECUTION_SLOT
 from tubeless.agent._journal import JOURNAL_SLOT, Journal, Resumed
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
 from tubeless.agent._tools import ToolContext, ToolError
+from tubeless.durable._encode import DocumentEncoder
 from tubeless.durable._session import DOCUMENT_VERSION, CheckpointSession
 from tubeless.errors import (
     CALL_INTERRUPTED,
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointJournal", "DurableAgent", "run_durable"]
 
 _FAILED = "TUBELESS_AGENT_EXECUTION_FAILED"
+#: Entry fields holding values that never change once set: encoded once (``DocumentEncoder``).
+_LARGE = frozenset({"state", "definition", "result", "input", "outcome"})
 
 
 class DurableAgent:
@@ -159,7 +162,7 @@ def _restored_outcome(saved: Mapping[str, Any], call: PreparedCall) -> Mapping[s
 class Book:
     """The document of one checkpointed run, shared by every agent of its run tree."""
 
-    __slots__ = ("claimed", "document", "journals", "session")
+    __slots__ = ("claimed", "document", "encoder", "journals", "session")
 
     def __init__(self, session: CheckpointSession) -> None:
         self.session = session
@@ -183,6 +186,9 @@ class Book:
         }
         self.journals: dict[str, CheckpointJournal] = {}
         self.claimed: set[str] = set()
+        self.encoder = DocumentEncoder(
+            _LARGE, {"agents": "values", "decision": "record", "calls": "records"}
+        )
 
     @staticmethod
     def of(session: CheckpointSession) -> Book:
@@ -209,7 +215,7 @@ class Book:
         status = "completed" if phases == {"completed"} else "running"
         document["status"] = "failed" if "failed" in phases else status
         document["updated_at_ms"] = time.time_ns() // 1_000_000
-        self.session.commit(document)
+        self.session.commit(document, self.encoder.encode)
         for journal in self.journals.values():
             journal.dirty = False
 

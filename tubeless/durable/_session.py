@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from tubeless.durable._store import CheckpointStore, Lease, check_key
@@ -112,8 +113,14 @@ class CheckpointSession:
         """Whether a write failed (the run must stop; nothing more is written)."""
         return self._poisoned is not None
 
-    def commit(self, document: dict[str, Any]) -> None:
-        """Encode, check and durably write ``document``; a failure stops every later commit."""
+    def commit(
+        self, document: dict[str, Any], encoder: Callable[[dict[str, Any]], str] | None = None
+    ) -> None:
+        """Encode, check and durably write ``document``; a failure stops every later commit.
+
+        ``encoder`` replaces :func:`encode` (it must give the same text, checked the same way:
+        ``DocumentEncoder`` does).
+        """
         if self._poisoned is not None:
             raise CheckpointError(
                 CHECKPOINT_INVALID,
@@ -121,7 +128,7 @@ class CheckpointSession:
             ) from self._poisoned
         assert self._lease is not None, "commit before open"
         try:
-            text = encode(document)
+            text = (encoder or encode)(document)
             self._lease.write(text)
         except Exception as exc:
             self._poisoned = exc
