@@ -354,3 +354,33 @@ def test_each_stored_document_is_canonical_json() -> None:
         assert store is not None
         for stored in store.list():
             assert encode(json.loads(stored.document)) == stored.document
+
+
+def test_an_agent_inside_a_pipeline_resumes_by_its_id() -> None:
+    """The pipeline's own steps run again; the agent goes on from its commit."""
+    from tubeless import define_pipeline, from_pipeline, step
+
+    world = World()
+    world.crash_in = "charge"
+    prepared: list[str] = []
+
+    def prepare(inputs: Any, ctx: Any) -> str:
+        prepared.append(ctx.options)
+        return str(ctx.options)
+
+    pipeline = define_pipeline(
+        id="shop",
+        options_schema=str,
+        steps=[
+            step("prepare", prepare),
+            from_pipeline("pay", make_agent(world, replay="safe"), depends_on=["prepare"],
+                          map_options=lambda inputs, ctx: inputs["prepare"]),
+        ],
+        finalize="pay",
+    )
+    assert run(pipeline, world.store).value == "A0"
+    assert world.crashed is not None
+    assert [s.key for s in world.crashed.list()] == [KEY]
+    assert run(pipeline, world.crashed).value == "A0"
+    assert prepared == ["a", "a"]
+    assert [key for _, _, key in world.ran] == [f"{KEY}/payer/1/c0"] * 2
