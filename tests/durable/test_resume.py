@@ -384,3 +384,32 @@ def test_an_agent_inside_a_pipeline_resumes_by_its_id() -> None:
     assert run(pipeline, world.crashed).value == "A0"
     assert prepared == ["a", "a"]
     assert [key for _, _, key in world.ran] == [f"{KEY}/payer/1/c0"] * 2
+
+
+def test_a_cancelled_run_stays_resumable() -> None:
+    """Cancelled while a call runs: nothing is saved as failed; the resumed run finishes."""
+    from tubeless import CancelToken
+
+    token = CancelToken()
+    world = World()
+
+    def cancel(name: str, value: Any, ctx: Any) -> None:
+        world.ran.append((name, value, ctx.execution["idempotency_key"]))
+        token.cancel("stop")
+
+    world.effect = cancel  # type: ignore[method-assign]
+    agent = make_agent(world, replay="safe")
+    stopped = asyncio.run(agent.run("a", checkpoints=world.store, checkpoint_key=KEY,
+                                    signal=token))
+    assert stopped.status == "cancelled"
+    assert json.loads(world.store.list()[0].document)["status"] == "running"
+    world.effect = World().effect  # type: ignore[method-assign]
+    assert run(agent, world.store).value == "A0"
+
+
+def test_a_dry_run_opens_no_storage() -> None:
+    world = World()
+    agent = make_agent(world)
+    result = asyncio.run(agent.run("a", dry_run=True, checkpoints=world.store,
+                                   checkpoint_key=KEY))
+    assert result.dry_run and world.store.list() == []
