@@ -66,7 +66,8 @@ class ToolContext:
         signal: The run's cancellation token.
         log: A logger whose lines are recorded in the trace.
         dry_run: Whether this is a preview run.
-        execution: ``{agent_run_id, turn, call_id, tool}``, e.g. for idempotency keys.
+        execution: ``{agent_run_id, turn, call_id, tool, idempotency_key}``; the key is the
+            same in every resume of a checkpointed run (pass it to the services you call).
     """
 
     __slots__ = ("_step", "execution")
