@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import Any
 
 from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
-from tubeless.agent._durable import DurableAgent, run_durable
+from tubeless.agent._durable import run_durable
+from tubeless.agent._durable_checks import DurableAgent
 from tubeless.agent._journal import JOURNAL_SLOT, NO_JOURNAL, Journal
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool

@@ -17,7 +17,6 @@ a time, and a failed write stops the run (``CheckpointSession.commit``).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
@@ -27,6 +26,7 @@ import pydantic_core
 
 from tubeless.agent._decisions import Call, Continue
 from tubeless.agent._dispatch import EXECUTION_SLOT
+from tubeless.agent._durable_checks import DurableAgent, check_saved, input_digest
 from tubeless.agent._journal import JOURNAL_SLOT, Journal, Resumed
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
 from tubeless.agent._tools import ToolContext, ToolError
@@ -39,10 +39,9 @@ from tubeless.errors import (
     CheckpointError,
     TubelessError,
 )
-from tubeless.frozen import FreezeError, FrozenDict, canonical_json, freeze
-from tubeless.pipeline import Pipeline, StepContext
+from tubeless.frozen import FreezeError, FrozenDict, freeze
+from tubeless.pipeline import StepContext
 from tubeless.pipeline._failures import is_cancellation, maybe_await
-from tubeless.pipeline._identity import descriptor_fingerprint
 from tubeless.pipeline._pipeline import original_exception
 from tubeless.schema import Schema
 
@@ -50,86 +49,11 @@ if TYPE_CHECKING:
     from tubeless.agent._prepare import PreparedCall
     from tubeless.agent._turn import AgentSpec, TurnInput
 
-__all__ = ["CheckpointJournal", "DurableAgent", "run_durable"]
+__all__ = ["CheckpointJournal", "run_durable"]
 
 _FAILED = "TUBELESS_AGENT_EXECUTION_FAILED"
 #: Entry fields holding values that never change once set: encoded once (``DocumentEncoder``).
 _LARGE = frozenset({"state", "definition", "result", "input", "outcome"})
-
-
-class DurableAgent:
-    """What a checkpoint of one agent definition is compared with (computed once)."""
-
-    __slots__ = ("_definition", "implementation_version", "pipeline", "spec")
-
-    def __init__(self, spec: AgentSpec, implementation_version: str | None) -> None:
-        self.spec = spec
-        self.implementation_version = implementation_version
-        self.pipeline: Pipeline | None = None
-        """The agent's pipeline (set once ``define_agent`` built it)."""
-        self._definition: dict[str, Any] | None = None
-
-    def definition(self) -> dict[str, Any]:
-        if self._definition is None:
-            assert self.pipeline is not None
-            spec = self.spec
-            self._definition = {
-                "definitionId": self.pipeline.identity.definition_id,
-                "implementationVersion": self.implementation_version,
-                "limits": spec.limits.to_dict(),
-                "tools": {
-                    name: {
-                        "input": descriptor_fingerprint(entry.tool.input_json_schema),
-                        "definitionId": entry.pipeline.identity.definition_id,
-                    }
-                    for name, entry in spec.registry.items()
-                },
-                "result": descriptor_fingerprint(spec.result_json_schema),
-            }
-        return self._definition
-
-
-def _input_digest(value: Any) -> str | None:
-    """The sha256 of an agent's validated input, when it has a JSON form."""
-    try:
-        text = canonical_json(freeze(value))
-    except (FreezeError, TypeError, ValueError):
-        try:
-            text = canonical_json(freeze(pydantic_core.to_jsonable_python(value)))
-        except Exception:
-            return None
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
-    """What differs between a saved definition and the current one, said for people."""
-    if saved.get("implementationVersion") != now["implementationVersion"]:
-        return (
-            f"implementation_version changed ({saved.get('implementationVersion')!r} -> "
-            f"{now['implementationVersion']!r})"
-        )
-    saved_limits = saved.get("limits") or {}
-    for name, value in now["limits"].items():
-        if saved_limits.get(name) != value:
-            return f"limits changed ({name} {saved_limits.get(name)!r} -> {value!r})"
-    saved_tools = saved.get("tools") or {}
-    added = sorted(set(now["tools"]) - set(saved_tools))
-    removed = sorted(set(saved_tools) - set(now["tools"]))
-    if added or removed:
-        parts = [f"added {', '.join(map(repr, added))}"] if added else []
-        parts += [f"removed {', '.join(map(repr, removed))}"] if removed else []
-        return f"tools changed ({'; '.join(parts)})"
-    for name, tool in now["tools"].items():
-        before = saved_tools[name] or {}
-        if before.get("input") != tool["input"]:
-            return f"tool {name!r} changed its input schema"
-        if before.get("definitionId") != tool["definitionId"]:
-            return f"tool {name!r} changed (its output schema or its pipeline)"
-    if saved.get("result") != now["result"]:
-        return "the result schema changed"
-    if saved.get("definitionId") != now["definitionId"]:
-        return f"the definition changed ({saved.get('definitionId')} -> {now['definitionId']})"
-    return None
 
 
 def _jsonable_outcome(call: PreparedCall, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -409,11 +333,11 @@ async def run_durable(
         base = spec.id
     route = book.claim(base)
     definition = durable.definition()
-    digest = _input_digest(ctx.options)
+    digest = input_digest(ctx.options)
     saved = book.document["agents"].get(route)
     resumed = saved is not None
     if saved is not None:
-        entry = _check_saved(saved, session.key, route, definition, digest, scope.depth)
+        entry = check_saved(saved, session.key, route, definition, digest, scope.depth)
         if entry["phase"] == "completed":
             _report_resume(ctx, session, entry)
             return spec.result_schema.validate(entry["result"])
@@ -472,49 +396,3 @@ def _report_resume(ctx: StepContext, session: CheckpointSession, entry: Mapping[
     )
 
 
-def _check_saved(
-    saved: Any,
-    key: str,
-    route: str,
-    definition: Mapping[str, Any],
-    digest: str | None,
-    depth: int,
-) -> dict[str, Any]:
-    """The saved entry of ``route``, once it is well formed and matches this definition."""
-    try:
-        phase = saved["phase"]
-        budget = saved["budget"]
-        checks = [
-            phase in ("decide", "calls", "completed", "failed"),
-            isinstance(saved["definition"], dict),
-            type(budget["calls"]) is int and type(budget["decisions"]) is int,
-            type(saved["turn"]) is int and type(saved["calls"]) is int,
-            type(saved["state_version"]) is int,
-        ]
-        if phase == "calls":
-            checks.append(isinstance(saved["decision"]["admitted"], bool))
-            for call in saved["decision"]["calls"]:
-                checks.append(call["status"] in ("pending", "running", "completed"))
-                checks.append(isinstance(call["id"], str) and isinstance(call["tool"], str))
-                checks.append(call["status"] != "completed" or isinstance(call["outcome"], dict))
-        if phase == "failed":
-            checks.append(isinstance(saved["failure"]["code"], str))
-        well_formed = all(checks)
-    except (KeyError, TypeError, IndexError):
-        well_formed = False
-    if not well_formed:
-        raise CheckpointError(
-            CHECKPOINT_INVALID, f"checkpoint {key!r}: the entry of agent {route!r} is malformed"
-        )
-    what = _changed(saved["definition"], definition)
-    if what is None and budget.get("depth") != depth:
-        what = f"its delegation depth changed ({budget.get('depth')} -> {depth})"
-    if what is None and digest is not None and saved.get("input") not in (None, digest):
-        what = "the input changed"
-    if what is not None:
-        raise CheckpointError(
-            CHECKPOINT_MISMATCH,
-            f"Checkpoint {key!r} was saved by a different definition of agent {route!r}: "
-            f"{what}; restart the key to start over, or use another key",
-        )
-    return saved  # type: ignore[no-any-return]  # checked above
