@@ -26,7 +26,8 @@ varies shows its family. Grouped by the layer that raises them::
     │
     │   traces and durable runs: tubeless.tracing, tubeless.errors
     ├── TraceReadError                  TUBELESS_TRACE_INVALID (.path, .line, .problem, .bound)
-    ├── CheckpointError                 TUBELESS_CHECKPOINT_*, TUBELESS_AGENT_INVALID_CHECKPOINT_KEY
+    ├── CheckpointError                 TUBELESS_CHECKPOINT_*, TUBELESS_AGENT_INVALID_CHECKPOINT_KEY,
+    │                                   TUBELESS_AGENT_CHECKPOINT_MISMATCH (naming what changed)
     │
     │   projects: tubeless.errors
     ├── ProjectError                    TUBELESS_*_INVALID (.issues: every problem, in file order)
