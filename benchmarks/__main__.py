@@ -140,6 +140,90 @@ def _tracing_workload(rows: list[dict[str, Any]], repeats: int) -> None:
             })
 
 
+class _CountingStore:
+    """A checkpoint store that counts the durable writes of the runs using it."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.writes = 0
+
+    def acquire(self, key: str) -> Any:
+        lease = self.store.acquire(key)
+        outer = self
+
+        class Counted:
+            key = lease.key
+
+            def read(self) -> str | None:
+                return lease.read()  # type: ignore[no-any-return]
+
+            def write(self, document: str) -> None:
+                outer.writes += 1
+                lease.write(document)
+
+            def close(self) -> None:
+                lease.close()
+
+            def __enter__(self) -> Any:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.close()
+
+        return Counted()
+
+    def list(self) -> Any:
+        return self.store.list()
+
+    def delete(self, key: str) -> bool:
+        return self.store.delete(key)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _checkpoint_workload(rows: list[dict[str, Any]], repeats: int) -> None:
+    """W8: W1 with checkpoints (SQLite on local disk, full sync; and in memory), per turn."""
+    from tubeless.durable import MemoryCheckpoints, SqliteCheckpoints
+
+    turns = 50
+    pipeline = agent(turns, 1)
+    untraced = _median_seconds(lambda: pipeline.run_or_raise({}), repeats)
+    with tempfile.TemporaryDirectory(dir=ROOT) as folder:  # local disk, not a tmpfs
+        sqlite = _CountingStore(SqliteCheckpoints(Path(folder) / "runs.sqlite"))
+        memory = _CountingStore(MemoryCheckpoints())
+        for kind, store in (("sqlite", sqlite), ("memory", memory)):
+            keys = iter(range(10**6))
+
+            async def checkpointed(store: Any = store, keys: Any = keys) -> None:
+                run = await pipeline.run({}, checkpoints=store, checkpoint_key=f"k{next(keys)}")
+                assert run.status == "completed", run.errors
+
+            seconds = _median_seconds(checkpointed, repeats)
+            runs = next(keys)
+            _emit(rows, {
+                "workload": f"W8 W1 checkpoints {kind}", "turns": turns,
+                "ms_per_turn": round(seconds / turns * 1e3, 3),
+                "extra_ms_per_turn": round((seconds - untraced) / turns * 1e3, 3),
+                "writes_per_turn": round(store.writes / runs / turns, 2),
+                "untraced_us_per_turn": round(untraced / turns * 1e6, 2),
+            })
+        with SqliteCheckpoints(Path(folder) / "floor.sqlite").acquire("k") as lease:
+            start = time.perf_counter()
+            for n in range(50):
+                lease.write(f'{{"n": {n}}}')
+            floor = (time.perf_counter() - start) / 50
+        _emit(rows, {"workload": "W8 one durable SQLite write", "ms": round(floor * 1e3, 3)})
+    try:
+        import langgraph  # noqa: F401
+    except ImportError:
+        _emit(rows, {"workload": "W8 LangGraph SQLite checkpointer", "skipped":
+                     "langgraph is not installed"})
+    else:  # pragma: no cover - only where LangGraph is installed
+        _emit(rows, {"workload": "W8 LangGraph SQLite checkpointer", "skipped":
+                     "not measured by this release"})
+
+
 def _startup_workload(rows: list[dict[str, Any]], repeats: int) -> None:
     tubeless = [sys.executable, "-m", "tubeless"]
     project = str(ROOT / "projects" / "scripted-agent.yaml")
@@ -194,12 +278,15 @@ def main() -> int:
         from benchmarks.batch import run as batch_workload
 
         batch_workload(rows, 1 if args.quick else 3, emit=_emit)
+    if wanted("W8"):
+        _checkpoint_workload(rows, max(3, repeats // 5))
     print()
     print(f"{'workload':28} {'measure':>14} {'baseline':>12} {'ratio':>7}")
     for row in rows:
         measure = next((f"{row[k]} {k}" for k in ("us_per_call", "us_per_run", "us_per_record",
-                                                   "ms", "ratio_4000_to_250", "rows_per_s",
-                                                   "us_per_row") if k in row), "")
+                                                   "ms_per_turn", "ms", "ratio_4000_to_250",
+                                                   "rows_per_s", "us_per_row", "skipped")
+                                                  if k in row), "")
         base = next((str(row[k]) for k in ("baseline_us_per_call", "baseline_us_per_run")
                      if k in row), "")
         print(f"{row['workload']:28} {measure:>28} {base:>10} {row.get('ratio', ''):>7}")

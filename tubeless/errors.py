@@ -27,7 +27,9 @@ varies shows its family. Grouped by the layer that raises them::
     │
     │   traces and durable runs: tubeless.tracing, tubeless.errors
     ├── TraceReadError                  TUBELESS_TRACE_INVALID (.path, .line, .problem, .bound)
-    ├── CheckpointError                 TUBELESS_CHECKPOINT_*, TUBELESS_AGENT_INVALID_CHECKPOINT_KEY
+    ├── CheckpointError                 TUBELESS_CHECKPOINT_*,
+    │                                   TUBELESS_AGENT_INVALID_CHECKPOINT_KEY,
+    │                                   TUBELESS_AGENT_CHECKPOINT_MISMATCH (naming what changed)
     │
     │   record and replay: tubeless.errors
     ├── CassetteError                   TUBELESS_CASSETTE_* (.path, .line): INVALID, MISMATCH

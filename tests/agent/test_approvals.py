@@ -432,7 +432,7 @@ async def test_a_subagent_s_request_names_its_route_and_uses_the_same_approver()
 
     run = await parent.run({}, approver=approver)
 
-    assert (run.status, ran, routes) == ("completed", ["x"], ["parent/1:sub/child"])
+    assert (run.status, ran, routes) == ("completed", ["x"], ["parent/1/sub/child"])
 
 
 def test_an_unknown_approval_is_a_definition_error() -> None:

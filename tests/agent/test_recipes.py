@@ -111,8 +111,8 @@ def test_the_scripted_recipe_plan_command_prints_the_bounded_turn_pipeline() -> 
         "Pipeline scripted-agent: plan (ok=true, dryRun=false, steps=1)\n"
         "  - agent: run -> iteration (at most 3) pipeline scripted-agent/turn (3 declared steps)\n"
         "      limits: max_turns=3 max_calls=100 max_decisions=3 max_depth=4 max_concurrency=2\n"
-        "      tool count: Count the characters of a piece of text.\n"
-        "      tool uppercase: Uppercase a piece of text.\n"
+        "      tool count (replay unsafe): Count the characters of a piece of text.\n"
+        "      tool uppercase (replay unsafe): Uppercase a piece of text.\n"
     )
 
 

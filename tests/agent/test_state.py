@@ -433,8 +433,16 @@ async def test_decision_context_describes_tools_result_input_and_execution() -> 
     }
     assert type(first.result_json_schema) is FrozenDict
     assert first.input == Question(question="q", depth=4)
-    assert first.execution == {"agent_run_id": "agent-run-7", "turn": 1}
-    assert second.execution == {"agent_run_id": run.run_id, "turn": 2}
+    assert first.execution == {
+        "agent_run_id": "agent-run-7",
+        "turn": 1,
+        "idempotency_key": "agent-run-7/1",
+    }
+    assert second.execution == {
+        "agent_run_id": run.run_id,
+        "turn": 2,
+        "idempotency_key": f"{run.run_id}/2",
+    }
     assert (first.turn, first.state_version, second.turn, second.state_version) == (1, 0, 2, 1)
     assert first.dry_run is False
     assert first.signal.cancelled is False

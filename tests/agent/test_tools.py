@@ -655,6 +655,7 @@ def test_agent_plan_metadata_lists_capabilities_in_code_point_order_and_the_limi
                 "inputJsonSchema": (
                     Query.model_json_schema() if name == "a9" else {"type": "string"}
                 ),
+                "replay": "unsafe",
             }
             # Plain code-point order: '-' < digits < uppercase < '_' < lowercase.
             for name in ["B", "Zed", "a-b", "a9", "a_b", "b"]

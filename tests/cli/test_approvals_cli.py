@@ -82,9 +82,11 @@ def test_inspect_and_plan_show_which_tools_need_approval(
     assert "    approval: always" in inspected.out
     assert "    approval: predicate" in inspected.out
     assert "on_limit=finish" in inspected.out
-    assert "tool publish: Publish the note where everyone can read it. (needs approval: always)" \
-        in planned.out
-    assert "tool draft: Draft a note from its title.\n" in planned.out
+    assert (
+        "tool publish (replay unsafe): Publish the note where everyone can read it. "
+        "(needs approval: always)"
+    ) in planned.out
+    assert "tool draft (replay unsafe): Draft a note from its title.\n" in planned.out
 
 
 # -- a person on a terminal -----------------------------------------------------------------------

@@ -61,8 +61,8 @@ SCRIPTED_PLAN = """\
 Pipeline scripted-agent: plan (ok=true, dryRun=false, steps=1)
   - agent: run -> iteration (at most 3) pipeline scripted-agent/turn (3 declared steps)
       limits: max_turns=3 max_calls=100 max_decisions=3 max_depth=4 max_concurrency=2
-      tool count: Count the characters of a piece of text.
-      tool uppercase: Uppercase a piece of text.
+      tool count (replay unsafe): Count the characters of a piece of text.
+      tool uppercase (replay unsafe): Uppercase a piece of text.
 """
 
 
@@ -291,10 +291,12 @@ def test_inspect_text_for_the_scripted_agent() -> None:
             "  count (function)",
             "    description: Count the characters of a piece of text.",
             '    input: {"type":"string"}',
+            "    replay: unsafe",
             "    strict: yes",
             "  uppercase (function)",
             "    description: Uppercase a piece of text.",
             '    input: {"type":"string"}',
+            "    replay: unsafe",
             "    strict: yes",
             'Result: {"description":"The final answer text.","type":"string"}',
             "",
@@ -338,11 +340,12 @@ def test_inspect_shows_pipeline_and_agent_tools_with_schemas_cut_to_200() -> Non
     schema_line = lines[start + 3].removeprefix("    input: ")
     assert len(schema_line) == 200 and schema_line.endswith("…")
     assert schema_line.startswith('{"description":"The example agents\' input')
-    assert lines[start + 4] == (
+    assert lines[start + 4] == "    replay: safe"
+    assert lines[start + 5] == (
         "    strict: no (/properties/input: an object needs additionalProperties: false; "
         "/properties/input: property 'question' must be required)"
     )
-    assert lines[start + 5] == "  summarize (pipeline agent-summary)"
+    assert lines[start + 6] == "  summarize (pipeline agent-summary)"
 
 
 def test_inspect_json_for_the_scripted_agent() -> None:
@@ -381,6 +384,7 @@ def test_inspect_json_for_the_scripted_agent() -> None:
                         "input_json_schema": {"type": "string"},
                         "kind": "function",
                         "pipeline_id": "scripted-agent/tool/count",
+                        "replay": "unsafe",
                     },
                     {
                         "name": "uppercase",
@@ -388,6 +392,7 @@ def test_inspect_json_for_the_scripted_agent() -> None:
                         "input_json_schema": {"type": "string"},
                         "kind": "function",
                         "pipeline_id": "scripted-agent/tool/uppercase",
+                        "replay": "unsafe",
                     },
                 ],
                 "result_json_schema": {"description": "The final answer text.", "type": "string"},

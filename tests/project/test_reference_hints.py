@@ -4,6 +4,7 @@ first, and a module that fails to import is one problem naming its own file and 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,11 @@ def test_a_missing_factory_setting_is_named(tmp_path: Path) -> None:
     ]
 
 
-def test_a_project_file_shadowing_a_standard_module_is_said_first(tmp_path: Path) -> None:
+def test_a_project_file_shadowing_a_standard_module_is_said_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another test may have imported the real module: the project's import must find the file.
+    monkeypatch.delitem(sys.modules, "statistics", raising=False)
     write(tmp_path / "lib" / "statistics.py", "raise RuntimeError('not the real one')\n")
     helpers = "import statistics\n\n" + HELPERS
     path = project(tmp_path, AGENT, helpers)

@@ -20,6 +20,7 @@ import click
 
 from tubeless._cli._exit import EXIT_OK, exit_code_for, report_error
 from tubeless._cli.batch import batch
+from tubeless._cli.checkpoints import checkpoints
 from tubeless._cli.eval import eval_
 from tubeless._cli.init import init
 from tubeless._cli.look import graph, inspect, list_, plan
@@ -228,6 +229,7 @@ def _discard(stream: TextIO) -> None:
 
 cli.add_command(batch)
 cli.add_command(eval_)
+cli.add_command(checkpoints)
 cli.add_command(graph)
 cli.add_command(init)
 cli.add_command(inspect)

@@ -35,6 +35,7 @@ import click
 from tubeless.errors import (
     AGENT_INVALID_DEFINITION,
     CASSETTE_INVALID,
+    CHECKPOINT_INVALID,
     OPTIONS_VALIDATION_FAILED,
     TRACE_INVALID,
     AgentDefinitionError,
@@ -154,8 +155,10 @@ def _tubeless_exit_code(exc: TubelessError, command: str | None) -> int:
         return _run_exit_code(exc)
     if isinstance(exc, DocumentError | TemplateError):
         return EXIT_VALIDATION
-    if exc.code in (TRACE_INVALID, CASSETTE_INVALID) or isinstance(exc, BatchError):
-        return EXIT_LOAD
+    if exc.code in (TRACE_INVALID, CASSETTE_INVALID, CHECKPOINT_INVALID) or isinstance(
+        exc, BatchError
+    ):
+        return EXIT_LOAD  # an unreadable trace, cassette, checkpoint or batch inputs file
     if isinstance(exc, ReferenceResolutionError):
         return EXIT_VALIDATION if command == "validate" else EXIT_LOAD
     if isinstance(exc, PipelineDefinitionError | AgentDefinitionError) or (

@@ -35,7 +35,8 @@ __all__ = ["VALUE_OPTIONS", "entry_command_for", "find_project", "run"]
 
 VALUE_OPTIONS = _VALUE_OPTIONS = frozenset(
     {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace",
-     "--run-id", "--correlation-id", "--record", "--replay"}
+     "--run-id", "--correlation-id", "--record", "--replay",
+     "--checkpoints", "--key"}
 )
 _OUTER_HELP = """Run an agent or pipeline of PROJECT (a YAML file) and print its result as JSON.
 
@@ -154,7 +155,7 @@ def _refuse_unknown_option(option: str, project: Project) -> None:
         return
     known = {"--help", "-h", *_VALUE_OPTIONS, "--dry-run", "--continue-on-error", "--quiet",
              "--replay-outcomes", "--show-values", "--allow-changed-definition",
-             "--approve-all", "--deny-all"}
+             "--approve-all", "--deny-all", "--restart"}
     for entry in project.entries.values():
         for flag in derive_flags(_input_schema(entry)):
             known.add(f"--{flag.option}")
@@ -212,6 +213,13 @@ def _builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cl
         click.Option(["--deny-all"], is_flag=True,
                      help="Deny every tool call that needs approval (they become "
                      "TUBELESS_TOOL_DENIED outcomes). Without either flag a terminal asks."),
+        click.Option(["--checkpoints"], default=None, metavar="PATH",
+                     help="Commit the run's progress to this SQLite checkpoint file; the same "
+                     "command again resumes it (or prints its saved result)."),
+        click.Option(["--key"], default=None, metavar="KEY",
+                     help="The checkpoint key (default: <entry id>:<input digest>)."),
+        click.Option(["--restart"], is_flag=True,
+                     help="Start the checkpoint key over instead of resuming it."),
     ]
     if not is_agent:
         where = "" if is_agent is False else " (pipelines only)"
@@ -370,6 +378,12 @@ def _execute(
         try:
             from tubeless.tracing import open_sink
 
+            if options["checkpoints"] is not None and not options["dry_run"]:
+                from tubeless._cli.checkpoints import open_for_run
+
+                store, key = open_for_run(options["checkpoints"], options["trace"], entry.id,
+                                          raw, options["key"], options["restart"])
+                options = {**options, "checkpoint_store": store, "key": key}
             for target in options["trace"]:
                 sinks.append(open_sink(target))
             if options["otel"]:
@@ -387,6 +401,8 @@ def _execute(
                     )
                 )
         finally:
+            if options.get("checkpoint_store") is not None:
+                options["checkpoint_store"].close()
             for sink in sinks:
                 try:
                     sink.close()
@@ -477,6 +493,9 @@ async def _run_with_signals(
             run_id=options["run_id"],
             correlation_id=options["correlation_id"],
             approver=approver,
+            checkpoints=options.get("checkpoint_store"),
+            checkpoint_key=options["key"],
+            restart=options["restart"],
         )
     except asyncio.CancelledError:
         return None

@@ -18,6 +18,9 @@ from typing import Any
 
 from tubeless._callables import maybe_await
 from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
+from tubeless.agent._durable import run_durable
+from tubeless.agent._durable_checks import DurableAgent
+from tubeless.agent._journal import JOURNAL_SLOT, NO_JOURNAL, Journal
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope
@@ -27,6 +30,7 @@ from tubeless.agent._tape import TAPE_SLOT, open_tape
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
 from tubeless.agent._trace import agent_trace
 from tubeless.agent._turn import AgentSpec, TurnInput, build_turn_pipeline
+from tubeless.durable._session import SESSION_SLOT
 from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict, thaw
 from tubeless.pipeline import Pipeline, StepContext, define_pipeline, iterate_pipeline, step
@@ -235,6 +239,7 @@ def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
                 "description": c["description"],
                 "inputJsonSchema": thaw(c["input_json_schema"]),
                 **_approval(spec.registry[str(c["name"])].tool),
+                "replay": spec.registry[c["name"]].tool.replay,
             }
             for c in spec.capabilities
         ],
@@ -285,18 +290,26 @@ def _compile(
     turn = build_turn_pipeline(spec)
     # Tools a server supplies (tubeless.mcp): each invocation connects their sources.
     remote = any(entry.tool.remote is not None for entry in spec.registry.values())
+    durable = DurableAgent(spec, implementation_version)
 
     async def first_turn(step_inputs: dict[str, Any], ctx: StepContext) -> TurnInput:
-        state = own(await maybe_await(initial_state(ctx.options)), "Agent initial state")
+        journal: Journal = ctx.slots.get(JOURNAL_SLOT, NO_JOURNAL)
+        resumed = journal.resumed_turn()
+        if resumed is None:
+            state = own(await maybe_await(initial_state(ctx.options)), "Agent initial state")
+            number, version, calls = 1, 0, 0
+        else:
+            state, number, version, calls = resumed
         return TurnInput(
             state=state,
-            turn=1,
-            state_version=0,
-            calls=0,
+            turn=number,
+            state_version=version,
+            calls=calls,
             agent_input=ctx.options,
             agent_run_id=ctx.run_id,
             scope=ctx.slots[SCOPE_SLOT],
             trace=agent_trace(ctx),
+            journal=journal,
             tape=ctx.slots[TAPE_SLOT],
             # A child agent without servers of its own must not see its parent's tools.
             live=ctx.slots.get(_LIVE_SLOT) if remote else None,
@@ -321,29 +334,38 @@ def _compile(
         route = spec.id
         if parent is not None:
             call = ctx.slots.get(EXECUTION_SLOT) or {}
-            route = f"{parent.route}/{call.get('turn')}:{call.get('call_id')}/{spec.id}"
+            route = f"{parent.route}/{call.get('turn')}/{call.get('call_id')}/{spec.id}"
         scope = Scope(Budget(ctx.run_id, depth, limits), parent, route)
         if parent is None:
             budgets = ROOT_BUDGETS.get()
             if budgets is not None:
                 budgets.append(scope.budget)
         tape = open_tape(ctx.slots.get(TAPE_SLOT), spec.id, lambda: built[0].identity, ctx.options)
+        session = ctx.slots.get(SESSION_SLOT)
         try:
-            if not remote:
-                result = await iterate(
-                    step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, TAPE_SLOT: tape})
+            if session is not None:
+                taped: dict[str, Any] = {TAPE_SLOT: tape}
+                result = await run_durable(
+                    durable, session, scope, ctx.derive(**taped), run_turns, step_inputs
                 )
             else:
-                # Servers that supply tools: connected for this invocation only, closed however
-                # it ends.
-                async with connect_sources(spec.registry, spec.capabilities, ctx) as (live, slots):
-                    slots.update({SCOPE_SLOT: scope, TAPE_SLOT: tape, _LIVE_SLOT: live})
-                    result = await iterate(step_inputs, ctx.derive(gate=scope, **slots))
+                result = await run_turns(
+                    step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, TAPE_SLOT: tape})
+                )
         except BaseException as exc:
             tape.failed(exc)
             raise
         tape.finished(result)
         return result
+
+    async def run_turns(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
+        """The turns, with the tools' servers connected when the agent has any."""
+        if not remote:
+            return await iterate(step_inputs, ctx)
+        # Servers that supply tools: connected for this invocation only, closed however it ends.
+        async with connect_sources(spec.registry, spec.capabilities, ctx) as (live, slots):
+            slots[_LIVE_SLOT] = live
+            return await iterate(step_inputs, ctx.derive(**slots))
 
     if remote:
         # inspect --connect finds an agent's server tools here (plans never look).
@@ -370,4 +392,5 @@ def _compile(
         finalize="agent",
     )
     built.append(pipeline)
+    durable.pipeline = pipeline
     return pipeline

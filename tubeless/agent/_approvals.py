@@ -39,6 +39,7 @@ from tubeless.pipeline import RunCancelledError
 from tubeless.pipeline._execute import APPROVER_SLOT
 
 if TYPE_CHECKING:
+    from tubeless.agent._journal import Journal
     from tubeless.agent._prepare import PreparedCall
     from tubeless.agent._scope import Scope
     from tubeless.agent._tape import Tape
@@ -289,6 +290,7 @@ async def dispatch_gated(
     turn: int,
     trace: AgentTrace,
     tape: Tape,
+    journal: Journal,
 ) -> tuple[Mapping[str, Any], ...]:
     """Run a batch some of whose calls need approval (``requests``, by position)."""
     from tubeless.agent._dispatch import dispatch, outcomes_of
@@ -305,7 +307,14 @@ async def dispatch_gated(
 
     def run(batch: tuple[PreparedCall, ...]) -> Any:
         return dispatch(
-            batch, ctx, scope=scope, agent_run_id=agent_run_id, turn=turn, trace=trace, tape=tape
+            batch,
+            ctx,
+            scope=scope,
+            agent_run_id=agent_run_id,
+            turn=turn,
+            trace=trace,
+            tape=tape,
+            journal=journal,
         )
 
     free = tuple(call for index, call in enumerate(calls) if index not in requests)

@@ -9,10 +9,11 @@ dispatch; calls already running are drained, never cancelled by the harness.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from tubeless.agent._journal import Journal
 from tubeless.agent._prepare import PreparedCall
 from tubeless.agent._scope import SCOPE_SLOT, Scope
 from tubeless.agent._tape import TAPE_SLOT, Tape
@@ -104,12 +105,15 @@ async def dispatch(
     turn: int,
     trace: AgentTrace,
     tape: Tape,
+    journal: Journal,
 ) -> tuple[Mapping[str, Any], ...]:
     """Run every call as a child run; raise on the first fatal failure after draining."""
     total = len(calls)
     progress = trace.progress(calls)
     if total == 1:
-        outcome = await _run_call(calls, 0, ctx, scope, agent_run_id, turn, trace, tape, progress)
+        outcome = await _run_call(
+            calls, 0, ctx, scope, agent_run_id, turn, trace, tape, progress, journal
+        )
         return _outcomes((outcome,))
     outcomes: list[Mapping[str, Any] | None] = [None] * total
     fatal: list[BaseException] = []
@@ -124,7 +128,7 @@ async def dispatch(
             cursor += 1
             try:
                 outcomes[index] = await _run_call(
-                    calls, index, ctx, scope, agent_run_id, turn, trace, tape, progress
+                    calls, index, ctx, scope, agent_run_id, turn, trace, tape, progress, journal
                 )
             except Exception as exc:
                 fatal.append(exc)
@@ -158,6 +162,7 @@ async def _run_call(
     trace: AgentTrace,
     tape: Tape,
     progress: Progress,
+    journal: Journal,
 ) -> Mapping[str, Any]:
     """Run call ``index``: its outcome, or ``ChildRunFailedError`` for a fatal failure."""
     call = calls[index]
@@ -168,8 +173,15 @@ async def _run_call(
             "call_id": call.id,
             "tool": call.tool,
             "parent_attempt_id": ctx.attempt_id,
+            "idempotency_key": f"{journal.idempotency_base(agent_run_id)}/{turn}/{call.id}",
         }
     )
+    # The journal's commit point: the running intent, or an outcome known without running.
+    known = journal.start_call(index, call, execution, ctx)
+    if known is not None:
+        reused = await _known_outcome(known, index, call, ctx, journal, progress)
+        tape.outcome(turn, call.id, reused)  # a reused outcome is still part of the recording
+        return reused
     slots: dict[str, Any] = {EXECUTION_SLOT: execution}
     if call.delegates:
         slots[DEPTH_SLOT] = scope.depth + 1
@@ -191,6 +203,24 @@ async def _run_call(
                 progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
                 raise
         tape.outcome(turn, call.id, outcome)
+    journal.settled(index, call, outcome)
+    progress.finish(index, "completed" if outcome["ok"] else "failed")
+    progress.report(ctx)
+    return outcome
+
+
+async def _known_outcome(
+    known: Mapping[str, Any] | Awaitable[Mapping[str, Any]],
+    index: int,
+    call: PreparedCall,
+    ctx: StepContext,
+    journal: Journal,
+    progress: Progress,
+) -> Mapping[str, Any]:
+    """An outcome the journal supplied instead of running the call (a resumed run's)."""
+    outcome = await known if isinstance(known, Awaitable) else known
+    journal.settled(index, call, outcome)
+    progress.start(index)
     progress.finish(index, "completed" if outcome["ok"] else "failed")
     progress.report(ctx)
     return outcome

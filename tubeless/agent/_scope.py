@@ -131,8 +131,8 @@ class Scope:
     def __init__(self, budget: Budget, parent: Scope | None, route: str = "") -> None:
         self.budget = budget
         self.route = route
-        """Where this invocation stands in the tree: the root agent's id, then, per
-        delegation, ``/<turn>:<call id>/<agent id>`` (approval requests carry it)."""
+        """Where this invocation stands in the tree: the root agent's id, then, per delegation,
+        ``/<turn>/<call id>/<agent id>`` (approvals, checkpoints and cassettes use it)."""
         self.chain: tuple[Budget, ...] = (budget,) if parent is None else (*parent.chain, budget)
         self.pool: PermitPool = PermitPool() if parent is None else parent.pool
 

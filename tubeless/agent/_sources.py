@@ -112,6 +112,7 @@ def sourced_tool(source: ToolSource, name: str, *, description: str) -> Tool:
         _run=_handler(remote),
         _preview=None,
         remote=remote,
+        replay="unsafe",  # the server's side effects are unknown (DESIGN.md §15)
     )
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TOOL_NAME",
+    "Replay",
     "Tool",
     "ToolContext",
     "ToolError",
@@ -28,6 +29,8 @@ __all__ = [
 #: Registered tool names (use ``fullmatch``): a letter, then letters, digits, ``_`` or ``-``;
 #: 128 characters at most.
 TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,127}")
+#: A tool's replay class: may a call that was running when the run died run again?
+Replay = Literal["unsafe", "safe"]
 _MAX_DESCRIPTION = 4096
 
 
@@ -63,7 +66,8 @@ class ToolContext:
         signal: The run's cancellation token.
         log: A logger whose lines are recorded in the trace.
         dry_run: Whether this is a preview run.
-        execution: ``{agent_run_id, turn, call_id, tool}``, e.g. for idempotency keys.
+        execution: ``{agent_run_id, turn, call_id, tool, idempotency_key}``; the key is the
+            same in every resume of a checkpointed run (pass it to the services you call).
     """
 
     __slots__ = ("_step", "execution")
@@ -108,6 +112,7 @@ class Tool:
     __slots__ = (
         "_map_options",
         "_preview",
+        "_reconcile",
         "_run",
         "approval",
         "description",
@@ -117,6 +122,7 @@ class Tool:
         "output_schema",
         "pipeline",
         "remote",
+        "replay",
     )
 
     kind: Literal["handler", "pipeline"]
@@ -131,9 +137,12 @@ class Tool:
     """``"never"``, ``"always"`` or a predicate ``(input, ctx) -> bool`` (see ``define_tool``)."""
     remote: Any
     """For tools a server supplies at run time (``tubeless.agent._sources.Remote``), else None."""
+    replay: Replay
+    """Whether a call cut short by a crash may run again on resume (DESIGN.md §11)."""
     _run: Callable[..., Any] | None
     _preview: Callable[..., Any] | None
     _map_options: Callable[[Any], Any] | None
+    _reconcile: Callable[..., Any] | None
 
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
@@ -213,6 +222,8 @@ def define_tool(
     preview: Callable[..., Any] | None = None,
     input_json_schema: Mapping[str, Any] | None = None,
     approval: Any = "never",
+    replay: Replay = "unsafe",
+    reconcile: Callable[..., Any] | None = None,
 ) -> Tool:
     """Define a handler tool.
 
@@ -229,6 +240,14 @@ def define_tool(
         approval: ``"never"`` (the default), ``"always"``, or ``predicate(input, ctx)``
             returning whether this call (validated input; ``ctx`` as a handler's) needs the
             run's approver to say yes before it runs. Anything but ``False`` needs approval.
+        replay: ``"safe"`` when running a call twice does no harm (a read); ``"unsafe"`` (the
+            default) when it might (a payment, an email). On resume a call that was running
+            when the run died runs again only when it is safe.
+        reconcile: ``reconcile(input, ctx)``, sync or async, asked on resume about an unsafe
+            call that was running: return the call's value (it happened), or raise
+            :class:`ToolError` (its outcome is that failure). Without it the reducer receives
+            ``TUBELESS_AGENT_CALL_INTERRUPTED``. ``ctx.execution["idempotency_key"]`` is the
+            key the interrupted call had.
 
     Raises:
         AgentDefinitionError: For a blank or oversized description, a non-schema, a
@@ -241,6 +260,8 @@ def define_tool(
         raise AgentDefinitionError("A tool's run must be callable.")
     if preview is not None and not callable(preview):
         raise AgentDefinitionError("A tool's preview must be callable (or None to skip).")
+    if reconcile is not None and not callable(reconcile):
+        raise AgentDefinitionError("A tool's reconcile must be callable (or None).")
     schema_descriptor = (
         descriptor(input_json_schema, "input_json_schema")
         if input_json_schema is not None
@@ -255,6 +276,8 @@ def define_tool(
         _run=run,
         _preview=preview,
         approval=_approval(approval),
+        replay=_replay(replay),
+        _reconcile=reconcile,
     )
 
 
@@ -266,6 +289,7 @@ def pipeline_tool(
     map_options: Callable[[Any], Any] | None = None,
     input_json_schema: Mapping[str, Any] | None = None,
     approval: Any = "never",
+    replay: Replay | None = None,
 ) -> Tool:
     """Use a pipeline, or another agent, as a tool.
 
@@ -282,6 +306,8 @@ def pipeline_tool(
         map_options: Maps the validated argument to the child's raw input (pure).
         input_json_schema: An explicit descriptor for models.
         approval: As for :func:`define_tool`.
+        replay: As for :func:`define_tool`; by default ``"safe"`` for an agent (it resumes
+            from its own checkpoint) and ``"unsafe"`` for any other pipeline.
 
     Raises:
         AgentDefinitionError: For a non-pipeline child, only one of ``input_schema`` and
@@ -317,4 +343,16 @@ def pipeline_tool(
         pipeline=child,
         _map_options=map_options,
         approval=_approval(approval),
+        replay=_replay(replay if replay is not None else "safe" if _is_agent(child) else "unsafe"),
     )
+
+
+def _is_agent(child: Pipeline) -> bool:
+    """Whether ``child`` is an agent (``define_agent``'s single agent step)."""
+    return len(child.steps) == 1 and child.steps[0].agent is not None
+
+
+def _replay(value: Any) -> Replay:
+    if value not in ("unsafe", "safe"):
+        raise AgentDefinitionError(f"A tool's replay must be 'unsafe' or 'safe', not {value!r}.")
+    return value  # type: ignore[no-any-return]

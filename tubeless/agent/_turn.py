@@ -16,6 +16,7 @@ from tubeless._callables import is_awaitable
 from tubeless.agent._approvals import dispatch_gated, gated_requests
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
+from tubeless.agent._journal import Journal
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
@@ -64,6 +65,8 @@ class TurnInput(NamedTuple):
     """The agent's recorder (the null one when nothing traces the run)."""
     tape: Tape
     """The agent's cassette tape (the null one when no cassette records or replays the run)."""
+    journal: Journal
+    """The agent's checkpoint journal (the null one when the run has no checkpoints)."""
     live: LiveTools | None = None
     """The tools as connected servers describe them (``None``: the definition's own)."""
 
@@ -85,7 +88,7 @@ class DecisionContext:
         signal: The run's cancellation token.
         log: A logger whose lines are recorded in the trace.
         dry_run: Whether decisions are previews.
-        execution: ``{agent_run_id, turn}``.
+        execution: ``{agent_run_id, turn, idempotency_key}``.
         final: True for the one decision asked after a limit was reached under
             ``on_limit="finish"``; only a finish decision is accepted then.
         remaining: ``{turns, decisions, calls}`` still available (the tightest budget of the
@@ -94,6 +97,7 @@ class DecisionContext:
 
     __slots__ = (
         "_agent_run_id",
+        "_idempotency_base",
         "_max_turns",
         "_scope",
         "_step",
@@ -119,6 +123,7 @@ class DecisionContext:
         scope: Scope | None = None,
         max_turns: int = 0,
         final: bool = False,
+        idempotency_base: str | None = None,
     ) -> None:
         self.final = final
         self._scope = scope
@@ -132,6 +137,7 @@ class DecisionContext:
         self.dry_run = step.dry_run
         self._step = step
         self._agent_run_id = agent_run_id
+        self._idempotency_base = agent_run_id if idempotency_base is None else idempotency_base
 
     @property
     def log(self) -> StepLogger:
@@ -140,8 +146,14 @@ class DecisionContext:
 
     @property
     def execution(self) -> FrozenDict:
-        """``{agent_run_id, turn}``."""
-        return FrozenDict._trusted({"agent_run_id": self._agent_run_id, "turn": self.turn})
+        """``{agent_run_id, turn, idempotency_key}`` (the key is stable across resumes)."""
+        return FrozenDict._trusted(
+            {
+                "agent_run_id": self._agent_run_id,
+                "turn": self.turn,
+                "idempotency_key": f"{self._idempotency_base}/{self.turn}",
+            }
+        )
 
     @property
     def remaining(self) -> FrozenDict:
@@ -224,8 +236,10 @@ async def decide(
 ) -> _Finished | tuple[PreparedCall, ...]:
     """Ask for a decision; a finish ends the loop, a batch of calls is admitted."""
     t: TurnInput = ctx.options
+    decision: Continue | Finish | None = t.journal.resume_decision(t)
     try:
-        decision = parse_decision(await ask(spec, t, ctx))
+        if decision is None:
+            decision = parse_decision(await ask(spec, t, ctx))
         if isinstance(decision, Finish):
             return finish(spec, t, ctx, decision)
         return admit(spec, t, ctx, decision)
@@ -258,6 +272,7 @@ async def ask(
     scope = t.scope
     if not final:
         scope.reserve("max_decisions", 1)
+        t.journal.reserved(t)
     source = t.tape.source(
         spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
     )
@@ -272,6 +287,7 @@ async def ask(
         scope,
         spec.limits.max_turns,
         final,
+        t.journal.idempotency_base(t.agent_run_id),
     )
     if not scope.try_enter(ctx.signal):
         await scope.enter(ctx.signal)
@@ -291,6 +307,7 @@ def finish(spec: AgentSpec, t: TurnInput, ctx: StepContext, decision: Finish) ->
         finished = _Finished(spec.result_schema.validate(decision.result))
     except SchemaValidationError as exc:
         raise DecisionError(f"Agent finish result was rejected: {exc}", exc.issues) from None
+    t.journal.finished(t, decision.result)
     t.tape.decided(t.turn, decision)
     return finished
 
@@ -310,9 +327,11 @@ def admit(
             scope=t.agent_run_id,
             calls=count,
         )
-    t.scope.check("max_calls", count)
+    if not t.journal.readmitted(t):
+        t.scope.check("max_calls", count)
     registry = spec.registry if t.live is None else t.live.registry
     prepared = prepare_calls(decision.calls, registry, scope=t.scope, dry_run=ctx.dry_run)
+    t.journal.accepted(t, decision, prepared)
     t.tape.decided(t.turn, decision)
     return prepared
 
@@ -324,7 +343,7 @@ def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
     if isinstance(decided, _Finished):
         return ()
     t: TurnInput = ctx.options
-    t.scope.reserve("max_calls", len(decided))
+    charge(t, len(decided))
     t.trace.dispatching(ctx, t, len(decided))
     return dispatch(
         decided,
@@ -334,7 +353,15 @@ def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
         turn=t.turn,
         trace=t.trace,
         tape=t.tape,
+        journal=t.journal,
     )
+
+
+def charge(t: TurnInput, count: int) -> None:
+    """Charge an admitted batch to the call budgets (once: a resumed batch was charged)."""
+    if not t.journal.readmitted(t):
+        t.scope.reserve("max_calls", count)
+        t.journal.admitted(t, count)
 
 
 def gated_calls(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
@@ -344,7 +371,7 @@ def gated_calls(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> An
     if isinstance(decided, _Finished):
         return ()
     t: TurnInput = ctx.options
-    t.scope.reserve("max_calls", len(decided))
+    charge(t, len(decided))
     t.trace.dispatching(ctx, t, len(decided))
     requests = gated_requests(
         decided,
@@ -365,6 +392,7 @@ def gated_calls(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> An
             turn=t.turn,
             trace=t.trace,
             tape=t.tape,
+            journal=t.journal,
         )
     return dispatch(
         decided,
@@ -374,6 +402,7 @@ def gated_calls(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> An
         turn=t.turn,
         trace=t.trace,
         tape=t.tape,
+        journal=t.journal,
     )
 
 
@@ -417,6 +446,8 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
         scope=t.scope,
         trace=t.trace,
         tape=t.tape,
+        journal=t.journal,
         live=t.live,
     )
+    t.journal.reduced(following)
     return {"kind": "next", "state": following}

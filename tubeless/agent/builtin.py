@@ -308,6 +308,7 @@ def _tools(root: str | None) -> tuple[Tool, Tool, Tool]:
             input_json_schema=_READ_SCHEMA,
             run=run_read,
             preview=run_read,
+            replay="safe",  # reads only: running it again on resume does no harm
         ),
         define_tool(
             description=_LIST_DESCRIPTION,
@@ -316,6 +317,7 @@ def _tools(root: str | None) -> tuple[Tool, Tool, Tool]:
             input_json_schema=_LIST_SCHEMA,
             run=run_list,
             preview=run_list,
+            replay="safe",  # reads only: running it again on resume does no harm
         ),
         define_tool(
             description=_SEARCH_DESCRIPTION,
@@ -324,6 +326,7 @@ def _tools(root: str | None) -> tuple[Tool, Tool, Tool]:
             input_json_schema=_SEARCH_SCHEMA,
             run=run_search,
             preview=run_search,
+            replay="safe",  # reads only: running it again on resume does no harm
         ),
     )
 

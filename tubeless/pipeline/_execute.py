@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
 from tubeless._callables import is_awaitable, maybe_await
+from tubeless.durable._session import SESSION_SLOT, CheckpointSession, default_key
+from tubeless.durable._store import CheckpointStore
 from tubeless.errors import TubelessError
 from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._cancel import CancelToken
@@ -77,9 +79,15 @@ async def run_root(
     run_id: str | None,
     correlation_id: str | None,
     approver: Any = None,
+    checkpoints: CheckpointStore | None = None,
+    checkpoint_key: str | None = None,
+    restart: bool = False,
 ) -> PipelineRun:
     """Run ``pipeline`` as the root of a run tree; flush (never close) the sinks at the end."""
     _check_concurrency(controls.max_concurrency)
+    session = None
+    if checkpoints is not None and not controls.dry_run:
+        session = checkpoint_session(pipeline.id, raw_input, checkpoints, checkpoint_key, restart)
     if trace is None:
         sinks: list[TraceSink] = []
     elif isinstance(trace, TraceSink) and not isinstance(trace, (list, tuple)):
@@ -87,15 +95,35 @@ async def run_root(
     else:
         sinks = list(trace)
     fanout = TraceFanout(sinks) if sinks else None
-    slots = None if approver is None else {APPROVER_SLOT: approver}
+    slots: dict[str, Any] | None = None
+    if approver is not None:
+        slots = {APPROVER_SLOT: approver}
+    if session is not None:
+        slots = {**(slots or {}), SESSION_SLOT: session}
     env = RunEnvironment(fanout, slots, correlation_id=correlation_id)
     try:
         return await execute(
             pipeline, raw_input, controls, env=env, signal=signal or CancelToken(), run_id=run_id
         )
     finally:
+        if session is not None:
+            session.close()
         if fanout is not None:
             fanout.flush()
+
+
+def checkpoint_session(
+    entry_id: str,
+    raw_input: Any,
+    store: CheckpointStore,
+    key: str | None,
+    restart: bool,
+) -> CheckpointSession:
+    """The session of a checkpointed run (opened by its first agent, closed by the root)."""
+    if not isinstance(store, CheckpointStore):
+        raise TypeError("checkpoints= must be a checkpoint store (tubeless.durable)")
+    resolved = default_key(entry_id, raw_input) if key is None else key
+    return CheckpointSession(store, key=resolved, entry=entry_id, restart=bool(restart))
 
 
 def execute(

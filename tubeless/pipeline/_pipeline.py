@@ -12,6 +12,7 @@ from tubeless.pipeline._results import PipelineRun as PipelineRunType
 from tubeless.schema import Schema
 
 if TYPE_CHECKING:
+    from tubeless.durable._store import CheckpointStore
     from tubeless.pipeline._cancel import CancelToken
     from tubeless.pipeline._plan import Plan
     from tubeless.pipeline._results import DefinitionIdentity, PipelineRun
@@ -174,6 +175,9 @@ class Pipeline:
         run_id: str | None = None,
         correlation_id: str | None = None,
         approver: Callable[[Any], Any] | None = None,
+        checkpoints: CheckpointStore | None = None,
+        checkpoint_key: str | None = None,
+        restart: bool = False,
     ) -> PipelineRun:
         """Run the pipeline; returns the run record whatever the outcome.
 
@@ -191,8 +195,14 @@ class Pipeline:
             correlation_id: An id recorded on every run of the tree.
             approver: ``approver(request) -> bool | Awaitable[bool]``, asked before an agent
                 tool call that needs approval runs (see docs/agents.md); passed down unread.
+            checkpoints: A checkpoint store: the agents of the run commit their progress to it
+                and a later run with the same key resumes from there (DESIGN.md §11; dry runs
+                open no storage).
+            checkpoint_key: The task's key in the store (default ``<id>:<input digest>``).
+            restart: Start the key over instead of resuming it (or returning its saved end).
 
         Raises:
+            CheckpointError: ``TUBELESS_AGENT_INVALID_CHECKPOINT_KEY`` for an unusable key.
             asyncio.CancelledError: If the awaiting task is cancelled (after recording the
                 cancelled run and flushing the sinks).
         """
@@ -224,6 +234,9 @@ class Pipeline:
             run_id=run_id,
             correlation_id=correlation_id,
             approver=approver,
+            checkpoints=checkpoints,
+            checkpoint_key=checkpoint_key,
+            restart=restart,
         )
 
     async def run_or_raise(self, raw_input: Any = None, /, **kwargs: Any) -> Any:

@@ -240,15 +240,20 @@ class Compiler:
             elif tool.preview != "skip":
                 preview = self.ref(tool.preview, f"{pointer}/preview", "callable",
                                    "preview(input, ctx)")
+            reconcile: Any = None
+            if tool.reconcile is not None:
+                reconcile = self.ref(tool.reconcile, f"{pointer}/reconcile", "callable",
+                                     "reconcile(input, ctx)")
             inputs = self.schema(tool.input, f"{pointer}/input")
             outputs = self.schema(tool.output, f"{pointer}/output")
             approval = self._approval(tool.approval, pointer)
-            if _missing(run, preview, inputs, outputs, approval):
+            if _missing(run, preview, inputs, outputs, approval, reconcile):
                 return _MISSING
             try:
                 return define_tool(description=tool.description, input_schema=inputs,
                                    output_schema=outputs, run=run, preview=preview,
-                                   approval=approval)
+                                   approval=approval,
+                                   replay=tool.replay, reconcile=reconcile)
             except AgentDefinitionError as exc:
                 self.definition_errors.append((pointer, exc))
                 return _MISSING
@@ -266,7 +271,8 @@ class Compiler:
             return _MISSING
         try:
             return pipeline_tool(child, description=tool.description, input_schema=inputs,
-                                 map_options=mapper, approval=approval)
+                                 map_options=mapper, approval=approval,
+                                 replay=tool.replay)
         except AgentDefinitionError as exc:
             self.definition_errors.append((pointer, exc))
             return _MISSING
@@ -274,7 +280,7 @@ class Compiler:
     def _approval(self, value: str, pointer: str) -> Any:
         if value in ("never", "always"):
             return value
-        return self.ref(value, f"{pointer}/approval", "callable")
+        return self.ref(value, f"{pointer}/approval", "callable", "approval(input, ctx)")
 
     def _mcp_server(self, name: str) -> McpServer:
         """The ``McpServer`` for ``mcp_servers[name]`` (one object per name, so runs share it)."""

@@ -175,6 +175,16 @@ class HandlerToolSpec(_Spec):
         description="In dry runs: 'run' the handler, 'skip' the tool, or call this preview.",
     )
     approval: Approval = _APPROVAL
+    replay: Literal["unsafe", "safe"] = Field(
+        default="unsafe",
+        description="On resume, may a call that was running when the run stopped run again? "
+        "'safe' when running it twice does no harm (a read).",
+    )
+    reconcile: Reference | None = Field(
+        default=None,
+        description="reconcile(input, ctx), asked on resume about an unsafe call that was "
+        "running: return its value, or raise ToolError.",
+    )
 
 
 class PipelineToolSpec(_Spec):
@@ -192,6 +202,11 @@ class PipelineToolSpec(_Spec):
         default=None, description="Maps the validated argument to the pipeline's input."
     )
     approval: Approval = _APPROVAL
+    replay: Literal["unsafe", "safe"] | None = Field(
+        default=None,
+        description="On resume, may a call that was running when the run stopped run again? "
+        "(default 'unsafe')",
+    )
 
 
 class AgentToolSpec(_Spec):
@@ -207,6 +222,11 @@ class AgentToolSpec(_Spec):
     )
     map_options: Reference | None = Field(
         default=None, description="Maps the validated argument to the agent's input."
+    )
+    replay: Literal["unsafe", "safe"] | None = Field(
+        default=None,
+        description="On resume, may a call that was running when the run stopped run again? "
+        "(default 'safe')",
     )
     approval: Approval = _APPROVAL
 

@@ -114,6 +114,8 @@ class AgentTool:
     """The pipeline a call runs: ``<agent>/tool/<name>`` for a function, else the child's id."""
     approval: str = "never"
     """Whether a call needs approval first: ``never``, ``always`` or ``predicate``."""
+    replay: str = "unsafe"
+    """Whether a call cut short by a crash may run again on resume (``safe``) or not."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -218,6 +220,7 @@ def agent_tools(step: Step) -> tuple[AgentTool, ...]:
                 kind=kind,
                 pipeline_id=function_id if child is None else child.id,
                 approval=str(capability.get("approval", "never")),
+                replay=str(capability.get("replay", "unsafe")),
             )
         )
     return tuple(tools)

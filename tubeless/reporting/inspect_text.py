@@ -142,6 +142,7 @@ def _agent_lines(
         lines.append(f"    input: {_compact(schema)}")
         if tool.approval != "never":
             lines.append(f"    approval: {tool.approval}")
+        lines.append(f"    replay: {tool.replay}")
         if strict is not None and tool.name in strict:
             problems = strict[tool.name]
             verdict = "yes" if not problems else "no (" + "; ".join(problems[:3]) + (
@@ -164,6 +165,7 @@ def _agent_dict(s: Step, live: Mapping[str, Mapping[str, Any]] | None = None) ->
             "input_json_schema": tool.input_json_schema,
             "kind": tool.kind,
             "pipeline_id": tool.pipeline_id,
+            "replay": tool.replay,
             **({} if tool.approval == "never" else {"approval": tool.approval}),
         }
         remote = sourced.get(tool.name)

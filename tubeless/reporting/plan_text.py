@@ -63,7 +63,9 @@ def _agent_lines(agent: Mapping[str, Any]) -> list[str]:
             description = description[:99] + "…"
         gate = capability.get("approval")
         needs = "" if gate is None else f" (needs approval: {gate})"
-        lines.append(f"      tool {capability['name']}: {description}{needs}")
+        replay = capability.get("replay")
+        shown = f" (replay {replay})" if replay else ""
+        lines.append(f"      tool {capability['name']}{shown}: {description}{needs}")
     return lines
 
 

@@ -1,0 +1,173 @@
+"""``tubeless checkpoints list|show|delete``, and the checkpoint side of ``tubeless run``.
+
+A checkpoint file holds each run's state and inputs; ``show`` prints them only with
+``--state``. The file is never a trace file (``run`` refuses the same path for both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tubeless._cli._exit import CliLoadError
+
+if TYPE_CHECKING:
+    from tubeless.durable import SqliteCheckpoints
+
+__all__ = ["checkpoints", "open_for_run"]
+
+
+def _open(path: str) -> SqliteCheckpoints:
+    """An existing checkpoint file (a missing one is not created: exit 2)."""
+    from tubeless.durable import SqliteCheckpoints
+
+    if not Path(path).exists():
+        raise FileNotFoundError(2, "No such file or directory", path)
+    return SqliteCheckpoints(path)
+
+
+def _echo(text: str) -> None:
+    """One line, with control and bidi characters replaced (keys and ids are user data)."""
+    from tubeless.tracing import terminal_safe
+
+    click.echo(terminal_safe(text))
+
+
+def _same_file(a: str, b: str) -> bool:
+    if a == "-" or b == "-":
+        return False
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+def open_for_run(
+    path: str, traces: tuple[str, ...], entry_id: str, raw: Any, key: str | None, restart: bool
+) -> tuple[SqliteCheckpoints, str]:
+    """The store and key of ``run --checkpoints``; says on stderr what the run will do."""
+    from tubeless.durable import SqliteCheckpoints
+    from tubeless.durable._session import default_key
+    from tubeless.tracing import terminal_safe
+
+    for trace in traces:
+        if _same_file(path, trace):
+            raise click.UsageError(
+                f"--checkpoints and --trace name the same file ({path}): a checkpoint file "
+                "holds state and inputs, a trace never does; use two files"
+            )
+    resolved = default_key(entry_id, raw) if key is None else key
+    store = SqliteCheckpoints(path)
+    try:
+        with store.acquire(resolved) as lease:  # fails fast while another run holds the key
+            text = lease.read()
+        line = f"checkpoint: {resolved}{_what(text, resolved, entry_id, restart)}"
+        click.echo(terminal_safe(line), err=True)
+    except BaseException:
+        store.close()
+        raise
+    return store, resolved
+
+
+def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
+    from tubeless.durable._session import decode
+
+    if restart:
+        return " (restarting)" if text is not None else " (new)"
+    if text is None:
+        return " (new)"
+    document = decode(text, f"checkpoint {key!r}")
+    status = document.get("status")
+    if status == "completed":
+        return " (completed: its saved result follows, nothing runs)"
+    if status == "failed":
+        return " (failed: its saved failure follows; --restart runs it again)"
+    root = (document.get("agents") or {}).get(entry_id) or {}
+    turn = root.get("turn") if isinstance(root, dict) else None
+    return f" (resuming at turn {turn})" if isinstance(turn, int) else " (resuming)"
+
+
+@click.group("checkpoints", short_help="List, show or delete the checkpoints of a file.")
+def checkpoints() -> None:
+    """List, show or delete the checkpoints of a checkpoint file (run --checkpoints PATH)."""
+
+
+@checkpoints.command("list")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_(path: str, as_json: bool) -> None:
+    """One line per key: status, turn, calls, last update."""
+    from tubeless.durable._summary import summary
+
+    store = _open(path)
+    try:
+        rows = [summary(stored) for stored in store.list()]
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps({"checkpoints": rows}, ensure_ascii=False))
+        return
+    if not rows:
+        click.echo("no checkpoints")
+    for row in rows:
+        _echo(
+            f"{row['key']}  {row['entry']}  {row['status']}  turn={row['turn']}  "
+            f"calls={row['calls']}  updated_at_ms={row['updated_at_ms']}"
+        )
+
+
+@checkpoints.command("show")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--state", "values", is_flag=True,
+              help="Also print state, call inputs, outcomes and results (private data).")
+def show(path: str, key: str, as_json: bool, values: bool) -> None:
+    """One key: every agent's phase, turn, budgets and calls."""
+    from tubeless.durable._summary import describe
+
+    store = _open(path)
+    try:
+        found = [stored for stored in store.list() if stored.key == key]
+    finally:
+        store.close()
+    if not found:
+        raise CliLoadError(f"no checkpoint {key!r} in {path}")
+    shown = describe(found[0], values=values)
+    if as_json:
+        click.echo(json.dumps(shown, ensure_ascii=False))
+        return
+    _echo(
+        f"{shown['key']}  {shown['entry']}  {shown['status']}  turn={shown['turn']}  "
+        f"calls={shown['calls']}  updated_at_ms={shown['updated_at_ms']}"
+    )
+    for agent in shown["agents"]:
+        budget = agent["budget"]
+        _echo(
+            f"  agent {agent['route']}: {agent['phase']}, turn {agent['turn']}, "
+            f"calls={budget['calls']} decisions={budget['decisions']} depth={budget['depth']}"
+        )
+        for call in (agent.get("decision") or {}).get("calls", ()):
+            _echo(f"    call {call['id']} ({call['tool']}, {call['replay']}): {call['status']}")
+        if "failure" in agent:
+            _echo(f"    failure: {agent['failure'].get('code')}")
+        if values:
+            _echo(f"    state: {json.dumps(agent.get('state'), ensure_ascii=False)}")
+
+
+@checkpoints.command("delete")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("key")
+def delete(path: str, key: str) -> None:
+    """Remove one key (waits for no one: a key in use is refused)."""
+    store = _open(path)
+    try:
+        removed = store.delete(key)
+    finally:
+        store.close()
+    if not removed:
+        raise CliLoadError(f"no checkpoint {key!r} in {path}")
+    _echo(f"deleted {key}")

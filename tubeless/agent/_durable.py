@@ -1,0 +1,399 @@
+"""Checkpointed agents (DESIGN.md §11): the journal that commits each step, and resume.
+
+Every agent of a checkpointed run keeps one entry in the run's document, by route: the root
+agent (or an agent step of a pipeline) by its id, a child agent that runs as a tool by
+``<parent route>/<turn>/<call id>/<child id>``. An entry holds the definition it was saved by,
+the budgets consumed, the turn, the state and the phase::
+
+    decide     the decision of ``turn`` was reserved (asked again on resume)
+    calls      ``decision``: {admitted, calls: [{id, tool, input, replay, status, outcome?}]}
+    completed  ``result``: the finish decision's result (validated again when returned)
+    failed     ``failure``: {code, message}
+
+The whole document is written at each commit, with every live agent's budget counters, so
+what is saved never says less was consumed than was. Writes happen on the event loop, one at
+a time, and a failed write stops the run (``CheckpointSession.commit``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import pydantic_core
+
+from tubeless._callables import maybe_await
+from tubeless.agent._decisions import Call, Continue
+from tubeless.agent._dispatch import EXECUTION_SLOT
+from tubeless.agent._durable_checks import DurableAgent, check_saved, input_digest
+from tubeless.agent._journal import JOURNAL_SLOT, Journal, Resumed
+from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
+from tubeless.agent._tools import ToolContext, ToolError
+from tubeless.durable._encode import DocumentEncoder
+from tubeless.durable._session import DOCUMENT_VERSION, CheckpointSession
+from tubeless.errors import (
+    CALL_INTERRUPTED,
+    CHECKPOINT_INVALID,
+    CHECKPOINT_MISMATCH,
+    CheckpointError,
+    TubelessError,
+)
+from tubeless.frozen import FreezeError, FrozenDict, freeze
+from tubeless.pipeline import StepContext
+from tubeless.pipeline._failures import is_cancellation
+from tubeless.pipeline._pipeline import original_exception
+from tubeless.schema import Schema
+
+if TYPE_CHECKING:
+    from tubeless.agent._prepare import PreparedCall
+    from tubeless.agent._turn import AgentSpec, TurnInput
+
+__all__ = ["CheckpointJournal", "run_durable"]
+
+_FAILED = "TUBELESS_AGENT_EXECUTION_FAILED"
+#: Entry fields holding values that never change once set: encoded once (``DocumentEncoder``).
+_LARGE = frozenset({"state", "definition", "result", "input", "outcome"})
+
+
+def _jsonable_outcome(call: PreparedCall, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
+    if type(outcome) is FrozenDict:
+        return outcome
+    try:
+        value = pydantic_core.to_jsonable_python(outcome["value"])
+        freeze(value)
+    except Exception as exc:
+        raise CheckpointError(
+            CHECKPOINT_INVALID,
+            f"The value of call {call.id!r} to tool {call.tool!r} has no JSON form, so it cannot "
+            f"be checkpointed: {exc}",
+        ) from None
+    return {"id": call.id, "tool": call.tool, "ok": True, "value": value, "revalidate": True}
+
+
+def _restored_outcome(saved: Mapping[str, Any], call: PreparedCall) -> Mapping[str, Any]:
+    if not saved.get("revalidate"):
+        return freeze(saved)  # type: ignore[no-any-return]  # a mapping freezes to FrozenDict
+    value = saved["value"]
+    schema: Schema | None = call.pipeline.get_step("tool").output_schema if (
+        not call.delegates
+    ) else call.pipeline.result_schema
+    if schema is not None:
+        value = schema.validate(value)
+    return MappingProxyType({"id": call.id, "tool": call.tool, "ok": True, "value": value})
+
+
+class Book:
+    """The document of one checkpointed run, shared by every agent of its run tree."""
+
+    __slots__ = ("claimed", "document", "encoder", "journals", "session")
+
+    def __init__(self, session: CheckpointSession) -> None:
+        self.session = session
+        saved = session.open()
+        if saved is not None and saved.get("entry") != session.entry:
+            raise CheckpointError(
+                CHECKPOINT_MISMATCH,
+                f"Checkpoint {session.key!r} belongs to {saved.get('entry')!r}, not "
+                f"{session.entry!r}; use another key",
+            )
+        if saved is not None and not isinstance(saved.get("agents"), dict):
+            raise CheckpointError(
+                CHECKPOINT_INVALID, f"checkpoint {session.key!r}: 'agents' is not an object"
+            )
+        self.document: dict[str, Any] = saved or {
+            "version": DOCUMENT_VERSION,
+            "key": session.key,
+            "entry": session.entry,
+            "status": "running",
+            "agents": {},
+        }
+        self.journals: dict[str, CheckpointJournal] = {}
+        self.claimed: set[str] = set()
+        self.encoder = DocumentEncoder(
+            _LARGE, {"agents": "values", "decision": "record", "calls": "records"}
+        )
+
+    @staticmethod
+    def of(session: CheckpointSession) -> Book:
+        if session.data is None:
+            session.data = Book(session)
+        book: Book = session.data
+        return book
+
+    def claim(self, base: str) -> str:
+        """A route for one agent invocation, unique within this run."""
+        route, n = base, 1
+        while route in self.claimed:
+            n += 1
+            route = f"{base}#{n}"
+        self.claimed.add(route)
+        return route
+
+    def commit(self) -> None:
+        for journal in self.journals.values():
+            journal.sync()
+        document = self.document
+        tops = [e for route, e in document["agents"].items() if "/" not in route]
+        phases = {e.get("phase") for e in tops}
+        status = "completed" if phases == {"completed"} else "running"
+        document["status"] = "failed" if "failed" in phases else status
+        document["updated_at_ms"] = time.time_ns() // 1_000_000
+        self.session.commit(document, self.encoder.encode)
+        for journal in self.journals.values():
+            journal.dirty = False
+
+
+class CheckpointJournal(Journal):
+    """The journal of one checkpointed agent invocation (see ``_journal`` for the points)."""
+
+    __slots__ = ("base", "book", "budget", "dirty", "entry", "registry", "resuming", "route")
+
+    def __init__(
+        self, book: Book, route: str, entry: dict[str, Any], budget: Budget, spec: AgentSpec,
+        resumed: bool,
+    ) -> None:
+        self.book = book
+        self.route = route
+        self.entry = entry
+        self.budget = budget
+        self.registry = spec.registry
+        self.base = f"{book.session.key}/{route}"
+        self.resuming: int | None = entry["turn"] if resumed else None
+        """The turn resumed from, until it is done."""
+        self.dirty = False
+
+    def sync(self) -> None:
+        budget = self.entry["budget"]
+        budget["calls"] = self.budget.calls
+        budget["decisions"] = self.budget.decisions
+
+    def _commit(self) -> None:
+        self.book.commit()
+
+    def _at(self, t: TurnInput, phase: str) -> None:
+        entry = self.entry
+        entry["phase"] = phase
+        entry["turn"] = t.turn
+        entry["state_version"] = t.state_version
+        entry["calls"] = t.calls
+        entry["state"] = t.state
+        entry.pop("decision", None)
+
+    # -- the seam ----------------------------------------------------------------------------
+    def idempotency_base(self, agent_run_id: str) -> str:
+        return self.base
+
+    def resumed_turn(self) -> Resumed | None:
+        if self.resuming is None:
+            return None
+        e = self.entry
+        return freeze(e["state"]), e["turn"], e["state_version"], e["calls"]
+
+    def reserved(self, t: TurnInput) -> None:
+        self.resuming = None
+        self._at(t, "decide")
+        self._commit()
+
+    def resume_decision(self, t: TurnInput) -> Continue | None:
+        if self.resuming != t.turn or self.entry["phase"] != "calls":
+            return None
+        saved = self.entry["decision"]["calls"]
+        return Continue(tuple(Call(c["id"], c["tool"], freeze(c["input"])) for c in saved))
+
+    def finished(self, t: TurnInput, result: Any) -> None:
+        self._at(t, "completed")
+        self.entry["result"] = result
+        self._commit()
+
+    def accepted(
+        self, t: TurnInput, decision: Continue, prepared: tuple[PreparedCall, ...]
+    ) -> None:
+        if self.resuming == t.turn:
+            return  # the saved decision itself
+        self._at(t, "calls")
+        self.entry["decision"] = {
+            "admitted": False,
+            "calls": [
+                {
+                    "id": call.id,
+                    "tool": call.tool,
+                    "input": call.input,
+                    "replay": self.registry[call.tool].tool.replay,
+                    "status": "pending",
+                }
+                for call in decision.calls
+            ],
+        }
+        self.dirty = True  # written with the first running intent (nothing runs before it)
+
+    def readmitted(self, t: TurnInput) -> bool:
+        return self.resuming == t.turn and bool(self.entry["decision"]["admitted"])
+
+    def admitted(self, t: TurnInput, count: int) -> None:
+        self.entry["decision"]["admitted"] = True
+        self.dirty = True
+
+    def start_call(
+        self, index: int, call: PreparedCall, execution: Mapping[str, Any], ctx: StepContext
+    ) -> Mapping[str, Any] | Awaitable[Mapping[str, Any]] | None:
+        saved = self.entry["decision"]["calls"][index]
+        status = saved["status"]
+        if status == "completed":
+            return _restored_outcome(saved["outcome"], call)
+        if status == "running":
+            tool = self.registry[call.tool].tool
+            if tool.replay == "safe":
+                return None  # runs again, with the same idempotency key
+            if tool._reconcile is not None:
+                return self._reconcile(tool._reconcile, call, execution, ctx)
+            return FrozenDict(
+                {
+                    "id": call.id,
+                    "tool": call.tool,
+                    "ok": False,
+                    "error": FrozenDict(
+                        {
+                            "code": CALL_INTERRUPTED,
+                            "message": f"Call {call.id!r} to tool {call.tool!r} was running when "
+                            "the run stopped; whether it took effect is unknown",
+                        }
+                    ),
+                }
+            )
+        saved["status"] = "running"
+        self._commit()
+        return None
+
+    async def _reconcile(
+        self,
+        reconcile: Callable[..., Any],
+        call: PreparedCall,
+        execution: Mapping[str, Any],
+        ctx: StepContext,
+    ) -> Mapping[str, Any]:
+        try:
+            value = await maybe_await(reconcile(call.value, ToolContext(ctx, execution)))
+        except ToolError as exc:
+            error = FrozenDict({"code": exc.code, "message": exc.message})
+            return FrozenDict({"id": call.id, "tool": call.tool, "ok": False, "error": error})
+        schema = call.pipeline.get_step("tool").output_schema
+        if schema is not None:
+            value = schema.validate(value)
+        outcome = {"id": call.id, "tool": call.tool, "ok": True, "value": value}
+        try:
+            return FrozenDict._trusted({**outcome, "value": freeze(value)})
+        except FreezeError:
+            return MappingProxyType(outcome)
+
+    def settled(self, index: int, call: PreparedCall, outcome: Mapping[str, Any]) -> None:
+        saved = self.entry["decision"]["calls"][index]
+        if saved["status"] == "completed":
+            return
+        saved["outcome"] = _jsonable_outcome(call, outcome)
+        saved["status"] = "completed"
+        self._commit()
+
+    def reduced(self, t: TurnInput) -> None:
+        self.resuming = None
+        self._at(t, "decide")
+        self.dirty = True  # written with the next decision's reservation
+
+    # -- the end of the invocation -----------------------------------------------------------
+    def failed(self, exc: BaseException) -> None:
+        original = original_exception(exc) or exc
+        code = getattr(original, "code", None)
+        message = getattr(original, "message", None)
+        self.entry["phase"] = "failed"
+        self.entry.pop("decision", None)
+        self.entry["failure"] = {
+            "code": code if isinstance(code, str) else _FAILED,
+            "message": message if isinstance(message, str) else f"{type(original).__name__}: "
+            f"{original}",
+        }
+        self._commit()
+
+
+async def run_durable(
+    durable: DurableAgent,
+    session: CheckpointSession,
+    scope: Scope,
+    ctx: StepContext,
+    iterate: Callable[[dict[str, Any], StepContext], Awaitable[Any]],
+    step_inputs: dict[str, Any],
+) -> Any:
+    """Run one checkpointed agent invocation: return or raise what it saved, or resume it."""
+    spec = durable.spec
+    book = Book.of(session)
+    parent = ctx.slots.get(JOURNAL_SLOT)
+    if isinstance(parent, CheckpointJournal):
+        execution = ctx.slots.get(EXECUTION_SLOT) or {}
+        base = f"{parent.route}/{execution.get('turn')}/{execution.get('call_id')}/{spec.id}"
+    else:
+        base = spec.id
+    route = book.claim(base)
+    definition = durable.definition()
+    digest = input_digest(ctx.options)
+    saved = book.document["agents"].get(route)
+    resumed = saved is not None
+    if saved is not None:
+        entry = check_saved(saved, session.key, route, definition, digest, scope.depth)
+        if entry["phase"] == "completed":
+            _report_resume(ctx, session, entry)
+            return spec.result_schema.validate(entry["result"])
+        if entry["phase"] == "failed":
+            failure = entry["failure"]
+            raise TubelessError(
+                str(failure["code"]),
+                f"{failure['message']} (saved by an earlier run of checkpoint {session.key!r}; "
+                "restart it to run again)",
+            )
+        scope.budget.calls = entry["budget"]["calls"]
+        scope.budget.decisions = entry["budget"]["decisions"]
+    else:
+        entry = {
+            "agent": spec.id,
+            "definition": definition,
+            "input": digest,
+            "budget": {"depth": scope.depth, "calls": 0, "decisions": 0},
+            "phase": "decide",
+            "turn": 1,
+            "state_version": 0,
+            "calls": 0,
+            "state": None,
+        }
+        book.document["agents"][route] = entry
+    journal = CheckpointJournal(book, route, entry, scope.budget, spec, resumed)
+    if resumed:
+        _report_resume(ctx, session, entry)
+    book.journals[route] = journal
+    try:
+        return await iterate(
+            step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, JOURNAL_SLOT: journal})
+        )
+    except BaseException as exc:
+        if session.poisoned:
+            raise  # a write failed: nothing more can be written
+        if is_cancellation(exc):
+            if journal.dirty:
+                book.commit()  # cancelled: keep what is known, resumable
+        else:
+            journal.failed(exc)
+        raise
+    finally:
+        journal.sync()
+        del book.journals[route]
+
+
+def _report_resume(ctx: StepContext, session: CheckpointSession, entry: Mapping[str, Any]) -> None:
+    ctx.report_attempt(
+        1,
+        {
+            "agent.runId": ctx.run_id,
+            "agent.checkpointKey": session.key,
+            "agent.resumedTurn": entry.get("turn"),
+        },
+    )
+
+

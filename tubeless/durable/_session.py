@@ -1,0 +1,143 @@
+"""One run's use of one checkpoint key: the lease, the last document, and serialised commits.
+
+A :class:`CheckpointSession` is what ``run(checkpoints=..., checkpoint_key=...)`` hands down a
+run tree. It opens nothing until the first agent asks (plans and dry runs open no storage),
+then holds the key's lease until the run ends. Every commit is encoded, round-tripped and
+checked before it is written; a write that fails poisons the session, so nothing runs past an
+intent that was never recorded. The document's meaning belongs to the layer above (the agent
+harness); this module only checks that it is a JSON object of the right version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from tubeless.durable._store import CheckpointStore, Lease, check_key
+from tubeless.errors import CHECKPOINT_INVALID, CHECKPOINT_INVALID_KEY, CheckpointError
+from tubeless.frozen import FreezeError, canonical_json, freeze
+
+__all__ = [
+    "DOCUMENT_VERSION",
+    "SESSION_SLOT",
+    "CheckpointSession",
+    "decode",
+    "default_key",
+    "encode",
+]
+
+#: The run-environment slot that carries the session down a run tree.
+SESSION_SLOT = "tubeless.durable.session"
+#: The version of the checkpoint document this release writes.
+DOCUMENT_VERSION = 1
+
+
+def default_key(entry_id: str, raw_input: Any) -> str:
+    """``<entry id>:<first 16 hex of sha256 of the canonical raw input>`` (DESIGN.md §11)."""
+    try:
+        text = canonical_json(freeze(raw_input))
+    except (FreezeError, TypeError, ValueError):
+        raise CheckpointError(
+            CHECKPOINT_INVALID_KEY,
+            "The input is not plain JSON data, so no checkpoint key can be derived from it; "
+            "pass checkpoint_key=",
+        ) from None
+    return f"{entry_id}:{hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}"
+
+
+def encode(document: dict[str, Any]) -> str:
+    """The stored text of ``document`` (sorted keys, no NaN), checked to round-trip exactly."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    again = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if again != text:
+        raise ValueError("the document does not survive a JSON round trip")
+    return text
+
+
+def decode(text: str, where: str) -> dict[str, Any]:
+    """A stored document, or ``TUBELESS_CHECKPOINT_INVALID`` saying what is wrong with it."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError(
+            CHECKPOINT_INVALID, f"{where}: the checkpoint document is not JSON ({exc})"
+        ) from None
+    if not isinstance(document, dict):
+        raise CheckpointError(
+            CHECKPOINT_INVALID, f"{where}: the checkpoint document is not an object"
+        )
+    version = document.get("version")
+    if version != DOCUMENT_VERSION:
+        raise CheckpointError(
+            CHECKPOINT_INVALID,
+            f"{where}: unsupported checkpoint document version {version!r} "
+            f"(this release reads version {DOCUMENT_VERSION})",
+        )
+    return document
+
+
+class CheckpointSession:
+    """The lease on one key for the length of one run (opened on first use).
+
+    Attributes:
+        key: The checkpoint key.
+        entry: The id of the pipeline or agent the run started.
+        restart: Ignore what the key holds and start over (the first commit replaces it).
+        data: Free for the layer above (the agent harness keeps its book of the run here).
+    """
+
+    __slots__ = ("_lease", "_poisoned", "_store", "data", "entry", "key", "restart")
+
+    def __init__(self, store: CheckpointStore, *, key: str, entry: str, restart: bool) -> None:
+        self._store = store
+        self.key = check_key(key)
+        self.entry = entry
+        self.restart = restart
+        self._lease: Lease | None = None
+        self._poisoned: BaseException | None = None
+        self.data: Any = None
+
+    def open(self) -> dict[str, Any] | None:
+        """Take the key's lease and read its document (``None`` when new or restarting)."""
+        assert self._lease is None, "the session is already open"
+        self._lease = self._store.acquire(self.key)
+        text = self._lease.read()
+        if text is None or self.restart:
+            return None
+        return decode(text, f"checkpoint {self.key!r}")
+
+    @property
+    def poisoned(self) -> bool:
+        """Whether a write failed (the run must stop; nothing more is written)."""
+        return self._poisoned is not None
+
+    def commit(
+        self, document: dict[str, Any], encoder: Callable[[dict[str, Any]], str] | None = None
+    ) -> None:
+        """Encode, check and durably write ``document``; a failure stops every later commit.
+
+        ``encoder`` replaces :func:`encode` (it must give the same text, checked the same way:
+        ``DocumentEncoder`` does).
+        """
+        if self._poisoned is not None:
+            raise CheckpointError(
+                CHECKPOINT_INVALID,
+                f"checkpoint {self.key!r}: an earlier write failed, so the run cannot go on",
+            ) from self._poisoned
+        assert self._lease is not None, "commit before open"
+        try:
+            text = (encoder or encode)(document)
+            self._lease.write(text)
+        except Exception as exc:
+            self._poisoned = exc
+            raise CheckpointError(
+                CHECKPOINT_INVALID, f"checkpoint {self.key!r} could not be written: {exc}"
+            ) from exc
+
+    def close(self) -> None:
+        """Release the lease (idempotent)."""
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.close()

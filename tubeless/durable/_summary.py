@@ -1,0 +1,88 @@
+"""What ``tubeless checkpoints list`` and ``show`` say about a stored document.
+
+Only the document's outline is read here (status, the entry agent's turn and budget, each
+agent's phase); values (state, call inputs, outcomes, results) are shown only on request, since
+a checkpoint file holds them in full and must stay private.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tubeless.durable._session import decode
+from tubeless.durable._store import StoredCheckpoint
+
+__all__ = ["describe", "summary"]
+
+
+def _root(document: Mapping[str, Any]) -> Mapping[str, Any]:
+    agents = document.get("agents")
+    if not isinstance(agents, Mapping):
+        return {}
+    entry = agents.get(document.get("entry"))
+    if isinstance(entry, Mapping):
+        return entry
+    tops = [e for route, e in agents.items() if "/" not in route and isinstance(e, Mapping)]
+    return tops[0] if tops else {}
+
+
+def _calls(entry: Mapping[str, Any]) -> int:
+    budget = entry.get("budget")
+    calls = budget.get("calls") if isinstance(budget, Mapping) else None
+    return calls if isinstance(calls, int) else 0
+
+
+def summary(stored: StoredCheckpoint) -> dict[str, Any]:
+    """``{key, entry, status, turn, calls, updated_at_ms}`` of one stored checkpoint."""
+    document = decode(stored.document, f"checkpoint {stored.key!r}")
+    root = _root(document)
+    return {
+        "key": stored.key,
+        "entry": document.get("entry"),
+        "status": document.get("status", "running"),
+        "turn": root.get("turn", 0),
+        "calls": _calls(root),
+        "updated_at_ms": stored.updated_at_ms,
+    }
+
+
+def describe(stored: StoredCheckpoint, *, values: bool = False) -> dict[str, Any]:
+    """The summary and every agent's entry; with ``values``, state, inputs and outcomes too."""
+    document = decode(stored.document, f"checkpoint {stored.key!r}")
+    agents: list[dict[str, Any]] = []
+    for route, entry in sorted((document.get("agents") or {}).items()):
+        if not isinstance(entry, Mapping):
+            continue
+        saved_budget = entry.get("budget")
+        budget: Mapping[str, Any] = saved_budget if isinstance(saved_budget, Mapping) else {}
+        shown: dict[str, Any] = {
+            "route": route,
+            "agent": entry.get("agent"),
+            "phase": entry.get("phase"),
+            "turn": entry.get("turn"),
+            "state_version": entry.get("state_version"),
+            "budget": {k: budget.get(k) for k in ("calls", "decisions", "depth")},
+        }
+        decision = entry.get("decision")
+        if isinstance(decision, Mapping):
+            calls = []
+            for call in decision.get("calls") or ():
+                row = {k: call.get(k) for k in ("id", "tool", "replay", "status")}
+                outcome = call.get("outcome")
+                if isinstance(outcome, Mapping):
+                    row["ok"] = outcome.get("ok")
+                if values:
+                    row["input"] = call.get("input")
+                    if outcome is not None:
+                        row["outcome"] = outcome
+                calls.append(row)
+            shown["decision"] = {"admitted": decision.get("admitted"), "calls": calls}
+        if "failure" in entry:
+            shown["failure"] = entry["failure"]
+        if values:
+            shown["state"] = entry.get("state")
+            if "result" in entry:
+                shown["result"] = entry["result"]
+        agents.append(shown)
+    return {**summary(stored), "agents": agents}
