@@ -203,8 +203,8 @@ def check_project(path: str | os.PathLike[str]) -> CheckedProject:
     except pydantic.ValidationError as exc:
         raise_issues(_pydantic_issues(doc, exc))
     _raise([
-        _issue(doc, pointer, message, code, key=at_key)
-        for pointer, message, code, at_key in check_semantics(spec)
+        _issue(doc, problem.pointer, problem.message, problem.code, key=problem.at_key)
+        for problem in check_semantics(spec)
     ], spec)
     return CheckedProject(document=doc, spec=spec)
 

@@ -13,6 +13,7 @@ import jsonschema
 
 from tubeless.errors import AGENT_INVALID_DEFINITION, DOCUMENT_INVALID, TEMPLATE_INVALID
 from tubeless.project._issues import did_you_mean
+from tubeless.project._problem import Problem
 from tubeless.project._step_graph import step_graph_problems
 from tubeless.project._template_inputs import undeclared_reads
 from tubeless.project._templates import template_problems
@@ -28,9 +29,6 @@ from tubeless.project.spec import (
 )
 
 __all__ = ["Problem", "check_semantics", "composition_order", "escape"]
-
-#: ``(pointer, message, code, at_key)``
-Problem = tuple[str, str, str, bool]
 
 
 def escape(part: str) -> str:
@@ -95,12 +93,15 @@ def _cycles(spec: ProjectSpec) -> list[Problem]:
         state[node] = 1
         for target, pointer in uses[node]:
             if state.get(target) == 1:
-                cycle = [*path[path.index(target):], target]
+                cycle = [*path[path.index(target) :], target]
                 if frozenset(cycle) not in reported:
                     reported.add(frozenset(cycle))
                     found.append(
-                        (pointer, f"entries use each other in a cycle: {' -> '.join(cycle)}",
-                         DOCUMENT_INVALID, False)
+                        Problem(
+                            pointer,
+                            f"entries use each other in a cycle: {' -> '.join(cycle)}",
+                            DOCUMENT_INVALID,
+                        )
                     )
             elif target not in state:
                 visit(target, [*path, target])
@@ -119,21 +120,28 @@ def _inline_schema(schema: SchemaSpec, pointer: str) -> list[Problem]:
         jsonschema.Draft202012Validator.check_schema(schema.schema_)
     except jsonschema.SchemaError as exc:
         where = "".join(f"/{escape(str(p))}" for p in exc.absolute_path)
-        return [(f"{pointer}/schema{where}", f"not a valid JSON Schema: {exc.message}",
-                 DOCUMENT_INVALID, False)]
+        return [
+            Problem(
+                f"{pointer}/schema{where}",
+                f"not a valid JSON Schema: {exc.message}",
+                DOCUMENT_INVALID,
+            )
+        ]
     return []
 
 
 def _agent(agent_id: str, agent: AgentSpec, spec: ProjectSpec) -> list[Problem]:
     base = f"/agents/{escape(agent_id)}"
-    found = [*_inline_schema(agent.input, f"{base}/input"),
-             *_inline_schema(agent.result, f"{base}/result")]
+    found = [
+        *_inline_schema(agent.input, f"{base}/input"),
+        *_inline_schema(agent.result, f"{base}/result"),
+    ]
     if isinstance(agent.initial_state, dict):
         invalid = template_problems(agent.initial_state, f"{base}/initial_state")
-        found.extend((where, message, TEMPLATE_INVALID, False) for where, message in invalid)
+        found.extend(Problem(where, message, TEMPLATE_INVALID) for where, message in invalid)
         if not invalid and isinstance(agent.input.schema_, dict):
             found.extend(
-                (where, message, TEMPLATE_INVALID, False)
+                Problem(where, message, TEMPLATE_INVALID)
                 for where, message in undeclared_reads(
                     agent.initial_state, f"{base}/initial_state", agent.input.schema_
                 )
@@ -141,21 +149,48 @@ def _agent(agent_id: str, agent: AgentSpec, spec: ProjectSpec) -> list[Problem]:
     for name, tool in agent.tools.items():
         pointer = f"{base}/tools/{escape(name)}"
         if isinstance(tool, PipelineToolSpec) and tool.pipeline not in spec.pipelines:
-            found.append((f"{pointer}/pipeline", _unknown("pipeline", tool.pipeline,
-                                                          spec.pipelines), DOCUMENT_INVALID,
-                          False))
-        elif (isinstance(tool, PipelineToolSpec) and tool.input is None
-              and spec.pipelines[tool.pipeline].input is None):
+            found.append(
+                Problem(
+                    f"{pointer}/pipeline",
+                    _unknown("pipeline", tool.pipeline, spec.pipelines),
+                    DOCUMENT_INVALID,
+                    False,
+                )
+            )
+        elif (
+            isinstance(tool, PipelineToolSpec)
+            and tool.input is None
+            and spec.pipelines[tool.pipeline].input is None
+        ):
             # What pipeline_tool(...) refuses when compiling, said in the file's terms.
-            found.append((f"{pointer}/pipeline", f"Pipeline {tool.pipeline!r} has no input "
-                          "schema: give the pipeline an input:, or give this tool input: and "
-                          "map_options:.", AGENT_INVALID_DEFINITION, False))
+            found.append(
+                Problem(
+                    f"{pointer}/pipeline",
+                    f"Pipeline {tool.pipeline!r} has no input "
+                    "schema: give the pipeline an input:, or give this tool input: and "
+                    "map_options:.",
+                    AGENT_INVALID_DEFINITION,
+                    False,
+                )
+            )
         if isinstance(tool, AgentToolSpec) and tool.agent not in spec.agents:
-            found.append((f"{pointer}/agent", _unknown("agent", tool.agent, spec.agents),
-                          DOCUMENT_INVALID, False))
+            found.append(
+                Problem(
+                    f"{pointer}/agent",
+                    _unknown("agent", tool.agent, spec.agents),
+                    DOCUMENT_INVALID,
+                    False,
+                )
+            )
         if isinstance(tool, McpToolSpec) and tool.mcp not in spec.mcp_servers:
-            found.append((f"{pointer}/mcp", _unknown("MCP server", tool.mcp, spec.mcp_servers),
-                          DOCUMENT_INVALID, False))
+            found.append(
+                Problem(
+                    f"{pointer}/mcp",
+                    _unknown("MCP server", tool.mcp, spec.mcp_servers),
+                    DOCUMENT_INVALID,
+                    False,
+                )
+            )
         schema = getattr(tool, "input", None)
         if isinstance(schema, SchemaSpec):
             found.extend(_inline_schema(schema, f"{pointer}/input"))
@@ -187,9 +222,14 @@ def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> li
     ids: dict[str, int] = {}
     for index, step in enumerate(pipeline.steps):
         if step.id in ids:
-            found.append((f"{base}/steps/{index}/id",
-                          f"step id {step.id!r} is already used by step {ids[step.id]}",
-                          DOCUMENT_INVALID, False))
+            found.append(
+                Problem(
+                    f"{base}/steps/{index}/id",
+                    f"step id {step.id!r} is already used by step {ids[step.id]}",
+                    DOCUMENT_INVALID,
+                    False,
+                )
+            )
         ids.setdefault(step.id, index)
     entries = {**spec.pipelines, **spec.agents}
     for index, step in enumerate(pipeline.steps):
@@ -197,41 +237,80 @@ def _pipeline(pipeline_id: str, pipeline: PipelineSpec, spec: ProjectSpec) -> li
         for field in ("depends_on", "optional_depends_on", "skip_after_failure_of"):
             for position, dep in enumerate(getattr(step, field)):
                 if dep not in ids:
-                    found.append((f"{pointer}/{field}/{position}",
-                                  _unknown("step", dep, ids, "pipeline"), DOCUMENT_INVALID,
-                                  False))
+                    found.append(
+                        Problem(
+                            f"{pointer}/{field}/{position}",
+                            _unknown("step", dep, ids, "pipeline"),
+                            DOCUMENT_INVALID,
+                            False,
+                        )
+                    )
         composed = step.from_pipeline or step.for_each_pipeline
         if composed is not None:
             if composed.pipeline not in entries:
                 key = "from_pipeline" if step.from_pipeline is not None else "for_each_pipeline"
-                found.append((f"{pointer}/{key}/pipeline",
-                              _unknown("pipeline", composed.pipeline, entries),
-                              DOCUMENT_INVALID, False))
+                found.append(
+                    Problem(
+                        f"{pointer}/{key}/pipeline",
+                        _unknown("pipeline", composed.pipeline, entries),
+                        DOCUMENT_INVALID,
+                        False,
+                    )
+                )
             if step.output is not None:
-                found.append((f"{pointer}/output",
-                              "only run steps take an output schema (a child pipeline "
-                              "validates its own result)", DOCUMENT_INVALID, True))
+                found.append(
+                    Problem(
+                        f"{pointer}/output",
+                        "only run steps take an output schema (a child pipeline "
+                        "validates its own result)",
+                        DOCUMENT_INVALID,
+                        True,
+                    )
+                )
             if step.dry_run is not None and step.dry_run != "skip":
-                found.append((f"{pointer}/dry_run",
-                              "composed steps support only dry_run: skip (children run their "
-                              "own previews)", DOCUMENT_INVALID, False))
+                found.append(
+                    Problem(
+                        f"{pointer}/dry_run",
+                        "composed steps support only dry_run: skip (children run their "
+                        "own previews)",
+                        DOCUMENT_INVALID,
+                        False,
+                    )
+                )
         if step.output is not None:
             found.extend(_inline_schema(step.output, f"{pointer}/output"))
     for position, target in enumerate(pipeline.targets or ()):
         if target not in ids:
-            found.append((f"{base}/targets/{position}", _unknown("step", target, ids, "pipeline"),
-                          DOCUMENT_INVALID, False))
+            found.append(
+                Problem(
+                    f"{base}/targets/{position}",
+                    _unknown("step", target, ids, "pipeline"),
+                    DOCUMENT_INVALID,
+                    False,
+                )
+            )
     finalize = pipeline.finalize
     if isinstance(finalize, str) and finalize not in ids:
-        found.append((f"{base}/finalize", _unknown("step", finalize, ids, "pipeline"),
-                      DOCUMENT_INVALID, False))
+        found.append(
+            Problem(
+                f"{base}/finalize",
+                _unknown("step", finalize, ids, "pipeline"),
+                DOCUMENT_INVALID,
+                False,
+            )
+        )
     if isinstance(finalize, FinalizeSpec):
         for position, required in enumerate(finalize.require_outputs):
             if required not in ids:
-                found.append((f"{base}/finalize/require_outputs/{position}",
-                              _unknown("step", required, ids, "pipeline"), DOCUMENT_INVALID, False))
-    found.extend((pointer, message, code, False)
-                 for pointer, message, code in step_graph_problems(base, pipeline))
+                found.append(
+                    Problem(
+                        f"{base}/finalize/require_outputs/{position}",
+                        _unknown("step", required, ids, "pipeline"),
+                        DOCUMENT_INVALID,
+                        False,
+                    )
+                )
+    found.extend(step_graph_problems(base, pipeline))
     return found
 
 
@@ -239,18 +318,35 @@ def check_semantics(spec: ProjectSpec) -> list[Problem]:
     """Every cross-reference problem of a schema-valid project, without importing anything."""
     found: list[Problem] = []
     if not spec.agents and not spec.pipelines:
-        found.append(("/project", "the project has no entries: add an agent under agents: or "
-                      "a pipeline under pipelines:", DOCUMENT_INVALID, True))
+        found.append(
+            Problem(
+                "/project",
+                "the project has no entries: add an agent under agents: or "
+                "a pipeline under pipelines:",
+                DOCUMENT_INVALID,
+                True,
+            )
+        )
     for agent_id in spec.agents:
         if agent_id in spec.pipelines:
-            found.append((f"/agents/{escape(agent_id)}",
-                          f"{agent_id!r} is both an agent and a pipeline; ids share one "
-                          "namespace", DOCUMENT_INVALID, True))
+            found.append(
+                Problem(
+                    f"/agents/{escape(agent_id)}",
+                    f"{agent_id!r} is both an agent and a pipeline; ids share one namespace",
+                    DOCUMENT_INVALID,
+                    True,
+                )
+            )
     default = spec.project.default
     if default is not None and default not in spec.agents and default not in spec.pipelines:
-        found.append(("/project/default",
-                      _unknown("entry", default, {**spec.agents, **spec.pipelines}),
-                      DOCUMENT_INVALID, False))
+        found.append(
+            Problem(
+                "/project/default",
+                _unknown("entry", default, {**spec.agents, **spec.pipelines}),
+                DOCUMENT_INVALID,
+                False,
+            )
+        )
     for agent_id, agent in spec.agents.items():
         found.extend(_agent(agent_id, agent, spec))
     for pipeline_id, pipeline in spec.pipelines.items():

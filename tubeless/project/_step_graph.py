@@ -14,66 +14,93 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tubeless import errors as codes
+from tubeless.project._problem import Problem
 from tubeless.project.spec import FinalizeSpec, PipelineSpec
 
 __all__ = ["step_graph_problems"]
 
-#: ``(pointer, message, code)``
-_Problem = tuple[str, str, str]
 _FIELDS = ("depends_on", "optional_depends_on", "skip_after_failure_of")
 #: The step id the core reserves for finalization (``tubeless.pipeline._finalize``); the
 #: project layer may import the pipeline package, but this is one string.
 _RESERVED = "__finalize__"
 
 
-def step_graph_problems(base: str, pipeline: PipelineSpec) -> list[_Problem]:
+def step_graph_problems(base: str, pipeline: PipelineSpec) -> list[Problem]:
     """Every graph problem of one pipeline whose pointer is ``base``."""
-    found: list[_Problem] = []
+    found: list[Problem] = []
     ids = {step.id for step in pipeline.steps}
     if len(ids) != len(pipeline.steps):
         return found  # which of two steps of one id a dependency means cannot be told
     for index, step in enumerate(pipeline.steps):
         pointer = f"{base}/steps/{index}"
         if step.id == _RESERVED:
-            found.append((f"{pointer}/id", f"Step id {_RESERVED!r} is reserved for finalization; "
-                          "rename the step.", codes.DEFINITION_STEP_ID_RESERVED))
+            found.append(
+                Problem(
+                    f"{pointer}/id",
+                    f"Step id {_RESERVED!r} is reserved for finalization; rename the step.",
+                    codes.DEFINITION_STEP_ID_RESERVED,
+                )
+            )
         for field in _FIELDS:
             seen: set[str] = set()
             for position, dependency in enumerate(getattr(step, field)):
                 where = f"{pointer}/{field}/{position}"
                 if dependency == step.id:
-                    found.append((where, f"Step {step.id!r} depends on itself in {field}.",
-                                  codes.DEFINITION_DEPENDENCY_SELF_REFERENCE))
+                    found.append(
+                        Problem(
+                            where,
+                            f"Step {step.id!r} depends on itself in {field}.",
+                            codes.DEFINITION_DEPENDENCY_SELF_REFERENCE,
+                        )
+                    )
                 elif dependency in seen:
-                    found.append((where, f"Step {step.id!r} lists a dependency twice in {field}.",
-                                  codes.DEFINITION_DEPENDENCY_DUPLICATE))
+                    found.append(
+                        Problem(
+                            where,
+                            f"Step {step.id!r} lists a dependency twice in {field}.",
+                            codes.DEFINITION_DEPENDENCY_DUPLICATE,
+                        )
+                    )
                 seen.add(dependency)
         required = set(step.depends_on)
         for position, dependency in enumerate(step.optional_depends_on):
             if dependency in required and dependency != step.id:
-                found.append((f"{pointer}/optional_depends_on/{position}",
-                              f"Step {step.id!r} lists {dependency!r} as both a required and an "
-                              "optional dependency.", codes.DEFINITION_DEPENDENCY_CONTRADICTORY))
+                found.append(
+                    Problem(
+                        f"{pointer}/optional_depends_on/{position}",
+                        f"Step {step.id!r} lists {dependency!r} as both a required and an "
+                        "optional dependency.",
+                        codes.DEFINITION_DEPENDENCY_CONTRADICTORY,
+                    )
+                )
     found.extend(_targets(base, pipeline, ids))
-    if all(dep in ids for step in pipeline.steps for field in _FIELDS
-           for dep in getattr(step, field)):
+    if all(
+        dep in ids for step in pipeline.steps for field in _FIELDS for dep in getattr(step, field)
+    ):
         found.extend(_cycles(base, pipeline))
     return found
 
 
-def _targets(base: str, pipeline: PipelineSpec, ids: set[str]) -> Iterator[_Problem]:
+def _targets(base: str, pipeline: PipelineSpec, ids: set[str]) -> Iterator[Problem]:
     if pipeline.targets is None:
         return
     seen: set[str] = set()
     for position, target in enumerate(pipeline.targets):
         if target in seen:
-            yield (f"{base}/targets/{position}",
-                   f"Targets must be unique; duplicated: {target!r}.",
-                   codes.DEFINITION_TARGETS_DUPLICATE)
+            yield Problem(
+                f"{base}/targets/{position}",
+                f"Targets must be unique; duplicated: {target!r}.",
+                codes.DEFINITION_TARGETS_DUPLICATE,
+            )
         seen.add(target)
     finalize = pipeline.finalize
-    required = ([finalize] if isinstance(finalize, str)
-                else finalize.require_outputs if isinstance(finalize, FinalizeSpec) else [])
+    required = (
+        [finalize]
+        if isinstance(finalize, str)
+        else finalize.require_outputs
+        if isinstance(finalize, FinalizeSpec)
+        else []
+    )
     by_id = {step.id: step for step in pipeline.steps}
     reported: set[str] = set()
     for position, target in enumerate(pipeline.targets):
@@ -91,12 +118,15 @@ def _targets(base: str, pipeline: PipelineSpec, ids: set[str]) -> Iterator[_Prob
             stack.extend(by_id[current].skip_after_failure_of)
         absent = [r for r in dict.fromkeys(required) if r in ids and r not in closure]
         if absent:
-            yield (f"{base}/targets/{position}",
-                   f"Target {target!r} cannot produce the finalizer's required outputs: "
-                   f"{', '.join(map(repr, absent))}.", codes.DEFINITION_TARGET_FINALIZER_MISMATCH)
+            yield Problem(
+                f"{base}/targets/{position}",
+                f"Target {target!r} cannot produce the finalizer's required outputs: "
+                f"{', '.join(map(repr, absent))}.",
+                codes.DEFINITION_TARGET_FINALIZER_MISMATCH,
+            )
 
 
-def _cycles(base: str, pipeline: PipelineSpec) -> list[_Problem]:
+def _cycles(base: str, pipeline: PipelineSpec) -> list[Problem]:
     """Each cycle once, at the dependency that closes it (a self-dependency is not a cycle
     here: it has its own code)."""
     edges: dict[str, list[tuple[str, str]]] = {step.id: [] for step in pipeline.steps}
@@ -106,7 +136,7 @@ def _cycles(base: str, pipeline: PipelineSpec) -> list[_Problem]:
                 if dependency != step.id:
                     where = f"{base}/steps/{index}/{field}/{position}"
                     edges[step.id].append((dependency, where))
-    found: list[_Problem] = []
+    found: list[Problem] = []
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     reported: set[frozenset[str]] = set()
     for start in edges:
@@ -125,12 +155,18 @@ def _cycles(base: str, pipeline: PipelineSpec) -> list[_Problem]:
             target, where = edge
             if state.get(target) == 1:
                 # Said from the step whose dependency is located: it waits for the next one.
-                cycle = [path[-1], *path[path.index(target):]]
+                cycle = [path[-1], *path[path.index(target) :]]
                 if frozenset(cycle) not in reported:
                     reported.add(frozenset(cycle))
-                    found.append((where, "Dependencies form a cycle: "
-                                  f"{' -> '.join(map(repr, cycle))} (each step waits for the "
-                                  "next).", codes.DEFINITION_DEPENDENCY_CYCLE))
+                    found.append(
+                        Problem(
+                            where,
+                            "Dependencies form a cycle: "
+                            f"{' -> '.join(map(repr, cycle))} (each step waits for the "
+                            "next).",
+                            codes.DEFINITION_DEPENDENCY_CYCLE,
+                        )
+                    )
             elif target not in state:
                 state[target] = 1
                 path.append(target)
