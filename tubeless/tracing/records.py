@@ -47,6 +47,7 @@ __all__ = [
     "bounded_snapshot",
     "bounded_str",
     "record_json",
+    "record_line",
     "safe_text",
 ]
 
@@ -93,7 +94,16 @@ class Envelope:
         iteration: ``{runId, stepId, attemptId, index}`` for iterated children.
     """
 
-    __slots__ = ("_base", "_head_json", "_iteration_json", "pipeline_id", "run_id")
+    __slots__ = (
+        "_base",
+        "_head_json",
+        "_iteration_json",
+        "_prefixes",
+        "_row_columns",
+        "_template",
+        "pipeline_id",
+        "run_id",
+    )
 
     def __init__(
         self,
@@ -117,17 +127,39 @@ class Envelope:
         if iteration is not None:
             base["iteration"] = dict(iteration)
         self._base = base
+        # Every record starts as a copy of this one (name and time replaced in place, so the
+        # key order stays that of the wire format): one C-level copy instead of a field each.
+        self._template: dict[str, Any] = {
+            "version": TRACE_VERSION,
+            "name": "",
+            **base,
+            "timestampMs": 0,
+        }
         self._head_json: str | None = None
         self._iteration_json: str | None = None
+        self._prefixes: dict[str, str] = {}
+        self._row_columns: tuple[tuple[Any, ...], str | None, str | None] | None = None
 
     def _record(self, name: str, timestamp_ms: int) -> dict[str, Any]:
-        record = TraceRecord()
-        record["version"] = TRACE_VERSION
+        record = TraceRecord(self._template)
         record["name"] = name
-        record.update(self._base)
         record["timestampMs"] = timestamp_ms
         record.envelope = self
         return record
+
+    def prefix_json(self, name: str) -> str:
+        """The JSON text of a ``name`` record up to its timestamp's value, encoded once.
+
+        ``{"version":3,"name":…,<relation fields>,"timestampMs":`` — what every record of
+        this run and name starts with.
+        """
+        prefix = self._prefixes.get(name)
+        if prefix is None:
+            prefix = self._prefixes[name] = (
+                f'{{"version":{TRACE_VERSION},"name":{_name_json(name)},'
+                f'{self.head_json()},"timestampMs":'
+            )
+        return prefix
 
     def head_json(self) -> str:
         """The JSON members of the relation fields (``"runId":…,…``), encoded once."""
@@ -143,6 +175,24 @@ class Envelope:
         if self._iteration_json is None:
             self._iteration_json = compact_json(iteration)
         return self._iteration_json
+
+    def row_columns(self) -> tuple[tuple[Any, ...], str | None, str | None]:
+        """The run's columns of a trace store row, read once: ``(version, runId,
+        correlationId, parentRunId, pipelineId)``, ``itemKey`` and the iteration's JSON."""
+        if self._row_columns is None:
+            base = self._base
+            self._row_columns = (
+                (
+                    TRACE_VERSION,
+                    base["runId"],
+                    base.get("correlationId"),
+                    base.get("parentRunId"),
+                    base["pipelineId"],
+                ),
+                base.get("itemKey"),
+                self.iteration_json(),
+            )
+        return self._row_columns
 
     @property
     def field_count(self) -> int:
@@ -343,13 +393,28 @@ def record_json(record: Any) -> str:
     if type(record) is not TraceRecord:
         return compact_json(record)
     envelope = record.envelope
-    head = 3 + envelope.field_count  # version, name, the relation fields, timestampMs
-    rest = compact_json(dict(islice(record.items(), head, None)))
-    return (
-        f'{{"version":{record["version"]},"name":{_name_json(record["name"])},'
-        f'{envelope.head_json()},"timestampMs":{record["timestampMs"]}'
-        + ("}" if rest == "{}" else "," + rest[1:])
-    )
+    prefixes = envelope._prefixes
+    name = record["name"]
+    prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
+    # Version, name, the relation fields and timestampMs come first (see ``_record``).
+    rest = compact_json(dict(islice(record.items(), len(envelope._template), None)))
+    if rest == "{}":
+        return f"{prefix}{record['timestampMs']}}}"
+    return f"{prefix}{record['timestampMs']},{rest[1:]}"
+
+
+def record_line(record: Any) -> str:
+    """``record_json(record) + "\n"``, built in one piece (an NDJSON line)."""
+    if type(record) is not TraceRecord:
+        return compact_json(record) + "\n"
+    envelope = record.envelope
+    prefixes = envelope._prefixes
+    name = record["name"]
+    prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
+    rest = compact_json(dict(islice(record.items(), len(envelope._template), None)))
+    if rest == "{}":
+        return f"{prefix}{record['timestampMs']}}}\n"
+    return f"{prefix}{record['timestampMs']},{rest[1:]}\n"
 
 
 def _name_json(name: str) -> str:

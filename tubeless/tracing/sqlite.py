@@ -141,13 +141,23 @@ def _row(record: Mapping[str, Any]) -> Row:
     get = record.get
     payload = record["payload"]
     error = get("error")
+    if type(record) is TraceRecord:
+        # The run's own columns come from its envelope, read once per run.
+        head, item_key, iteration_json = record.envelope.row_columns()
+        return (
+            *head,
+            get("stepId"),
+            get("attemptId"),
+            item_key,
+            record["name"],
+            record["timestampMs"],
+            get("durationMs"),
+            compact_json(payload) if payload else "{}",
+            None if error is None else compact_json(error),
+            iteration_json,
+        )
     iteration = get("iteration")
-    if iteration is None:
-        iteration_json = None
-    elif type(record) is TraceRecord:
-        iteration_json = record.envelope.iteration_json()
-    else:
-        iteration_json = compact_json(iteration)
+    iteration_json = None if iteration is None else compact_json(iteration)
     return (
         record["version"],
         record["runId"],
