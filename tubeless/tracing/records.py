@@ -37,6 +37,7 @@ __all__ = [
     "MAX_STRING",
     "RECORD_NAMES",
     "TRACE_VERSION",
+    "ConstantPayload",
     "Envelope",
     "TraceRecord",
     "bounded_attributes",
@@ -49,6 +50,7 @@ __all__ = [
     "record_json",
     "record_line",
     "safe_text",
+    "started_payload",
 ]
 
 TRACE_VERSION: Final = 3
@@ -80,6 +82,26 @@ class TraceRecord(dict[str, Any]):
     __slots__ = ("envelope",)
 
     envelope: Envelope
+
+
+class ConstantPayload(dict[str, Any]):
+    """A payload many records share unchanged (a plan step's, a run start's): encoded once.
+
+    A plain dict to every sink; :func:`record_json` and the SQLite sink reuse :meth:`json`
+    instead of encoding it again for each record. Nobody may change it once built.
+    """
+
+    __slots__ = ("_json",)
+
+    _json: str
+
+    def json(self) -> str:
+        """The compact JSON text, encoded on first use."""
+        try:
+            return self._json
+        except AttributeError:
+            self._json = compact_json(self)
+            return self._json
 
 
 class Envelope:
@@ -212,16 +234,22 @@ class Envelope:
         definition_snapshot: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """``pipeline.started``: the run's plan summary and definition identity."""
-        payload: dict[str, Any] = {
-            "dryRun": dry_run,
-            "planOk": plan_ok,
-            "stepCount": step_count,
-            "targetIds": bounded_list(target_ids),
-        }
-        if definition_identity is not None:
-            payload["definitionIdentity"] = definition_identity
-        if definition_snapshot is not None:
-            payload["definitionSnapshot"] = definition_snapshot
+        return self.pipeline_started_with(
+            timestamp_ms,
+            started_payload(
+                dry_run=dry_run,
+                plan_ok=plan_ok,
+                step_count=step_count,
+                target_ids=target_ids,
+                definition_identity=definition_identity,
+                definition_snapshot=definition_snapshot,
+            ),
+        )
+
+    def pipeline_started_with(
+        self, timestamp_ms: int, payload: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """``pipeline.started`` with a payload from :func:`started_payload` (often shared)."""
         record = self._record("pipeline.started", timestamp_ms)
         record["payload"] = payload
         return record
@@ -377,6 +405,27 @@ class Envelope:
         return record
 
 
+def started_payload(
+    *,
+    dry_run: bool,
+    plan_ok: bool,
+    step_count: int,
+    target_ids: Iterable[str],
+    definition_identity: Mapping[str, Any] | None = None,
+    definition_snapshot: Mapping[str, Any] | None = None,
+) -> ConstantPayload:
+    """The payload of a ``pipeline.started`` record: the same for every run of one plan, so
+    an executor may build it once and share it."""
+    payload = ConstantPayload(
+        dryRun=dry_run, planOk=plan_ok, stepCount=step_count, targetIds=bounded_list(target_ids)
+    )
+    if definition_identity is not None:
+        payload["definitionIdentity"] = definition_identity
+    if definition_snapshot is not None:
+        payload["definitionSnapshot"] = definition_snapshot
+    return payload
+
+
 _TERMINAL_NAMES: Final = {
     "completed": "step.complete",
     "skipped": "step.skipped",
@@ -397,10 +446,7 @@ def record_json(record: Any) -> str:
     name = record["name"]
     prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
     # Version, name, the relation fields and timestampMs come first (see ``_record``).
-    rest = compact_json(dict(islice(record.items(), len(envelope._template), None)))
-    if rest == "{}":
-        return f"{prefix}{record['timestampMs']}}}"
-    return f"{prefix}{record['timestampMs']},{rest[1:]}"
+    return prefix + _rest_json(record, len(envelope._template))
 
 
 def record_line(record: Any) -> str:
@@ -411,10 +457,28 @@ def record_line(record: Any) -> str:
     prefixes = envelope._prefixes
     name = record["name"]
     prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
-    rest = compact_json(dict(islice(record.items(), len(envelope._template), None)))
+    return prefix + _rest_json(record, len(envelope._template)) + "\n"
+
+
+def _rest_json(record: TraceRecord, head: int) -> str:
+    """The timestamp's value and every field after it, to the closing brace.
+
+    Version, name, the relation fields and ``timestampMs`` are the first ``head`` fields (see
+    ``Envelope._record``); a :class:`ConstantPayload`, always the last field, is not encoded
+    again.
+    """
+    timestamp = record["timestampMs"]
+    payload = record.get("payload")
+    if type(payload) is ConstantPayload:
+        size = len(record) - 1
+        if size == head:
+            return f'{timestamp},"payload":{payload.json()}}}'
+        rest = compact_json(dict(islice(record.items(), head, size)))
+        return f'{timestamp},{rest[1:-1]},"payload":{payload.json()}}}'
+    rest = compact_json(dict(islice(record.items(), head, None)))
     if rest == "{}":
-        return f"{prefix}{record['timestampMs']}}}\n"
-    return f"{prefix}{record['timestampMs']},{rest[1:]}\n"
+        return f"{timestamp}}}"
+    return f"{timestamp},{rest[1:]}"
 
 
 def _name_json(name: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
 from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, json_problem, record_problem
-from tubeless.tracing.records import TraceRecord
+from tubeless.tracing.records import ConstantPayload, TraceRecord
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = ["BATCH_SIZE", "STORE_VERSION", "TABLE", "SqliteSink", "read_sqlite"]
@@ -152,7 +152,9 @@ def _row(record: Mapping[str, Any]) -> Row:
             record["name"],
             record["timestampMs"],
             get("durationMs"),
-            compact_json(payload) if payload else "{}",
+            payload.json()
+            if type(payload) is ConstantPayload
+            else compact_json(payload) if payload else "{}",
             None if error is None else compact_json(error),
             iteration_json,
         )
