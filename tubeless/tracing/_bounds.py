@@ -175,33 +175,11 @@ def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_INT_BOOL_STR: Final = frozenset({int, bool, str})
-_STR_ONLY: Final = frozenset({str})
-
-
 def bounded_attributes(
     attributes: Mapping[str, str | int | float | bool | None],
 ) -> dict[str, str | int | float | bool]:
     """Attempt attributes within bounds: strings cut; ``None``, non-finite numbers, other
     values and extras dropped."""
-    if type(attributes) is dict and len(attributes) <= MAX_LIST:
-        # The common case, checked in a few C-level passes: string keys and ints, bools and
-        # strings, all of them ASCII and short enough, kept as they are (in one copy).
-        values = attributes.values()
-        kinds = set(map(type, values))
-        if kinds <= _INT_BOOL_STR and _STR_ONLY.issuperset(map(type, attributes)):
-            texts = [*attributes]
-            if str in kinds:
-                texts += [value for value in values if type(value) is str]
-            if max(map(len, texts), default=0) <= MAX_STRING and "".join(texts).isascii():
-                return dict(attributes)
-    return _bounded_attributes_walk(attributes)
-
-
-def _bounded_attributes_walk(
-    attributes: Mapping[str, str | int | float | bool | None],
-) -> dict[str, str | int | float | bool]:
-    """:func:`bounded_attributes` item by item (any mapping, any values)."""
     out: dict[str, str | int | float | bool] = {}
     for key, value in attributes.items():
         if len(out) >= MAX_LIST:
