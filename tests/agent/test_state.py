@@ -688,7 +688,7 @@ async def test_a_tuple_history_grown_with_a_plain_tuple_is_never_walked_again(
     assert run.status == "completed", run.errors
     assert run.value == turns
     assert set(kinds) == {FrozenTuple}
-    # Each commit may look at its own new items, never at the whole history (120 times 60 on average).
+    # Each commit looks at its own new items, never the whole history (60 items on average).
     assert looked[0] <= 4 * turns
 
 
