@@ -22,3 +22,8 @@ async def test_workloads_agree_with_the_baseline(
     pipeline = agent(turns, width, concurrency=concurrency, sync_tool=sync_tool)
     assert await pipeline.run_or_raise({}) == turns * width
     assert await baseline(turns, width, sync_tool=sync_tool) == turns * width
+
+
+async def test_the_tuple_reducer_workload_agrees_with_the_baseline() -> None:
+    """W4's ``state["history"] + tuple(outcomes)`` variant makes the same history."""
+    assert await agent(6, plain_tuple=True).run_or_raise({}) == 6
