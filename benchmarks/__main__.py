@@ -26,37 +26,38 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _median_seconds(make: Callable[[], Awaitable[Any]], repeats: int) -> float:
-    return _paired_medians(make, None, repeats)[0]
+    return _alternating_medians([make], repeats)[0]
 
 
 def _paired_medians(
     ours: Callable[[], Awaitable[Any]],
-    theirs: Callable[[], Awaitable[Any]] | None,
+    theirs: Callable[[], Awaitable[Any]],
     repeats: int,
 ) -> tuple[float, float]:
-    """Median seconds of ``ours`` and ``theirs``, measured alternately in one event loop.
+    """Median seconds of ``ours`` and ``theirs``, measured alternately in one event loop."""
+    mine, base = _alternating_medians([ours, theirs], repeats)
+    return mine, base
+
+
+def _alternating_medians(makes: list[Callable[[], Awaitable[Any]]], repeats: int) -> list[float]:
+    """Median seconds of each of ``makes``, measured in turn (one of each per round).
 
     Alternating keeps a machine that slows down or speeds up during the measurement from
-    landing on one side only, so the ratio of the two medians stays meaningful.
+    landing on one side only, so the ratios of the medians stay meaningful.
     """
 
-    async def measure() -> tuple[list[float], list[float]]:
-        await ours()  # warm-up
-        if theirs is not None:
-            await theirs()
-        mine: list[float] = []
-        base: list[float] = []
+    async def measure() -> list[list[float]]:
+        for make in makes:  # warm-up
+            await make()
+        timings: list[list[float]] = [[] for _ in makes]
         for _ in range(repeats):
-            for make, timings in ((ours, mine), (theirs, base)):
-                if make is None:
-                    continue
+            for make, times in zip(makes, timings, strict=True):
                 start = time.perf_counter()
                 await make()
-                timings.append(time.perf_counter() - start)
-        return mine, base
+                times.append(time.perf_counter() - start)
+        return timings
 
-    mine, base = asyncio.run(measure())
-    return statistics.median(mine), statistics.median(base) if base else 0.0
+    return [statistics.median(times) for times in asyncio.run(measure())]
 
 
 def _rss_mib() -> float:
@@ -69,8 +70,10 @@ def _emit(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
 
 
 def _agent_workload(name: str, turns: int, width: int, repeats: int, rows: list[dict[str, Any]],
-                    *, concurrency: int = 1, sync_tool: bool = False) -> float:
-    pipeline = agent(turns, width, concurrency=concurrency, sync_tool=sync_tool)
+                    *, concurrency: int = 1, sync_tool: bool = False,
+                    plain_tuple: bool = False) -> float:
+    pipeline = agent(turns, width, concurrency=concurrency, sync_tool=sync_tool,
+                     plain_tuple=plain_tuple)
     ours, base = _paired_medians(
         lambda: pipeline.run_or_raise({}),
         lambda: baseline(turns, width, sync_tool=sync_tool),
@@ -105,6 +108,75 @@ def _runs_workload(rows: list[dict[str, Any]], repeats: int) -> None:
         "baseline_us_per_run": round(theirs / runs * 1e6, 2), "ratio": round(mine / theirs, 2),
         "peak_rss_mib": round(_rss_mib(), 1),
     })
+
+
+def _sink(kind: str, path: Path) -> Any:
+    from tubeless.tracing import NdjsonSink, SqliteSink
+
+    return NdjsonSink(path) if kind == "ndjson" else SqliteSink(path)
+
+
+def _records_per_run(pipeline: Any, kind: str, runs: int = 1) -> int:
+    """How many records ``runs`` runs of ``pipeline`` write (one run into a fresh file)."""
+    from tubeless.tracing import read_trace
+
+    async def once(sink: Any) -> None:
+        for _ in range(runs):
+            await pipeline.run({}, trace=sink)
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"count.{kind}"
+        sink = _sink(kind, path)
+        try:
+            asyncio.run(once(sink))
+        finally:
+            sink.close()
+        return len(read_trace(path))
+
+
+def _traced_workload(rows: list[dict[str, Any]], repeats: int, name: str, turns: int, width: int,
+                     concurrency: int, runs: int = 1) -> None:
+    """Traced against untraced against the bare loop, alternately, per turn (W1, W2) or run (W3).
+
+    One sink per kind stays open for every repetition (a process appending its runs to one
+    trace); the sinks write through at the end of every turn and root run, as always.
+    """
+    pipeline = agent(turns, width, concurrency=concurrency)
+    with tempfile.TemporaryDirectory() as folder:
+        sinks = {kind: _sink(kind, Path(folder) / f"trace.{kind}") for kind in ("ndjson", "sqlite")}
+        try:
+            def traced(kind: str) -> Callable[[], Awaitable[Any]]:
+                async def go() -> None:
+                    for _ in range(runs):
+                        run = await pipeline.run({}, trace=sinks[kind])
+                        assert run.status == "completed"
+                return go
+
+            async def untraced() -> None:
+                for _ in range(runs):
+                    await pipeline.run_or_raise({})
+
+            async def base() -> None:
+                for _ in range(runs):
+                    await baseline(turns, width)
+
+            ndjson, sqlite, plain, bare = _alternating_medians(
+                [traced("ndjson"), traced("sqlite"), untraced, base], repeats
+            )
+        finally:
+            for sink in sinks.values():
+                sink.close()
+    records = _records_per_run(pipeline, "ndjson", runs)
+    unit, count = ("run", runs) if runs > 1 else ("turn", turns)
+    for kind, seconds in (("ndjson", ndjson), ("sqlite", sqlite)):
+        _emit(rows, {
+            "workload": f"{name} traced {kind}", f"us_per_{unit}": round(seconds / count * 1e6, 2),
+            f"untraced_us_per_{unit}": round(plain / count * 1e6, 2),
+            f"baseline_us_per_{unit}": round(bare / count * 1e6, 2),
+            "ratio": round(seconds / bare, 2), "ratio_to_untraced": round(seconds / plain, 2),
+            "records": records,
+            "extra_us_per_record": round((seconds - plain) / records * 1e6, 2),
+        })
 
 
 def _tracing_workload(rows: list[dict[str, Any]], repeats: int) -> None:
@@ -224,6 +296,23 @@ def _checkpoint_workload(rows: list[dict[str, Any]], repeats: int) -> None:
                      "not measured by this release"})
 
 
+def _import_workload(rows: list[dict[str, Any]], repeats: int) -> None:
+    """Wall time of ``from tubeless import define_agent, define_tool, Limits`` in a fresh
+    interpreter, and net of a bare ``python -c pass`` measured alternately."""
+    code = "from tubeless import define_agent, define_tool, Limits"
+    full: list[float] = []
+    bare: list[float] = []
+    for _ in range(repeats + 1):
+        for args, timings in (([sys.executable, "-c", code], full),
+                              ([sys.executable, "-c", "pass"], bare)):
+            start = time.perf_counter()
+            subprocess.run(args, check=True, capture_output=True, cwd=ROOT)
+            timings.append(time.perf_counter() - start)
+    wall, empty = statistics.median(full[1:]), statistics.median(bare[1:])
+    _emit(rows, {"workload": "W9 import", "ms": round(wall * 1e3, 1),
+                 "net_ms": round((wall - empty) * 1e3, 1), "target_ms": 120})
+
+
 def _startup_workload(rows: list[dict[str, Any]], repeats: int) -> None:
     tubeless = [sys.executable, "-m", "tubeless"]
     project = str(ROOT / "projects" / "scripted-agent.yaml")
@@ -259,10 +348,13 @@ def main() -> int:
     if wanted("W1"):
         _agent_workload("W1 long", 200, 1, repeats, rows)
         _agent_workload("W1 long (sync tool)", 200, 1, repeats, rows, sync_tool=True)
+        _traced_workload(rows, repeats, "W1", 200, 1, 1)
     if wanted("W2"):
         _agent_workload("W2 wide", 20, 5, repeats, rows, concurrency=3)
+        _traced_workload(rows, repeats, "W2", 20, 5, 3)
     if wanted("W3"):
         _runs_workload(rows, repeats)
+        _traced_workload(rows, max(3, repeats // 3), "W3", 1, 1, 1, runs=200)
     if wanted("W4"):
         per_turn = {}
         for turns in (250, 500, 1000, 2000, 4000):
@@ -270,6 +362,12 @@ def main() -> int:
                                               rows)
         _emit(rows, {"workload": "W4 flatness", "ratio_4000_to_250":
                      round(per_turn[4000] / per_turn[250], 2)})
+        tupled = {}
+        for turns in (250, 4000):
+            tupled[turns] = _agent_workload(f"W4 + tuple(outcomes) {turns}", turns, 1,
+                                            max(1, repeats // 2), rows, plain_tuple=True)
+        _emit(rows, {"workload": "W4 + tuple(outcomes) flatness", "ratio_4000_to_250":
+                     round(tupled[4000] / tupled[250], 2)})
     if wanted("W5"):
         _tracing_workload(rows, repeats)
     if wanted("W6"):
@@ -280,15 +378,18 @@ def main() -> int:
         batch_workload(rows, 1 if args.quick else 3, emit=_emit)
     if wanted("W8"):
         _checkpoint_workload(rows, max(3, repeats // 5))
+    if wanted("W9"):
+        _import_workload(rows, max(5, repeats // 2))
     print()
     print(f"{'workload':28} {'measure':>14} {'baseline':>12} {'ratio':>7}")
     for row in rows:
-        measure = next((f"{row[k]} {k}" for k in ("us_per_call", "us_per_run", "us_per_record",
-                                                   "ms_per_turn", "ms", "ratio_4000_to_250",
-                                                   "rows_per_s", "us_per_row", "skipped")
-                                                  if k in row), "")
-        base = next((str(row[k]) for k in ("baseline_us_per_call", "baseline_us_per_run")
-                     if k in row), "")
+        measure = next((f"{row[k]} {k}" for k in ("us_per_call", "us_per_turn", "us_per_run",
+                                                   "us_per_record", "ms_per_turn", "ms",
+                                                   "ratio_4000_to_250", "rows_per_s",
+                                                   "us_per_row", "skipped")
+                        if k in row), "")
+        base = next((str(row[k]) for k in ("baseline_us_per_call", "baseline_us_per_turn",
+                                           "baseline_us_per_run") if k in row), "")
         print(f"{row['workload']:28} {measure:>28} {base:>10} {row.get('ratio', ''):>7}")
     print(f"\nmachine: {os.cpu_count()} cpus, python {sys.version.split()[0]}")
     return 0

@@ -47,8 +47,17 @@ def _reduce(state: Any, outcomes: Sequence[Any]) -> dict[str, Any]:
     return {"history": state["history"] + outcomes}
 
 
-def agent(turns: int, width: int = 1, *, concurrency: int = 1, sync_tool: bool = False) -> Pipeline:
-    """A scripted agent doing ``turns`` turns of ``width`` ``upper`` calls, then finishing."""
+def _reduce_tuple(state: Any, outcomes: Sequence[Any]) -> dict[str, Any]:
+    """The common variant: the outcomes copied into a plain tuple first."""
+    return {"history": state["history"] + tuple(outcomes)}
+
+
+def agent(turns: int, width: int = 1, *, concurrency: int = 1, sync_tool: bool = False,
+          plain_tuple: bool = False) -> Pipeline:
+    """A scripted agent doing ``turns`` turns of ``width`` ``upper`` calls, then finishing.
+
+    ``plain_tuple`` makes the reducer ``state["history"] + tuple(outcomes)``.
+    """
     tools = {
         "upper": define_tool(description="Uppercase text.", input_schema=str, output_schema=str,
                              run=upper_sync if sync_tool else upper),
@@ -61,7 +70,7 @@ def agent(turns: int, width: int = 1, *, concurrency: int = 1, sync_tool: bool =
         result_schema=int,
         initial_state=lambda _: {"history": ()},
         decide=_decide(turns, width),
-        reduce=_reduce,
+        reduce=_reduce_tuple if plain_tuple else _reduce,
         tools=tools,
         limits={
             "max_turns": turns + 1,

@@ -35,3 +35,8 @@ async def test_batch_benchmark_rows_complete(entry: str) -> None:
     expected = burn(3) if entry == "cpu-row" else 3
     assert [(r["status"], r["result"], r["turns"], r["calls"]) for r in rows] == [
         ("completed", expected, 2, 1)]
+
+
+async def test_the_tuple_reducer_workload_agrees_with_the_baseline() -> None:
+    """W4's ``state["history"] + tuple(outcomes)`` variant makes the same history."""
+    assert await agent(6, plain_tuple=True).run_or_raise({}) == 6

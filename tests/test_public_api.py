@@ -93,6 +93,24 @@ def test_importing_the_package_stays_light() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_importing_the_agent_api_loads_neither_pydantic_nor_jsonschema() -> None:
+    """``from tubeless import define_agent, define_tool, Limits`` imports the validators only
+    when a schema is built, and an agent built from type schemas never needs jsonschema."""
+    code = (
+        "import sys\n"
+        "from tubeless import define_agent, define_tool, Limits\n"
+        "heavy = {'pydantic', 'jsonschema'}\n"
+        "loaded = lambda: sorted({m.split('.')[0] for m in sys.modules} & heavy)\n"
+        "print(loaded())\n"
+        "async def upper(text: str) -> str:\n"
+        "    return text.upper()\n"
+        "define_tool(description='Upper.', input_schema=str, output_schema=str, run=upper)\n"
+        "print(loaded())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "['pydantic']"]
+
+
 def test_all_is_every_lazily_homed_name_plus_the_version() -> None:
     """``__all__`` and the ``_HOMES`` table that ``__getattr__`` reads name the same names."""
     homed = [name for names in tubeless._HOMES.values() for name in names]

@@ -16,12 +16,19 @@ from typing import Any
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
+import referencing
+import referencing.exceptions
 
 from tubeless.errors import ValidationIssue
 from tubeless.frozen import canonical_json, thaw
 
-# Longest schema-side value (as canonical JSON) quoted in an ``enum`` / ``const`` message.
-_MAX_QUOTED_SCHEMA_VALUE = 80
+# The longest schema-side value (as canonical JSON) quoted in an ``enum`` / ``const`` message.
+from tubeless.schema import _MAX_QUOTED_SCHEMA_VALUE
+
+# What ``tubeless.schema`` needs from jsonschema and referencing, imported with this module.
+SchemaError = jsonschema.exceptions.SchemaError
+Registry = referencing.Registry
+Unresolvable = referencing.exceptions.Unresolvable
 
 
 def _properties_filling_defaults(

@@ -281,6 +281,25 @@ def freeze(value: Any) -> Any:
     return _freeze_container(value)
 
 
+def growable(value: Any) -> Any:
+    """``value`` (already frozen) with its top-level plain tuples as :class:`FrozenTuple`.
+
+    For state that grows by concatenation: ``state["history"] + tuple(outcomes)`` on a
+    ``FrozenTuple`` checks only the new items and yields a ``FrozenTuple`` again, which
+    :func:`freeze` reuses without a look, where a plain tuple would be walked whole on every
+    commit. Only a ``FrozenDict``'s own values are converted (one C-level pass over their
+    types); each conversion copies the tuple once, without looking at its items. Anything
+    else is returned as it is.
+    """
+    if type(value) is not FrozenDict or tuple not in map(type, dict.values(value)):
+        return value
+    return FrozenDict._trusted(
+        {
+            key: tuple.__new__(FrozenTuple, item) if type(item) is tuple else item
+            for key, item in dict.items(value)
+        }
+    )
+
 
 def _reject(value: Any, path: tuple[str | int, ...]) -> NoReturn:
     raise FreezeError(path, f"unsupported type {type(value).__name__}")

@@ -24,22 +24,35 @@ worker threads.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, NoReturn, final
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, final
 
-import jsonschema
-import jsonschema.exceptions
-import pydantic
-import referencing
-import referencing.exceptions
-
-from tubeless._jsonschema_messages import (
-    _MAX_QUOTED_SCHEMA_VALUE,
-    _DefaultFillingValidator,
-    _jsonschema_issues,
-    _pointer,
-)
 from tubeless.errors import ValidationIssue
 from tubeless.frozen import FreezeError, canonical_json, fingerprint, freeze, thaw
+
+if TYPE_CHECKING:
+    import pydantic
+
+# pydantic and jsonschema are imported where a schema is first built or used, not here: a plain
+# ``from tubeless import define_agent`` need not pay for either (about half its import time).
+
+
+def _json_schema_tools() -> Any:
+    """The jsonschema side (with ``referencing``), imported on first use."""
+    import tubeless._jsonschema_messages as tools
+
+    return tools
+
+
+def _pydantic() -> Any:
+    """pydantic, imported on first use (later calls find it in ``sys.modules``)."""
+    import pydantic
+
+    return pydantic
+
+
+#: The longest schema text a ``repr`` (and an ``enum``/``const`` message) quotes.
+_MAX_QUOTED_SCHEMA_VALUE = 80
+
 
 __all__ = ["Schema", "SchemaDefinitionError", "SchemaValidationError"]
 
@@ -94,7 +107,7 @@ class Schema:
                 object.__setattr__(self, name, getattr(source, name))
         elif isinstance(source, dict):
             self._init_json(source)
-        elif isinstance(source, type) and issubclass(source, pydantic.BaseModel):
+        elif isinstance(source, type) and issubclass(source, _pydantic().BaseModel):
             self._init_model(source)
         else:
             self._init_adapter(source)
@@ -143,6 +156,7 @@ class Schema:
     # -- construction ---------------------------------------------------------------------
 
     def _init_model(self, model: type[pydantic.BaseModel]) -> None:
+        pydantic = _pydantic()
         if not model.__pydantic_complete__:
             try:
                 model.model_rebuild(raise_errors=True)
@@ -165,8 +179,9 @@ class Schema:
             raise SchemaDefinitionError(
                 "Cannot build a schema from a string; pass the type itself, not its name"
             )
+        pydantic = _pydantic()
         try:
-            adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(source)
+            adapter = pydantic.TypeAdapter(source)
         except pydantic.PydanticSchemaGenerationError as err:
             # Pydantic's advice (arbitrary_types_allowed) does not apply here; the cause keeps it.
             raise SchemaDefinitionError(
@@ -197,16 +212,19 @@ class Schema:
         except FreezeError as err:
             raise SchemaDefinitionError(f"Invalid JSON Schema: {err}") from err
         plain = thaw(frozen)  # jsonschema wants lists for arrays; this copy is never shared
+        tools = _json_schema_tools()
         try:
-            _DefaultFillingValidator.check_schema(plain)
-        except jsonschema.exceptions.SchemaError as err:
-            where = _pointer(err.absolute_path)
+            tools._DefaultFillingValidator.check_schema(plain)
+        except tools.SchemaError as err:
+            where = tools._pointer(err.absolute_path)
             raise SchemaDefinitionError(
                 f"Invalid JSON Schema{' at ' + where if where else ''}: {err.message}"
             ) from err
         # An empty registry: a ``$ref`` to a URL is an error, never a network fetch (jsonschema's
         # default registry still downloads remote references, with a deprecation warning).
-        validator = _DefaultFillingValidator(plain, registry=referencing.Registry())
+        validator = tools._DefaultFillingValidator(plain, registry=tools.Registry())
+        unresolvable = tools.Unresolvable
+        issues_of = tools._jsonschema_issues
 
         def validate(value: Any) -> Any:
             try:
@@ -218,10 +236,10 @@ class Schema:
                 ) from None
             try:
                 errors = list(validator.iter_errors(instance))
-            except referencing.exceptions.Unresolvable as err:
+            except unresolvable as err:
                 raise SchemaDefinitionError(f"Unresolvable JSON Schema reference: {err}") from err
             if errors:
-                raise SchemaValidationError(_jsonschema_issues(errors))
+                raise SchemaValidationError(issues_of(errors))
             return instance
 
         self._set(
@@ -292,6 +310,7 @@ class Schema:
         cached = self._json_schema
         if cached is not None:
             return cached
+        pydantic = _pydantic()
         try:
             if self._adapter is not None:
                 raw = self._adapter.json_schema(mode="validation")

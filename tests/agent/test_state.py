@@ -656,3 +656,55 @@ async def test_turns_leave_no_reference_cycles_holding_old_states() -> None:
         gc.enable()
     assert run.value == 40
     assert len(histories) <= 2
+
+
+async def test_a_tuple_history_grown_with_a_plain_tuple_is_never_walked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``state["history"] + tuple(outcomes)``: the committed history is a ``FrozenTuple``, so
+    freezing the next state looks at no item of what the history already held."""
+    import tubeless._frozen_walk as walk
+    import tubeless.frozen as frozen_module
+    from tubeless.frozen import FrozenTuple
+
+    looked = [0]
+    real_needs_look, real_container = walk._needs_look, frozen_module._freeze_container
+
+    def counting_needs_look(values: Any) -> list[int]:
+        looked[0] += len(values)
+        return real_needs_look(values)
+
+    def counting_container(root: Any) -> Any:
+        looked[0] += len(root)
+        return real_container(root)
+
+    monkeypatch.setattr(walk, "_needs_look", counting_needs_look)
+    monkeypatch.setattr(frozen_module, "_freeze_container", counting_container)
+    kinds: list[type] = []
+
+    def reduce(state: Any, outcomes: Any) -> Any:
+        kinds.append(type(state["history"]))
+        return {"history": state["history"] + tuple(outcomes)}
+
+    turns = 120
+    agent = _agent(
+        lambda state, ctx: finish(len(state["history"])) if ctx.turn > turns
+        else continue_with(call("echo", "x", id=f"c{ctx.turn}")),
+        initial_state=lambda _: {"history": ()},
+        reduce=reduce,
+        limits={"max_turns": turns + 1, "max_decisions": turns + 1, "max_calls": turns},
+    )
+    run = await agent.run({})
+    assert run.status == "completed", run.errors
+    assert run.value == turns
+    assert set(kinds) == {FrozenTuple}
+    # Each commit looks at its own new items, never the whole history (60 items on average).
+    assert looked[0] <= 4 * turns
+
+
+def test_freezing_a_frozen_tuple_looks_at_none_of_its_items() -> None:
+    """A ``FrozenTuple`` is trusted as it is: even a smuggled list inside is not looked at."""
+    from tubeless.frozen import FrozenTuple, freeze
+
+    smuggled = FrozenTuple._trusted([[1], {"a": 2}])
+    assert freeze(smuggled) is smuggled

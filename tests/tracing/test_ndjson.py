@@ -299,3 +299,31 @@ async def test_lines_are_exactly_the_compact_json_of_each_record(tmp_path: Path)
     assert {r["name"] for r in trace.records} >= {"step.attempted", "step.running"}
     assert any("iteration" in r and "correlationId" in r for r in trace.records)
     assert path.read_text(encoding="utf-8") == expected
+
+
+async def test_a_plans_constant_payloads_are_encoded_once_for_every_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``step.planned`` and ``pipeline.started`` payloads are shared by every run of a plan
+    and encoded once, and each line is still the compact JSON of its record."""
+    import tubeless.tracing.records as records
+
+    encoded: list[int] = []
+    real = records.compact_json
+
+    def counting(value: Any) -> str:
+        if type(value) is records.ConstantPayload:
+            encoded.append(id(value))
+        return real(value)
+
+    monkeypatch.setattr(records, "compact_json", counting)
+    pipeline = two_steps()
+    path = tmp_path / "t.ndjson"
+    with NdjsonSink(path) as sink:
+        for _ in range(3):
+            await pipeline.run(trace=sink)
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert all(line(json.loads(text)) == text for text in lines)
+    names = [json.loads(text)["name"] for text in lines]
+    assert names.count("step.planned") == 6 and names.count("pipeline.started") == 3
+    assert len(encoded) == len(set(encoded)) == 3  # two plan steps and one run start

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tubeless.errors import AGENT_INVALID_STATE, TubelessError
-from tubeless.frozen import FreezeError, freeze
+from tubeless.frozen import FreezeError, freeze, growable
 
 __all__ = ["StateError", "own"]
 
@@ -25,8 +25,12 @@ class StateError(TubelessError):
 
 
 def own(value: Any, where: str = "Agent state") -> Any:
-    """A frozen copy of ``value`` (already-frozen parts are reused, not copied)."""
+    """A frozen copy of ``value`` (already-frozen parts are reused, not copied).
+
+    Top-level tuples become ``FrozenTuple`` (see :func:`~tubeless.frozen.growable`), so a
+    history grown with ``+ tuple(outcomes)`` is never walked again.
+    """
     try:
-        return freeze(value)
+        return growable(freeze(value))
     except FreezeError as exc:
         raise StateError(where, exc) from None

@@ -168,6 +168,21 @@ class Progress:
     def report(self, ctx: StepContext) -> None:
         calls, status = self.calls, self.status
         total = len(calls)
+        # A batch of one call (the common one) shows that call, whatever its status.
+        shown = [0] if total == 1 else self._shown(total)
+        rows: list[Mapping[str, Any]] = [
+            {"id": calls[i].id, "name": calls[i].tool, "depth": 0, "status": status[i]}
+            for i in shown
+        ]
+        hidden = total - len(rows)
+        if hidden > 0:
+            rows.append({"id": "more", "label": f"{hidden} more calls", "depth": 0})
+        done = self.done
+        ctx.report_progress(done, total, f"{done} of {total} calls", rows)
+
+    def _shown(self, total: int) -> list[int]:
+        """The indices of the visible calls, in the order they are shown."""
+        status = self.status
         first = list(heapq.merge(self.running[:_MAX_SHOWN_CALLS], self.failed[:_MAX_SHOWN_CALLS]))
         shown = first[:_MAX_SHOWN_CALLS]
         if len(shown) < _MAX_SHOWN_CALLS:
@@ -179,15 +194,7 @@ class Progress:
                     room -= 1
                     if not room:
                         break
-        rows: list[Mapping[str, Any]] = [
-            {"id": calls[i].id, "name": calls[i].tool, "depth": 0, "status": status[i]}
-            for i in shown
-        ]
-        hidden = total - len(rows)
-        if hidden > 0:
-            rows.append({"id": "more", "label": f"{hidden} more calls", "depth": 0})
-        done = self.done
-        ctx.report_progress(done, total, f"{done} of {total} calls", rows)
+        return shown
 
 
 class _NoProgress(Progress):

@@ -170,22 +170,12 @@ class Run(RunState):
         plan = pipeline.plan(
             dry_run=controls.dry_run, targets=controls.targets, step_ids=controls.step_ids
         )
-        identity = pipeline.identity
         envelope = self.envelope
         if envelope is not None:
+            snapshot = self.parent_run_id is None or pipeline.has_agent
             self.emit(
-                envelope.pipeline_started(
-                    started_ms,
-                    dry_run=controls.dry_run,
-                    plan_ok=plan.ok,
-                    step_count=len(plan.steps),
-                    target_ids=pipeline.target_ids,
-                    definition_identity=identity.to_wire(),
-                    definition_snapshot=(
-                        pipeline.trace_snapshot()
-                        if self.parent_run_id is None or pipeline.has_agent
-                        else None
-                    ),
+                envelope.pipeline_started_with(
+                    started_ms, plan.started_payload(pipeline, snapshot=snapshot)
                 )
             )
         if not plan.ok:

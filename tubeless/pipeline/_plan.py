@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tubeless import errors as codes
 from tubeless.errors import PipelineError
+from tubeless.tracing.records import ConstantPayload, started_payload
 
 if TYPE_CHECKING:
     from tubeless.pipeline._pipeline import Pipeline
@@ -153,6 +154,7 @@ class Plan:
     steps: tuple[PlanStep, ...]
     pipeline: Pipeline = field(repr=False, compare=False)
     _payloads: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
+    _started: dict[bool, ConstantPayload] = field(default_factory=dict, repr=False, compare=False)
 
     def step(self, step_id: str) -> PlanStep:
         """The plan step ``step_id`` (``KeyError`` if absent)."""
@@ -169,8 +171,24 @@ class Plan:
     def planned_payloads(self) -> list[dict[str, Any]]:
         """``step.planned`` payloads, built once per plan."""
         if not self._payloads and self.steps:
-            self._payloads.extend(s.planned_payload() for s in self.steps)
+            # Shared by every run of the plan, so their JSON is encoded once.
+            self._payloads.extend(ConstantPayload(s.planned_payload()) for s in self.steps)
         return self._payloads
+
+    def started_payload(self, pipeline: Pipeline, *, snapshot: bool) -> ConstantPayload:
+        """The ``pipeline.started`` payload of a run of this plan of ``pipeline``, built once
+        (with or without the definition snapshot)."""
+        payload = self._started.get(snapshot)
+        if payload is None:
+            payload = self._started[snapshot] = started_payload(
+                dry_run=self.dry_run,
+                plan_ok=self.ok,
+                step_count=len(self.steps),
+                target_ids=pipeline.target_ids,
+                definition_identity=pipeline.identity.to_wire(),
+                definition_snapshot=pipeline.trace_snapshot() if snapshot else None,
+            )
+        return payload
 
     def to_dict(self, *, definition: bool = False) -> dict[str, Any]:
         """A JSON-ready snake_case dict (``tubeless plan --json``)."""

@@ -25,7 +25,7 @@ from tubeless.tracing.reader import (
     json_problem,
     record_problem,
 )
-from tubeless.tracing.records import record_json
+from tubeless.tracing.records import record_line
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = [
@@ -74,9 +74,9 @@ class NdjsonSink:
     __slots__ = (
         "__weakref__",
         "_closed",
-        "_encode",
         "_failure",
         "_identity",
+        "_line",
         "_lock",
         "_owned",
         "_path",
@@ -109,7 +109,7 @@ class NdjsonSink:
         self._stream = stream
         self._owned = owned
         self._write = stream.write
-        self._encode = record_json if _writes_utf8(stream) else compact_ascii
+        self._line = record_line if _writes_utf8(stream) else _ascii_line
         self._closed = False
         self._failure: Exception | None = None
         # Exports and the timer's write-through come from different threads.
@@ -123,7 +123,7 @@ class NdjsonSink:
         """Append ``record`` as one line; a turn's or root run's last one writes through."""
         if self._closed:
             raise ValueError(f"{self!r} is closed")
-        line = self._encode(record) + "\n"
+        line = self._line(record)
         with self._lock:
             if self._failure is not None:
                 raise self._failure
@@ -186,6 +186,10 @@ class NdjsonSink:
                 self._write_through()
             except Exception as exc:  # reported by the next export or flush, on the run's side
                 self._failure = exc
+
+
+def _ascii_line(record: Any) -> str:
+    return compact_ascii(record) + "\n"
 
 
 def _identity(path: str | None) -> tuple[int, int] | None:

@@ -37,6 +37,7 @@ __all__ = [
     "MAX_STRING",
     "RECORD_NAMES",
     "TRACE_VERSION",
+    "ConstantPayload",
     "Envelope",
     "TraceRecord",
     "bounded_attributes",
@@ -47,7 +48,9 @@ __all__ = [
     "bounded_snapshot",
     "bounded_str",
     "record_json",
+    "record_line",
     "safe_text",
+    "started_payload",
 ]
 
 TRACE_VERSION: Final = 3
@@ -81,6 +84,26 @@ class TraceRecord(dict[str, Any]):
     envelope: Envelope
 
 
+class ConstantPayload(dict[str, Any]):
+    """A payload many records share unchanged (a plan step's, a run start's): encoded once.
+
+    A plain dict to every sink; :func:`record_json` and the SQLite sink reuse :meth:`json`
+    instead of encoding it again for each record. Nobody may change it once built.
+    """
+
+    __slots__ = ("_json",)
+
+    _json: str
+
+    def json(self) -> str:
+        """The compact JSON text, encoded on first use."""
+        try:
+            return self._json
+        except AttributeError:
+            self._json = compact_json(self)
+            return self._json
+
+
 class Envelope:
     """The relation fields of one run, built once; each record copies them.
 
@@ -93,7 +116,16 @@ class Envelope:
         iteration: ``{runId, stepId, attemptId, index}`` for iterated children.
     """
 
-    __slots__ = ("_base", "_head_json", "_iteration_json", "pipeline_id", "run_id")
+    __slots__ = (
+        "_base",
+        "_head_json",
+        "_iteration_json",
+        "_prefixes",
+        "_row_columns",
+        "_template",
+        "pipeline_id",
+        "run_id",
+    )
 
     def __init__(
         self,
@@ -117,17 +149,39 @@ class Envelope:
         if iteration is not None:
             base["iteration"] = dict(iteration)
         self._base = base
+        # Every record starts as a copy of this one (name and time replaced in place, so the
+        # key order stays that of the wire format): one C-level copy instead of a field each.
+        self._template: dict[str, Any] = {
+            "version": TRACE_VERSION,
+            "name": "",
+            **base,
+            "timestampMs": 0,
+        }
         self._head_json: str | None = None
         self._iteration_json: str | None = None
+        self._prefixes: dict[str, str] = {}
+        self._row_columns: tuple[tuple[Any, ...], str | None, str | None] | None = None
 
     def _record(self, name: str, timestamp_ms: int) -> dict[str, Any]:
-        record = TraceRecord()
-        record["version"] = TRACE_VERSION
+        record = TraceRecord(self._template)
         record["name"] = name
-        record.update(self._base)
         record["timestampMs"] = timestamp_ms
         record.envelope = self
         return record
+
+    def prefix_json(self, name: str) -> str:
+        """The JSON text of a ``name`` record up to its timestamp's value, encoded once.
+
+        ``{"version":3,"name":…,<relation fields>,"timestampMs":`` — what every record of
+        this run and name starts with.
+        """
+        prefix = self._prefixes.get(name)
+        if prefix is None:
+            prefix = self._prefixes[name] = (
+                f'{{"version":{TRACE_VERSION},"name":{_name_json(name)},'
+                f'{self.head_json()},"timestampMs":'
+            )
+        return prefix
 
     def head_json(self) -> str:
         """The JSON members of the relation fields (``"runId":…,…``), encoded once."""
@@ -143,6 +197,24 @@ class Envelope:
         if self._iteration_json is None:
             self._iteration_json = compact_json(iteration)
         return self._iteration_json
+
+    def row_columns(self) -> tuple[tuple[Any, ...], str | None, str | None]:
+        """The run's columns of a trace store row, read once: ``(version, runId,
+        correlationId, parentRunId, pipelineId)``, ``itemKey`` and the iteration's JSON."""
+        if self._row_columns is None:
+            base = self._base
+            self._row_columns = (
+                (
+                    TRACE_VERSION,
+                    base["runId"],
+                    base.get("correlationId"),
+                    base.get("parentRunId"),
+                    base["pipelineId"],
+                ),
+                base.get("itemKey"),
+                self.iteration_json(),
+            )
+        return self._row_columns
 
     @property
     def field_count(self) -> int:
@@ -162,16 +234,22 @@ class Envelope:
         definition_snapshot: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """``pipeline.started``: the run's plan summary and definition identity."""
-        payload: dict[str, Any] = {
-            "dryRun": dry_run,
-            "planOk": plan_ok,
-            "stepCount": step_count,
-            "targetIds": bounded_list(target_ids),
-        }
-        if definition_identity is not None:
-            payload["definitionIdentity"] = definition_identity
-        if definition_snapshot is not None:
-            payload["definitionSnapshot"] = definition_snapshot
+        return self.pipeline_started_with(
+            timestamp_ms,
+            started_payload(
+                dry_run=dry_run,
+                plan_ok=plan_ok,
+                step_count=step_count,
+                target_ids=target_ids,
+                definition_identity=definition_identity,
+                definition_snapshot=definition_snapshot,
+            ),
+        )
+
+    def pipeline_started_with(
+        self, timestamp_ms: int, payload: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """``pipeline.started`` with a payload from :func:`started_payload` (often shared)."""
         record = self._record("pipeline.started", timestamp_ms)
         record["payload"] = payload
         return record
@@ -327,6 +405,27 @@ class Envelope:
         return record
 
 
+def started_payload(
+    *,
+    dry_run: bool,
+    plan_ok: bool,
+    step_count: int,
+    target_ids: Iterable[str],
+    definition_identity: Mapping[str, Any] | None = None,
+    definition_snapshot: Mapping[str, Any] | None = None,
+) -> ConstantPayload:
+    """The payload of a ``pipeline.started`` record: the same for every run of one plan, so
+    an executor may build it once and share it."""
+    payload = ConstantPayload(
+        dryRun=dry_run, planOk=plan_ok, stepCount=step_count, targetIds=bounded_list(target_ids)
+    )
+    if definition_identity is not None:
+        payload["definitionIdentity"] = definition_identity
+    if definition_snapshot is not None:
+        payload["definitionSnapshot"] = definition_snapshot
+    return payload
+
+
 _TERMINAL_NAMES: Final = {
     "completed": "step.complete",
     "skipped": "step.skipped",
@@ -343,13 +442,43 @@ def record_json(record: Any) -> str:
     if type(record) is not TraceRecord:
         return compact_json(record)
     envelope = record.envelope
-    head = 3 + envelope.field_count  # version, name, the relation fields, timestampMs
+    prefixes = envelope._prefixes
+    name = record["name"]
+    prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
+    # Version, name, the relation fields and timestampMs come first (see ``_record``).
+    return prefix + _rest_json(record, len(envelope._template))
+
+
+def record_line(record: Any) -> str:
+    """``record_json(record) + "\n"``, built in one piece (an NDJSON line)."""
+    if type(record) is not TraceRecord:
+        return compact_json(record) + "\n"
+    envelope = record.envelope
+    prefixes = envelope._prefixes
+    name = record["name"]
+    prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
+    return prefix + _rest_json(record, len(envelope._template)) + "\n"
+
+
+def _rest_json(record: TraceRecord, head: int) -> str:
+    """The timestamp's value and every field after it, to the closing brace.
+
+    Version, name, the relation fields and ``timestampMs`` are the first ``head`` fields (see
+    ``Envelope._record``); a :class:`ConstantPayload`, always the last field, is not encoded
+    again.
+    """
+    timestamp = record["timestampMs"]
+    payload = record.get("payload")
+    if type(payload) is ConstantPayload:
+        size = len(record) - 1
+        if size == head:
+            return f'{timestamp},"payload":{payload.json()}}}'
+        rest = compact_json(dict(islice(record.items(), head, size)))
+        return f'{timestamp},{rest[1:-1]},"payload":{payload.json()}}}'
     rest = compact_json(dict(islice(record.items(), head, None)))
-    return (
-        f'{{"version":{record["version"]},"name":{_name_json(record["name"])},'
-        f'{envelope.head_json()},"timestampMs":{record["timestampMs"]}'
-        + ("}" if rest == "{}" else "," + rest[1:])
-    )
+    if rest == "{}":
+        return f"{timestamp}}}"
+    return f"{timestamp},{rest[1:]}"
 
 
 def _name_json(name: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
 from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, json_problem, record_problem
-from tubeless.tracing.records import TraceRecord
+from tubeless.tracing.records import ConstantPayload, TraceRecord
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = ["BATCH_SIZE", "STORE_VERSION", "TABLE", "SqliteSink", "read_sqlite"]
@@ -141,13 +141,25 @@ def _row(record: Mapping[str, Any]) -> Row:
     get = record.get
     payload = record["payload"]
     error = get("error")
+    if type(record) is TraceRecord:
+        # The run's own columns come from its envelope, read once per run.
+        head, item_key, iteration_json = record.envelope.row_columns()
+        return (
+            *head,
+            get("stepId"),
+            get("attemptId"),
+            item_key,
+            record["name"],
+            record["timestampMs"],
+            get("durationMs"),
+            payload.json()
+            if type(payload) is ConstantPayload
+            else compact_json(payload) if payload else "{}",
+            None if error is None else compact_json(error),
+            iteration_json,
+        )
     iteration = get("iteration")
-    if iteration is None:
-        iteration_json = None
-    elif type(record) is TraceRecord:
-        iteration_json = record.envelope.iteration_json()
-    else:
-        iteration_json = compact_json(iteration)
+    iteration_json = None if iteration is None else compact_json(iteration)
     return (
         record["version"],
         record["runId"],

@@ -1,0 +1,87 @@
+"""Run one workload once, for an instruction count that the machine's load does not change.
+
+``valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no
+--toggle-collect=starmap_next python -m benchmarks.count W1 ndjson`` counts the instructions of
+the run alone (it runs inside one ``itertools.starmap`` call; imports and setup are not counted).
+
+Workloads: ``W1`` (200 turns), ``W2`` (20 turns of 5 calls), ``W3`` (200 one-turn runs),
+``W4-250``/``W4-4000`` and ``W4T-250``/``W4T-4000`` (the ``+ tuple(outcomes)`` reducer).
+Kinds: ``untraced``, ``bare`` (the hand-written loop), ``executor`` (untraced, lean path off),
+``null`` (a sink that keeps nothing), ``ndjson``, ``sqlite``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.workloads import agent, baseline
+
+_SHAPES = {
+    "W1": (200, 1, 1, 1, False),
+    "W2": (20, 5, 3, 1, False),
+    "W3": (1, 1, 1, 200, False),
+    "W4-250": (250, 1, 1, 1, False),
+    "W4-4000": (4000, 1, 1, 1, False),
+    "W4T-250": (250, 1, 1, 1, True),
+    "W4T-4000": (4000, 1, 1, 1, True),
+}
+
+
+class _NullSink:
+    def export(self, record: Any) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _sink(kind: str, folder: Path) -> Any:
+    from tubeless.tracing import NdjsonSink, SqliteSink
+    from tubeless.tracing import sinks as sink_module
+
+    # Valgrind slows the run some fifty-fold: no quarter-second timer thread in the count.
+    sink_module.flush_later.__defaults__ = (3600.0,)
+    if kind == "ndjson":
+        return NdjsonSink(folder / "trace.ndjson")
+    if kind == "sqlite":
+        return SqliteSink(folder / "trace.sqlite")
+    return _NullSink()
+
+
+def main() -> int:
+    name, kind = sys.argv[1], sys.argv[2]
+    turns, width, concurrency, runs, plain_tuple = _SHAPES[name]
+    pipeline = agent(turns, width, concurrency=concurrency, plain_tuple=plain_tuple)
+    folder = Path(tempfile.mkdtemp())
+    sink = _sink(kind, folder) if kind in ("null", "ndjson", "sqlite") else None
+
+    async def once() -> None:
+        from tubeless.pipeline import lean_path
+
+        for _ in range(runs):
+            if kind == "bare":
+                await baseline(turns, width)
+            elif sink is not None:
+                run = await pipeline.run({}, trace=sink)
+                assert run.status == "completed"
+            else:
+                with lean_path(kind != "executor"):
+                    await pipeline.run_or_raise({})
+
+    asyncio.run(once())  # warm-up: caches and lazy imports, outside the count
+    list(itertools.starmap(lambda: asyncio.run(once()), [()]))
+    if sink is not None:
+        sink.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
