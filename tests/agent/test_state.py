@@ -663,12 +663,11 @@ async def test_a_tuple_history_grown_with_a_plain_tuple_is_never_walked_again(
 ) -> None:
     """``state["history"] + tuple(outcomes)``: the committed history is a ``FrozenTuple``, so
     freezing the next state looks at no item of what the history already held."""
-    import tubeless._frozen_walk as walk
     import tubeless.frozen as frozen_module
     from tubeless.frozen import FrozenTuple
 
     looked = [0]
-    real_needs_look, real_container = walk._needs_look, frozen_module._freeze_container
+    real_needs_look, real_container = frozen_module._needs_look, frozen_module._freeze_container
 
     def counting_needs_look(values: Any) -> list[int]:
         looked[0] += len(values)
@@ -678,7 +677,7 @@ async def test_a_tuple_history_grown_with_a_plain_tuple_is_never_walked_again(
         looked[0] += len(root)
         return real_container(root)
 
-    monkeypatch.setattr(walk, "_needs_look", counting_needs_look)
+    monkeypatch.setattr(frozen_module, "_needs_look", counting_needs_look)
     monkeypatch.setattr(frozen_module, "_freeze_container", counting_container)
     kinds: list[type] = []
 
