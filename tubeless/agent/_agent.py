@@ -25,11 +25,11 @@ from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope
 from tubeless.agent._sources import REMOTES_ATTRIBUTE, connect_sources
-from tubeless.agent._state import own
+from tubeless.agent._state import freeze_state
 from tubeless.agent._tape import TAPE_SLOT, open_tape
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
 from tubeless.agent._trace import agent_trace
-from tubeless.agent._turn import AgentSpec, TurnInput, build_turn_pipeline
+from tubeless.agent._turn import TurnInput, TurnSpec, build_turn_pipeline
 from tubeless.durable._session import SESSION_SLOT
 from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict, thaw
@@ -192,7 +192,7 @@ def define_agent(
         )
         for entry in registry.values()
     )
-    spec = AgentSpec(
+    spec = TurnSpec(
         id=id,
         decide=decide,
         dry_run=dry_run,
@@ -222,7 +222,7 @@ def _approval(tool: Tool) -> dict[str, str]:
     return {"approval": "always" if tool.approval == "always" else "predicate"}
 
 
-def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
+def _metadata(spec: TurnSpec, inputs: Schema) -> dict[str, Any]:
     limits = spec.limits
     return {
         "limits": {
@@ -249,7 +249,7 @@ def _metadata(spec: AgentSpec, inputs: Schema) -> dict[str, Any]:
     }
 
 
-def _snapshot_metadata(spec: AgentSpec) -> dict[str, Any]:
+def _snapshot_metadata(spec: TurnSpec) -> dict[str, Any]:
     """The agent metadata as the definition snapshot records it (the original release's shape).
 
     Descriptors enter as fingerprints, each tool with its pipeline's identity; the structural
@@ -280,7 +280,7 @@ def _snapshot_metadata(spec: AgentSpec) -> dict[str, Any]:
 
 
 def _compile(
-    spec: AgentSpec,
+    spec: TurnSpec,
     inputs: Schema,
     initial_state: Callable[..., Any],
     name: str | None,
@@ -296,7 +296,8 @@ def _compile(
         journal: Journal = ctx.slots.get(JOURNAL_SLOT, NO_JOURNAL)
         resumed = journal.resumed_turn()
         if resumed is None:
-            state = own(await maybe_await(initial_state(ctx.options)), "Agent initial state")
+            initial = await maybe_await(initial_state(ctx.options))
+            state = freeze_state(initial, "Agent initial state")
             number, version, calls = 1, 0, 0
         else:
             state, number, version, calls = resumed

@@ -48,7 +48,7 @@ from tubeless.schema import Schema
 
 if TYPE_CHECKING:
     from tubeless.agent._prepare import PreparedCall
-    from tubeless.agent._turn import AgentSpec, TurnInput
+    from tubeless.agent._turn import TurnInput, TurnSpec
 
 __all__ = ["CheckpointJournal", "run_durable"]
 
@@ -151,7 +151,7 @@ class CheckpointJournal(Journal):
     __slots__ = ("base", "book", "budget", "dirty", "entry", "registry", "resuming", "route")
 
     def __init__(
-        self, book: Book, route: str, entry: dict[str, Any], budget: Budget, spec: AgentSpec,
+        self, book: Book, route: str, entry: dict[str, Any], budget: Budget, spec: TurnSpec,
         resumed: bool,
     ) -> None:
         self.book = book

@@ -20,7 +20,7 @@ from tubeless.pipeline import Pipeline
 from tubeless.pipeline._identity import descriptor_fingerprint
 
 if TYPE_CHECKING:
-    from tubeless.agent._turn import AgentSpec
+    from tubeless.agent._turn import TurnSpec
 
 __all__ = ["DurableAgent", "check_saved", "input_digest"]
 
@@ -30,7 +30,7 @@ class DurableAgent:
 
     __slots__ = ("_definition", "implementation_version", "pipeline", "spec")
 
-    def __init__(self, spec: AgentSpec, implementation_version: str | None) -> None:
+    def __init__(self, spec: TurnSpec, implementation_version: str | None) -> None:
         self.spec = spec
         self.implementation_version = implementation_version
         self.pipeline: Pipeline | None = None

@@ -7,7 +7,7 @@ from typing import Any
 from tubeless.errors import AGENT_INVALID_STATE, TubelessError
 from tubeless.frozen import FreezeError, freeze, growable
 
-__all__ = ["StateError", "own"]
+__all__ = ["StateError", "freeze_state"]
 
 
 class StateError(TubelessError):
@@ -24,7 +24,7 @@ class StateError(TubelessError):
         self.path = error.path
 
 
-def own(value: Any, where: str = "Agent state") -> Any:
+def freeze_state(value: Any, where: str = "Agent state") -> Any:
     """A frozen copy of ``value`` (already-frozen parts are reused, not copied).
 
     Top-level tuples become ``FrozenTuple`` (see :func:`~tubeless.frozen.growable`), so a

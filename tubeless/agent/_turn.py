@@ -21,7 +21,7 @@ from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._sources import LiveTools
-from tubeless.agent._state import own
+from tubeless.agent._state import freeze_state
 from tubeless.agent._tape import Tape
 from tubeless.agent._trace import AgentTrace
 from tubeless.frozen import FrozenDict
@@ -30,11 +30,11 @@ from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
 from tubeless.tracing._otel_spans import model_request_attributes
 
-__all__ = ["AgentSpec", "DecisionContext", "TurnInput", "build_turn_pipeline"]
+__all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class AgentSpec:
+class TurnSpec:
     """Everything the turn steps need about their agent (fixed at definition time)."""
 
     id: str
@@ -208,7 +208,7 @@ def remaining(scope: Scope | None, max_turns: int, turn: int) -> FrozenDict:
     )
 
 
-def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
+def build_turn_pipeline(spec: TurnSpec) -> Pipeline:
     """Compile the turn pipeline of ``spec``."""
     steps = [
         Step(id="decide", run=partial(decide, spec), orchestration=True, name="Decide"),
@@ -232,7 +232,7 @@ def build_turn_pipeline(spec: AgentSpec) -> Pipeline:
 
 # -- step 1: decide ----------------------------------------------------------------------------
 async def decide(
-    spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext
+    spec: TurnSpec, inputs: dict[str, Any], ctx: StepContext
 ) -> _Finished | tuple[PreparedCall, ...]:
     """Ask for a decision; a finish ends the loop, a batch of calls is admitted."""
     t: TurnInput = ctx.options
@@ -250,7 +250,7 @@ async def decide(
 
 
 async def final(
-    spec: AgentSpec, t: TurnInput, ctx: StepContext, reached: LimitReachedError
+    spec: TurnSpec, t: TurnInput, ctx: StepContext, reached: LimitReachedError
 ) -> _Finished:
     """``on_limit="finish"``: one more decision, uncharged, with ``ctx.final``; it must finish."""
     t.trace.limit_reached(ctx, t, reached.limit)
@@ -264,7 +264,7 @@ async def final(
 
 
 async def ask(
-    spec: AgentSpec, t: TurnInput, ctx: StepContext, *, final: bool = False
+    spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = False
 ) -> Any:
     """Charge one decision (not the ``final`` one), then call ``decide`` (``dry_run`` in dry
     runs) under a permit."""
@@ -300,7 +300,7 @@ async def ask(
     return raw
 
 
-def finish(spec: AgentSpec, t: TurnInput, ctx: StepContext, decision: Finish) -> _Finished:
+def finish(spec: TurnSpec, t: TurnInput, ctx: StepContext, decision: Finish) -> _Finished:
     """The finish result, once the result schema accepted it."""
     t.trace.decided(ctx, t, "finish", 0)
     try:
@@ -313,7 +313,7 @@ def finish(spec: AgentSpec, t: TurnInput, ctx: StepContext, decision: Finish) ->
 
 
 def admit(
-    spec: AgentSpec, t: TurnInput, ctx: StepContext, decision: Continue
+    spec: TurnSpec, t: TurnInput, ctx: StepContext, decision: Continue
 ) -> tuple[PreparedCall, ...]:
     """The batch's calls, prepared, once the turn and call limits allow them."""
     count = len(decision.calls)
@@ -364,7 +364,7 @@ def charge(t: TurnInput, count: int) -> None:
         t.journal.admitted(t, count)
 
 
-def gated_calls(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
+def gated_calls(spec: TurnSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
     """``calls`` for an agent with tools that may need approval: after the charge, every
     approval predicate of the batch runs, then a batch with gated calls goes to the approver."""
     decided = inputs["decide"]
@@ -407,7 +407,7 @@ def gated_calls(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> An
 
 
 # -- step 3: reduce ----------------------------------------------------------------------------
-def reduce(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
+def reduce(spec: TurnSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
     """The transition: finish, or the next turn's input with the reduced state committed.
 
     Synchronous unless the user's reducer is (then an awaitable of the transition).
@@ -422,13 +422,13 @@ def reduce(spec: AgentSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
     reduced = spec.reduce(t.state, outcomes)
     if is_awaitable(reduced):
         return _reduce_async(reduced, t, len(outcomes), ctx)
-    return _next(t, own(reduced), len(outcomes), ctx)
+    return _next(t, freeze_state(reduced), len(outcomes), ctx)
 
 
 async def _reduce_async(
     reduced: Awaitable[Any], t: TurnInput, count: int, ctx: StepContext
 ) -> dict[str, Any]:
-    return _next(t, own(await reduced), count, ctx)
+    return _next(t, freeze_state(await reduced), count, ctx)
 
 
 def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, Any]:
