@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from tubeless.agent._prepare import PreparedCall
@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from tubeless.pipeline import StepContext
 
 __all__ = ["TRACED", "UNTRACED", "AgentTrace", "agent_trace"]
+
+#: How a call's progress row ends.
+CallEnd = Literal["completed", "failed", "cancelled"]
 
 _MAX_SHOWN_CALLS = 32
 
@@ -155,7 +158,7 @@ class Progress:
         self.status[index] = "running"
         bisect.insort(self.running, index)  # calls start in decision order: an append
 
-    def finish(self, index: int, status: str) -> None:
+    def finish(self, index: int, status: CallEnd) -> None:
         running = self.running
         at = bisect.bisect_left(running, index)
         if at < len(running) and running[at] == index:
@@ -208,7 +211,7 @@ class _NoProgress(Progress):
     def start(self, index: int) -> None:
         pass
 
-    def finish(self, index: int, status: str) -> None:
+    def finish(self, index: int, status: CallEnd) -> None:
         pass
 
     def report(self, ctx: StepContext) -> None:

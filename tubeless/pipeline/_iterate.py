@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from tubeless import errors as codes
 from tubeless._callables import is_awaitable, maybe_await
@@ -16,6 +16,7 @@ from tubeless.pipeline._compose import _composed
 from tubeless.pipeline._context import StepContext
 from tubeless.pipeline._failures import ChildRunFailedError
 from tubeless.pipeline._pipeline import Pipeline
+from tubeless.pipeline._results import RunStatus
 from tubeless.pipeline._step import NestedPipeline, Step
 
 __all__ = ["iterate_pipeline"]
@@ -147,7 +148,7 @@ class _IterationGroups:
         self.done = 0
         self.recent: deque[dict[str, Any]] = deque(maxlen=_RECENT_ITERATIONS)
 
-    def finished(self, index: int, status: str) -> None:
+    def finished(self, index: int, status: RunStatus) -> None:
         self.done = index
         self.recent.appendleft(
             {
@@ -188,7 +189,7 @@ class _NoGroups(_IterationGroups):
     def iteration(self, ctx: StepContext, index: int) -> dict[str, Any] | None:
         return None
 
-    def finished(self, index: int, status: str) -> None:
+    def finished(self, index: int, status: RunStatus) -> None:
         pass
 
     def report(self, ctx: StepContext, current: int | None, bound: int) -> None:
@@ -198,7 +199,7 @@ class _NoGroups(_IterationGroups):
 _UNTRACED = _NoGroups()
 
 
-def _transition_kind(decision: Any) -> str:
+def _transition_kind(decision: Any) -> Literal["next", "finish"]:
     if (type(decision) is dict or isinstance(decision, Mapping)) and len(decision) == 2:
         kind = decision.get("kind")
         if kind == "next" and "state" in decision:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from tubeless import errors as codes
 from tubeless.errors import PipelineError
@@ -26,7 +26,11 @@ if TYPE_CHECKING:
     from tubeless.pipeline._execute import Controls
     from tubeless.pipeline._pipeline import Pipeline
 
-__all__ = ["UNVALIDATED", "Attempt", "RunState", "attempt_id_of"]
+__all__ = ["UNVALIDATED", "Attempt", "RunState", "StepState", "attempt_id_of"]
+
+#: Where a step of a run stands once it settled: its report status, or ``policy`` for a step its
+#: own ``skip()`` settled (reported as skipped, yet its output is published like a completed one).
+StepState = Literal["completed", "skipped", "cancelled", "failed", "policy"]
 
 #: Pass as ``validated`` when the input still needs the options schema.
 UNVALIDATED: Any = object()
@@ -106,7 +110,7 @@ class RunState:
             )
         self.options: Any = None
         self.outputs: dict[str, Any] = {}
-        self.state: dict[str, str] = {}
+        self.state: dict[str, StepState] = {}
         self.reports: dict[str, StepReport] = {}
         self.step_errors: dict[str, PipelineError] = {}
         self.run_errors: list[PipelineError] = []
@@ -204,7 +208,7 @@ class RunState:
         dependency_id: str | None = None,
         message: str | None = None,
         attempt: Attempt | None = None,
-        state: str = "skipped",
+        state: StepState = "skipped",
     ) -> None:
         self.state[ps.id] = state
         finished = now_ms()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from itertools import islice
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from tubeless.tracing._bounds import (
     MAX_DETAILS_BYTES,
@@ -52,6 +52,11 @@ __all__ = [
     "safe_text",
     "started_payload",
 ]
+
+#: How a run ends (``pipeline.completed``'s ``status``).
+RunEnd = Literal["completed", "failed", "cancelled"]
+#: How a step ends: the terminal record it gets (``step.complete``, ``step.skipped``, ...).
+StepEnd = Literal["completed", "skipped", "failed", "cancelled"]
 
 TRACE_VERSION: Final = 3
 RECORD_NAMES: Final = (
@@ -258,7 +263,7 @@ class Envelope:
         self,
         timestamp_ms: int,
         *,
-        status: str,
+        status: RunEnd,
         dry_run: bool,
         error_count: int,
         finalized: bool,
@@ -375,7 +380,7 @@ class Envelope:
         self,
         timestamp_ms: int,
         *,
-        status: str,
+        status: StepEnd,
         step_id: str,
         attempt_id: str | None = None,
         duration_ms: float | None = None,
@@ -426,7 +431,7 @@ def started_payload(
     return payload
 
 
-_TERMINAL_NAMES: Final = {
+_TERMINAL_NAMES: Final[dict[StepEnd, str]] = {
     "completed": "step.complete",
     "skipped": "step.skipped",
     "failed": "step.failed",
