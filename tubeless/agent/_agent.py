@@ -347,10 +347,10 @@ def _compile(
             if session is not None:
                 taped: dict[str, Any] = {TAPE_SLOT: tape}
                 result = await run_durable(
-                    durable, session, scope, ctx.derive(**taped), run_turns, step_inputs
+                    durable, session, scope, ctx.derive(**taped), turns, step_inputs
                 )
             else:
-                result = await run_turns(
+                result = await turns(
                     step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, TAPE_SLOT: tape})
                 )
         except BaseException as exc:
@@ -359,14 +359,16 @@ def _compile(
         tape.finished(result)
         return result
 
-    async def run_turns(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
-        """The turns, with the tools' servers connected when the agent has any."""
-        if not remote:
-            return await iterate(step_inputs, ctx)
-        # Servers that supply tools: connected for this invocation only, closed however it ends.
+    async def connected_turns(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
+        """The turns with the tools' servers connected: for this invocation only, closed however
+        it ends."""
         async with connect_sources(spec.registry, spec.capabilities, ctx) as (live, slots):
             slots[_LIVE_SLOT] = live
             return await iterate(step_inputs, ctx.derive(**slots))
+
+    # The turns as they run: with servers to connect first, or the iteration itself (one frame
+    # fewer between run() and a tool's handler).
+    turns = connected_turns if remote else iterate
 
     if remote:
         # inspect --connect finds an agent's server tools here (plans never look).
