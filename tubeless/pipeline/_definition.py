@@ -78,17 +78,17 @@ def define_pipeline(
         )
 
     steps = tuple(steps)
-    bad_objects = [s for s in steps if not isinstance(s, Step)]
+    bad_objects = [step for step in steps if not isinstance(step, Step)]
     if bad_objects:
         problem(
             codes.DEFINITION_STEP_INVALID,
             f"Every step must be made with step(...); got {type(bad_objects[0]).__name__}.",
         )
-        steps = tuple(s for s in steps if isinstance(s, Step))
+        steps = tuple(step for step in steps if isinstance(step, Step))
     if not steps and not bad_objects:
         problem(codes.DEFINITION_STEPS_EMPTY, "A pipeline needs at least one step.")
 
-    ids = [s.id for s in steps]
+    ids = [step.id for step in steps]
     seen: set[str] = set()
     duplicates = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
     if duplicates:
@@ -96,8 +96,8 @@ def define_pipeline(
             codes.DEFINITION_STEP_IDS_DUPLICATE,
             f"Step ids must be unique; duplicated: {', '.join(map(repr, duplicates))}.",
         )
-    for s in steps:
-        _check_step(s, problem)
+    for step in steps:
+        _check_step(step, problem)
 
     step_ids = set(ids)
     target_ids, targets_declared = _targets(targets, steps)
@@ -114,9 +114,9 @@ def define_pipeline(
             f"Targets are not steps of this pipeline: {', '.join(map(repr, missing_targets))}.",
         )
     missing_deps = [
-        f"{s.id} -> {dep}"
-        for s in steps
-        for dep in s.dependency_ids
+        f"{step.id} -> {dep}"
+        for step in steps
+        for dep in step.dependency_ids
         if isinstance(dep, str) and dep not in step_ids
     ]
     if missing_deps:
@@ -138,7 +138,7 @@ def define_pipeline(
     result = _schema(result_schema, "result_schema", problem)
 
     if targets_declared and finalizer.required:
-        by_id = {s.id: s for s in steps if isinstance(s.id, str)}
+        by_id = {step.id: step for step in steps if isinstance(step.id, str)}
         for target in dict.fromkeys(t for t in target_ids if t in by_id):
             closure = target_closure(by_id, target)
             absent = [r for r in finalizer.required if r in by_id and r not in closure]
@@ -176,58 +176,58 @@ def define_pipeline(
     )
 
 
-def _check_step(s: Step, problem: Callable[..., None]) -> None:
-    if not isinstance(s.id, str) or not s.id.strip():
+def _check_step(step: Step, problem: Callable[..., None]) -> None:
+    if not isinstance(step.id, str) or not step.id.strip():
         problem(codes.DEFINITION_STEP_ID_BLANK, "Step ids must be nonblank strings.")
         return
-    if s.id == FINALIZE_STEP_ID:
+    if step.id == FINALIZE_STEP_ID:
         problem(
             codes.DEFINITION_STEP_ID_RESERVED,
             f"Step id {FINALIZE_STEP_ID!r} is reserved for finalization; rename the step.",
-            s.id,
+            step.id,
         )
-    if s.name is not None and (not isinstance(s.name, str) or not s.name.strip()):
-        problem(codes.DEFINITION_STEP_NAME_BLANK, f"Step {s.id!r} has a blank name.", s.id)
-    if not callable(s.run):
-        problem(codes.DEFINITION_STEP_INVALID, f"Step {s.id!r}: run must be callable.", s.id)
-    if s.skip is not None and not callable(s.skip):
-        problem(codes.DEFINITION_STEP_INVALID, f"Step {s.id!r}: skip must be callable.", s.id)
-    if s.dry_run is not None and s.dry_run != "skip" and not callable(s.dry_run):
+    if step.name is not None and (not isinstance(step.name, str) or not step.name.strip()):
+        problem(codes.DEFINITION_STEP_NAME_BLANK, f"Step {step.id!r} has a blank name.", step.id)
+    if not callable(step.run):
+        problem(codes.DEFINITION_STEP_INVALID, f"Step {step.id!r}: run must be callable.", step.id)
+    if step.skip is not None and not callable(step.skip):
+        problem(codes.DEFINITION_STEP_INVALID, f"Step {step.id!r}: skip must be callable.", step.id)
+    if step.dry_run is not None and step.dry_run != "skip" and not callable(step.dry_run):
         problem(
             codes.DEFINITION_STEP_INVALID,
-            f"Step {s.id!r}: dry_run must be 'skip' or a preview handler.",
-            s.id,
+            f"Step {step.id!r}: dry_run must be 'skip' or a preview handler.",
+            step.id,
         )
-    for code, message in s.problems:
-        problem(code, message, s.id)
+    for code, message in step.problems:
+        problem(code, message, step.id)
     for field_name in _DEPENDENCY_FIELDS:
-        values = getattr(s, field_name)
+        values = getattr(step, field_name)
         wrong = [v for v in values if not isinstance(v, str)]
         if wrong:
             problem(
                 codes.DEFINITION_STEP_INVALID,
-                f"Step {s.id!r}: {field_name} entries must be step ids or steps.",
-                s.id,
+                f"Step {step.id!r}: {field_name} entries must be step ids or steps.",
+                step.id,
             )
         if len(set(values)) != len(values):
             problem(
                 codes.DEFINITION_DEPENDENCY_DUPLICATE,
-                f"Step {s.id!r} lists a dependency twice in {field_name}.",
-                s.id,
+                f"Step {step.id!r} lists a dependency twice in {field_name}.",
+                step.id,
             )
-        if s.id in values:
+        if step.id in values:
             problem(
                 codes.DEFINITION_DEPENDENCY_SELF_REFERENCE,
-                f"Step {s.id!r} depends on itself in {field_name}.",
-                s.id,
+                f"Step {step.id!r} depends on itself in {field_name}.",
+                step.id,
             )
-    both = sorted(set(s.depends_on) & set(s.optional_depends_on), key=str)
+    both = sorted(set(step.depends_on) & set(step.optional_depends_on), key=str)
     if both:
         problem(
             codes.DEFINITION_DEPENDENCY_CONTRADICTORY,
-            f"Step {s.id!r} lists {', '.join(map(repr, both))} as both a required and an "
+            f"Step {step.id!r} lists {', '.join(map(repr, both))} as both a required and an "
             "optional dependency.",
-            s.id,
+            step.id,
         )
 
 

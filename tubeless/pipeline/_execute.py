@@ -254,16 +254,16 @@ class Run(RunState):
     # -- one step -----------------------------------------------------------------------------
     def settled_without_running(self, ps: PlanStep) -> bool:
         """Apply the skip ladder and the cancel check; record the step if it must not start."""
-        s = ps.step
+        step = ps.step
         dry_run = self.controls.dry_run
         if (
             not ps.selected
-            or s.depends_on
-            or s.skip_after_failure_of
-            or (dry_run and s.dry_run == "skip")
+            or step.depends_on
+            or step.skip_after_failure_of
+            or (dry_run and step.dry_run == "skip")
         ):
             disposition = skip_reason(
-                s,
+                step,
                 selected=ps.selected,
                 dry_run=dry_run,
                 is_met=self.is_met,
@@ -328,10 +328,10 @@ class Run(RunState):
         self.completed(ps, attempt, value)
 
     async def policy_skipped(self, ps: PlanStep, inputs: dict[str, Any]) -> bool:
-        s = ps.step
-        assert s.skip is not None
+        step = ps.step
+        assert step.skip is not None
         try:
-            decision = await maybe_await(s.skip(inputs, self.context(ps.id, None)))
+            decision = await maybe_await(step.skip(inputs, self.context(ps.id, None)))
             parsed = _parse_skip(decision)
         except asyncio.CancelledError as exc:
             self.failed(ps, None, exc)
@@ -343,10 +343,10 @@ class Run(RunState):
             return False
         message, value = parsed
         attempt = None
-        if s.output_schema is not None:
+        if step.output_schema is not None:
             attempt = self.open_attempt(ps)
             try:
-                value = s.output_schema.validate(value)
+                value = step.output_schema.validate(value)
             except SchemaValidationError as exc:
                 self.failed(ps, attempt, OutputInvalidError(ps.id, exc))
                 return True

@@ -74,6 +74,7 @@ def lean_path(enabled: bool = True) -> Iterator[LeanPathSwitch]:
     finally:
         _SWITCH.reset(token)
 
+
 class _LeanStep(NamedTuple):
     id: str
     step: Step
@@ -154,7 +155,7 @@ async def run_lean(
 
     if options_error is None:
         pipeline_id = pipeline.id
-        for step_id, s, deps in program.steps:
+        for step_id, step, deps in program.steps:
             if signal.cancelled:
                 break
             starts.append(time_ns() // 1_000_000)
@@ -163,13 +164,13 @@ async def run_lean(
                 pipeline_id, run_id, step_id, options, False, signal, env, None, attempt_id
             )
             inputs = {dep: outputs[dep] for dep in deps} if deps else {}
-            from_handler = not s.orchestration
+            from_handler = not step.orchestration
             try:
-                value = call_step(s, inputs, ctx, env, dry_run=False)
+                value = call_step(step, inputs, ctx, env, dry_run=False)
                 if is_awaitable(value):
                     value = await value
                 from_handler = False
-                value = checked_output(s, step_id, value)
+                value = checked_output(step, step_id, value)
             except BaseException as exc:  # a task cancellation, or anything user code raised
                 ctx.close()
                 failure = _Failure(step_id, exc, from_handler)
@@ -182,15 +183,15 @@ async def run_lean(
 
     # Every completed step, then the one that failed (if one did): one start each, in order.
     done = {
-        step_id: _Done(Attempt(attempt_id_of(run_id, n), started, 0.0), value, None, False)
-        for n, ((step_id, value), started) in enumerate(
+        step_id: _Done(Attempt(attempt_id_of(run_id, number), started, 0.0), value, None, False)
+        for number, ((step_id, value), started) in enumerate(
             zip(outputs.items(), starts, strict=False), 1
         )
     }
     if failure is not None:
-        n = len(starts)
+        number = len(starts)
         done[failure.step_id] = _Done(
-            Attempt(attempt_id_of(run_id, n), starts[-1], 0.0),
+            Attempt(attempt_id_of(run_id, number), starts[-1], 0.0),
             None,
             failure.error,
             failure.from_handler,

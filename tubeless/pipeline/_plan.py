@@ -309,7 +309,7 @@ def _selection_errors(
 def _target_reasons(
     pipeline: Pipeline, targets: tuple[str, ...]
 ) -> dict[str, list[SelectionReason]]:
-    reasons: dict[str, list[SelectionReason]] = {s.id: [] for s in pipeline.order}
+    reasons: dict[str, list[SelectionReason]] = {step.id: [] for step in pipeline.order}
 
     def add(step_id: str, reason: SelectionReason) -> None:
         bucket = reasons[step_id]
@@ -325,18 +325,26 @@ def _target_reasons(
             if current in visited:
                 continue
             visited.add(current)
-            s = pipeline.get_step(current)
-            for dep in s.depends_on:
-                add(dep, SelectionReason(kind="required-dependency", dependent_id=current,
-                                         target_id=target))
-            for gate in s.skip_after_failure_of:
-                add(gate, SelectionReason(kind="failure-gate", dependent_id=current,
-                                          target_id=target))
-            for opt in s.optional_depends_on:
-                add(opt, SelectionReason(kind="optional-only", dependent_id=current,
-                                         target_id=target))
+            step = pipeline.get_step(current)
+            for dep in step.depends_on:
+                add(
+                    dep,
+                    SelectionReason(
+                        kind="required-dependency", dependent_id=current, target_id=target
+                    ),
+                )
+            for gate in step.skip_after_failure_of:
+                add(
+                    gate,
+                    SelectionReason(kind="failure-gate", dependent_id=current, target_id=target),
+                )
+            for opt in step.optional_depends_on:
+                add(
+                    opt,
+                    SelectionReason(kind="optional-only", dependent_id=current, target_id=target),
+                )
             # Visit in declaration order: push in reverse.
-            stack.extend(reversed((*s.depends_on, *s.skip_after_failure_of)))
+            stack.extend(reversed((*step.depends_on, *step.skip_after_failure_of)))
     return reasons
 
 
@@ -348,12 +356,12 @@ def _selection(
         return {s.id: (True, everything) for s in pipeline.order}
     if step_ids is not None:
         chosen = set(step_ids)
-        exact, not_selected = (SelectionReason(kind="exact"),), (
-            SelectionReason(kind="not-selected"),
+        exact, not_selected = (
+            (SelectionReason(kind="exact"),),
+            (SelectionReason(kind="not-selected"),),
         )
         return {
-            s.id: (True, exact) if s.id in chosen else (False, not_selected)
-            for s in pipeline.order
+            s.id: (True, exact) if s.id in chosen else (False, not_selected) for s in pipeline.order
         }
     assert targets is not None
     out: dict[str, tuple[bool, tuple[SelectionReason, ...]]] = {}
@@ -414,34 +422,38 @@ def build_plan(
     selection = _selection(pipeline, targets, step_ids)
     will_run: set[str] = set()
     steps: list[PlanStep] = []
-    for s in pipeline.order:
-        selected, reasons = selection[s.id]
+    for step in pipeline.order:
+        selected, reasons = selection[step.id]
         disposition = skip_reason(
-            s,
+            step,
             selected=selected,
             dry_run=dry_run,
             is_met=will_run.__contains__,
             gate_failed=_never,
         )
         if disposition is None:
-            will_run.add(s.id)
+            will_run.add(step.id)
         steps.append(
             PlanStep(
-                id=s.id,
-                step=s,
-                name=s.name,
-                description=s.description,
-                dependencies=s.depends_on,
-                optional_dependencies=s.optional_depends_on,
-                skip_after_failure_of=s.skip_after_failure_of,
-                dry_run="run" if s.dry_run is None else "skip" if s.dry_run == "skip" else "custom",
-                runtime_skip_possible=s.skip is not None,
+                id=step.id,
+                step=step,
+                name=step.name,
+                description=step.description,
+                dependencies=step.depends_on,
+                optional_dependencies=step.optional_depends_on,
+                skip_after_failure_of=step.skip_after_failure_of,
+                dry_run="run"
+                if step.dry_run is None
+                else "skip"
+                if step.dry_run == "skip"
+                else "custom",
+                runtime_skip_possible=step.skip is not None,
                 selected=selected,
                 selection_reasons=reasons,
                 skip_reason=None if disposition is None else disposition[0],
                 dependency_id=None if disposition is None else disposition[1],
-                nested_pipeline=_nested(s),
-                agent=s.agent,
+                nested_pipeline=_nested(step),
+                agent=step.agent,
             )
         )
     return Plan(
