@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ApprovalError",
     "ApprovalPolicy",
+    "ApprovalWaiting",
     "RecordedApprovals",
     "call_digest",
     "dispatch_gated",
@@ -74,6 +75,29 @@ class ApprovalError(TubelessError):
     def __init__(self, code: str, message: str, pending: tuple[FrozenDict, ...] = ()) -> None:
         super().__init__(code, message)
         self.pending = pending
+
+
+class ApprovalWaiting(ApprovalError):
+    """A checkpointed run stopped, ``waiting``, for decisions nobody could give it now.
+
+    ``TUBELESS_APPROVAL_REQUIRED``. The admitted batch and its pending requests were committed
+    to checkpoint ``key`` before any call of the batch started; record a decision for each
+    (``tubeless approve|deny PATH KEY CALL_ID``) and run the key again to resume.
+
+    Attributes:
+        key: The checkpoint key the run saved its place under.
+        pending: The requests waiting for a decision (plain data, in decision order).
+    """
+
+    def __init__(self, key: str, pending: tuple[FrozenDict, ...]) -> None:
+        count = len(pending)
+        super().__init__(
+            APPROVAL_REQUIRED,
+            f"checkpoint {key!r} is waiting for approval of {count} "
+            f"call{'' if count == 1 else 's'}; nothing of its batch ran",
+            pending,
+        )
+        self.key = key
 
 
 def call_digest(tool: str, raw_input: Any) -> str:
@@ -295,7 +319,9 @@ async def dispatch_gated(
     """Run a batch some of whose calls need approval (``requests``, by position)."""
     from tubeless.agent._dispatch import dispatch, outcomes_of
 
-    approver = ctx.slots.get(APPROVER_SLOT)
+    # A checkpointed run answers from its saved decisions first, commits what is still pending
+    # before asking, and stops waiting (ApprovalWaiting) when nobody can answer now.
+    approver = journal.approver(tuple(requests.values()), ctx.slots.get(APPROVER_SLOT))
     if approver is None:
         first = next(iter(requests.values()))
         raise ApprovalError(
