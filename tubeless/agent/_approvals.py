@@ -89,6 +89,8 @@ class ApprovalWaiting(ApprovalError):
         pending: The requests waiting for a decision (plain data, in decision order).
     """
 
+    code = APPROVAL_REQUIRED
+
     def __init__(self, key: str, pending: tuple[FrozenDict, ...]) -> None:
         count = len(pending)
         super().__init__(
