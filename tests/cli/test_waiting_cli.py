@@ -99,6 +99,11 @@ def test_without_an_approver_the_run_waits_with_exit_8_and_lists_the_commands(
     outcome = _run(capsys, path, store)
 
     assert outcome == Outcome(8, "", WAITING_ERR.format(store=store))
+    again = _run(capsys, path, store)
+    assert again.code == 8
+    assert again.err.startswith(
+        "checkpoint: k1 (resuming at turn 1; 1 call still waiting for approval)\n"
+    )
     assert not (tmp_path / "drafted").exists() and not (tmp_path / "launched").exists()
     document = _document(store)
     assert document["status"] == "waiting"

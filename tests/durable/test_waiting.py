@@ -194,3 +194,40 @@ def test_denied_from_the_checkpoint_is_an_outcome_in_decision_order() -> None:
 
     assert result.value == ["X", "TUBELESS_TOOL_DENIED"]
     assert world.ran == [("draft", "x")]
+
+
+def test_a_child_agent_waiting_stops_its_parent_and_both_resume_once_approved() -> None:
+    """The request names the child's route; no agent of the tree is saved as failed."""
+    from tubeless import pipeline_tool
+
+    world = World()
+    child = make_agent(world)
+
+    def decide(state: Any, ctx: Any) -> Any:
+        if state is None:
+            return {"kind": "continue", "calls": [{"id": "sub", "tool": "ask", "input": "q"}]}
+        return {"kind": "finish", "result": state}
+
+    parent = define_agent(
+        id="boss",
+        input_schema=str,
+        result_schema=list,
+        initial_state=lambda q: None,
+        decide=decide,
+        reduce=lambda state, outcomes: outcomes[0]["value"],
+        tools={"ask": pipeline_tool(child, description="Ask the child.")},
+    )
+
+    waiting = run(parent, world.store)
+    saved = document(world.store)
+    [request] = saved["approvals"]["pending"]
+    assert waiting.errors[0].source_code == APPROVAL_REQUIRED
+    assert (saved["status"], request["route"], request["key"]) == ("waiting", "boss/1/sub/gate", KEY)
+    assert {route: e["phase"] for route, e in saved["agents"].items()} == {
+        "boss": "calls", "boss/1/sub/gate": "calls"
+    }
+    approve_saved(world.store)
+    resumed = run(parent, world.store)
+
+    assert resumed.status == "completed" and resumed.value == ["X", "launched rocket"]
+    assert world.ran == [("draft", "x"), ("launch", "rocket")]

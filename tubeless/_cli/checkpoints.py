@@ -87,7 +87,13 @@ def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
         return " (failed: its saved failure follows; --restart runs it again)"
     root = (document.get("agents") or {}).get(entry_id) or {}
     turn = root.get("turn") if isinstance(root, dict) else None
-    return f" (resuming at turn {turn})" if isinstance(turn, int) else " (resuming)"
+    where = f"resuming at turn {turn}" if isinstance(turn, int) else "resuming"
+    if status == "waiting":
+        from tubeless.durable._decide import pending_of
+
+        count = len(pending_of(document))
+        return f" ({where}; {count} call{'' if count == 1 else 's'} still waiting for approval)"
+    return f" ({where})"
 
 
 def report_waiting(run_record: Any, path: str) -> int | None:

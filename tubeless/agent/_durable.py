@@ -197,8 +197,7 @@ class CheckpointJournal(Journal):
         return checkpoint_approver(self.book, self.book.session.key, requests, approver)
 
     def _saved(self, index: int, call: PreparedCall) -> dict[str, Any]:
-        """The saved call of ``call`` (``index`` is its place in the batch run, which for the
-        parts of a gated batch is not its place in the decision)."""
+        """``call``'s saved entry (``index`` is its place in a gated batch's part, if one)."""
         saved: list[dict[str, Any]] = self.entry["decision"]["calls"]
         if index < len(saved) and saved[index]["id"] == call.id:
             return saved[index]
