@@ -222,7 +222,9 @@ def test_a_child_agent_waiting_stops_its_parent_and_both_resume_once_approved() 
     saved = document(world.store)
     [request] = saved["approvals"]["pending"]
     assert waiting.errors[0].source_code == APPROVAL_REQUIRED
-    assert (saved["status"], request["route"], request["key"]) == ("waiting", "boss/1/sub/gate", KEY)
+    assert (saved["status"], request["route"], request["key"]) == (
+        "waiting", "boss/1/sub/gate", KEY
+    )
     assert {route: e["phase"] for route, e in saved["agents"].items()} == {
         "boss": "calls", "boss/1/sub/gate": "calls"
     }
