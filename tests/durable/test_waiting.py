@@ -163,8 +163,7 @@ def test_a_pending_request_survives_a_crash_at_the_prompt_and_resumes_once_appro
     assert again.ran.count(("launch", "rocket")) == 1
 
 
-def test_a_resumed_call_with_other_arguments_waits_again_and_never_runs_under_the_old_one(
-) -> None:
+def test_a_resumed_call_with_other_arguments_waits_again_and_never_runs_under_old_one() -> None:
     world = World()
     agent = make_agent(world)
     run(agent, world.store)
@@ -233,3 +232,25 @@ def test_a_child_agent_waiting_stops_its_parent_and_both_resume_once_approved() 
 
     assert resumed.status == "completed" and resumed.value == ["X", "launched rocket"]
     assert world.ran == [("draft", "x"), ("launch", "rocket")]
+
+
+def test_cancelling_while_the_approver_waits_keeps_the_request_pending() -> None:
+    """No gated call runs, and the request stays pending in the checkpoint."""
+    from tubeless.pipeline import CancelToken
+
+    world = World()
+    token = CancelToken()
+
+    async def approver(request: Any) -> bool:
+        token.cancel("stop")
+        await asyncio.Event().wait()  # a person who never answers
+        return True
+
+    result = run(make_agent(world), world.store, approver=approver, signal=token)
+
+    assert result.status == "cancelled"
+    assert ("launch", "rocket") not in world.ran
+    saved = document(world.store)
+    assert saved["status"] == "waiting"
+    assert [r["call_id"] for r in saved["approvals"]["pending"]] == ["go"]
+    assert saved["approvals"]["decisions"] == []

@@ -166,6 +166,9 @@ class RecordedApprovals:
             return None
         return bool(entry["approved"])
 
+    def _answered(self, request: Mapping[str, Any], answer: bool) -> None:
+        """Called with each answer this approver gave (a checkpointed run commits it here)."""
+
     def __call__(self, request: Mapping[str, Any]) -> bool:
         decided = self.decision(request)
         if decided is None:
@@ -360,6 +363,8 @@ async def dispatch_gated(
             if answer is None:
                 break  # a sibling failed the run: ask no more, run nothing gated
             answers[index] = answer
+            if isinstance(approver, RecordedApprovals):
+                approver._answered(request, answer)
         start_free()
         free_outcomes = await running[0] if running else ()
     except BaseException as exc:
@@ -369,6 +374,8 @@ async def dispatch_gated(
             # Siblings already running are drained, as dispatch drains its own calls.
             with contextlib.suppress(BaseException):
                 await running[0]
+        elif running and not running[0].cancelled():
+            running[0].exception()  # retrieved: the error raised here is the one that counts
         raise
     ctx.signal.raise_if_cancelled()
     approved = tuple(calls[index] for index, yes in answers.items() if yes)

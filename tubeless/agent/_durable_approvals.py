@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tubeless._callables import is_awaitable
 from tubeless.agent._approvals import ApprovalWaiting, RecordedApprovals
 from tubeless.frozen import FrozenDict, thaw
 
@@ -48,24 +47,17 @@ class CheckpointApprover(RecordedApprovals):
         if decided is not None:
             return decided
         assert self._ask is not None, "checkpoint_approver raises when nobody can answer"
-        answer = self._ask(request)
-        if is_awaitable(answer):
-            return self._later(request, answer)
-        return self._answered(request, answer)
+        return self._ask(request)
 
-    async def _later(self, request: Mapping[str, Any], answer: Any) -> Any:
-        return self._answered(request, await answer)
-
-    def _answered(self, request: Mapping[str, Any], answer: Any) -> Any:
-        if type(answer) is not bool:
-            return answer  # refused by the caller (APPROVAL_REQUIRED); nothing is recorded
+    def _answered(self, request: Mapping[str, Any], answer: bool) -> None:
+        if self.decision(request) is not None:
+            return  # a saved decision: already in the document
         self._record(request, answer, None)
         approvals = self._book.document["approvals"]
         approvals["decisions"] = [thaw(d) for d in self.to_data()]
         slot = _slot(request)
         approvals["pending"] = [p for p in approvals["pending"] if _slot(p) != slot]
         self._book.commit()  # before the approved call's running intent
-        return answer
 
 
 def checkpoint_approver(
