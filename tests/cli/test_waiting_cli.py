@@ -132,6 +132,10 @@ def test_list_and_show_say_waiting_and_name_the_pending_calls(
     as_json = json.loads(tubeless(capsys, "checkpoints", "show", store, KEY, "--json").out)
     [pending] = as_json["pending"]
     assert set(pending) == {"route", "turn", "call_id", "tool", "digest"}  # no input
+    private = json.loads(
+        tubeless(capsys, "checkpoints", "show", store, KEY, "--json", "--state").out
+    )
+    assert private["pending"][0]["input"] == "rocket"
 
 
 def test_approve_then_rerun_runs_the_approved_call_once_and_completes(
@@ -269,3 +273,37 @@ def test_an_answer_on_the_prompt_is_committed_and_a_rerun_does_not_ask_again(
     assert json.loads(out)[1]["code"] == "TUBELESS_TOOL_DENIED"
     decisions = _document(store)["approvals"]["decisions"]  # type: ignore[index]
     assert [(d["call_id"], d["approved"]) for d in decisions] == [("go", False)]
+
+
+def test_calls_of_two_agents_sharing_an_id_are_told_apart_by_route(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from tubeless.durable import SqliteCheckpoints
+
+    store = tmp_path / "runs.sqlite"
+    pending = [
+        {"key": KEY, "route": route, "turn": 1, "call_id": "c1", "tool": "launch",
+         "input": "x", "digest": f"sha256:{n}"}
+        for n, route in enumerate(["boss/1/a/gate", "boss/1/b/gate"])
+    ]
+    document = {"version": 1, "key": KEY, "entry": "boss", "status": "waiting", "agents": {},
+                "approvals": {"pending": pending, "decisions": []}}
+    checkpoints = SqliteCheckpoints(store)
+    with checkpoints.acquire(KEY) as lease:
+        lease.write(json.dumps(document))
+    checkpoints.close()
+
+    ambiguous = tubeless(capsys, "approve", store, KEY, "c1")
+    chosen = tubeless(capsys, "deny", store, KEY, "c1", "--route", "boss/1/b/gate")
+
+    assert ambiguous == Outcome(
+        2, "", "error: checkpoint 'k1' has 2 calls 'c1' waiting; give --route: 'c1' (--route "
+               "boss/1/a/gate), 'c1' (--route boss/1/b/gate)\n"
+    )
+    assert chosen.code == 0
+    saved = _document(store)
+    assert [p["route"] for p in saved["approvals"]["pending"]] == ["boss/1/a/gate"]  # type: ignore[index]
+    [decision] = saved["approvals"]["decisions"]  # type: ignore[index]
+    assert decision == {"route": "boss/1/b/gate", "turn": 1, "call_id": "c1",
+                        "digest": "sha256:1", "approved": False}
+    assert saved["status"] == "waiting"
