@@ -24,6 +24,8 @@ varies shows its family. Grouped by the layer that raises them::
     ├── StateError                      TUBELESS_AGENT_INVALID_STATE (.path)
     ├── LimitReachedError               TUBELESS_AGENT_LIMIT_REACHED (.limit, .bound, .scope, ...)
     ├── ApprovalError                   TUBELESS_APPROVAL_* (.pending: the requests not decided)
+    │   └── ApprovalWaiting             TUBELESS_APPROVAL_REQUIRED (.key): a checkpointed run
+    │                                   stopped with status waiting; approve, deny, run again
     │
     │   traces and durable runs: tubeless.tracing, tubeless.errors
     ├── TraceReadError                  TUBELESS_TRACE_INVALID (.path, .line, .problem, .bound)

@@ -41,7 +41,7 @@ def test_list_show_and_delete(capsys: pytest.CaptureFixture[str], tmp_path: Path
     [row] = json.loads(listed.out)["checkpoints"]
     assert isinstance(row.pop("updated_at_ms"), int)
     assert row == {"key": "k1", "entry": "scripted-agent", "status": "completed", "turn": 2,
-                   "calls": 3}
+                   "calls": 3, "pending": []}
     shown = json.loads(tubeless(capsys, "checkpoints", "show", store, "k1", "--json").out)
     [agent] = shown["agents"]
     assert agent == {

@@ -21,6 +21,7 @@ import click
 from tubeless._cli._exit import EXIT_OK, exit_code_for, report_error
 from tubeless._cli.batch import batch
 from tubeless._cli.checkpoints import checkpoints
+from tubeless._cli.decide import approve, deny
 from tubeless._cli.eval import eval_
 from tubeless._cli.init import init
 from tubeless._cli.look import graph, inspect, list_, plan
@@ -227,9 +228,11 @@ def _discard(stream: TextIO) -> None:
             os.close(devnull)
 
 
+cli.add_command(approve)
 cli.add_command(batch)
 cli.add_command(eval_)
 cli.add_command(checkpoints)
+cli.add_command(deny)
 cli.add_command(graph)
 cli.add_command(init)
 cli.add_command(inspect)

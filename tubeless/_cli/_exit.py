@@ -15,6 +15,7 @@ root ``OPTIONS_VALIDATION_FAILED`` in a failed run          4    -     -        
 ``TUBELESS_PLANNING_*`` / a planning-phase run error        5    5     -         -
 any other failure                                           6    -     -         -
 all run errors are cancellations; Ctrl-C                    7    -     -         -
+a checkpointed run waiting for approval (``run`` only)      8    -     -         -
 ==========================================================  ===  ====  ========  =====
 
 This module must stay cheap to import (``tubeless --help`` loads it): it imports only click, the
@@ -61,6 +62,7 @@ __all__ = [
     "EXIT_PLANNING",
     "EXIT_USAGE",
     "EXIT_VALIDATION",
+    "EXIT_WAITING",
     "CliInputError",
     "CliLoadError",
     "exit_code_for",
@@ -75,6 +77,7 @@ EXIT_VALIDATION = 4
 EXIT_PLANNING = 5
 EXIT_EXECUTION = 6
 EXIT_CANCELLED = 7
+EXIT_WAITING = 8  # DESIGN.md §17: recognised by ``run`` itself (``_cli.checkpoints``)
 
 _DEFINITION_PREFIX = "TUBELESS_DEFINITION_"
 _PLANNING_PREFIX = "TUBELESS_PLANNING_"

@@ -18,7 +18,7 @@ from tubeless._cli._exit import CliLoadError
 if TYPE_CHECKING:
     from tubeless.durable import SqliteCheckpoints
 
-__all__ = ["checkpoints", "open_for_run"]
+__all__ = ["checkpoints", "open_for_run", "report_waiting"]
 
 
 def _open(path: str) -> SqliteCheckpoints:
@@ -30,11 +30,11 @@ def _open(path: str) -> SqliteCheckpoints:
     return SqliteCheckpoints(path)
 
 
-def _echo(text: str) -> None:
+def _echo(text: str, *, err: bool = False) -> None:
     """One line, with control and bidi characters replaced (keys and ids are user data)."""
     from tubeless.tracing import terminal_safe
 
-    click.echo(terminal_safe(text))
+    click.echo(terminal_safe(text), err=err)
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -87,7 +87,46 @@ def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
         return " (failed: its saved failure follows; --restart runs it again)"
     root = (document.get("agents") or {}).get(entry_id) or {}
     turn = root.get("turn") if isinstance(root, dict) else None
-    return f" (resuming at turn {turn})" if isinstance(turn, int) else " (resuming)"
+    where = f"resuming at turn {turn}" if isinstance(turn, int) else "resuming"
+    if status == "waiting":
+        from tubeless.durable._decide import pending_of
+
+        count = len(pending_of(document))
+        return f" ({where}; {count} call{'' if count == 1 else 's'} still waiting for approval)"
+    return f" ({where})"
+
+
+def report_waiting(run_record: Any, path: str) -> int | None:
+    """Exit 8 (DESIGN.md §17) for a run that stopped waiting for approval, with one line per
+    pending call and the commands that decide it; ``None`` for any other failure."""
+    import shlex
+
+    from tubeless._cli._exit import EXIT_WAITING
+    from tubeless.agent import ApprovalWaiting
+    from tubeless.pipeline._pipeline import original_exception
+
+    waits = [original_exception(error.exception) for error in run_record.errors]
+    found = [w for w in waits if isinstance(w, ApprovalWaiting)]
+    if not found or not isinstance(waits[0], ApprovalWaiting):
+        return None
+    first = found[0]
+    click.echo(f"error: {first.code}: {first.message}", err=True)
+    pending = [request for waiting in found for request in waiting.pending]
+    ids = [str(request["call_id"]) for request in pending]
+    for request in pending:
+        call_id = str(request["call_id"])
+        words = [shlex.quote(path), shlex.quote(first.key), shlex.quote(call_id)]
+        if ids.count(call_id) > 1:
+            words += ["--route", shlex.quote(str(request["route"]))]
+        command = " ".join(words)
+        _echo(
+            f"waiting: call {call_id!r} to tool {str(request['tool'])!r} "
+            f"(agent {request['route']}, turn {request['turn']})",
+            err=True,
+        )
+        _echo(f"  approve: tubeless approve {command}", err=True)
+        _echo(f"  deny:    tubeless deny {command} [--reason TEXT]", err=True)
+    return EXIT_WAITING
 
 
 @click.group("checkpoints", short_help="List, show or delete the checkpoints of a file.")
@@ -113,9 +152,10 @@ def list_(path: str, as_json: bool) -> None:
     if not rows:
         click.echo("no checkpoints")
     for row in rows:
+        waiting = f"pending={','.join(row['pending'])}  " if row["pending"] else ""
         _echo(
             f"{row['key']}  {row['entry']}  {row['status']}  turn={row['turn']}  "
-            f"calls={row['calls']}  updated_at_ms={row['updated_at_ms']}"
+            f"calls={row['calls']}  {waiting}updated_at_ms={row['updated_at_ms']}"
         )
 
 
@@ -156,6 +196,11 @@ def show(path: str, key: str, as_json: bool, values: bool) -> None:
             _echo(f"    failure: {agent['failure'].get('code')}")
         if values:
             _echo(f"    state: {json.dumps(agent.get('state'), ensure_ascii=False)}")
+    for request in shown["pending"]:
+        _echo(
+            f"  waiting: call {request['call_id']} ({request['tool']}, agent "
+            f"{request['route']}, turn {request['turn']})"
+        )
 
 
 @checkpoints.command("delete")

@@ -425,7 +425,7 @@ def _execute(
             return EXIT_CANCELLED
         if run_record is None:
             return EXIT_CANCELLED
-        code = _finish(run_record, result_stream, flags)
+        code = _finish(run_record, result_stream, flags, options["checkpoints"])
         if prompt_abandoned(approver):
             _flush_and_exit(code)
         return code
@@ -503,7 +503,12 @@ async def _run_with_signals(
         signals.detach()
 
 
-def _finish(run_record: PipelineRun, stream: Any, flags: Sequence[DerivedFlag] = ()) -> int:
+def _finish(
+    run_record: PipelineRun,
+    stream: Any,
+    flags: Sequence[DerivedFlag] = (),
+    checkpoints: str | None = None,
+) -> int:
     from tubeless._cli._exit import exit_code_for, report_error
     from tubeless.errors import FINAL_RESULT_VALIDATION_FAILED, PipelineExecutionError
 
@@ -519,6 +524,12 @@ def _finish(run_record: PipelineRun, stream: Any, flags: Sequence[DerivedFlag] =
         click.echo(f"error: {unprintable}", err=True)
     if run_record.status == "completed":
         return 6 if unprintable is not None else 0
+    if checkpoints is not None:
+        from tubeless._cli.checkpoints import report_waiting
+
+        waiting = report_waiting(run_record, checkpoints)
+        if waiting is not None:
+            return waiting
     error = PipelineExecutionError(run_record)
     state = getattr(click.get_current_context(silent=True), "obj", None)  # the CliState
     report_error(

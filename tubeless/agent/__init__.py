@@ -30,7 +30,12 @@ Traces: every ``agent.*`` attribute and the calls' progress rows go through one 
 from __future__ import annotations
 
 from tubeless.agent._agent import define_agent
-from tubeless.agent._approvals import ApprovalError, RecordedApprovals, call_digest
+from tubeless.agent._approvals import (
+    ApprovalError,
+    ApprovalWaiting,
+    RecordedApprovals,
+    call_digest,
+)
 from tubeless.agent._decisions import DecisionError
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._state import StateError
@@ -39,6 +44,7 @@ from tubeless.agent._turn import DecisionContext
 
 __all__ = [
     "ApprovalError",
+    "ApprovalWaiting",
     "DecisionContext",
     "DecisionError",
     "LimitReachedError",

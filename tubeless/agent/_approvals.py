@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ApprovalError",
     "ApprovalPolicy",
+    "ApprovalWaiting",
     "RecordedApprovals",
     "call_digest",
     "dispatch_gated",
@@ -74,6 +75,31 @@ class ApprovalError(TubelessError):
     def __init__(self, code: str, message: str, pending: tuple[FrozenDict, ...] = ()) -> None:
         super().__init__(code, message)
         self.pending = pending
+
+
+class ApprovalWaiting(ApprovalError):
+    """A checkpointed run stopped, ``waiting``, for decisions nobody could give it now.
+
+    ``TUBELESS_APPROVAL_REQUIRED``. The admitted batch and its pending requests were committed
+    to checkpoint ``key`` before any call of the batch started; record a decision for each
+    (``tubeless approve|deny PATH KEY CALL_ID``) and run the key again to resume.
+
+    Attributes:
+        key: The checkpoint key the run saved its place under.
+        pending: The requests waiting for a decision (plain data, in decision order).
+    """
+
+    code = APPROVAL_REQUIRED
+
+    def __init__(self, key: str, pending: tuple[FrozenDict, ...]) -> None:
+        count = len(pending)
+        super().__init__(
+            APPROVAL_REQUIRED,
+            f"checkpoint {key!r} is waiting for approval of {count} "
+            f"call{'' if count == 1 else 's'}; nothing of its batch ran",
+            pending,
+        )
+        self.key = key
 
 
 def call_digest(tool: str, raw_input: Any) -> str:
@@ -139,6 +165,9 @@ class RecordedApprovals:
         if entry is None or entry["digest"] != request["digest"]:
             return None
         return bool(entry["approved"])
+
+    def _answered(self, request: Mapping[str, Any], answer: bool) -> None:
+        """Called with each answer this approver gave (a checkpointed run commits it here)."""
 
     def __call__(self, request: Mapping[str, Any]) -> bool:
         decided = self.decision(request)
@@ -295,7 +324,9 @@ async def dispatch_gated(
     """Run a batch some of whose calls need approval (``requests``, by position)."""
     from tubeless.agent._dispatch import dispatch, outcomes_of
 
-    approver = ctx.slots.get(APPROVER_SLOT)
+    # A checkpointed run answers from its saved decisions first, commits what is still pending
+    # before asking, and stops waiting (ApprovalWaiting) when nobody can answer now.
+    approver = journal.approver(tuple(requests.values()), ctx.slots.get(APPROVER_SLOT))
     if approver is None:
         first = next(iter(requests.values()))
         raise ApprovalError(
@@ -332,6 +363,8 @@ async def dispatch_gated(
             if answer is None:
                 break  # a sibling failed the run: ask no more, run nothing gated
             answers[index] = answer
+            if isinstance(approver, RecordedApprovals):
+                approver._answered(request, answer)
         start_free()
         free_outcomes = await running[0] if running else ()
     except BaseException as exc:
@@ -341,6 +374,8 @@ async def dispatch_gated(
             # Siblings already running are drained, as dispatch drains its own calls.
             with contextlib.suppress(BaseException):
                 await running[0]
+        elif running and not running[0].cancelled():
+            running[0].exception()  # retrieved: the error raised here is the one that counts
         raise
     ctx.signal.raise_if_cancelled()
     approved = tuple(calls[index] for index, yes in answers.items() if yes)

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 import pydantic_core
 
 from tubeless._callables import maybe_await
+from tubeless.agent._approvals import ApprovalWaiting
 from tubeless.agent._decisions import Call, Continue
 from tubeless.agent._dispatch import EXECUTION_SLOT
+from tubeless.agent._durable_approvals import checkpoint_approver
 from tubeless.agent._durable_checks import DurableAgent, check_saved, input_digest
 from tubeless.agent._journal import JOURNAL_SLOT, Journal, Resumed
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
@@ -137,7 +139,8 @@ class Book:
         document = self.document
         tops = [e for route, e in document["agents"].items() if "/" not in route]
         phases = {e.get("phase") for e in tops}
-        status = "completed" if phases == {"completed"} else "running"
+        pending = (document.get("approvals") or {}).get("pending")
+        status = "completed" if phases == {"completed"} else "waiting" if pending else "running"
         document["status"] = "failed" if "failed" in phases else status
         document["updated_at_ms"] = time.time_ns() // 1_000_000
         self.session.commit(document, self.encoder.encode)
@@ -184,6 +187,21 @@ class CheckpointJournal(Journal):
     # -- the seam ----------------------------------------------------------------------------
     def idempotency_base(self, agent_run_id: str) -> str:
         return self.base
+
+    def approval_key(self, fallback: str) -> str:
+        return self.book.session.key
+
+    def approver(
+        self, requests: tuple[FrozenDict, ...], approver: Callable[[Any], Any] | None
+    ) -> Callable[[Any], Any] | None:
+        return checkpoint_approver(self.book, self.book.session.key, requests, approver)
+
+    def _saved(self, index: int, call: PreparedCall) -> dict[str, Any]:
+        """``call``'s saved entry (``index`` is its place in a gated batch's part, if one)."""
+        saved: list[dict[str, Any]] = self.entry["decision"]["calls"]
+        if index < len(saved) and saved[index]["id"] == call.id:
+            return saved[index]
+        return next(c for c in saved if c["id"] == call.id)
 
     def resumed_turn(self) -> Resumed | None:
         if self.resuming is None:
@@ -238,7 +256,7 @@ class CheckpointJournal(Journal):
     def start_call(
         self, index: int, call: PreparedCall, execution: Mapping[str, Any], ctx: StepContext
     ) -> Mapping[str, Any] | Awaitable[Mapping[str, Any]] | None:
-        saved = self.entry["decision"]["calls"][index]
+        saved = self._saved(index, call)
         status = saved["status"]
         if status == "completed":
             return _restored_outcome(saved["outcome"], call)
@@ -288,7 +306,7 @@ class CheckpointJournal(Journal):
             return MappingProxyType(outcome)
 
     def settled(self, index: int, call: PreparedCall, outcome: Mapping[str, Any]) -> None:
-        saved = self.entry["decision"]["calls"][index]
+        saved = self._saved(index, call)
         if saved["status"] == "completed":
             return
         saved["outcome"] = _jsonable_outcome(call, outcome)
@@ -375,9 +393,9 @@ async def run_durable(
     except BaseException as exc:
         if session.poisoned:
             raise  # a write failed: nothing more can be written
-        if is_cancellation(exc):
+        if is_cancellation(exc) or isinstance(original_exception(exc), ApprovalWaiting):
             if journal.dirty:
-                book.commit()  # cancelled: keep what is known, resumable
+                book.commit()  # cancelled or waiting: keep what is known, resumable
         else:
             journal.failed(exc)
         raise

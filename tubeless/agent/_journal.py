@@ -12,6 +12,7 @@ each point before the work it guards (DESIGN.md §11)::
     admit   accepted(t, decision, prepared)  state + validated call inputs
             readmitted(t)                    batch already charged before a crash?
     calls   admitted(t, count)               the batch's call budget charged
+    gate    approver(requests, approver)     saved decisions first, pending (commit)
     each    start_call(index, call, execution, ctx)
                                              running intent (commit) -> None: run it;
                                              or the call's outcome without running it
@@ -24,13 +25,14 @@ Other features hook the same points (approvals wait in ``start_call``; cassettes
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tubeless.agent._decisions import Continue
     from tubeless.agent._prepare import PreparedCall
     from tubeless.agent._turn import TurnInput
+    from tubeless.frozen import FrozenDict
     from tubeless.pipeline import StepContext
 
 __all__ = ["JOURNAL_SLOT", "NO_JOURNAL", "Journal", "Resumed"]
@@ -76,6 +78,16 @@ class Journal:
 
     def admitted(self, t: TurnInput, count: int) -> None:
         """The batch's ``count`` calls were charged."""
+
+    def approval_key(self, fallback: str) -> str:
+        """The ``key`` of approval requests: the checkpoint key, else ``fallback``."""
+        return fallback
+
+    def approver(
+        self, requests: tuple[FrozenDict, ...], approver: Callable[[Any], Any] | None
+    ) -> Callable[[Any], Any] | None:
+        """Who answers ``requests``: without checkpoints, the run's own approver."""
+        return approver
 
     def start_call(
         self,

@@ -377,7 +377,7 @@ def gated_calls(spec: TurnSpec, inputs: dict[str, Any], ctx: StepContext) -> Any
         decided,
         spec.registry if t.live is None else t.live.registry,
         ctx,
-        key=t.scope.chain[0].id,
+        key=t.journal.approval_key(t.scope.chain[0].id),
         route=t.scope.route,
         agent_run_id=t.agent_run_id,
         turn=t.turn,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tubeless.durable._decide import pending_of
 from tubeless.durable._session import decode
 from tubeless.durable._store import StoredCheckpoint
 
@@ -34,7 +35,8 @@ def _calls(entry: Mapping[str, Any]) -> int:
 
 
 def summary(stored: StoredCheckpoint) -> dict[str, Any]:
-    """``{key, entry, status, turn, calls, updated_at_ms}`` of one stored checkpoint."""
+    """``{key, entry, status, turn, calls, pending, updated_at_ms}`` of one stored checkpoint
+    (``pending``: the call ids waiting for approval)."""
     document = decode(stored.document, f"checkpoint {stored.key!r}")
     root = _root(document)
     return {
@@ -43,12 +45,14 @@ def summary(stored: StoredCheckpoint) -> dict[str, Any]:
         "status": document.get("status", "running"),
         "turn": root.get("turn", 0),
         "calls": _calls(root),
+        "pending": [str(p.get("call_id")) for p in pending_of(document)],
         "updated_at_ms": stored.updated_at_ms,
     }
 
 
 def describe(stored: StoredCheckpoint, *, values: bool = False) -> dict[str, Any]:
-    """The summary and every agent's entry; with ``values``, state, inputs and outcomes too."""
+    """The summary, every agent's entry and the requests waiting for approval (``pending``);
+    with ``values``, state, inputs and outcomes too."""
     document = decode(stored.document, f"checkpoint {stored.key!r}")
     agents: list[dict[str, Any]] = []
     for route, entry in sorted((document.get("agents") or {}).items()):
@@ -85,4 +89,6 @@ def describe(stored: StoredCheckpoint, *, values: bool = False) -> dict[str, Any
             if "result" in entry:
                 shown["result"] = entry["result"]
         agents.append(shown)
-    return {**summary(stored), "agents": agents}
+    fields = ("route", "turn", "call_id", "tool", "digest") + (("input",) if values else ())
+    pending = [{k: p.get(k) for k in fields} for p in pending_of(document)]
+    return {**summary(stored), "agents": agents, "pending": pending}
