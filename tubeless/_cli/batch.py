@@ -217,6 +217,7 @@ def run_cli_batch(
     collect: list[RowOutcome] | None = None, label: str = "batch",
     checkpoints: str | None = None, record_dir: str | None = None,
     replay_dir: str | None = None, replays: dict[int, str] | None = None,
+    records: dict[int, str] | None = None,
 ) -> int:
     """Run the batch with signal handling, progress and summary; the exit code."""
     import asyncio
@@ -249,6 +250,7 @@ def run_cli_batch(
                     ray_address=ray_address, signal=token, on_row=progress.row,
                     count_tools=label == "eval", checkpoints=checkpoints,
                     record_dir=record_dir, replay_dir=replay_dir, replays=replays,
+                    records=records,
                 ):
                     finished.append(outcome.row)
                     if collect is not None:

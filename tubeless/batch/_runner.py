@@ -111,10 +111,11 @@ async def run_outcomes(
     record_dir: str | os.PathLike[str] | None = None,
     replay_dir: str | os.PathLike[str] | None = None,
     replays: Mapping[int, str] | None = None,
+    records: Mapping[int, str] | None = None,
 ) -> AsyncIterator[RowOutcome]:
     """:func:`run_batch`, yielding each row's :class:`RowOutcome`; with ``count_tools`` its
-    calls per tool name too (what eval needs); ``replays`` gives rows their own cassette to
-    replay (by index; before ``replay_dir``)."""
+    calls per tool name too (what eval needs); ``replays`` and ``records`` give rows their own
+    cassette to replay or record (by index; before ``replay_dir`` and ``record_dir``)."""
     from tubeless.pipeline import CancelToken
     from tubeless.tracing import TraceFanout
 
@@ -130,7 +131,7 @@ async def run_outcomes(
     fanout = TraceFanout(sinks)
     token = signal if signal is not None else CancelToken()
     plans = row_plans(rows, keys, checkpoints=checkpoints is not None, record_dir=record_dir,
-                      replay_dir=replay_dir, replays=replays)
+                      replay_dir=replay_dir, replays=replays, records=records)
     checkpoint_store, store_path, opened = _open_checkpoints(checkpoints)
     try:
         runner = make_engine(engine, pipeline if engine == "local" else entry,
@@ -162,6 +163,7 @@ def row_plans(
     record_dir: str | os.PathLike[str] | None = None,
     replay_dir: str | os.PathLike[str] | None = None,
     replays: Mapping[int, str] | None = None,
+    records: Mapping[int, str] | None = None,
 ) -> list[RowPlan]:
     """Each row's checkpoint key and cassette (paths absolute: workers may run elsewhere)."""
     record = None if record_dir is None else Path(record_dir).resolve()
@@ -177,12 +179,16 @@ def row_plans(
             seen[key] = seen.get(key, 0) + 1
             checkpoint_key = key if seen[key] == 1 else f"{key}#{seen[key]}"
         name = f"{row.index}.cassette.jsonl"
+        recorded = (records or {}).get(row.index)
+        if recorded is None and record is not None:
+            recorded = str(record / name)
         replayed = (replays or {}).get(row.index)
         if replayed is None and replay is not None:
             replayed = str(replay / name)
         plan = RowPlan(checkpoint_key=checkpoint_key,
-                       record=None if record is None else str(record / name),
-                       replay=None if replayed is None else str(Path(replayed).resolve()))
+                       record=None if recorded is None else str(Path(recorded).resolve()),
+                       replay=None if replayed is None or recorded is not None
+                       else str(Path(replayed).resolve()))
         plans.append(plan)
     return plans
 
