@@ -322,8 +322,13 @@ async def run_durable(
     ctx: StepContext,
     iterate: Callable[[dict[str, Any], StepContext], Awaitable[Any]],
     step_inputs: dict[str, Any],
+    servers: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Any:
-    """Run one checkpointed agent invocation: return or raise what it saved, or resume it."""
+    """Run one checkpointed agent invocation: return or raise what it saved, or resume it.
+
+    ``servers`` are the live descriptors of the tools servers supply (connected before this is
+    called): they join what the checkpoint is compared with.
+    """
     spec = durable.spec
     book = Book.of(session)
     parent = ctx.slots.get(JOURNAL_SLOT)
@@ -333,7 +338,7 @@ async def run_durable(
     else:
         base = spec.id
     route = book.claim(base)
-    definition = durable.definition()
+    definition = durable.definition(servers)
     digest = input_digest(ctx.options)
     saved = book.document["agents"].get(route)
     resumed = saved is not None

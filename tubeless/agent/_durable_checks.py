@@ -2,8 +2,9 @@
 
 A saved entry must be well formed and must have been saved by the same definition: the same
 ``implementation_version``, limits, tools (each tool's input schema and pipeline), result
-schema, delegation depth and input; otherwise ``TUBELESS_AGENT_CHECKPOINT_MISMATCH`` says what
-changed.
+schema, delegation depth and input, and, for tools a server supplies (MCP), the same tools as
+that server described them (name, description, input schema); otherwise
+``TUBELESS_AGENT_CHECKPOINT_MISMATCH`` says what changed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,23 @@ class DurableAgent:
         """The agent's pipeline (set once ``define_agent`` built it)."""
         self._definition: dict[str, Any] | None = None
 
-    def definition(self) -> dict[str, Any]:
+    def definition(self, servers: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """What a checkpoint records of the definition; ``servers`` are the live descriptors
+        of the tools servers supply (by registered name), when the agent has any."""
+        if servers:
+            return {**self._static(), "servers": {
+                name: {
+                    "server": found.get("server"),
+                    "tool": found.get("tool"),
+                    "description": hashlib.sha256(
+                        str(found.get("description")).encode("utf-8")).hexdigest(),
+                    "input": descriptor_fingerprint(found.get("input_schema")),
+                }
+                for name, found in sorted(servers.items())
+            }}
+        return self._static()
+
+    def _static(self) -> dict[str, Any]:
         if self._definition is None:
             assert self.pipeline is not None
             spec = self.spec
@@ -93,10 +110,30 @@ def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
             return f"tool {name!r} changed its input schema"
         if before.get("definitionId") != tool["definitionId"]:
             return f"tool {name!r} changed (its output schema or its pipeline)"
+    servers = _servers_changed(saved.get("servers") or {}, now.get("servers") or {})
+    if servers is not None:
+        return servers
     if saved.get("result") != now["result"]:
         return "the result schema changed"
     if saved.get("definitionId") != now["definitionId"]:
         return f"the definition changed ({saved.get('definitionId')} -> {now['definitionId']})"
+    return None
+
+
+def _servers_changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """What differs in the tools servers supply, as their servers described them."""
+    for name in sorted(set(saved) | set(now)):
+        before, after = saved.get(name), now.get(name)
+        if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+            return f"the server tools changed ({name!r} is new or gone)"
+        where = (f"MCP server {after.get('server')!r} changed tool {after.get('tool')!r} "
+                 f"(registered as {name!r})")
+        if before.get("tool") != after.get("tool") or before.get("server") != after.get("server"):
+            return f"tool {name!r} now comes from another server tool"
+        if before.get("description") != after.get("description"):
+            return f"{where}: its description"
+        if before.get("input") != after.get("input"):
+            return f"{where}: its input schema"
     return None
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tubeless.agent._prepare import CompiledTool
@@ -80,6 +80,9 @@ class LiveTools:
 
     capabilities: tuple[FrozenDict, ...]
     registry: Mapping[str, CompiledTool]
+    descriptors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Each sourced tool as its server described it, by registered name: ``{server, tool,
+    description, input_schema}`` (what a checkpoint records of the server)."""
 
 
 def _handler(remote: Remote) -> Any:
@@ -132,9 +135,17 @@ def sources_of(registry: Mapping[str, CompiledTool]) -> tuple[ToolSource, ...]:
     return tuple(found)
 
 
-def _live_entry(entry: CompiledTool, session: SourceSession) -> tuple[FrozenDict, CompiledTool]:
+def _live_entry(
+    entry: CompiledTool, session: SourceSession, descriptors: dict[str, Mapping[str, Any]]
+) -> tuple[FrozenDict, CompiledTool]:
     remote: Remote = entry.tool.remote
     description, schema = session.describe(remote.name)
+    descriptors[entry.name] = {
+        "server": getattr(remote.source, "name", None),
+        "tool": remote.name,
+        "description": description,
+        "input_schema": schema,
+    }
     description = description.strip()[:_MAX_DESCRIPTION] or entry.tool.description
     label = f"The input schema of tool {entry.name!r}"
     json_schema = descriptor(schema, label)
@@ -173,11 +184,14 @@ async def connect_sources(
                 sessions[source] = await stack.enter_async_context(source.connect())
         shown = {c["name"]: c for c in capabilities}
         live_registry: dict[str, CompiledTool] = {}
+        descriptors: dict[str, Mapping[str, Any]] = {}
         for name, entry in registry.items():
             remote: Remote | None = entry.tool.remote
             if remote is None:
                 live_registry[name] = entry
                 continue
-            shown[name], live_registry[name] = _live_entry(entry, sessions[remote.source])
-        live = LiveTools(tuple(shown[name] for name in registry), live_registry)
+            shown[name], live_registry[name] = _live_entry(
+                entry, sessions[remote.source], descriptors
+            )
+        live = LiveTools(tuple(shown[name] for name in registry), live_registry, descriptors)
         yield live, {SOURCES_SLOT: sessions}
