@@ -32,7 +32,7 @@ def test_each_row_records_its_own_private_cassette(recorded: tuple[Path, Path, P
     for cassette in folder.iterdir():
         assert stat.S_IMODE(cassette.stat().st_mode) == 0o600
     lines = [json.loads(line) for line in (folder / "1.cassette.jsonl").read_text().splitlines()]
-    assert [line["kind"] for line in lines][0] == "header"
+    assert lines[0]["kind"] == "header"
     assert lines[-1] == {"kind": "result", "route": "rows", "ok": True,
                          "result": {"n": 2, "square": 4}}
 

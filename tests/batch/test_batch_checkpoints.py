@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.batch import read_rows, write_inputs
+from tests.fixtures.batch import write_inputs
 from tests.fixtures.cli import tubeless
 from tests.fixtures.processes import HANG_GUARD, ROOT, cli_env, finish, wait_for_file, write_project
 from tubeless.batch import run_batch
@@ -48,6 +48,8 @@ MODULE = """\
         return {"n": raw["n"], "done": []}
 
     def decide(state, ctx):
+        if os.environ.get("DECIDE_FAILS"):
+            raise RuntimeError("decide failed")
         tools = ["first", "second"]
         if len(state["done"]) < 2:
             tool = tools[len(state["done"])]
@@ -177,3 +179,25 @@ def test_the_checkpoint_file_must_differ_from_the_trace_and_output(
     outcome = tubeless(capsys, "batch", project, inputs, "--checkpoints", same, other, same)
     assert outcome.code == 1
     assert "--checkpoints" in outcome.err and not same.exists()
+
+
+def test_retry_failed_starts_a_failed_rows_checkpoint_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row whose run failed keeps its saved failure on a rerun; --retry-failed retries it
+    from the start (restart), and it completes."""
+    project = write_project(tmp_path, PROJECT, MODULE)
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 4}])
+    store = tmp_path / "runs.sqlite"
+    monkeypatch.setenv("MARKS", str(tmp_path / "marks"))
+    monkeypatch.setenv("DECIDE_FAILS", "1")
+    failed = tubeless(capsys, "batch", project, inputs, "--checkpoints", store)
+    assert failed.code == 6
+    monkeypatch.delenv("DECIDE_FAILS")
+    again = tubeless(capsys, "batch", project, inputs, "--checkpoints", store)
+    assert again.code == 6
+    assert "saved by an earlier run of checkpoint" in json.loads(again.out)["error"]["message"]
+    retried = tubeless(capsys, "batch", project, inputs, "--checkpoints", store,
+                       "--retry-failed")
+    assert retried.code == 0, retried.err
+    assert json.loads(retried.out)["result"] == {"n": 4, "done": [5, 6]}
