@@ -113,3 +113,20 @@ def test_a_case_cassette_must_be_a_nonblank_path(
     assert outcome.code == 4
     assert outcome.err.startswith(f"error: {cases}:3:")
     assert "/cases/0/cassette" in outcome.err
+
+
+def test_the_shipped_openai_cases_replay_without_a_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """projects/evals/openai-agent.cases.yaml replays the recipe's cassette: no key, and a
+    base URL nothing listens on."""
+    from tests.fixtures.cli import ROOT
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    junit = tmp_path / "report.xml"
+    outcome = tubeless(capsys, "eval", ROOT / "projects/openai-agent.yaml",
+                       ROOT / "projects/evals/openai-agent.cases.yaml", "--junit", junit)
+    assert outcome.code == 0, outcome.out + outcome.err
+    assert outcome.out.splitlines()[-1] == "1 passed, 0 failed"
+    assert ET.parse(junit).getroot().get("failures") == "0"
