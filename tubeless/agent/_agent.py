@@ -345,8 +345,9 @@ def _compile(
         try:
             if session is not None:
                 taped: dict[str, Any] = {TAPE_SLOT: tape}
-                result = await run_checkpointed(session, scope, ctx.derive(**taped),
-                                                step_inputs)
+                result = await run_durable(
+                    durable, session, scope, ctx.derive(**taped), run_turns, step_inputs
+                )
             else:
                 result = await run_turns(
                     step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, TAPE_SLOT: tape})
@@ -365,18 +366,6 @@ def _compile(
         async with connect_sources(spec.registry, spec.capabilities, ctx) as (live, slots):
             slots[_LIVE_SLOT] = live
             return await iterate(step_inputs, ctx.derive(**slots))
-
-    async def run_checkpointed(session: Any, scope: Scope, ctx: StepContext,
-                               step_inputs: dict[str, Any]) -> Any:
-        """A checkpointed invocation; servers that supply tools connect first, since what they
-        describe joins what the checkpoint is compared with (DESIGN.md §15)."""
-        if not remote:
-            return await run_durable(durable, session, scope, ctx, run_turns, step_inputs)
-        async with connect_sources(spec.registry, spec.capabilities, ctx) as (live, slots):
-            slots[_LIVE_SLOT] = live
-            servers = live.descriptors if live is not None else None
-            return await run_durable(durable, session, scope, ctx.derive(**slots), iterate,
-                                     step_inputs, servers)
 
     if remote:
         # inspect --connect finds an agent's server tools here (plans never look).

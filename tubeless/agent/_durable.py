@@ -27,7 +27,7 @@ import pydantic_core
 from tubeless._callables import maybe_await
 from tubeless.agent._decisions import Call, Continue
 from tubeless.agent._dispatch import EXECUTION_SLOT
-from tubeless.agent._durable_checks import DurableAgent, check_saved, input_digest
+from tubeless.agent._durable_checks import DurableAgent, check_saved, checked_servers, input_digest
 from tubeless.agent._journal import JOURNAL_SLOT, Journal, Resumed
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
 from tubeless.agent._tools import ToolContext, ToolError
@@ -148,7 +148,8 @@ class Book:
 class CheckpointJournal(Journal):
     """The journal of one checkpointed agent invocation (see ``_journal`` for the points)."""
 
-    __slots__ = ("base", "book", "budget", "dirty", "entry", "registry", "resuming", "route")
+    __slots__ = ("base", "book", "budget", "dirty", "entry", "registry", "resumed", "resuming",
+                 "route")
 
     def __init__(
         self, book: Book, route: str, entry: dict[str, Any], budget: Budget, spec: AgentSpec,
@@ -160,9 +161,17 @@ class CheckpointJournal(Journal):
         self.budget = budget
         self.registry = spec.registry
         self.base = f"{book.session.key}/{route}"
+        self.resumed = resumed
         self.resuming: int | None = entry["turn"] if resumed else None
         """The turn resumed from, until it is done."""
         self.dirty = False
+
+    def servers(self, descriptors: Mapping[str, Mapping[str, Any]]) -> None:
+        # Called once the checkpoint said there are turns to run (a completed or failed key
+        # never contacts its servers); a changed server refuses the resume, saving nothing.
+        self.entry["definition"] = checked_servers(
+            self.entry["definition"], descriptors, self.book.session.key, self.route, self.resumed
+        )
 
     def sync(self) -> None:
         budget = self.entry["budget"]
@@ -322,13 +331,8 @@ async def run_durable(
     ctx: StepContext,
     iterate: Callable[[dict[str, Any], StepContext], Awaitable[Any]],
     step_inputs: dict[str, Any],
-    servers: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Any:
-    """Run one checkpointed agent invocation: return or raise what it saved, or resume it.
-
-    ``servers`` are the live descriptors of the tools servers supply (connected before this is
-    called): they join what the checkpoint is compared with.
-    """
+    """Run one checkpointed agent invocation: return or raise what it saved, or resume it."""
     spec = durable.spec
     book = Book.of(session)
     parent = ctx.slots.get(JOURNAL_SLOT)
@@ -338,7 +342,7 @@ async def run_durable(
     else:
         base = spec.id
     route = book.claim(base)
-    definition = durable.definition(servers)
+    definition = durable.definition()
     digest = input_digest(ctx.options)
     saved = book.document["agents"].get(route)
     resumed = saved is not None
@@ -383,7 +387,7 @@ async def run_durable(
         if is_cancellation(exc):
             if journal.dirty:
                 book.commit()  # cancelled: keep what is known, resumable
-        else:
+        elif getattr(exc, "code", None) != CHECKPOINT_MISMATCH:  # a changed server: untouched
             journal.failed(exc)
         raise
     finally:

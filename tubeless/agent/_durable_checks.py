@@ -23,7 +23,14 @@ from tubeless.pipeline._identity import descriptor_fingerprint
 if TYPE_CHECKING:
     from tubeless.agent._turn import AgentSpec
 
-__all__ = ["DurableAgent", "check_saved", "input_digest"]
+__all__ = [
+    "DurableAgent",
+    "check_saved",
+    "checked_servers",
+    "input_digest",
+    "server_tools",
+    "servers_changed",
+]
 
 
 class DurableAgent:
@@ -38,23 +45,7 @@ class DurableAgent:
         """The agent's pipeline (set once ``define_agent`` built it)."""
         self._definition: dict[str, Any] | None = None
 
-    def definition(self, servers: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-        """What a checkpoint records of the definition; ``servers`` are the live descriptors
-        of the tools servers supply (by registered name), when the agent has any."""
-        if servers:
-            return {**self._static(), "servers": {
-                name: {
-                    "server": found.get("server"),
-                    "tool": found.get("tool"),
-                    "description": hashlib.sha256(
-                        str(found.get("description")).encode("utf-8")).hexdigest(),
-                    "input": descriptor_fingerprint(found.get("input_schema")),
-                }
-                for name, found in sorted(servers.items())
-            }}
-        return self._static()
-
-    def _static(self) -> dict[str, Any]:
+    def definition(self) -> dict[str, Any]:
         if self._definition is None:
             assert self.pipeline is not None
             spec = self.spec
@@ -110,9 +101,6 @@ def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
             return f"tool {name!r} changed its input schema"
         if before.get("definitionId") != tool["definitionId"]:
             return f"tool {name!r} changed (its output schema or its pipeline)"
-    servers = _servers_changed(saved.get("servers") or {}, now.get("servers") or {})
-    if servers is not None:
-        return servers
     if saved.get("result") != now["result"]:
         return "the result schema changed"
     if saved.get("definitionId") != now["definitionId"]:
@@ -120,7 +108,23 @@ def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _servers_changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+def server_tools(descriptors: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What a checkpoint records of the tools servers supply, as the servers described them
+    (by registered name): the server, the tool's name there, digests of its description and
+    input schema."""
+    return {
+        name: {
+            "server": found.get("server"),
+            "tool": found.get("tool"),
+            "description": hashlib.sha256(
+                str(found.get("description")).encode("utf-8")).hexdigest(),
+            "input": descriptor_fingerprint(found.get("input_schema")),
+        }
+        for name, found in sorted(descriptors.items())
+    }
+
+
+def servers_changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
     """What differs in the tools servers supply, as their servers described them."""
     for name in sorted(set(saved) | set(now)):
         before, after = saved.get(name), now.get(name)
@@ -135,6 +139,30 @@ def _servers_changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | 
         if before.get("input") != after.get("input"):
             return f"{where}: its input schema"
     return None
+
+
+def checked_servers(
+    definition: Mapping[str, Any],
+    descriptors: Mapping[str, Mapping[str, Any]],
+    key: str,
+    route: str,
+    resumed: bool,
+) -> dict[str, Any]:
+    """``definition`` with the servers' tools recorded (a new entry), or as saved once the
+    servers describe the same tools (a resumed one); ``TUBELESS_AGENT_CHECKPOINT_MISMATCH``
+    names what changed otherwise."""
+    now = server_tools(descriptors)
+    if not resumed:
+        return {**definition, "servers": now}
+    saved = definition.get("servers")
+    what = servers_changed(saved if isinstance(saved, Mapping) else {}, now)
+    if what is not None:
+        raise CheckpointError(
+            CHECKPOINT_MISMATCH,
+            f"Checkpoint {key!r} was saved by a different definition of agent {route!r}: "
+            f"{what}; restart the key to start over, or use another key",
+        )
+    return dict(definition)
 
 
 def check_saved(

@@ -7,7 +7,8 @@ tools name once per invocation (an enclosing agent's open connection is reused),
 tool exists, and hands the turns the live descriptors: ``decide`` sees them in
 ``ctx.capabilities`` and arguments are validated by them before any call of a batch starts.
 What an invocation opened it closes when it ends, however it ends. Dry runs connect nothing
-(sourced tools have no preview, so they are skipped there).
+(sourced tools have no preview, so they are skipped there). A checkpointed invocation's journal
+is told the live descriptors: they join what its checkpoint is compared with.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tubeless.agent._journal import JOURNAL_SLOT, NO_JOURNAL, Journal
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._tools import Tool, ToolContext, descriptor
 from tubeless.errors import AgentDefinitionError
@@ -194,4 +196,8 @@ async def connect_sources(
                 entry, sessions[remote.source], descriptors
             )
         live = LiveTools(tuple(shown[name] for name in registry), live_registry, descriptors)
+        # A checkpointed invocation records what the servers said, or refuses a resume if
+        # they now say something else (DESIGN.md §15).
+        journal: Journal = ctx.slots.get(JOURNAL_SLOT, NO_JOURNAL)
+        journal.servers(descriptors)
         yield live, {SOURCES_SLOT: sessions}
