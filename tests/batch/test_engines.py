@@ -114,3 +114,33 @@ def test_a_row_that_kills_its_ray_actor_fails_alone(
     assert [row["status"] for row in rows] == ["completed", "failed", "completed"]
     assert rows[1]["error"]["code"] == "TUBELESS_BATCH_WORKER_DIED"
     assert rows[1]["error"]["message"].startswith("the Ray actor running the row died")
+
+
+@pytest.mark.parametrize("engine", ["process", "ray"])
+def test_workers_commit_each_row_to_the_checkpoint_file(
+    tmp_path: Path, ray_address: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, engine: str,
+) -> None:
+    """The checkpoint file reaches the workers (the process engine's spec, the Ray actor's
+    init): each row's checkpoint is completed, so a rerun gives the saved results and runs no
+    tool again."""
+    project = rows_project(tmp_path)
+    folder, store = tmp_path / "marks", tmp_path / "runs.sqlite"
+    folder.mkdir()
+    monkeypatch.setenv("BATCH_MARKS", str(folder))
+    monkeypatch.setenv("RAY_ADDRESS", ray_address)
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}, {"n": 2}, {"n": 3}])
+    args = ("batch", project, inputs, "--engine", engine, "-c", "2", "--checkpoints", store)
+    first = tubeless(capsys, *args)
+    assert first.code == 0, first.err
+    listed = tubeless(capsys, "checkpoints", "list", store, "--json")
+    rows = [json.loads(line) for line in first.out.splitlines()]
+    assert {c["key"]: c["status"] for c in json.loads(listed.out)["checkpoints"]} == {
+        row["key"]: "completed" for row in rows}
+    again = tubeless(capsys, *args)
+    assert again.code == 0, again.err
+    rerun = [json.loads(line) for line in again.out.splitlines()]
+    assert [row["result"] for row in rerun] == [row["result"] for row in rows]
+    assert [(row["turns"], row["calls"]) for row in rerun] == [(0, 0)] * 3  # nothing ran
+    if engine == "process":  # Ray's workers do not see this test's environment
+        assert len(list(folder.iterdir())) == 3  # each tool ran once, in the first batch

@@ -4,7 +4,8 @@
 PORT_FILE`` serves streamable HTTP on 127.0.0.1 (a free port, written to PORT_FILE once it
 listens). When ``MCP_TEST_LOG`` names a file, the server appends one line per event: ``pid N``
 at start, ``call NAME`` when a tool starts, ``cancelled ID`` for each notifications/cancelled,
-``interrupted hang`` when the hanging call is cancelled.
+``interrupted hang`` when the hanging call is cancelled. ``MCP_TEST_VARIANT`` (``description``,
+``schema``) changes the tools it lists.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ TOOLS = {
     "hang": ("Never answers.", _NONE),
     "secret": ("A tool the tests never include.", _NONE),
 }
+
+
+# MCP_TEST_VARIANT changes what the server says of ``echo`` (checkpoint identity tests).
+_VARIANT = os.environ.get("MCP_TEST_VARIANT")
+if _VARIANT == "description":
+    TOOLS["echo"] = ("Echoes the text back, reworded.", _TEXT)
+elif _VARIANT == "schema":
+    TOOLS["echo"] = (TOOLS["echo"][0], {**_TEXT, "properties": {
+        "text": {"type": "string"}, "loud": {"type": "boolean"}}})
 
 
 def log(line: str) -> None:

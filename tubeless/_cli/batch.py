@@ -150,20 +150,34 @@ class BatchProgress:
               help="Run a failed row once more (on another worker); the second outcome counts.")
 @click.option("--fail-fast", is_flag=True,
               help="After the first failed row, start no more and cancel those in flight.")
+@click.option("--checkpoints", default=None, metavar="PATH",
+              help="Run each row durably in the checkpoint file PATH: a row interrupted "
+              "mid-run resumes where it stopped on the next run.")
+@click.option("--record-dir", default=None, metavar="DIR",
+              help="Record each row's cassette into DIR/<index>.cassette.jsonl (mode 0600).")
+@click.option("--replay-dir", default=None, metavar="DIR",
+              help="Replay each row from DIR/<index>.cassette.jsonl (no model); a row that "
+              "diverges fails with TUBELESS_REPLAY_DIVERGED.")
 @click.pass_context
 def batch(ctx: click.Context, project: str, args: tuple[str, ...], output: str | None,
           concurrency: int, engine: str, ray_address: str | None, trace: tuple[str, ...],
-          retry_failed: bool, fail_fast: bool) -> None:
+          retry_failed: bool, fail_fast: bool, checkpoints: str | None,
+          record_dir: str | None, replay_dir: str | None) -> None:
     """Run an entry of PROJECT once per input of INPUTS (JSONL, a JSON array or a YAML list;
     - for stdin) and write one JSON row per input, in input order."""
     entry_id, inputs = _split(ctx, args)
-    _check_paths(ctx, output, trace)
+    _check_paths(ctx, output, trace, checkpoints)
+    if record_dir is not None and replay_dir is not None:
+        raise click.UsageError("Give --record-dir or --replay-dir, not both.", ctx=ctx)
+    if replay_dir is not None and not Path(replay_dir).is_dir():
+        raise FileNotFoundError(2, "No such directory", replay_dir)
     entry, _ = load_entry(project, entry_id)
     rows = read_rows(inputs)
     code = run_cli_batch(
         project, entry, entry_id, rows, output=output, concurrency=concurrency,
         engine=engine, ray_address=ray_address, trace=trace, retry_failed=retry_failed,
-        fail_fast=fail_fast,
+        fail_fast=fail_fast, checkpoints=checkpoints, record_dir=record_dir,
+        replay_dir=replay_dir,
     )
     ctx.exit(code)
 
@@ -179,12 +193,21 @@ def _split(ctx: click.Context, args: tuple[str, ...]) -> tuple[str | None, str]:
     raise click.UsageError(f"Got unexpected extra arguments ({' '.join(args[2:])}).", ctx=ctx)
 
 
-def _check_paths(ctx: click.Context, output: str | None, trace: tuple[str, ...]) -> None:
+def _check_paths(ctx: click.Context, output: str | None, trace: tuple[str, ...],
+                 checkpoints: str | None = None) -> None:
     if "-" in trace:
         raise click.UsageError("--trace - is not available here: rows may go to stdout; give "
                                "a file", ctx=ctx)
     if output is not None and any(Path(t).resolve() == Path(output).resolve() for t in trace):
         raise click.UsageError("--output and --trace must be different files", ctx=ctx)
+    if checkpoints is None:
+        return
+    if any(Path(t).resolve() == Path(checkpoints).resolve() for t in trace):
+        raise click.UsageError(
+            f"--checkpoints and --trace name the same file ({checkpoints}): a checkpoint file "
+            "holds state and inputs, a trace never does; use two files", ctx=ctx)
+    if output is not None and Path(output).resolve() == Path(checkpoints).resolve():
+        raise click.UsageError("--output and --checkpoints must be different files", ctx=ctx)
 
 
 def run_cli_batch(
@@ -192,6 +215,9 @@ def run_cli_batch(
     output: str | None, concurrency: int, engine: str, ray_address: str | None,
     trace: tuple[str, ...], retry_failed: bool, fail_fast: bool,
     collect: list[RowOutcome] | None = None, label: str = "batch",
+    checkpoints: str | None = None, record_dir: str | None = None,
+    replay_dir: str | None = None, replays: dict[int, str] | None = None,
+    records: dict[int, str] | None = None,
 ) -> int:
     """Run the batch with signal handling, progress and summary; the exit code."""
     import asyncio
@@ -222,7 +248,9 @@ def run_cli_batch(
                     source, rows, concurrency=concurrency, engine=engine,  # type: ignore[arg-type]
                     trace=sinks, output=output, retry_failed=retry_failed, fail_fast=fail_fast,
                     ray_address=ray_address, signal=token, on_row=progress.row,
-                    count_tools=label == "eval",
+                    count_tools=label == "eval", checkpoints=checkpoints,
+                    record_dir=record_dir, replay_dir=replay_dir, replays=replays,
+                    records=records,
                 ):
                     finished.append(outcome.row)
                     if collect is not None:

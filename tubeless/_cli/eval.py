@@ -28,23 +28,41 @@ __all__ = ["eval_"]
               help="The Ray cluster (default: RAY_ADDRESS, else a local Ray for the run).")
 @click.option("--trace", multiple=True, metavar="PATH",
               help="Record every case: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).")
+@click.option("--replay", default=None, metavar="DIR",
+              help="Replay each case without a cassette: of its own from DIR/<case id>"
+              ".cassette.jsonl (no model); a case that diverges fails.")
+@click.option("--record", default=None, metavar="DIR",
+              help="Record each case's cassette into DIR/<case id>.cassette.jsonl (mode 0600).")
 @click.pass_context
 def eval_(ctx: click.Context, project: str, cases: str, junit: str | None, engine: str,
-          concurrency: int, ray_address: str | None, trace: tuple[str, ...]) -> None:
+          concurrency: int, ray_address: str | None, trace: tuple[str, ...],
+          replay: str | None, record: str | None) -> None:
     """Run the cases of CASES (YAML) on PROJECT and check each case's expectations."""
     from tubeless.batch import RowOutcome, check_case, format_table, junit_xml
-    from tubeless.batch._eval import case_rows
+    from tubeless.batch._eval import case_cassettes, case_rows
     from tubeless.project.cases import load_cases
 
     if not Path(cases).is_file():
         raise FileNotFoundError(2, "No such file or directory", cases)
+    if replay is not None and record is not None:
+        raise click.UsageError("Give --replay or --record, not both.", ctx=ctx)
+    if replay is not None and not Path(replay).is_dir():
+        raise FileNotFoundError(2, "No such directory", replay)
     loaded = load_cases(cases)
+    if record is not None:
+        Path(record).mkdir(mode=0o700, parents=True, exist_ok=True)
+        records = {i: str(Path(record).resolve() / f"{case.spec.id}.cassette.jsonl")
+                   for i, case in enumerate(loaded.cases)}
+        replays = None
+    else:
+        records, replays = None, case_cassettes(loaded.cases, replay)
     entry, entry_id = load_entry(project, loaded.entry)
     outcomes: list[RowOutcome] = []
     code = run_cli_batch(
         project, entry, entry_id, case_rows(loaded.cases), output=None,
         concurrency=concurrency, engine=engine, ray_address=ray_address, trace=trace,
         retry_failed=False, fail_fast=False, collect=outcomes, label="eval",
+        replays=replays, records=records,
     )
     by_index = {outcome.row["index"]: outcome for outcome in outcomes}
     results = [check_case(case, by_index[i]) for i, case in enumerate(loaded.cases)

@@ -29,7 +29,12 @@ from tubeless.agent._approvals import ApprovalWaiting
 from tubeless.agent._decisions import Call, Continue
 from tubeless.agent._dispatch import EXECUTION_SLOT
 from tubeless.agent._durable_approvals import checkpoint_approver
-from tubeless.agent._durable_checks import DurableAgent, check_saved, input_digest
+from tubeless.agent._durable_checks import (
+    DurableAgent,
+    check_saved,
+    checked_servers,
+    input_digest,
+)
 from tubeless.agent._journal import JOURNAL_SLOT, Journal, Resumed
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
 from tubeless.agent._tools import ToolContext, ToolError
@@ -151,7 +156,8 @@ class Book:
 class CheckpointJournal(Journal):
     """The journal of one checkpointed agent invocation (see ``_journal`` for the points)."""
 
-    __slots__ = ("base", "book", "budget", "dirty", "entry", "registry", "resuming", "route")
+    __slots__ = ("base", "book", "budget", "dirty", "entry", "registry", "resumed", "resuming",
+                 "route")
 
     def __init__(
         self, book: Book, route: str, entry: dict[str, Any], budget: Budget, spec: TurnSpec,
@@ -163,9 +169,17 @@ class CheckpointJournal(Journal):
         self.budget = budget
         self.registry = spec.registry
         self.base = f"{book.session.key}/{route}"
+        self.resumed = resumed
         self.resuming: int | None = entry["turn"] if resumed else None
         """The turn resumed from, until it is done."""
         self.dirty = False
+
+    def servers(self, descriptors: Mapping[str, Mapping[str, Any]]) -> None:
+        # Called once the checkpoint said there are turns to run (a completed or failed key
+        # never contacts its servers); a changed server refuses the resume, saving nothing.
+        self.entry["definition"] = checked_servers(
+            self.entry["definition"], descriptors, self.book.session.key, self.route, self.resumed
+        )
 
     def sync(self) -> None:
         budget = self.entry["budget"]
@@ -396,7 +410,7 @@ async def run_durable(
         if is_cancellation(exc) or isinstance(original_exception(exc), ApprovalWaiting):
             if journal.dirty:
                 book.commit()  # cancelled or waiting: keep what is known, resumable
-        else:
+        elif getattr(exc, "code", None) != CHECKPOINT_MISMATCH:  # a changed server: untouched
             journal.failed(exc)
         raise
     finally:

@@ -2,8 +2,9 @@
 
 A saved entry must be well formed and must have been saved by the same definition: the same
 ``implementation_version``, limits, tools (each tool's input schema and pipeline), result
-schema, delegation depth and input; otherwise ``TUBELESS_AGENT_CHECKPOINT_MISMATCH`` says what
-changed.
+schema, delegation depth and input, and, for tools a server supplies (MCP), the same tools as
+that server described them (name, description, input schema); otherwise
+``TUBELESS_AGENT_CHECKPOINT_MISMATCH`` says what changed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from tubeless.pipeline._identity import descriptor_fingerprint
 if TYPE_CHECKING:
     from tubeless.agent._turn import TurnSpec
 
-__all__ = ["DurableAgent", "check_saved", "input_digest"]
+__all__ = [
+    "DurableAgent",
+    "check_saved",
+    "checked_servers",
+    "input_digest",
+    "server_tools",
+    "servers_changed",
+]
 
 
 class DurableAgent:
@@ -98,6 +106,63 @@ def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
     if saved.get("definitionId") != now["definitionId"]:
         return f"the definition changed ({saved.get('definitionId')} -> {now['definitionId']})"
     return None
+
+
+def server_tools(descriptors: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What a checkpoint records of the tools servers supply, as the servers described them
+    (by registered name): the server, the tool's name there, digests of its description and
+    input schema."""
+    return {
+        name: {
+            "server": found.get("server"),
+            "tool": found.get("tool"),
+            "description": hashlib.sha256(
+                str(found.get("description")).encode("utf-8")).hexdigest(),
+            "input": descriptor_fingerprint(found.get("input_schema")),
+        }
+        for name, found in sorted(descriptors.items())
+    }
+
+
+def servers_changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """What differs in the tools servers supply, as their servers described them."""
+    for name in sorted(set(saved) | set(now)):
+        before, after = saved.get(name), now.get(name)
+        if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+            return f"the server tools changed ({name!r} is new or gone)"
+        where = (f"MCP server {after.get('server')!r} changed tool {after.get('tool')!r} "
+                 f"(registered as {name!r})")
+        if before.get("tool") != after.get("tool") or before.get("server") != after.get("server"):
+            return f"tool {name!r} now comes from another server tool"
+        if before.get("description") != after.get("description"):
+            return f"{where}: its description"
+        if before.get("input") != after.get("input"):
+            return f"{where}: its input schema"
+    return None
+
+
+def checked_servers(
+    definition: Mapping[str, Any],
+    descriptors: Mapping[str, Mapping[str, Any]],
+    key: str,
+    route: str,
+    resumed: bool,
+) -> dict[str, Any]:
+    """``definition`` with the servers' tools recorded (a new entry), or as saved once the
+    servers describe the same tools (a resumed one); ``TUBELESS_AGENT_CHECKPOINT_MISMATCH``
+    names what changed otherwise."""
+    now = server_tools(descriptors)
+    if not resumed:
+        return {**definition, "servers": now}
+    saved = definition.get("servers")
+    what = servers_changed(saved if isinstance(saved, Mapping) else {}, now)
+    if what is not None:
+        raise CheckpointError(
+            CHECKPOINT_MISMATCH,
+            f"Checkpoint {key!r} was saved by a different definition of agent {route!r}: "
+            f"{what}; restart the key to start over, or use another key",
+        )
+    return dict(definition)
 
 
 def check_saved(

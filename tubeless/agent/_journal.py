@@ -57,6 +57,9 @@ class Journal:
         """Where a resumed agent's loop starts (``None``: from ``initial_state``)."""
         return None
 
+    def servers(self, descriptors: Mapping[str, Mapping[str, Any]]) -> None:
+        """The agent's servers described its sourced tools so (before its first turn)."""
+
     def reserved(self, t: TurnInput) -> None:
         """One decision was charged; ``decide`` is about to be asked."""
 

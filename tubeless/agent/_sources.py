@@ -7,16 +7,18 @@ tools name once per invocation (an enclosing agent's open connection is reused),
 tool exists, and hands the turns the live descriptors: ``decide`` sees them in
 ``ctx.capabilities`` and arguments are validated by them before any call of a batch starts.
 What an invocation opened it closes when it ends, however it ends. Dry runs connect nothing
-(sourced tools have no preview, so they are skipped there).
+(sourced tools have no preview, so they are skipped there). A checkpointed invocation's journal
+is told the live descriptors: they join what its checkpoint is compared with.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tubeless.agent._journal import JOURNAL_SLOT, NO_JOURNAL, Journal
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._tools import Tool, ToolContext, descriptor
 from tubeless.errors import AgentDefinitionError
@@ -80,6 +82,9 @@ class LiveTools:
 
     capabilities: tuple[FrozenDict, ...]
     registry: Mapping[str, CompiledTool]
+    descriptors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Each sourced tool as its server described it, by registered name: ``{server, tool,
+    description, input_schema}`` (what a checkpoint records of the server)."""
 
 
 def _handler(remote: Remote) -> Any:
@@ -132,9 +137,17 @@ def sources_of(registry: Mapping[str, CompiledTool]) -> tuple[ToolSource, ...]:
     return tuple(found)
 
 
-def _live_entry(entry: CompiledTool, session: SourceSession) -> tuple[FrozenDict, CompiledTool]:
+def _live_entry(
+    entry: CompiledTool, session: SourceSession, descriptors: dict[str, Mapping[str, Any]]
+) -> tuple[FrozenDict, CompiledTool]:
     remote: Remote = entry.tool.remote
     description, schema = session.describe(remote.name)
+    descriptors[entry.name] = {
+        "server": getattr(remote.source, "name", None),
+        "tool": remote.name,
+        "description": description,
+        "input_schema": schema,
+    }
     description = description.strip()[:_MAX_DESCRIPTION] or entry.tool.description
     label = f"The input schema of tool {entry.name!r}"
     json_schema = descriptor(schema, label)
@@ -173,11 +186,18 @@ async def connect_sources(
                 sessions[source] = await stack.enter_async_context(source.connect())
         shown = {c["name"]: c for c in capabilities}
         live_registry: dict[str, CompiledTool] = {}
+        descriptors: dict[str, Mapping[str, Any]] = {}
         for name, entry in registry.items():
             remote: Remote | None = entry.tool.remote
             if remote is None:
                 live_registry[name] = entry
                 continue
-            shown[name], live_registry[name] = _live_entry(entry, sessions[remote.source])
-        live = LiveTools(tuple(shown[name] for name in registry), live_registry)
+            shown[name], live_registry[name] = _live_entry(
+                entry, sessions[remote.source], descriptors
+            )
+        live = LiveTools(tuple(shown[name] for name in registry), live_registry, descriptors)
+        # A checkpointed invocation records what the servers said, or refuses a resume if
+        # they now say something else (DESIGN.md §15).
+        journal: Journal = ctx.slots.get(JOURNAL_SLOT, NO_JOURNAL)
+        journal.servers(descriptors)
         yield live, {SOURCES_SLOT: sessions}

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from tubeless.batch._inputs import InputRow
-from tubeless.batch._row import RowOutcome, run_row
+from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, run_row
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BatchError
 
 if TYPE_CHECKING:
+    from tubeless.durable import CheckpointStore
     from tubeless.pipeline import CancelToken, Pipeline
 
 __all__ = ["ENGINES", "Engine", "EngineName", "EntrySource", "LocalEngine", "make_engine"]
@@ -52,8 +53,10 @@ class Engine(Protocol):
     async def start(self) -> None:
         """Start the workers (before the first row)."""
 
-    async def run(self, item: InputRow, key: str, *, retry: bool = False) -> RowOutcome:
-        """Run one row; ``retry=True`` asks for another worker than the one that failed it."""
+    async def run(self, item: InputRow, key: str, *, retry: bool = False,
+                  plan: RowPlan = NO_PLAN) -> RowOutcome:
+        """Run one row; ``retry=True`` asks for another worker than the one that failed it;
+        ``plan`` names its checkpoint key and cassette."""
 
     def cancel(self, reason: str) -> None:
         """Cancel the rows in flight (cooperatively: they come back ``cancelled``)."""
@@ -66,18 +69,20 @@ class LocalEngine:
     """Rows as asyncio tasks in this process, sharing its event loop."""
 
     def __init__(self, entry: Pipeline, *, traced: bool, tools: bool,
-                 signal: CancelToken) -> None:
+                 signal: CancelToken, store: CheckpointStore | None = None) -> None:
         self._entry = entry
         self._traced = traced
         self._tools = tools
         self._signal = signal
+        self._store = store
 
     async def start(self) -> None:
         pass
 
-    async def run(self, item: InputRow, key: str, *, retry: bool = False) -> RowOutcome:
+    async def run(self, item: InputRow, key: str, *, retry: bool = False,
+                  plan: RowPlan = NO_PLAN) -> RowOutcome:
         return await run_row(self._entry, item, key, traced=self._traced, tools=self._tools,
-                             signal=self._signal)
+                             signal=self._signal, store=self._store, plan=plan)
 
     def cancel(self, reason: str) -> None:
         self._signal.cancel(reason)
@@ -95,8 +100,13 @@ def make_engine(
     signal: CancelToken,
     tools: bool = False,
     ray_address: str | None = None,
+    store: CheckpointStore | None = None,
+    store_path: str | None = None,
 ) -> Engine:
     """The engine called ``name`` for ``entry``.
+
+    ``store`` is the batch's checkpoint store (the ``local`` engine uses it); ``store_path``
+    is its file, which the workers of ``process`` and ``ray`` open for themselves.
 
     Raises:
         BatchError: ``TUBELESS_BATCH_ENGINE_UNAVAILABLE`` when ``process`` or ``ray`` is given a
@@ -104,22 +114,28 @@ def make_engine(
     """
     if name == "local":
         pipeline = entry.load() if isinstance(entry, EntrySource) else entry
-        return LocalEngine(pipeline, traced=traced, tools=tools, signal=signal)
+        return LocalEngine(pipeline, traced=traced, tools=tools, signal=signal, store=store)
     if not isinstance(entry, EntrySource):
         raise BatchError(
             BATCH_ENGINE_UNAVAILABLE,
             f"the {name} engine loads the entry from its project file in each worker: pass "
             "the project's path (or an EntrySource), not a pipeline object",
         )
+    if store is not None and store_path is None:
+        raise BatchError(
+            BATCH_ENGINE_UNAVAILABLE,
+            f"the {name} engine's workers open the checkpoint file themselves: pass its path "
+            "as checkpoints=, not a store object",
+        )
     if name == "process":
         from tubeless.batch._process import ProcessEngine
 
         return ProcessEngine(entry, workers=concurrency, traced=traced, tools=tools,
-                             signal=signal)
+                             signal=signal, store_path=store_path)
     if name == "ray":
         from tubeless.batch._ray import RayEngine
 
         return RayEngine(entry, actors=concurrency, traced=traced, tools=tools, signal=signal,
-                         address=ray_address)
+                         address=ray_address, store_path=store_path)
     raise BatchError(BATCH_ENGINE_UNAVAILABLE, f"unknown engine {name!r}; choose one of "
                      + ", ".join(ENGINES))

@@ -18,13 +18,18 @@ from typing import TYPE_CHECKING, Any
 from tubeless.batch._engine import EngineName
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._row import RowOutcome
+from tubeless.errors import CASSETTE_INVALID, CASSETTE_MISMATCH, REPLAY_DIVERGED
 
 if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken
     from tubeless.project.cases import Case
     from tubeless.tracing import TraceSink
 
-__all__ = ["CaseResult", "case_rows", "check_case", "format_table", "junit_xml", "run_eval"]
+__all__ = ["CaseResult", "case_cassettes", "case_rows", "check_case", "format_table",
+           "junit_xml", "run_eval"]
+
+#: A row that failed with one of these did not replay its cassette as recorded.
+_CASSETTE_CODES = (REPLAY_DIVERGED, CASSETTE_INVALID, CASSETTE_MISMATCH)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,6 +47,19 @@ def case_rows(cases: Sequence[Case]) -> list[InputRow]:
     return [InputRow(index=i, line=case.line, raw=case.spec.input) for i, case in enumerate(cases)]
 
 
+def case_cassettes(cases: Sequence[Case], replay: str | os.PathLike[str] | None = None,
+                   ) -> dict[int, str]:
+    """The cassette each case replays, by index: its own ``cassette:``, else
+    ``<replay>/<case id>.cassette.jsonl`` when a replay folder is given."""
+    found = {}
+    for index, case in enumerate(cases):
+        if case.cassette is not None:
+            found[index] = str(case.cassette)
+        elif replay is not None:
+            found[index] = str(Path(replay).resolve() / f"{case.spec.id}.cassette.jsonl")
+    return found
+
+
 def check_case(case: Case, outcome: RowOutcome) -> CaseResult:
     """Check every expectation of ``case`` against its row."""
     row = outcome.row
@@ -51,8 +69,11 @@ def check_case(case: Case, outcome: RowOutcome) -> CaseResult:
     status = row.get("status")
     error = row.get("error") or {}
     wanted_status = expect.status or ("failed" if "error_code" in given else "completed")
+    replayed = error.get("code") in _CASSETTE_CODES and expect.error_code != error.get("code")
+    if replayed:  # a divergence fails the case whatever else it expects
+        failures.append(f"{error.get('code')}: {error.get('message')}")
     if status != wanted_status:
-        detail = f" ({error.get('code')}: {error.get('message')})" if error else ""
+        detail = f" ({error.get('code')}: {error.get('message')})" if error and not replayed else ""
         failures.append(f"status: expected {wanted_status}, got {status}{detail}")
     if "error_code" in given and error.get("code") != expect.error_code:
         failures.append(f"error_code: expected {expect.error_code}, got {error.get('code')}")
@@ -142,8 +163,12 @@ async def run_eval(
     trace: TraceSink | Sequence[TraceSink] | None = None,
     ray_address: str | None = None,
     signal: CancelToken | None = None,
+    replay: str | os.PathLike[str] | None = None,
 ) -> list[CaseResult]:
     """Run every case of the ``cases`` file on its entry of ``project``; one verdict per case.
+
+    A case that names a ``cassette:`` replays it; with ``replay`` (a folder) every other case
+    replays ``<replay>/<case id>.cassette.jsonl``. A case whose replay diverges fails.
 
     Raises:
         DocumentError: The cases file is invalid (every problem located).
@@ -158,7 +183,8 @@ async def run_eval(
     entry: Any = source.load() if engine == "local" else source
     outcomes = [outcome async for outcome in run_outcomes(
         entry, case_rows(loaded.cases), engine=engine, concurrency=concurrency, trace=trace,
-        ray_address=ray_address, signal=signal, count_tools=True)]
+        ray_address=ray_address, signal=signal, count_tools=True,
+        replays=case_cassettes(loaded.cases, replay))]
     by_index = {outcome.row["index"]: outcome for outcome in outcomes}
     return [check_case(case, by_index[i]) for i, case in enumerate(loaded.cases)
             if i in by_index]

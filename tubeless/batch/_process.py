@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._engine import EntrySource
 from tubeless.batch._inputs import InputRow
-from tubeless.batch._row import RowOutcome, failed_row, run_row
+from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row, run_row
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
 
 if TYPE_CHECKING:
@@ -47,8 +47,9 @@ class ProcessEngine:
     """``workers`` processes, one row in flight each."""
 
     def __init__(self, source: EntrySource, *, workers: int, traced: bool, tools: bool,
-                 signal: CancelToken) -> None:
+                 signal: CancelToken, store_path: str | None = None) -> None:
         self._source = source
+        self._store_path = store_path
         self._size = workers
         self._traced = traced
         self._tools = tools
@@ -73,7 +74,7 @@ class ProcessEngine:
         self._serial += 1
         spec = json.dumps({"path": self._source.path, "entry_id": self._source.entry_id,
                            "traced": self._traced, "tools": self._tools,
-                           "fd": child.fileno()})
+                           "checkpoints": self._store_path, "fd": child.fileno()})
         process = subprocess.Popen(
             [sys.executable, "-m", "tubeless.batch._process", spec],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
@@ -93,13 +94,14 @@ class ProcessEngine:
             raise BatchError(BATCH_ENGINE_UNAVAILABLE, f"a worker could not load the entry: "
                              f"{message[1]}")
 
-    async def run(self, item: InputRow, key: str, *, retry: bool = False) -> RowOutcome:
+    async def run(self, item: InputRow, key: str, *, retry: bool = False,
+                  plan: RowPlan = NO_PLAN) -> RowOutcome:
         worker = await self._idle.get()
         self._busy.add(worker)
         loop = asyncio.get_running_loop()
         try:
             worker.conn.send(("row", item.index, item.line, item.raw, item.problem, item.text,
-                              key))
+                              key, plan.to_wire()))
             wire = await loop.run_in_executor(self._threads, worker.conn.recv)
         except (EOFError, OSError):
             self._busy.discard(worker)
@@ -160,16 +162,25 @@ def _worker_main(spec: str) -> None:
     conn = Connection(settings["fd"])
     source = EntrySource(path=settings["path"], entry_id=settings["entry_id"])
     traced, tools = bool(settings["traced"]), bool(settings["tools"])
+    store = None
     try:
         entry = source.load()
+        if settings.get("checkpoints") is not None:
+            from tubeless.durable import SqliteCheckpoints
+
+            store = SqliteCheckpoints(settings["checkpoints"])
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready",))
-    asyncio.run(_serve(conn, entry, traced, tools))
+    try:
+        asyncio.run(_serve(conn, entry, traced, tools, store))
+    finally:
+        if store is not None:
+            store.close()
 
 
-async def _serve(conn: Connection, entry: Any, traced: bool, tools: bool) -> None:
+async def _serve(conn: Connection, entry: Any, traced: bool, tools: bool, store: Any) -> None:
     from tubeless.pipeline import CancelToken
 
     loop = asyncio.get_running_loop()
@@ -189,9 +200,10 @@ async def _serve(conn: Connection, entry: Any, traced: bool, tools: bool) -> Non
     running: set[asyncio.Task[None]] = set()
 
     async def one(message: tuple[Any, ...]) -> None:
-        _, index, line, raw, problem, text, key = message
+        _, index, line, raw, problem, text, key, plan = message
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        outcome = await run_row(entry, item, key, traced=traced, tools=tools, signal=token)
+        outcome = await run_row(entry, item, key, traced=traced, tools=tools, signal=token,
+                                store=store, plan=RowPlan.from_wire(plan))
         conn.send(outcome.to_wire())
 
     while True:

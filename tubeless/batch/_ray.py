@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._engine import EntrySource
 from tubeless.batch._inputs import InputRow
-from tubeless.batch._row import RowOutcome, failed_row, run_row
+from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row, run_row
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
 
 if TYPE_CHECKING:
@@ -49,15 +49,23 @@ def shipped_folder(source: EntrySource) -> tuple[Path, str]:
 class _Actor:
     """Loads the entry once, then runs the rows it is sent (an async actor: cancellable)."""
 
-    def __init__(self, path: str, entry_id: str | None, traced: bool, tools: bool) -> None:
+    def __init__(self, path: str, entry_id: str | None, traced: bool, tools: bool,
+                 checkpoints: str | None = None) -> None:
         self._entry = EntrySource(path=str(Path(path).resolve()), entry_id=entry_id).load()
         self._traced = traced
         self._tools = tools
+        self._store = None
+        if checkpoints is not None:  # an absolute path every actor can reach
+            from tubeless.durable import SqliteCheckpoints
+
+            self._store = SqliteCheckpoints(checkpoints)
 
     async def run(self, index: int, line: int, raw: Any, problem: str | None, text: str,
-                  key: str) -> tuple[str, dict[str, int], list[str]]:
+                  key: str, plan: dict[str, Any] | None = None,
+                  ) -> tuple[str, dict[str, int], list[str]]:
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        outcome = await run_row(self._entry, item, key, traced=self._traced, tools=self._tools)
+        outcome = await run_row(self._entry, item, key, traced=self._traced, tools=self._tools,
+                                store=self._store, plan=RowPlan.from_wire(plan))
         return outcome.to_wire()
 
 
@@ -65,7 +73,8 @@ class RayEngine:
     """``actors`` Ray actors, one row in flight each."""
 
     def __init__(self, source: EntrySource, *, actors: int, traced: bool, tools: bool,
-                 signal: CancelToken, address: str | None) -> None:
+                 signal: CancelToken, address: str | None,
+                 store_path: str | None = None) -> None:
         try:
             import ray
         except ImportError:
@@ -73,6 +82,7 @@ class RayEngine:
                              "pip install 'tubeless[ray]'") from None
         self._ray = ray
         self._source = source
+        self._store_path = store_path
         self._size = actors
         self._traced = traced
         self._tools = tools
@@ -116,12 +126,14 @@ class RayEngine:
     def _spawn(self) -> Any:
         actor_class = self._ray.remote(_Actor)
         return actor_class.options(**self._options).remote(
-            self._relative, self._source.entry_id, self._traced, self._tools)
+            self._relative, self._source.entry_id, self._traced, self._tools, self._store_path)
 
-    async def run(self, item: InputRow, key: str, *, retry: bool = False) -> RowOutcome:
+    async def run(self, item: InputRow, key: str, *, retry: bool = False,
+                  plan: RowPlan = NO_PLAN) -> RowOutcome:
         ray = self._ray
         actor = await self._idle.get()
-        ref = actor.run.remote(item.index, item.line, item.raw, item.problem, item.text, key)
+        ref = actor.run.remote(item.index, item.line, item.raw, item.problem, item.text, key,
+                               plan.to_wire())
         self._running[ref] = actor
         try:
             wire = await ref

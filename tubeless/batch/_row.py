@@ -8,6 +8,7 @@ batch is traced, keeps the row's records for the driver, which alone writes the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Mapping
@@ -18,14 +19,44 @@ from tubeless.batch._inputs import InputRow
 from tubeless.errors import (
     BATCH_INPUT_INVALID,
     OPTIONS_VALIDATION_FAILED,
+    REPLAY_DIVERGED,
     RUN_CANCELLED,
+    TubelessError,
     deepest_source_code,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tubeless.durable import CheckpointStore
     from tubeless.pipeline import CancelToken, Pipeline, PipelineRun
 
-__all__ = ["RowOutcome", "RowSink", "failed_row", "run_row"]
+__all__ = ["RowOutcome", "RowPlan", "RowSink", "failed_row", "run_row"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RowPlan:
+    """What one row runs with beyond its input (plain data: it crosses process boundaries)."""
+
+    checkpoint_key: str | None = None
+    """The row's checkpoint key (``--checkpoints``): its key, ``#2``, ``#3``... for repeats."""
+    restart: bool = False
+    """Start the row's checkpoint over (a retry of a row that failed)."""
+    record: str | None = None
+    """The cassette file the row records into."""
+    replay: str | None = None
+    """The cassette file the row replays."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"checkpoint_key": self.checkpoint_key, "restart": self.restart,
+                "record": self.record, "replay": self.replay}
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any] | None) -> RowPlan:
+        return cls(**wire) if wire else NO_PLAN
+
+
+NO_PLAN = RowPlan()
 
 
 class RowSink:
@@ -108,12 +139,16 @@ async def run_row(
     traced: bool,
     tools: bool = False,
     signal: CancelToken | None = None,
+    store: CheckpointStore | None = None,
+    plan: RowPlan = NO_PLAN,
 ) -> RowOutcome:
     """Run ``entry`` on ``item``'s input as a root run and describe it as a row.
 
     Args:
         traced: Keep the row's trace records (the batch has sinks).
         tools: Count calls per tool name (eval's ``tools`` expectation).
+        store: The batch's checkpoint store (``plan.checkpoint_key`` names the row's key).
+        plan: The row's checkpoint key and cassette.
 
     A row that needs neither runs untraced (the fast path): its turns and calls are read from
     the root agent's budget instead of counted from records; both give the same numbers.
@@ -126,8 +161,17 @@ async def run_row(
     budgets: list[Any] = []
     token = ROOT_BUDGETS.set(budgets) if sink is None else None
     start = time.perf_counter()
+    durable: dict[str, Any] = {}
+    if store is not None and plan.checkpoint_key is not None:
+        durable = {"checkpoints": store, "checkpoint_key": plan.checkpoint_key,
+                   "restart": plan.restart}
     try:
-        run = await entry.run(item.raw, trace=None if sink is None else [sink], signal=signal)
+        with _cassette(plan):
+            run = await entry.run(item.raw, trace=None if sink is None else [sink],
+                                  signal=signal, **durable)
+    except TubelessError as exc:  # the row's cassette or checkpoint cannot be used
+        return failed_row(item, key, exc.code, exc.message,
+                          (time.perf_counter() - start) * 1000)
     except asyncio.CancelledError:
         # The task was cancelled (a second signal): the run recorded its cancellation.
         duration = (time.perf_counter() - start) * 1000
@@ -146,6 +190,23 @@ async def run_row(
         calls, counted = sum(b.calls for b in budgets), {}
     return RowOutcome(row=_row(item, key, run, turns, calls, duration), tools=counted,
                       records=sink.records if sink is not None else [])
+
+
+@contextlib.contextmanager
+def _cassette(plan: RowPlan) -> Iterator[None]:
+    """The row's cassette: recording into ``plan.record`` or replaying ``plan.replay``."""
+    if plan.record is None and plan.replay is None:
+        yield
+        return
+    from tubeless.testing import record, replay
+
+    if plan.record is not None:
+        with record(plan.record):
+            yield
+        return
+    assert plan.replay is not None
+    with replay(plan.replay):
+        yield
 
 
 def _row(item: InputRow, key: str, run: PipelineRun, turns: int, calls: int,
@@ -171,6 +232,8 @@ def _error(item: InputRow, run: PipelineRun) -> dict[str, str]:
     message = first.message
     step = f"step {first.step_id}: " if first.step_id else ""
     deepest = first.cause.deepest() if first.cause is not None else None
+    if code == REPLAY_DIVERGED and deepest is not None:
+        return {"code": code, "message": deepest.message}  # the divergence, as said
     if deepest is not None and deepest.message not in message:
         message = f"{message.rstrip('.')}; caused by: {deepest.message}"
     message = step + message

@@ -5,9 +5,10 @@ this order: retried once if it failed and ``retry_failed`` is set; its trace rec
 the batch's sinks (only the driver writes them, whatever the engine); appended to the output
 file; reported to ``on_row``. Rows are yielded as soon as every row before them is done.
 
-Where later work plugs in: durable runs (``--checkpoints``) pass ``checkpoints=`` and
-``checkpoint_key=<row key>`` to the row's ``entry.run`` in :func:`tubeless.batch._row.run_row`;
-eval replay (``--replay DIR``) gives each row its cassette the same way.
+Each row also gets a :class:`~tubeless.batch._row.RowPlan`: with ``checkpoints`` its checkpoint
+key (the row key; the second row with the same input ``<key>#2``, the third ``#3``, in input
+order, so rows never share a lease and a rerun finds each row's own checkpoint), and with a
+record or replay folder its cassette ``<index>.cassette.jsonl``.
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ import asyncio
 import os
 import statistics
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._engine import Engine, EngineName, EntrySource, make_engine
 from tubeless.batch._inputs import InputRow, read_inputs, row_key
 from tubeless.batch._output import BatchOutput
-from tubeless.batch._row import RowOutcome
+from tubeless.batch._row import RowOutcome, RowPlan
 from tubeless.errors import BATCH_INPUT_INVALID, RUN_CONCURRENCY_INVALID, TubelessError
 
 if TYPE_CHECKING:
+    from tubeless.durable import CheckpointStore
     from tubeless.pipeline import CancelToken, Pipeline
     from tubeless.tracing import TraceSink
 
@@ -49,6 +52,9 @@ async def run_batch(
     ray_address: str | None = None,
     signal: CancelToken | None = None,
     on_row: OnRow | None = None,
+    checkpoints: str | os.PathLike[str] | CheckpointStore | None = None,
+    record_dir: str | os.PathLike[str] | None = None,
+    replay_dir: str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Run ``entry`` once per input and yield the rows in input order.
 
@@ -66,6 +72,12 @@ async def run_batch(
         ray_address: The Ray cluster (else ``RAY_ADDRESS``, else a local Ray for the batch).
         signal: Cancels the batch: no new row starts, rows in flight are cancelled.
         on_row: Told about each row as it finishes (progress).
+        checkpoints: A checkpoint file (or, for the ``local`` engine, a store): each row runs
+            durably under its own key (its row key; ``<key>#2``, ``#3``... for later rows with
+            the same input), so a row interrupted mid-run resumes where it stopped.
+        record_dir: Record each row's cassette into ``<record_dir>/<index>.cassette.jsonl``.
+        replay_dir: Replay each row from ``<replay_dir>/<index>.cassette.jsonl``; a row that
+            diverges fails alone with ``TUBELESS_REPLAY_DIVERGED``.
 
     Yields:
         ``{index, key, status, result | error: {code, message}, run_id, duration_ms, turns,
@@ -74,7 +86,8 @@ async def run_batch(
     async for outcome in run_outcomes(
         entry, inputs, concurrency=concurrency, engine=engine, entry_id=entry_id, trace=trace,
         output=output, retry_failed=retry_failed, fail_fast=fail_fast, ray_address=ray_address,
-        signal=signal, on_row=on_row,
+        signal=signal, on_row=on_row, checkpoints=checkpoints, record_dir=record_dir,
+        replay_dir=replay_dir,
     ):
         yield outcome.row
 
@@ -94,9 +107,15 @@ async def run_outcomes(
     signal: CancelToken | None = None,
     on_row: OnRow | None = None,
     count_tools: bool = False,
+    checkpoints: str | os.PathLike[str] | CheckpointStore | None = None,
+    record_dir: str | os.PathLike[str] | None = None,
+    replay_dir: str | os.PathLike[str] | None = None,
+    replays: Mapping[int, str] | None = None,
+    records: Mapping[int, str] | None = None,
 ) -> AsyncIterator[RowOutcome]:
     """:func:`run_batch`, yielding each row's :class:`RowOutcome`; with ``count_tools`` its
-    calls per tool name too (what eval needs)."""
+    calls per tool name too (what eval needs); ``replays`` and ``records`` give rows their own
+    cassette to replay or record (by index; before ``replay_dir`` and ``record_dir``)."""
     from tubeless.pipeline import CancelToken
     from tubeless.tracing import TraceFanout
 
@@ -111,28 +130,93 @@ async def run_outcomes(
     sinks = [] if trace is None else [trace] if not isinstance(trace, Sequence) else list(trace)
     fanout = TraceFanout(sinks)
     token = signal if signal is not None else CancelToken()
-    runner = make_engine(engine, pipeline if engine == "local" else entry,
-                         concurrency=concurrency, traced=bool(sinks), signal=token,
-                         tools=count_tools, ray_address=ray_address)
-    store = BatchOutput(output) if output is not None else None
-    batch = _Batch(rows, keys, runner, store, fanout, token, retry_failed=retry_failed,
-                   fail_fast=fail_fast, on_row=on_row)
+    plans = row_plans(rows, keys, checkpoints=checkpoints is not None, record_dir=record_dir,
+                      replay_dir=replay_dir, replays=replays, records=records)
+    checkpoint_store, store_path, opened = _open_checkpoints(checkpoints)
     try:
-        async for outcome in batch.drive(concurrency):
-            yield outcome
+        runner = make_engine(engine, pipeline if engine == "local" else entry,
+                             concurrency=concurrency, traced=bool(sinks), signal=token,
+                             tools=count_tools, ray_address=ray_address, store=checkpoint_store,
+                             store_path=store_path)
+        store = BatchOutput(output) if output is not None else None
+        batch = _Batch(rows, keys, plans, runner, store, fanout, token,
+                       retry_failed=retry_failed, fail_fast=fail_fast, on_row=on_row)
+        try:
+            async for outcome in batch.drive(concurrency):
+                yield outcome
+        finally:
+            batch.stop()
+            if store is not None:
+                store.finish(keys, {i: o.row for i, o in batch.done.items()})
+                store.close()
+            fanout.flush()
     finally:
-        batch.stop()
-        if store is not None:
-            store.finish(keys, {i: o.row for i, o in batch.done.items()})
-            store.close()
-        fanout.flush()
+        if opened and checkpoint_store is not None:
+            checkpoint_store.close()
+
+
+def row_plans(
+    rows: Sequence[InputRow],
+    keys: Sequence[str],
+    *,
+    checkpoints: bool,
+    record_dir: str | os.PathLike[str] | None = None,
+    replay_dir: str | os.PathLike[str] | None = None,
+    replays: Mapping[int, str] | None = None,
+    records: Mapping[int, str] | None = None,
+) -> list[RowPlan]:
+    """Each row's checkpoint key and cassette (paths absolute: workers may run elsewhere)."""
+    record = None if record_dir is None else Path(record_dir).resolve()
+    replay = None if replay_dir is None else Path(replay_dir).resolve()
+    if record is not None:
+        record.mkdir(mode=0o700, parents=True, exist_ok=True)
+    seen: dict[str, int] = {}
+    plans = []
+    for row in rows:
+        key = keys[row.index]
+        checkpoint_key = None
+        if checkpoints:
+            seen[key] = seen.get(key, 0) + 1
+            checkpoint_key = key if seen[key] == 1 else f"{key}#{seen[key]}"
+        name = f"{row.index}.cassette.jsonl"
+        recorded = (records or {}).get(row.index)
+        if recorded is None and record is not None:
+            recorded = str(record / name)
+        replayed = (replays or {}).get(row.index)
+        if replayed is None and replay is not None:
+            replayed = str(replay / name)
+        plan = RowPlan(checkpoint_key=checkpoint_key,
+                       record=None if recorded is None else str(Path(recorded).resolve()),
+                       replay=None if replayed is None or recorded is not None
+                       else str(Path(replayed).resolve()))
+        plans.append(plan)
+    return plans
+
+
+def _open_checkpoints(
+    checkpoints: str | os.PathLike[str] | CheckpointStore | None,
+) -> tuple[CheckpointStore | None, str | None, bool]:
+    """The batch's store, the file workers open (absolute), and whether it was opened here.
+
+    The driver opens a file itself even when workers do the writing: so the file is created
+    (mode 0600) and checked once, before any worker starts.
+    """
+    if checkpoints is None:
+        return None, None, False
+    if isinstance(checkpoints, str | os.PathLike):
+        from tubeless.durable import SqliteCheckpoints
+
+        path = str(Path(checkpoints).resolve())
+        return SqliteCheckpoints(path), path, True
+    return checkpoints, None, False
 
 
 class _Batch:
-    def __init__(self, rows: list[InputRow], keys: list[str], engine: Engine,
-                 store: BatchOutput | None, fanout: Any, token: CancelToken, *,
+    def __init__(self, rows: list[InputRow], keys: list[str], plans: list[RowPlan],
+                 engine: Engine, store: BatchOutput | None, fanout: Any, token: CancelToken, *,
                  retry_failed: bool, fail_fast: bool, on_row: OnRow | None) -> None:
         self.rows, self.keys, self.engine, self.store = rows, keys, engine, store
+        self.plans = plans
         self.fanout, self.token = fanout, token
         self.retry_failed, self.fail_fast, self.on_row = retry_failed, fail_fast, on_row
         self.done: dict[int, RowOutcome] = {}
@@ -185,12 +269,18 @@ class _Batch:
         for row in queue:
             if self.token.cancelled or self.stopping:
                 return
+            plan = self.plans[row.index]
             try:
-                outcome = await self.engine.run(row, self.keys[row.index])
+                outcome = await self.engine.run(row, self.keys[row.index], plan=plan)
                 if (self.retry_failed and outcome.row["status"] == "failed"
                         and outcome.row["error"]["code"] != BATCH_INPUT_INVALID
                         and not self.token.cancelled):
-                    outcome = await self.engine.run(row, self.keys[row.index], retry=True)
+                    # A run that ended failed saved its failure: the retry starts its checkpoint
+                    # over. A row whose worker died left its checkpoint resumable: it resumes.
+                    if plan.checkpoint_key is not None and outcome.row["run_id"] is not None:
+                        plan = replace(plan, restart=True)
+                    outcome = await self.engine.run(row, self.keys[row.index], retry=True,
+                                                    plan=plan)
             finally:
                 self.changed.set()
             self._finished(outcome)

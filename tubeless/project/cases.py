@@ -70,6 +70,9 @@ class CaseSpec(BaseModel):
     id: Annotated[str, Field(pattern=CASE_ID_PATTERN, description="The case's id (unique).")]
     description: str | None = Field(None, description="What the case is about.")
     input: Any = Field(None, description="The raw input of the run.")
+    cassette: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="A cassette to replay the case from (a path relative to this "
+        "file): decisions come from it, no model is asked, and a divergence fails the case.")
     expect: ExpectSpec = Field(default_factory=ExpectSpec, description="The expectations.")
 
 
@@ -96,6 +99,8 @@ class Case:
     expected: frozenset[str]
     """The expectations given (``result: null`` is an expectation, an absent one is not)."""
     check: Any = None
+    cassette: Path | None = None
+    """The case's cassette (absolute), when it names one."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,8 +162,12 @@ def load_cases(path: str | os.PathLike[str]) -> Cases:
                                               code=REFERENCE_INVALID))
         pointer = f"/cases/{index}/input" if "input" in case.model_fields_set else (
             f"/cases/{index}")
+        cassette = None
+        if case.cassette is not None:
+            cassette = (Path(doc.file).resolve().parent / case.cassette).resolve()
         cases.append(Case(spec=case, line=doc.source.locate(pointer)[0],
-                          expected=frozenset(case.expect.model_fields_set), check=check))
+                          expected=frozenset(case.expect.model_fields_set), check=check,
+                          cassette=cassette))
     if problems:
         raise ReferenceResolutionError(problems[0].format(), problems)
     return Cases(path=Path(doc.file), entry=spec.entry, cases=tuple(cases))
