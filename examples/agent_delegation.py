@@ -105,8 +105,13 @@ delegating_agent = define_agent(
             map_options=summary_options,
         ),
     },
-    limits={"max_turns": 3, "max_calls": 100, "max_decisions": 50, "max_depth": 1,
-            "max_concurrency": 2},
+    limits={
+        "max_turns": 3,
+        "max_calls": 100,
+        "max_decisions": 50,
+        "max_depth": 1,
+        "max_concurrency": 2,
+    },
 )
 
 if __name__ == "__main__":

@@ -55,8 +55,11 @@ def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
             "calls": [
                 {"id": "draft", "tool": "draft", "input": state["title"]},
                 {"id": "publish", "tool": "publish", "input": state["title"]},
-                {"id": "mail", "tool": "send_mail", "input": {"to": state["to"],
-                                                              "subject": state["title"]}},
+                {
+                    "id": "mail",
+                    "tool": "send_mail",
+                    "input": {"to": state["to"], "subject": state["title"]},
+                },
             ],
         }
     by_id = {o["id"]: o for o in state["outcomes"]}
@@ -66,8 +69,11 @@ def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
             "drafted": by_id["draft"]["value"],
             "published": by_id["publish"]["ok"],
             "mailed": by_id["mail"]["ok"],
-            "denied": [o["id"] for o in state["outcomes"]
-                       if not o["ok"] and o["error"]["code"] == "TUBELESS_TOOL_DENIED"],
+            "denied": [
+                o["id"]
+                for o in state["outcomes"]
+                if not o["ok"] and o["error"]["code"] == "TUBELESS_TOOL_DENIED"
+            ],
         },
     }
 
@@ -114,17 +120,26 @@ approvals_agent = define_agent(
     reduce=reduce,
     limits={"max_turns": 3, "max_calls": 6, "on_limit": "finish", "max_concurrency": 2},
     tools={
-        "draft": define_tool(description="Draft a note from its title.",
-                             input_schema=Schema.json({"type": "string"}),
-                             output_schema=Schema.json({"type": "string"}), run=draft),
-        "publish": define_tool(description="Publish the note where everyone can read it.",
-                               input_schema=Schema.json({"type": "string"}),
-                               output_schema=Schema.json({"type": "boolean"}), run=publish,
-                               approval="always"),
-        "send_mail": define_tool(description="Mail the note to one address.",
-                                 input_schema=Schema.json(_MAIL),
-                                 output_schema=Schema.json({"type": "boolean"}), run=send_mail,
-                                 approval=outside_example_com),
+        "draft": define_tool(
+            description="Draft a note from its title.",
+            input_schema=Schema.json({"type": "string"}),
+            output_schema=Schema.json({"type": "string"}),
+            run=draft,
+        ),
+        "publish": define_tool(
+            description="Publish the note where everyone can read it.",
+            input_schema=Schema.json({"type": "string"}),
+            output_schema=Schema.json({"type": "boolean"}),
+            run=publish,
+            approval="always",
+        ),
+        "send_mail": define_tool(
+            description="Mail the note to one address.",
+            input_schema=Schema.json(_MAIL),
+            output_schema=Schema.json({"type": "boolean"}),
+            run=send_mail,
+            approval=outside_example_com,
+        ),
     },
 )
 
@@ -135,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", default="team@example.com")
     parser.add_argument("--deny-all", action="store_true")
     args = parser.parse_args(argv)
-    run = asyncio.run(approvals_agent.run({"to": args.to},
-                                          approver=lambda request: not args.deny_all))
+    run = asyncio.run(
+        approvals_agent.run({"to": args.to}, approver=lambda request: not args.deny_all)
+    )
     if run.status != "completed":
         for error in run.errors:
             print(f"error: {error.format()}", file=sys.stderr)

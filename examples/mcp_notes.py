@@ -35,12 +35,16 @@ def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
     observed = state["observed"]
     if not observed:
         note = {"text": state["question"]}
-        return {"kind": "continue", "calls": [{"id": "add", "tool": "notes__add_note",
-                                                "input": note}]}
+        return {
+            "kind": "continue",
+            "calls": [{"id": "add", "tool": "notes__add_note", "input": note}],
+        }
     if len(observed) == 1:
         word = {"word": (state["question"].split() or [""])[0]}
-        return {"kind": "continue", "calls": [{"id": "find", "tool": "notes__find_notes",
-                                                "input": word}]}
+        return {
+            "kind": "continue",
+            "calls": [{"id": "find", "tool": "notes__find_notes", "input": word}],
+        }
     return {"kind": "finish", "result": "; ".join(observed)}
 
 

@@ -34,7 +34,8 @@ async def test_batch_benchmark_rows_complete(entry: str) -> None:
     rows = [row async for row in run_batch(PROJECT, [{"i": 3}], entry_id=entry)]
     expected = burn(3) if entry == "cpu-row" else 3
     assert [(r["status"], r["result"], r["turns"], r["calls"]) for r in rows] == [
-        ("completed", expected, 2, 1)]
+        ("completed", expected, 2, 1)
+    ]
 
 
 async def test_the_tuple_reducer_workload_agrees_with_the_baseline() -> None:

@@ -53,9 +53,22 @@ EXPECTED = [
 
 #: The names of DESIGN.md section 3's import line (the contract, kept outside this repository).
 DESIGN_IMPORTS = [
-    "define_pipeline", "step", "from_pipeline", "for_each_pipeline", "iterate_pipeline",
-    "require_outputs", "define_agent", "define_tool", "pipeline_tool", "ToolError", "Limits",
-    "Schema", "CancelToken", "load_project", "TubelessError", "PipelineExecutionError",
+    "define_pipeline",
+    "step",
+    "from_pipeline",
+    "for_each_pipeline",
+    "iterate_pipeline",
+    "require_outputs",
+    "define_agent",
+    "define_tool",
+    "pipeline_tool",
+    "ToolError",
+    "Limits",
+    "Schema",
+    "CancelToken",
+    "load_project",
+    "TubelessError",
+    "PipelineExecutionError",
 ]
 _DOC_IMPORT = re.compile(r"^from tubeless import \(?([\w, \n]+?)\)?$", re.MULTILINE)
 
@@ -132,7 +145,8 @@ def test_the_type_checking_imports_match_the_lazy_homes() -> None:
     """What type checkers see (the ``TYPE_CHECKING`` block) is what runs (``_HOMES``)."""
     tree = ast.parse((ROOT / "tubeless" / "__init__.py").read_text(encoding="utf-8"))
     guarded = next(
-        node for node in tree.body
+        node
+        for node in tree.body
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
     )
     seen: dict[str, tuple[str, ...]] = {}

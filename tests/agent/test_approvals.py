@@ -275,8 +275,9 @@ async def test_a_recoverable_sibling_error_does_not_let_a_denied_call_through() 
         scripted(continue_with(call("send", "a", "s1"), call("find", "b", "f1")), finish("ok")),
         {
             "send": _tool(ran, "always"),
-            "find": define_tool(description="Find.", input_schema=str, output_schema=str,
-                                run=missing),
+            "find": define_tool(
+                description="Find.", input_schema=str, output_schema=str, run=missing
+            ),
         },
     )
 
@@ -357,8 +358,15 @@ async def test_a_digest_mismatch_cannot_run_under_another_call_s_approval() -> N
     """An approval recorded for ``send("a")`` does not cover the same call id asking ``"b"``."""
     ran: list[str] = []
     recorded = RecordedApprovals(
-        [{"route": "gated", "turn": 1, "call_id": "c1", "digest": call_digest("send", "a"),
-          "approved": True}]
+        [
+            {
+                "route": "gated",
+                "turn": 1,
+                "call_id": "c1",
+                "digest": call_digest("send", "a"),
+                "approved": True,
+            }
+        ]
     )
     agent, _ = _agent(
         scripted(continue_with(call("send", "b", "c1"))), {"send": _tool(ran, "always")}
@@ -451,10 +459,19 @@ def _identity(approval: Any) -> Any:
 
 def test_approval_never_keeps_the_identity_and_a_gate_changes_the_definition_id() -> None:
     plain = define_agent(
-        id="gated", input_schema=dict[str, Any], result_schema=Any,
-        initial_state=lambda v: {}, decide=scripted(),
-        tools={"send": define_tool(description="Echo text in capitals.", input_schema=str,
-                                   output_schema=str, run=lambda v, c: v)},
+        id="gated",
+        input_schema=dict[str, Any],
+        result_schema=Any,
+        initial_state=lambda v: {},
+        decide=scripted(),
+        tools={
+            "send": define_tool(
+                description="Echo text in capitals.",
+                input_schema=str,
+                output_schema=str,
+                run=lambda v, c: v,
+            )
+        },
         reduce=lambda s, o: s,
     ).identity
     assert _identity("never") == plain

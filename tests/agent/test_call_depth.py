@@ -33,8 +33,11 @@ def _agent(depths: list[int]) -> Any:
         initial_state=lambda _: {"history": ()},
         decide=decide,
         reduce=lambda state, outcomes: {"history": state["history"] + outcomes},
-        tools={"upper": define_tool(description="Uppercase.", input_schema=str,
-                                    output_schema=str, run=upper)},
+        tools={
+            "upper": define_tool(
+                description="Uppercase.", input_schema=str, output_schema=str, run=upper
+            )
+        },
     )
 
 

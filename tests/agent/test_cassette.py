@@ -263,8 +263,12 @@ async def test_a_run_going_past_the_recording_diverges_at_the_missing_decision(
         await _agent(scripted(finish("early"))).run({"q": 1})
     lines = path.read_text().splitlines()
     # The recording finished at turn 1; drop its finish decision and result, keep it readable.
-    path.write_text(lines[0] + "\n" + json.dumps({"kind": "result", "route": "shouter",
-                                                  "ok": True, "result": "x"}) + "\n")
+    path.write_text(
+        lines[0]
+        + "\n"
+        + json.dumps({"kind": "result", "route": "shouter", "ok": True, "result": "x"})
+        + "\n"
+    )
 
     with replay(path):
         run = await _agent(_never).run({"q": 1})
@@ -290,8 +294,12 @@ async def test_a_run_going_past_the_recording_diverges_at_the_missing_decision(
             "not a JSON line (the cassette is corrupt)",
             id="corrupt",
         ),
-        pytest.param(lambda t: "\n".join(t.splitlines()[1:]) + "\n", 1,
-                     "the first line is not a cassette header", id="headless"),
+        pytest.param(
+            lambda t: "\n".join(t.splitlines()[1:]) + "\n",
+            1,
+            "the first line is not a cassette header",
+            id="headless",
+        ),
     ],
 )
 async def test_a_damaged_cassette_is_refused_naming_file_and_line(
@@ -381,8 +389,9 @@ async def test_recording_changes_no_trace_record_and_puts_nothing_of_it_in_trace
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=3),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3)
+    ),
     max_leaves=12,
 )
 

@@ -532,8 +532,11 @@ async def test_run_or_raise_chains_the_limit_error_itself_as_the_cause() -> None
         result_schema=str,
         initial_state=lambda _: {},
         decide=scripted(continue_with(*[call("echo", "x") for _ in range(4)])),
-        tools={"echo": define_tool(description="Echo.", input_schema=str, output_schema=str,
-                                   run=lambda text, ctx: text)},
+        tools={
+            "echo": define_tool(
+                description="Echo.", input_schema=str, output_schema=str, run=lambda text, ctx: text
+            )
+        },
         limits={"max_calls": 3},
     )
     with pytest.raises(PipelineExecutionError) as info:

@@ -643,8 +643,9 @@ async def test_turns_leave_no_reference_cycles_holding_old_states() -> None:
         initial_state=lambda _: {"history": ()},
         decide=decide,
         reduce=lambda state, outcomes: {"history": state["history"] + outcomes},
-        tools={"echo": define_tool(description="Echo.", input_schema=str, output_schema=str,
-                                   run=echo)},
+        tools={
+            "echo": define_tool(description="Echo.", input_schema=str, output_schema=str, run=echo)
+        },
         limits={"max_turns": 50},
     )
     gc.collect()
@@ -687,8 +688,11 @@ async def test_a_tuple_history_grown_with_a_plain_tuple_is_never_walked_again(
 
     turns = 120
     agent = _agent(
-        lambda state, ctx: finish(len(state["history"])) if ctx.turn > turns
-        else continue_with(call("echo", "x", id=f"c{ctx.turn}")),
+        lambda state, ctx: (
+            finish(len(state["history"]))
+            if ctx.turn > turns
+            else continue_with(call("echo", "x", id=f"c{ctx.turn}"))
+        ),
         initial_state=lambda _: {"history": ()},
         reduce=reduce,
         limits={"max_turns": turns + 1, "max_decisions": turns + 1, "max_calls": turns},

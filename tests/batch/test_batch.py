@@ -27,9 +27,14 @@ def test_rows_come_in_input_order_with_turns_calls_and_results(tmp_path: Path) -
     rows = _run(project, [{"n": n} for n in range(6)], concurrency=3)
     assert [row["index"] for row in rows] == list(range(6))
     assert without_ids(rows)[2] == {
-        "index": 2, "key": rows[2]["key"], "status": "completed",
-        "result": {"n": 2, "square": 4}, "run_id": "<id>", "duration_ms": 0,
-        "turns": 2, "calls": 1,
+        "index": 2,
+        "key": rows[2]["key"],
+        "status": "completed",
+        "result": {"n": 2, "square": 4},
+        "run_id": "<id>",
+        "duration_ms": 0,
+        "turns": 2,
+        "calls": 1,
     }
     assert rows[2]["key"].startswith("rows:") and len(rows[2]["key"]) == len("rows:") + 16
     assert len({row["run_id"] for row in rows}) == 6
@@ -44,23 +49,33 @@ def test_bad_input_lines_fail_only_their_row_with_the_line_number(
     assert outcome.code == 6
     rows = read_rows(tmp_path / "out.jsonl")
     assert [(row["index"], row["status"]) for row in rows] == [
-        (0, "completed"), (1, "failed"), (2, "failed"), (3, "completed")]
-    assert rows[1]["error"] == {"code": "TUBELESS_BATCH_INPUT_INVALID",
-                                "message": "line 2: not valid JSON: Expecting property name "
-                                "enclosed in double quotes"}
+        (0, "completed"),
+        (1, "failed"),
+        (2, "failed"),
+        (3, "completed"),
+    ]
+    assert rows[1]["error"] == {
+        "code": "TUBELESS_BATCH_INPUT_INVALID",
+        "message": "line 2: not valid JSON: Expecting property name enclosed in double quotes",
+    }
     assert rows[1]["run_id"] is None
     assert rows[2]["error"]["code"] == "TUBELESS_OPTIONS_VALIDATION_FAILED"
     assert rows[2]["error"]["message"].startswith("line 4: ")
     assert rows[3]["result"] == {"n": 3, "square": 9}
-    assert "batch: 4 rows: 2 completed, 2 failed (TUBELESS_BATCH_INPUT_INVALID 1, " \
+    assert (
+        "batch: 4 rows: 2 completed, 2 failed (TUBELESS_BATCH_INPUT_INVALID 1, "
         "TUBELESS_OPTIONS_VALIDATION_FAILED 1)" in outcome.err
+    )
     assert "row 1 failed: TUBELESS_BATCH_INPUT_INVALID: line 2: not valid JSON" in outcome.err
 
 
-@pytest.mark.parametrize("suffix, text", [
-    pytest.param(".json", '[{"n": 1},\n {"n": 2}]', id="json-array"),
-    pytest.param(".yaml", "- {n: 1}\n- n: 2\n", id="yaml-list"),
-])
+@pytest.mark.parametrize(
+    "suffix, text",
+    [
+        pytest.param(".json", '[{"n": 1},\n {"n": 2}]', id="json-array"),
+        pytest.param(".yaml", "- {n: 1}\n- n: 2\n", id="yaml-list"),
+    ],
+)
 def test_json_arrays_and_yaml_lists_are_inputs_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str, text: str
 ) -> None:
@@ -81,7 +96,9 @@ def test_an_inputs_file_that_is_not_a_list_exits_2(
     inputs.write_text('{"n": 1}', encoding="utf-8")
     outcome = tubeless(capsys, "batch", project, inputs)
     assert (outcome.code, outcome.err.strip()) == (
-        2, f"error: TUBELESS_BATCH_INPUT_INVALID: {inputs}: expected a JSON array of inputs")
+        2,
+        f"error: TUBELESS_BATCH_INPUT_INVALID: {inputs}: expected a JSON array of inputs",
+    )
 
 
 def test_usage_and_load_errors_exit_1_and_2(
@@ -93,8 +110,16 @@ def test_usage_and_load_errors_exit_1_and_2(
     assert tubeless(capsys, "batch", project, inputs, "--engine", "gpu").code == 1
     assert tubeless(capsys, "batch", project, "nope", inputs).code == 2
     assert tubeless(capsys, "batch", project, tmp_path / "missing.jsonl").code == 2
-    same = tubeless(capsys, "batch", project, inputs, "-o", tmp_path / "a.ndjson",
-                    "--trace", tmp_path / "a.ndjson")
+    same = tubeless(
+        capsys,
+        "batch",
+        project,
+        inputs,
+        "-o",
+        tmp_path / "a.ndjson",
+        "--trace",
+        tmp_path / "a.ndjson",
+    )
     assert same.code == 1
     assert "error: --output and --trace must be different files" in same.err
 
@@ -119,8 +144,9 @@ def test_a_rerun_with_the_same_output_skips_completed_rows(
     assert "1 already completed, not run again" in again.err
 
 
-def test_retry_failed_runs_a_failed_row_once_more(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retry_failed_runs_a_failed_row_once_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project = rows_project(tmp_path)
     (tmp_path / "marks").mkdir()
     monkeypatch.setenv("BATCH_MARKS", str(tmp_path / "marks"))
@@ -128,37 +154,55 @@ def test_retry_failed_runs_a_failed_row_once_more(tmp_path: Path,
     assert [row["status"] for row in rows] == ["failed", "completed"]
     assert rows[0]["error"]["code"] == "TUBELESS_STEP_FAILED"
     assert rows[0]["error"]["message"].endswith(
-        "rows/tool/square failed at step tool: no square for -2")
+        "rows/tool/square failed at step tool: no square for -2"
+    )
     assert marks(tmp_path / "marks") == {-2: 2, 2: 1}
 
 
 def test_a_handler_that_kills_its_worker_fails_only_its_row(tmp_path: Path) -> None:
     project = rows_project(tmp_path)
-    rows = _run(project, [{"n": 1}, {"n": -1}, {"n": 3}, {"n": 4}], engine="process",
-                concurrency=2, retry_failed=True)
+    rows = _run(
+        project,
+        [{"n": 1}, {"n": -1}, {"n": 3}, {"n": 4}],
+        engine="process",
+        concurrency=2,
+        retry_failed=True,
+    )
     assert [row["status"] for row in rows] == ["completed", "failed", "completed", "completed"]
     assert rows[1]["error"] == {
         "code": "TUBELESS_BATCH_WORKER_DIED",
-        "message": "the worker process running the row died (exit status 3)"}
+        "message": "the worker process running the row died (exit status 3)",
+    }
     assert [row["result"]["square"] for row in rows if row["status"] == "completed"] == [1, 9, 16]
 
 
-def test_fail_fast_starts_no_row_after_a_failure(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_fail_fast_starts_no_row_after_a_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = rows_project(tmp_path)
-    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}, {"m": 0}, *({"n": n} for n in
-                                                                          range(2, 10))])
-    outcome = tubeless(capsys, "batch", project, inputs, "-o", tmp_path / "o.jsonl",
-                       "--fail-fast")
+    inputs = write_inputs(
+        tmp_path / "in.jsonl", [{"n": 1}, {"m": 0}, *({"n": n} for n in range(2, 10))]
+    )
+    outcome = tubeless(capsys, "batch", project, inputs, "-o", tmp_path / "o.jsonl", "--fail-fast")
     assert outcome.code == 6
     assert [row["index"] for row in read_rows(tmp_path / "o.jsonl")] == [0, 1]
 
 
 def test_summary_counts_codes_and_percentiles() -> None:
-    rows = [{"status": "completed", "run_id": "a", "duration_ms": d, "turns": 2, "calls": 1}
-            for d in (1.0, 2.0, 3.0, 4.0)]
-    rows.append({"status": "failed", "run_id": None, "duration_ms": 0,
-                 "error": {"code": "X", "message": "m"}, "turns": 0, "calls": 0})
+    rows = [
+        {"status": "completed", "run_id": "a", "duration_ms": d, "turns": 2, "calls": 1}
+        for d in (1.0, 2.0, 3.0, 4.0)
+    ]
+    rows.append(
+        {
+            "status": "failed",
+            "run_id": None,
+            "duration_ms": 0,
+            "error": {"code": "X", "message": "m"},
+            "turns": 0,
+            "calls": 0,
+        }
+    )
     summary = summarize(rows, skipped=1)
     assert summary.lines() == [
         "5 rows: 4 completed, 1 failed (X 1); 1 already completed, not run again",
@@ -177,7 +221,8 @@ def test_worker_engines_refuse_a_pipeline_object(tmp_path: Path) -> None:
     assert caught.value.code == "TUBELESS_BATCH_ENGINE_UNAVAILABLE"
     assert caught.value.message == (
         "the process engine loads the entry from its project file in each worker: pass the "
-        "project's path (or an EntrySource), not a pipeline object")
+        "project's path (or an EntrySource), not a pipeline object"
+    )
 
 
 @pytest.mark.parametrize("engine", ["local", "process"])

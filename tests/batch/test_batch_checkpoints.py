@@ -95,12 +95,27 @@ def _gone(pid: int) -> bool:
     return "\nState:\tZ" in status  # a zombie holds no lock
 
 
-def _batch(project: Path, inputs: Path, store: Path, *extra: str,
-           env: dict[str, str]) -> subprocess.Popen[str]:
+def _batch(
+    project: Path, inputs: Path, store: Path, *extra: str, env: dict[str, str]
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tubeless", "batch", str(project), str(inputs),
-         "--checkpoints", str(store), *extra],
-        text=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        [
+            sys.executable,
+            "-m",
+            "tubeless",
+            "batch",
+            str(project),
+            str(inputs),
+            "--checkpoints",
+            str(store),
+            *extra,
+        ],
+        text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
 
 
 @pytest.mark.parametrize("engine", ["local", "process"])
@@ -123,19 +138,27 @@ def test_a_row_killed_mid_run_resumes_on_rerun_without_repeating_its_completed_c
     while not _gone(worker):  # a process worker exits once its driver's pipe closes
         assert time.monotonic() < deadline, "the worker outlived its driver"
         time.sleep(0.02)
-    assert _marks(marks) == {("first", 0): 1, ("second", 0): 1, ("first", 1): 1,
-                             ("second", 1): 1}
+    assert _marks(marks) == {("first", 0): 1, ("second", 0): 1, ("first", 1): 1, ("second", 1): 1}
 
     rerun = _batch(project, inputs, store, "--engine", engine, env=env)
     out, err = finish(rerun)
     assert rerun.returncode == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     assert [row["result"] for row in rows] == [
-        {"n": 0, "done": [1, 2]}, {"n": 1, "done": [2, 3]}, {"n": 2, "done": [3, 4]}]
+        {"n": 0, "done": [1, 2]},
+        {"n": 1, "done": [2, 3]},
+        {"n": 2, "done": [3, 4]},
+    ]
     # Row 0 completed: its saved result, nothing ran. Row 1 resumed at its second call (a
     # safe call cut short re-runs); its first call ran once. Row 2 ran once.
-    assert _marks(marks) == {("first", 0): 1, ("second", 0): 1, ("first", 1): 1,
-                             ("second", 1): 2, ("first", 2): 1, ("second", 2): 1}
+    assert _marks(marks) == {
+        ("first", 0): 1,
+        ("second", 0): 1,
+        ("first", 1): 1,
+        ("second", 1): 2,
+        ("first", 2): 1,
+        ("second", 2): 1,
+    }
     keys = {line.split()[2] for line in marks.read_text(encoding="utf-8").splitlines()}
     assert {key.split("/")[0] for key in keys} == {row["key"] for row in rows}
 
@@ -150,20 +173,26 @@ def test_rows_with_the_same_input_run_under_keys_of_their_own(
     monkeypatch.setenv("MARKS", str(marks))
 
     async def collect() -> list[dict[str, Any]]:
-        return [row async for row in run_batch(project, [{"n": 5}, {"n": 5}, {"n": 6}],
-                                               concurrency=2, checkpoints=store)]
+        return [
+            row
+            async for row in run_batch(
+                project, [{"n": 5}, {"n": 5}, {"n": 6}], concurrency=2, checkpoints=store
+            )
+        ]
 
     rows = asyncio.run(collect())
     assert [row["status"] for row in rows] == ["completed"] * 3
     assert rows[0]["key"] == rows[1]["key"]
-    assert _marks(marks) == {("first", 5): 2, ("second", 5): 2, ("first", 6): 1,
-                             ("second", 6): 1}
+    assert _marks(marks) == {("first", 5): 2, ("second", 5): 2, ("first", 6): 1, ("second", 6): 1}
     capsys.readouterr()
     listed = tubeless(capsys, "checkpoints", "list", store, "--json")
     assert listed.code == 0, listed.err
     saved = {c["key"]: c["status"] for c in json.loads(listed.out)["checkpoints"]}
-    assert saved == {rows[0]["key"]: "completed", f"{rows[0]['key']}#2": "completed",
-                     rows[2]["key"]: "completed"}
+    assert saved == {
+        rows[0]["key"]: "completed",
+        f"{rows[0]['key']}#2": "completed",
+        rows[2]["key"]: "completed",
+    }
     again = asyncio.run(collect())
     assert [row["result"] for row in again] == [row["result"] for row in rows]
     assert sum(_marks(marks).values()) == 6  # nothing ran again: every row had its result
@@ -197,7 +226,6 @@ def test_retry_failed_starts_a_failed_rows_checkpoint_over(
     again = tubeless(capsys, "batch", project, inputs, "--checkpoints", store)
     assert again.code == 6
     assert "saved by an earlier run of checkpoint" in json.loads(again.out)["error"]["message"]
-    retried = tubeless(capsys, "batch", project, inputs, "--checkpoints", store,
-                       "--retry-failed")
+    retried = tubeless(capsys, "batch", project, inputs, "--checkpoints", store, "--retry-failed")
     assert retried.code == 0, retried.err
     assert json.loads(retried.out)["result"] == {"n": 4, "done": [5, 6]}

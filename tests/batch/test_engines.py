@@ -39,9 +39,14 @@ def ray_address() -> Iterator[str]:
     """A local Ray with two CPUs, for this module only (no auth token: it listens locally)."""
     patch = pytest.MonkeyPatch()
     patch.setenv("RAY_AUTH_MODE", "disabled")
-    helper = subprocess.Popen([sys.executable, "-c", _START_RAY], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              env=cli_env(RAY_AUTH_MODE="disabled"))
+    helper = subprocess.Popen(
+        [sys.executable, "-c", _START_RAY],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=cli_env(RAY_AUTH_MODE="disabled"),
+    )
     assert helper.stdout is not None and helper.stdin is not None
     address = helper.stdout.readline().strip()
     assert address, "Ray did not start"
@@ -58,8 +63,9 @@ def ray_address() -> Iterator[str]:
         patch.undo()
 
 
-def _batch(project: Path, inputs: list[Any], trace: Path | None = None,
-           **options: Any) -> list[dict[str, Any]]:
+def _batch(
+    project: Path, inputs: list[Any], trace: Path | None = None, **options: Any
+) -> list[dict[str, Any]]:
     async def collect() -> list[dict[str, Any]]:
         sink = NdjsonSink(trace) if trace is not None else None
         try:
@@ -85,8 +91,9 @@ def test_200_rows_give_the_same_rows_and_trace_on_every_engine(
     shapes = {}
     for engine in ("local", "process", "ray"):
         trace = tmp_path / f"{engine}.ndjson"
-        rows[engine] = _batch(project, inputs, trace, engine=engine, concurrency=2,
-                              ray_address=ray_address)
+        rows[engine] = _batch(
+            project, inputs, trace, engine=engine, concurrency=2, ray_address=ray_address
+        )
         records = read_trace(trace)
         roots = [r for r in records if r["name"] == "pipeline.started" and "parentRunId" not in r]
         assert len(roots) == 200
@@ -101,7 +108,9 @@ def test_200_rows_give_the_same_rows_and_trace_on_every_engine(
 
 
 def test_a_row_that_kills_its_ray_actor_fails_alone(
-    tmp_path: Path, ray_address: str, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    ray_address: str,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Through the CLI, with the cluster named by RAY_ADDRESS."""
@@ -118,8 +127,11 @@ def test_a_row_that_kills_its_ray_actor_fails_alone(
 
 @pytest.mark.parametrize("engine", ["process", "ray"])
 def test_workers_commit_each_row_to_the_checkpoint_file(
-    tmp_path: Path, ray_address: str, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch, engine: str,
+    tmp_path: Path,
+    ray_address: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    engine: str,
 ) -> None:
     """The checkpoint file reaches the workers (the process engine's spec, the Ray actor's
     init): each row's checkpoint is completed, so a rerun gives the saved results and runs no
@@ -136,7 +148,8 @@ def test_workers_commit_each_row_to_the_checkpoint_file(
     listed = tubeless(capsys, "checkpoints", "list", store, "--json")
     rows = [json.loads(line) for line in first.out.splitlines()]
     assert {c["key"]: c["status"] for c in json.loads(listed.out)["checkpoints"]} == {
-        row["key"]: "completed" for row in rows}
+        row["key"]: "completed" for row in rows
+    }
     again = tubeless(capsys, *args)
     assert again.code == 0, again.err
     rerun = [json.loads(line) for line in again.out.splitlines()]

@@ -63,9 +63,15 @@ def test_cases_pass_and_fail_with_a_table_and_junit(
     assert outcome.code == 6
     table = outcome.out.splitlines()
     verdicts = {line.split()[0]: line.split()[1] for line in table[1:-1] if line[:1] != " "}
-    assert verdicts == {"exact": "pass", "contains": "pass", "wrong-result": "FAIL",
-                        "too-many-calls": "FAIL", "rejected": "pass",
-                        "unexpected-failure": "FAIL", "checked": "FAIL"}
+    assert verdicts == {
+        "exact": "pass",
+        "contains": "pass",
+        "wrong-result": "FAIL",
+        "too-many-calls": "FAIL",
+        "rejected": "pass",
+        "unexpected-failure": "FAIL",
+        "checked": "FAIL",
+    }
     assert table[-1] == "3 passed, 4 failed"
     assert "max_calls: expected at most 0, got 1" in outcome.out
     assert "tools.square: expected 2 calls, got 1" in outcome.out
@@ -84,30 +90,52 @@ def test_cases_pass_and_fail_with_a_table_and_junit(
 
 def test_the_shipped_cases_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     junit = tmp_path / "report.xml"
-    outcome = tubeless(capsys, "eval", ROOT / "projects/scripted-agent.yaml",
-                       ROOT / "projects/evals/scripted-agent.cases.yaml", "--junit", junit)
+    outcome = tubeless(
+        capsys,
+        "eval",
+        ROOT / "projects/scripted-agent.yaml",
+        ROOT / "projects/evals/scripted-agent.cases.yaml",
+        "--junit",
+        junit,
+    )
     assert (outcome.code, outcome.out.splitlines()[-1]) == (0, "4 passed, 0 failed")
     assert ET.parse(junit).getroot().get("failures") == "0"
 
 
 def test_the_shipped_dataset_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    outcome = tubeless(capsys, "batch", ROOT / "projects/scripted-agent.yaml",
-                       ROOT / "projects/data/questions.jsonl", "-c", "4")
+    outcome = tubeless(
+        capsys,
+        "batch",
+        ROOT / "projects/scripted-agent.yaml",
+        ROOT / "projects/data/questions.jsonl",
+        "-c",
+        "4",
+    )
     rows = [json.loads(line) for line in outcome.out.splitlines()]
     assert (outcome.code, len(rows)) == (0, 8)
     assert rows[0]["result"] == {"answer": "14 characters; HELLO; TUBELESS"}
 
 
-@pytest.mark.parametrize("body, line", [
-    pytest.param("version: 1\ncases:\n  - id: a\n    expect: {max_turn: 2}\n",
-                 "4:14 /cases/0/expect/max_turn: unknown key 'max_turn'; did you mean 'max_turns'?",
-                 id="key"),
-    pytest.param("version: 1\ncases:\n  - id: a\n    expect: {max_turns: -1}\n",
-                 "4:25 /cases/0/expect/max_turns: expected an integer >= 0, found -1",
-                 id="bound"),
-    pytest.param("version: 1\ncases:\n  - id: a\n  - id: a\n",
-                 "4:9 /cases/1/id: duplicate case id 'a'", id="duplicate"),
-])
+@pytest.mark.parametrize(
+    "body, line",
+    [
+        pytest.param(
+            "version: 1\ncases:\n  - id: a\n    expect: {max_turn: 2}\n",
+            "4:14 /cases/0/expect/max_turn: unknown key 'max_turn'; did you mean 'max_turns'?",
+            id="key",
+        ),
+        pytest.param(
+            "version: 1\ncases:\n  - id: a\n    expect: {max_turns: -1}\n",
+            "4:25 /cases/0/expect/max_turns: expected an integer >= 0, found -1",
+            id="bound",
+        ),
+        pytest.param(
+            "version: 1\ncases:\n  - id: a\n  - id: a\n",
+            "4:9 /cases/1/id: duplicate case id 'a'",
+            id="duplicate",
+        ),
+    ],
+)
 def test_an_invalid_cases_file_is_reported_with_line_and_column(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, line: str
 ) -> None:

@@ -24,16 +24,22 @@ CASES = """\
         expect: {status: completed}
     """
 
-DIVERGED = ("TUBELESS_REPLAY_DIVERGED: replay diverged at route 'rows' turn 1 call 'c1': "
-            "the outcome differs at /value")
+DIVERGED = (
+    "TUBELESS_REPLAY_DIVERGED: replay diverged at route 'rows' turn 1 call 'c1': "
+    "the outcome differs at /value"
+)
 
 
 def _no_model(project: Path) -> None:
     """Make the project's decide fail: a replay must never call it."""
     helpers = next(project.parent.glob("helpers_*.py"))
-    helpers.write_text(helpers.read_text().replace(
-        "def decide(state, ctx):", "def decide(state, ctx):\n    raise RuntimeError('no model')"
-        "\n\n\ndef _unused(state, ctx):"))
+    helpers.write_text(
+        helpers.read_text().replace(
+            "def decide(state, ctx):",
+            "def decide(state, ctx):\n    raise RuntimeError('no model')"
+            "\n\n\ndef _unused(state, ctx):",
+        )
+    )
 
 
 @pytest.fixture
@@ -44,8 +50,10 @@ def recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, 
     folder = tmp_path / "cassettes"
     outcome = tubeless(capsys, "eval", project, cases, "--record", folder)
     assert outcome.code == 0, outcome.out + outcome.err
-    assert sorted(p.name for p in folder.iterdir()) == ["four.cassette.jsonl",
-                                                       "three.cassette.jsonl"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "four.cassette.jsonl",
+        "three.cassette.jsonl",
+    ]
     _no_model(project)
     return project, cases, folder
 
@@ -80,11 +88,13 @@ def test_a_case_names_its_cassette_relative_to_the_cases_file(
     """A divergence fails a case even when it expects a failure."""
     project, _, folder = recorded
     (folder / "four.cassette.jsonl").write_text(
-        (folder / "four.cassette.jsonl").read_text().replace('"input":4}', '"input":5}'))
+        (folder / "four.cassette.jsonl").read_text().replace('"input":4}', '"input":5}')
+    )
     sub = folder.parent / "evals"
     sub.mkdir()
     cases = sub / "named.cases.yaml"
-    cases.write_text(textwrap.dedent("""\
+    cases.write_text(
+        textwrap.dedent("""\
         version: 1
         cases:
           - id: three-again
@@ -95,7 +105,9 @@ def test_a_case_names_its_cassette_relative_to_the_cases_file(
             input: {n: 4}
             cassette: ../cassettes/four.cassette.jsonl
             expect: {status: failed}
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     outcome = tubeless(capsys, "eval", project, cases)
     assert outcome.code == 6
     lines = outcome.out.splitlines()
@@ -125,8 +137,14 @@ def test_the_shipped_openai_cases_replay_without_a_key(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     junit = tmp_path / "report.xml"
-    outcome = tubeless(capsys, "eval", ROOT / "projects/openai-agent.yaml",
-                       ROOT / "projects/evals/openai-agent.cases.yaml", "--junit", junit)
+    outcome = tubeless(
+        capsys,
+        "eval",
+        ROOT / "projects/openai-agent.yaml",
+        ROOT / "projects/evals/openai-agent.cases.yaml",
+        "--junit",
+        junit,
+    )
     assert outcome.code == 0, outcome.out + outcome.err
     assert outcome.out.splitlines()[-1] == "1 passed, 0 failed"
     assert ET.parse(junit).getroot().get("failures") == "0"

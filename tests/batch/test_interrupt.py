@@ -18,12 +18,25 @@ from tests.fixtures.processes import HANG_GUARD, ROOT, cli_env, finish
 ROWS = 24
 
 
-def _start(project: Path, inputs: Path, output: Path, folder: Path, *extra: str,
-           delay: str = "0.1") -> subprocess.Popen[str]:
+def _start(
+    project: Path, inputs: Path, output: Path, folder: Path, *extra: str, delay: str = "0.1"
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tubeless", "batch", str(project), str(inputs), "-o", str(output),
-         *extra],
-        text=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "tubeless",
+            "batch",
+            str(project),
+            str(inputs),
+            "-o",
+            str(output),
+            *extra,
+        ],
+        text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env=cli_env(BATCH_MARKS=str(folder), BATCH_DELAY=delay),
     )
 
@@ -48,12 +61,15 @@ def _wait_for_rows(output: Path, process: subprocess.Popen[str], count: int) -> 
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("how, engine", [
-    pytest.param(signal.SIGINT, "local", id="sigint-local"),
-    pytest.param(signal.SIGINT, "process", id="sigint-process"),
-    pytest.param(signal.SIGKILL, "local", id="sigkill-local"),
-    pytest.param(signal.SIGKILL, "process", id="sigkill-process"),
-])
+@pytest.mark.parametrize(
+    "how, engine",
+    [
+        pytest.param(signal.SIGINT, "local", id="sigint-local"),
+        pytest.param(signal.SIGINT, "process", id="sigint-process"),
+        pytest.param(signal.SIGKILL, "local", id="sigkill-local"),
+        pytest.param(signal.SIGKILL, "process", id="sigkill-process"),
+    ],
+)
 def test_an_interrupted_batch_reruns_no_completed_row(
     tmp_path: Path, how: signal.Signals, engine: str
 ) -> None:

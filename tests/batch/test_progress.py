@@ -24,9 +24,22 @@ def test_a_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
     env = cli_env(TERM="xterm-256color", COLUMNS="100")
     env.pop("NO_COLOR", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "tubeless", "batch", str(project), str(inputs), "-o",
-         str(tmp_path / "out.jsonl")],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, cwd=ROOT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "tubeless",
+            "batch",
+            str(project),
+            str(inputs),
+            "-o",
+            str(tmp_path / "out.jsonl"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        cwd=ROOT,
+        env=env,
+    )
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + HANG_GUARD
@@ -58,5 +71,6 @@ def test_plain_lines_elsewhere(tmp_path: Path, capsys: pytest.CaptureFixture[str
     outcome = tubeless(capsys, "batch", project, inputs, "-o", tmp_path / "out.jsonl")
     progress = [line for line in outcome.err.splitlines() if "rows done" in line]
     assert [line.split(",")[0] for line in progress] == [
-        f"batch: {n}/20 rows done" for n in range(2, 21, 2)]
+        f"batch: {n}/20 rows done" for n in range(2, 21, 2)
+    ]
     assert outcome.err.splitlines()[-2:][0] == "batch: 20 rows: 20 completed, 0 failed"

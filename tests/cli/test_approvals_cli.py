@@ -25,7 +25,10 @@ def test_approve_all_runs_the_gated_calls(capsys: pytest.CaptureFixture[str]) ->
 
     assert (outcome.code, outcome.err) == (0, "")
     assert _result(outcome) == {
-        "drafted": "RELEASE NOTES", "published": True, "mailed": True, "denied": []
+        "drafted": "RELEASE NOTES",
+        "published": True,
+        "mailed": True,
+        "denied": [],
     }
 
 
@@ -36,7 +39,9 @@ def test_deny_all_turns_the_gated_calls_into_denied_outcomes(
 
     assert outcome.code == 0
     assert _result(outcome) == {
-        "drafted": "RELEASE NOTES", "published": False, "mailed": False,
+        "drafted": "RELEASE NOTES",
+        "published": False,
+        "mailed": False,
         "denied": ["publish", "mail"],
     }
 
@@ -47,7 +52,10 @@ def test_the_predicate_lets_mail_inside_example_com_through_unasked(
     outcome = tubeless(capsys, "run", PROJECT, "--deny-all", "-q")
 
     assert _result(outcome) == {
-        "drafted": "RELEASE NOTES", "published": False, "mailed": True, "denied": ["publish"]
+        "drafted": "RELEASE NOTES",
+        "published": False,
+        "mailed": True,
+        "denied": ["publish"],
     }
 
 
@@ -92,8 +100,10 @@ def test_inspect_and_plan_show_which_tools_need_approval(
 # -- a person on a terminal -----------------------------------------------------------------------
 def _asked(run: TerminalRun, call_id: str) -> None:
     run.read_until(
-        lambda screen: any(f"call {call_id!r}" in line for line in screen.text)
-        and any(line.startswith("Run this call? [y/N]") for line in screen.text[-1:])
+        lambda screen: (
+            any(f"call {call_id!r}" in line for line in screen.text)
+            and any(line.startswith("Run this call? [y/N]") for line in screen.text[-1:])
+        )
     )
 
 
@@ -111,7 +121,10 @@ def test_a_person_approves_one_call_and_denies_the_next_on_the_terminal() -> Non
 
     assert code == 0, run.screen.text
     assert json.loads(out) == {
-        "drafted": "RELEASE NOTES", "published": True, "mailed": False, "denied": ["mail"]
+        "drafted": "RELEASE NOTES",
+        "published": True,
+        "mailed": False,
+        "denied": ["mail"],
     }
 
 

@@ -40,13 +40,23 @@ def test_list_show_and_delete(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert listed.code == 0
     [row] = json.loads(listed.out)["checkpoints"]
     assert isinstance(row.pop("updated_at_ms"), int)
-    assert row == {"key": "k1", "entry": "scripted-agent", "status": "completed", "turn": 2,
-                   "calls": 3, "pending": []}
+    assert row == {
+        "key": "k1",
+        "entry": "scripted-agent",
+        "status": "completed",
+        "turn": 2,
+        "calls": 3,
+        "pending": [],
+    }
     shown = json.loads(tubeless(capsys, "checkpoints", "show", store, "k1", "--json").out)
     [agent] = shown["agents"]
     assert agent == {
-        "route": "scripted-agent", "agent": "scripted-agent", "phase": "completed", "turn": 2,
-        "state_version": 1, "budget": {"calls": 3, "decisions": 2, "depth": 0},
+        "route": "scripted-agent",
+        "agent": "scripted-agent",
+        "phase": "completed",
+        "turn": 2,
+        "state_version": 1,
+        "budget": {"calls": 3, "decisions": 2, "depth": 0},
     }
     private = json.loads(
         tubeless(capsys, "checkpoints", "show", store, "k1", "--json", "--state").out
@@ -76,8 +86,10 @@ def test_a_checkpoint_file_is_never_a_trace_file(
     trace.chmod(0o600)
     refused = tubeless(capsys, "run", SCRIPTED, "--checkpoints", trace, "-q")
     assert refused == Outcome(
-        2, "", f"error: TUBELESS_CHECKPOINT_INVALID: {trace}: not a checkpoint file (it is a "
-        "trace store)\n"
+        2,
+        "",
+        f"error: TUBELESS_CHECKPOINT_INVALID: {trace}: not a checkpoint file (it is a "
+        "trace store)\n",
     )
 
 

@@ -212,11 +212,14 @@ def test_without_debug_no_traceback_is_printed(
 def test_a_pipeline_step_names_the_step_and_the_exception_type(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    path = project(tmp_path, pipelines="""\
+    path = project(
+        tmp_path,
+        pipelines="""\
         failing:
           steps:
             - {id: s, run: "helpers:step_lookup"}
-    """)
+    """,
+    )
 
     outcome = tubeless(capsys, "run", path, "-q")
 
@@ -227,12 +230,15 @@ def test_a_pipeline_step_names_the_step_and_the_exception_type(
 def test_a_finalizer_failure_says_finalize_not_a_reserved_step_id(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    path = project(tmp_path, pipelines="""\
+    path = project(
+        tmp_path,
+        pipelines="""\
         finishing:
           steps:
             - {id: s, run: "helpers:decide_greedy"}
           finalize: {run: "helpers:finalize_lookup"}
-    """)
+    """,
+    )
 
     outcome = tubeless(capsys, "run", path, "-q")
 
@@ -282,8 +288,9 @@ def test_a_delegated_failure_shows_the_path_through_both_agents(
         "{delegate: {agent: lookup-agent, description: Delegate.}}",
     )
 
-    outcome = tubeless(capsys, "run", project(tmp_path, parent + LOOKUP), "parent-agent",
-                       "--text", "t", "-q")
+    outcome = tubeless(
+        capsys, "run", project(tmp_path, parent + LOOKUP), "parent-agent", "--text", "t", "-q"
+    )
 
     assert outcome.err == [
         "error: TUBELESS_CHILD_FAILED (TUBELESS_STEP_FAILED): agent parent-agent, turn 1, "
@@ -360,8 +367,9 @@ def test_a_shared_budget_hit_names_the_agent_whose_budget_refused(
     )
     child = agent("greedy-child", "decide_greedy", '{echo: "helpers:echo"}')
 
-    outcome = tubeless(capsys, "run", project(tmp_path, parent + child), "parent-agent",
-                       "--text", "t", "-q")
+    outcome = tubeless(
+        capsys, "run", project(tmp_path, parent + child), "parent-agent", "--text", "t", "-q"
+    )
 
     assert outcome.err == [
         "error: TUBELESS_CHILD_FAILED (TUBELESS_AGENT_LIMIT_REACHED): agent parent-agent, "
@@ -469,13 +477,16 @@ def test_plan_says_when_a_selection_skips_a_required_output(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 15: with `finalize: <step>`, selecting another step is a finalization failure."""
-    path = project(tmp_path, pipelines="""\
+    path = project(
+        tmp_path,
+        pipelines="""\
         pipe:
           finalize: b
           steps:
             - {id: a, run: "helpers:step_lookup"}
             - {id: b, run: "helpers:step_lookup"}
-        """)
+        """,
+    )
     planned = tubeless(capsys, "plan", path, "--step", "a")
     assert planned.out.splitlines()[-1] == (
         "  note: finalization needs the outputs of b, which this selection skips: the run will "

@@ -213,8 +213,7 @@ def test_an_invalid_document_exits_4(command: str, tmp_path: Path) -> None:
     assert outcome.err.splitlines() == [
         f"error: {project}:5:5 /pipelines/words: missing required property 'steps' "
         "(The steps, in declaration order)",
-        f"error: {project}:5:5 /pipelines/words/stepz: unknown key 'stepz'; did you mean "
-        "'steps'?",
+        f"error: {project}:5:5 /pipelines/words/stepz: unknown key 'stepz'; did you mean 'steps'?",
     ]
 
 
@@ -514,10 +513,19 @@ def test_graph_of_the_scripted_agent_in_three_formats() -> None:
     data = json.loads(as_json.out)
     assert (data["id"], data["direction"]) == ("scripted-agent", "LR")
     assert [node["id"] for node in data["nodes"]] == [
-        "step0", "step0_0", "step0_1", "step0_2", "step0_tool0", "step0_tool1",
+        "step0",
+        "step0_0",
+        "step0_1",
+        "step0_2",
+        "step0_tool0",
+        "step0_tool1",
     ]
-    assert {"from": "step0_2", "to": "step0_0", "kind": "next-turn",
-            "label": "next turn (at most 3)"} in data["edges"]
+    assert {
+        "from": "step0_2",
+        "to": "step0_0",
+        "kind": "next-turn",
+        "label": "next turn (at most 3)",
+    } in data["edges"]
 
 
 def test_graph_dot_for_the_text_pipeline_parses() -> None:
@@ -755,8 +763,10 @@ def test_help_imports_no_heavy_module() -> None:
 
 
 # -- docs/cli.md ------------------------------------------------------------------------------
-_CONSOLE = re.compile(r"^```console\n\$ (tubeless (?:plan|inspect|graph|list)\b.*?)\n(.*?)^```",
-                      re.DOTALL | re.MULTILINE)
+_CONSOLE = re.compile(
+    r"^```console\n\$ (tubeless (?:plan|inspect|graph|list)\b.*?)\n(.*?)^```",
+    re.DOTALL | re.MULTILINE,
+)
 _SHA = re.compile(r"sha256:[0-9a-f]{64}")
 
 

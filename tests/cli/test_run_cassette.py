@@ -101,13 +101,16 @@ def test_the_shipped_cassette_is_what_recording_the_recipe_writes(
     assert lines(fresh) == lines(SHIPPED)
 
 
-def test_replay_outcomes_runs_no_tool(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_replay_outcomes_runs_no_tool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "run.ndjson"
     done = tubeless(
-        capsys, *_run_args(_drifted_project(tmp_path)), "--replay", SHIPPED,
-        "--replay-outcomes", "--trace", trace,
+        capsys,
+        *_run_args(_drifted_project(tmp_path)),
+        "--replay",
+        SHIPPED,
+        "--replay-outcomes",
+        "--trace",
+        trace,
     )
 
     assert (done.code, done.out, done.err) == (0, RESULT, "")
@@ -124,8 +127,7 @@ def test_a_changed_tool_output_fails_with_replay_diverged_and_the_pointer(
     assert (done.code, done.out) == (6, "")
     assert "TUBELESS_REPLAY_DIVERGED" in done.err
     assert (
-        "replay diverged at route 'openai-agent' turn 2 call 'count': the outcome differs at "
-        "/value"
+        "replay diverged at route 'openai-agent' turn 2 call 'count': the outcome differs at /value"
     ) in done.err
     assert "recorded 8" not in done.err and "9" not in done.err.split("/value")[1]
 
@@ -151,8 +153,7 @@ def test_a_changed_definition_is_refused(
     assert (done.code, done.out) == (6, "")
     assert "TUBELESS_CASSETTE_MISMATCH" in done.err
     assert (
-        f"{SHIPPED}: agent 'openai-agent' was recorded for another definition: "
-        "definitionId"
+        f"{SHIPPED}: agent 'openai-agent' was recorded for another definition: definitionId"
     ) in done.err
     assert "implementationVersion 'openai-text-v2' -> 'openai-text-v3'" in done.err
     assert "replay with --allow-changed-definition" in done.err
@@ -164,7 +165,11 @@ def test_allow_changed_definition_replays_and_warns_what_changed(
     project = _drifted_project(tmp_path, implementation_version="openai-text-v3")
 
     done = tubeless(
-        capsys, *_run_args(project), "--replay", SHIPPED, "--replay-outcomes",
+        capsys,
+        *_run_args(project),
+        "--replay",
+        SHIPPED,
+        "--replay-outcomes",
         "--allow-changed-definition",
     )
 
@@ -217,10 +222,12 @@ def test_a_cassette_that_is_also_the_trace_file_is_refused(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        pytest.param(("--record", "a", "--replay", "b"), "Give --record or --replay, not both.",
-                     id="both"),
-        pytest.param(("--replay-outcomes",), "--replay-outcomes needs --replay FILE.",
-                     id="outcomes"),
+        pytest.param(
+            ("--record", "a", "--replay", "b"), "Give --record or --replay, not both.", id="both"
+        ),
+        pytest.param(
+            ("--replay-outcomes",), "--replay-outcomes needs --replay FILE.", id="outcomes"
+        ),
         pytest.param(("--show-values",), "--show-values needs --replay FILE.", id="values"),
     ],
 )

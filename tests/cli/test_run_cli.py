@@ -27,22 +27,38 @@ TEXT = ROOT / "projects" / "text-pipeline.yaml"
 @pytest.mark.parametrize(
     ("args", "answer"),
     [
-        pytest.param([SCRIPTED, "--question", "hello tubeless"],
-                     "14 characters; HELLO; TUBELESS", id="flag"),
+        pytest.param(
+            [SCRIPTED, "--question", "hello tubeless"], "14 characters; HELLO; TUBELESS", id="flag"
+        ),
         pytest.param([SCRIPTED], "14 characters; HELLO; TUBELESS", id="default-input"),
-        pytest.param(["--question", "missing word", SCRIPTED],
-                     "12 characters; Observed NOT_FOUND: Word unavailable; WORD",
-                     id="flags-before-project"),
-        pytest.param([SCRIPTED, "scripted-agent", "--dry-run", "--question", "preview"],
-                     "7 characters; PREVIEW", id="explicit-id-dry-run"),
-        pytest.param([SCRIPTED, "--", "--question", "red"], "3 characters; RED",
-                     id="lone-double-dash"),
-        pytest.param([DELEGATION, "--question", "red blue"],
-                     "Summary: 3 characters; RED | 4 characters; BLUE", id="delegation-default"),
-        pytest.param([TEXT, "--target", "count", "--input", '{"question": "abc"}'],
-                     "3 characters", id="pipeline-target"),
-        pytest.param([TEXT, "--input", '{"question": "x y"}', "--question", "hello tubeless"],
-                     "14 characters; HELLO; TUBELESS", id="flag-overrides-input"),
+        pytest.param(
+            ["--question", "missing word", SCRIPTED],
+            "12 characters; Observed NOT_FOUND: Word unavailable; WORD",
+            id="flags-before-project",
+        ),
+        pytest.param(
+            [SCRIPTED, "scripted-agent", "--dry-run", "--question", "preview"],
+            "7 characters; PREVIEW",
+            id="explicit-id-dry-run",
+        ),
+        pytest.param(
+            [SCRIPTED, "--", "--question", "red"], "3 characters; RED", id="lone-double-dash"
+        ),
+        pytest.param(
+            [DELEGATION, "--question", "red blue"],
+            "Summary: 3 characters; RED | 4 characters; BLUE",
+            id="delegation-default",
+        ),
+        pytest.param(
+            [TEXT, "--target", "count", "--input", '{"question": "abc"}'],
+            "3 characters",
+            id="pipeline-target",
+        ),
+        pytest.param(
+            [TEXT, "--input", '{"question": "x y"}', "--question", "hello tubeless"],
+            "14 characters; HELLO; TUBELESS",
+            id="flag-overrides-input",
+        ),
     ],
 )
 def test_run_prints_only_the_result_json_on_stdout(
@@ -53,8 +69,9 @@ def test_run_prints_only_the_result_json_on_stdout(
     assert json.loads(outcome.out) == {"answer": answer}
 
 
-def test_input_file_yaml_and_stdin(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_input_file_yaml_and_stdin(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     source = tmp_path / "input.yaml"
     source.write_text("question: from yaml\n", encoding="utf-8")
     outcome = tubeless(capsys, "run", SCRIPTED, "--input-file", source, "-q")
@@ -69,27 +86,56 @@ def test_input_file_yaml_and_stdin(capsys: pytest.CaptureFixture[str], tmp_path:
     [
         pytest.param(["run"], 1, "Missing argument 'PROJECT'", id="no-project"),
         pytest.param(["run", SCRIPTED, "--nope"], 1, "No such option", id="unknown-flag"),
-        pytest.param(["run", ROOT / "projects" / "missing.yaml"], 2, "No such file",
-                     id="missing-project"),
-        pytest.param(["run", DELEGATION, "nope"], 2,
-                     "no entry 'nope'; choose from agent-summary, delegating-agent, "
-                     "scripted-agent", id="unknown-id"),
-        pytest.param(["run", SCRIPTED, "--input", "{bad"], 4, "--input is not valid JSON",
-                     id="bad-input-json"),
-        pytest.param(["run", SCRIPTED, "--input", '{"question": 5}'], 4,
-                     "TUBELESS_OPTIONS_VALIDATION_FAILED", id="input-rejected-by-schema"),
-        pytest.param(["run", SCRIPTED, "--max-concurrency", "2"], 1, "No such option",
-                     id="max-concurrency-is-for-pipelines"),
-        pytest.param(["run", TEXT, "--max-concurrency", "0"], 1, "--max-concurrency",
-                     id="max-concurrency-range"),
-        pytest.param(["run", TEXT, "--target", "words"], 1, "Invalid value for '--target'",
-                     id="undeclared-target-choice"),
-        pytest.param(["run", TEXT, "--target", "count", "--step", "words"], 5,
-                     "TUBELESS_PLANNING_SELECTION_CONFLICT", id="plan-not-ok"),
+        pytest.param(
+            ["run", ROOT / "projects" / "missing.yaml"], 2, "No such file", id="missing-project"
+        ),
+        pytest.param(
+            ["run", DELEGATION, "nope"],
+            2,
+            "no entry 'nope'; choose from agent-summary, delegating-agent, scripted-agent",
+            id="unknown-id",
+        ),
+        pytest.param(
+            ["run", SCRIPTED, "--input", "{bad"],
+            4,
+            "--input is not valid JSON",
+            id="bad-input-json",
+        ),
+        pytest.param(
+            ["run", SCRIPTED, "--input", '{"question": 5}'],
+            4,
+            "TUBELESS_OPTIONS_VALIDATION_FAILED",
+            id="input-rejected-by-schema",
+        ),
+        pytest.param(
+            ["run", SCRIPTED, "--max-concurrency", "2"],
+            1,
+            "No such option",
+            id="max-concurrency-is-for-pipelines",
+        ),
+        pytest.param(
+            ["run", TEXT, "--max-concurrency", "0"],
+            1,
+            "--max-concurrency",
+            id="max-concurrency-range",
+        ),
+        pytest.param(
+            ["run", TEXT, "--target", "words"],
+            1,
+            "Invalid value for '--target'",
+            id="undeclared-target-choice",
+        ),
+        pytest.param(
+            ["run", TEXT, "--target", "count", "--step", "words"],
+            5,
+            "TUBELESS_PLANNING_SELECTION_CONFLICT",
+            id="plan-not-ok",
+        ),
     ],
 )
-def test_run_exit_codes(capsys: pytest.CaptureFixture[str], args: list[str | Path], code: int,
-                        message: str) -> None:
+def test_run_exit_codes(
+    capsys: pytest.CaptureFixture[str], args: list[str | Path], code: int, message: str
+) -> None:
     outcome = tubeless(capsys, *args, "-q") if len(args) > 1 else tubeless(capsys, *args)
     assert outcome.code == code, outcome.err
     assert message in outcome.err
@@ -108,12 +154,17 @@ FAILING = """\
 """
 
 
-def test_a_failed_run_exits_6_with_one_error_line(capsys: pytest.CaptureFixture[str],
-                                                  tmp_path: Path) -> None:
-    path = _project(tmp_path, FAILING, """\
+def test_a_failed_run_exits_6_with_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = _project(
+        tmp_path,
+        FAILING,
+        """\
         def boom(inputs, ctx):
             raise RuntimeError("disk on fire")
-    """)
+    """,
+    )
     outcome = tubeless(capsys, "run", path, "-q")
     assert outcome.code == 6
     assert outcome.out == ""
@@ -131,8 +182,7 @@ def test_trace_dash_keeps_stdout_pure_ndjson(capsys: pytest.CaptureFixture[str])
     assert json.loads(outcome.err.splitlines()[-1]) == {"answer": "2 characters; HI"}
 
 
-def test_traces_go_to_every_file_given(capsys: pytest.CaptureFixture[str],
-                                       tmp_path: Path) -> None:
+def test_traces_go_to_every_file_given(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     ndjson, sqlite = tmp_path / "out" / "run.ndjson", tmp_path / "run.sqlite"
     outcome = tubeless(capsys, "run", SCRIPTED, "--trace", ndjson, "--trace", sqlite, "-q")
     assert outcome.code == 0
@@ -198,19 +248,46 @@ FLAGS = """\
 """
 
 
-def test_derived_flags_build_a_typed_input(capsys: pytest.CaptureFixture[str],
-                                           tmp_path: Path) -> None:
-    path = _project(tmp_path, FLAGS, """\
+def test_derived_flags_build_a_typed_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = _project(
+        tmp_path,
+        FLAGS,
+        """\
         def echo(inputs, ctx):
             return ctx.options
-    """)
-    outcome = tubeless(capsys, "run", path, "--count", "3", "--ratio", "0.5", "--loud",
-                       "--tags", "a", "--tags", "b", "--mode", "slow", "-q")
+    """,
+    )
+    outcome = tubeless(
+        capsys,
+        "run",
+        path,
+        "--count",
+        "3",
+        "--ratio",
+        "0.5",
+        "--loud",
+        "--tags",
+        "a",
+        "--tags",
+        "b",
+        "--mode",
+        "slow",
+        "-q",
+    )
     assert outcome.code == 0, outcome.err
-    assert json.loads(outcome.out) == {"count": 3, "ratio": 0.5, "loud": True,
-                                       "tags": ["a", "b"], "mode": "slow"}
+    assert json.loads(outcome.out) == {
+        "count": 3,
+        "ratio": 0.5,
+        "loud": True,
+        "tags": ["a", "b"],
+        "mode": "slow",
+    }
     assert json.loads(tubeless(capsys, "run", path, "--count", "1", "--no-loud", "-q").out) == {
-        "count": 1, "loud": False}
+        "count": 1,
+        "loud": False,
+    }
     bad = tubeless(capsys, "run", path, "--count", "three", "-q")
     assert (bad.code, bad.err.strip()) == (4, "error: --count: expected an integer, found 'three'")
     missing = tubeless(capsys, "run", path, "-q")  # required, but never click-required
@@ -236,18 +313,25 @@ def test_a_signal_cancels_the_run_exits_7_and_completes_the_trace(
     tmp_path: Path, signum: int
 ) -> None:
     ready = tmp_path / "ready"
-    path = _project(tmp_path, SLOW, f"""\
+    path = _project(
+        tmp_path,
+        SLOW,
+        f"""\
         import pathlib
 
         async def wait(inputs, ctx):
             pathlib.Path({str(ready)!r}).write_text("ready")
             await ctx.signal.wait()
             ctx.signal.raise_if_cancelled()
-    """)
+    """,
+    )
     trace = tmp_path / "run.sqlite"
     process = subprocess.Popen(
         [sys.executable, "-m", "tubeless", "run", str(path), "--trace", str(trace)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     deadline = time.monotonic() + 60  # a hang guard, not a timing assertion
@@ -273,17 +357,24 @@ def test_a_second_signal_stops_waiting_for_a_handler_that_ignores_cancellation(
     tmp_path: Path,
 ) -> None:
     ready = tmp_path / "ready"
-    path = _project(tmp_path, SLOW, f"""\
+    path = _project(
+        tmp_path,
+        SLOW,
+        f"""\
         import asyncio, pathlib
 
         async def wait(inputs, ctx):
             pathlib.Path({str(ready)!r}).write_text("ready")
             await asyncio.sleep(3600)  # ignores ctx.signal on purpose
-    """)
+    """,
+    )
     trace = tmp_path / "run.ndjson"
     process = subprocess.Popen(
         [sys.executable, "-m", "tubeless", "run", str(path), "--trace", str(trace)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     deadline = time.monotonic() + 60  # hang guards, not timing assertions
@@ -326,7 +417,10 @@ CONTINUING = """\
 def test_continue_on_error_finalizes_prints_the_value_and_still_exits_6(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    path = _project(tmp_path, CONTINUING, """\
+    path = _project(
+        tmp_path,
+        CONTINUING,
+        """\
         def boom(inputs, ctx):
             raise RuntimeError("broken branch")
 
@@ -335,7 +429,8 @@ def test_continue_on_error_finalizes_prints_the_value_and_still_exits_6(
 
         def summary(outputs, ctx):
             return sorted(outputs)
-    """)
+    """,
+    )
     stopped = tubeless(capsys, "run", path, "-q")
     assert (stopped.code, stopped.out) == (6, "")
     continued = tubeless(capsys, "run", path, "--continue-on-error", "-q")
@@ -349,8 +444,9 @@ def test_step_selects_exact_steps(capsys: pytest.CaptureFixture[str]) -> None:
     assert (outcome.code, json.loads(outcome.out)) == (0, {"answer": "4 characters"})
 
 
-def test_debug_shows_a_traceback_for_a_failing_load(capsys: pytest.CaptureFixture[str],
-                                                    tmp_path: Path) -> None:
+def test_debug_shows_a_traceback_for_a_failing_load(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("version: 1\nproject: {id: x}\nagents: {a: {}}\n", encoding="utf-8")
     plain = tubeless(capsys, "run", broken)
@@ -413,8 +509,9 @@ def test_a_bare_word_input_says_to_quote_it_as_json(capsys: pytest.CaptureFixtur
     ("args", "option", "suggestion"),
     [
         pytest.param(["--txt", "hi"], "--txt", "--target", id="before-the-id"),
-        pytest.param(["--question", "q", "--questoin", "hi"], "--questoin", "--question",
-                     id="after-a-flag"),
+        pytest.param(
+            ["--question", "q", "--questoin", "hi"], "--questoin", "--question", id="after-a-flag"
+        ),
     ],
 )
 def test_an_unknown_option_is_reported_not_taken_as_the_id(
@@ -441,8 +538,16 @@ def test_run_help_without_a_project_lists_the_built_in_options(
     assert main(["run", "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Usage: tubeless run PROJECT [ID] [OPTIONS]")
-    for option in ("--input JSON", "--input-file FILE", "--dry-run", "--target T", "--step S",
-                   "--trace PATH|-", "--quiet", "--max-concurrency"):
+    for option in (
+        "--input JSON",
+        "--input-file FILE",
+        "--dry-run",
+        "--target T",
+        "--step S",
+        "--trace PATH|-",
+        "--quiet",
+        "--max-concurrency",
+    ):
         assert option in out, option
     assert "Name a project to see its entry's own input flags" in out
 
@@ -452,14 +557,16 @@ def test_run_help_with_several_entries_and_no_default(
 ) -> None:
     """When the entry cannot be chosen, --help still works and lists the choices."""
     project = tmp_path / "two.yaml"
-    project.write_text(textwrap.dedent(f"""\
+    project.write_text(
+        textwrap.dedent(f"""\
         version: 1
         project: {{id: two}}
         python_path: [{ROOT}]
         pipelines:
           one: {{steps: [{{id: a, run: examples.text_pipeline:split_words}}]}}
           other: {{steps: [{{id: a, run: examples.text_pipeline:split_words}}]}}
-        """))
+        """)
+    )
     assert main(["run", str(project), "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--input JSON" in text

@@ -31,7 +31,10 @@ AGENT = one_tool_agent("stopping", "nap", "Sleeps.")
 
 def _agent(tmp_path: Path, nap: str) -> Path:
     """An agent whose one turn calls ``nap`` once; ``nap`` is given as module source."""
-    return write_project(tmp_path, AGENT, textwrap.dedent(f"""\
+    return write_project(
+        tmp_path,
+        AGENT,
+        textwrap.dedent(f"""\
         import asyncio, pathlib, time
 
         READY = pathlib.Path({str(tmp_path / "ready")!r})
@@ -47,7 +50,9 @@ def _agent(tmp_path: Path, nap: str) -> Path:
         def reduce(state, outcomes):
             return {{"done": True}}
 
-    """) + nap)
+    """)
+        + nap,
+    )
 
 
 BLOCKING = """\
@@ -69,10 +74,12 @@ async def nap(text, ctx):
     ("first", "second", "said"),
     [
         pytest.param(signal.SIGINT, signal.SIGINT, "SIGINT received twice", id="SIGINT-SIGINT"),
-        pytest.param(signal.SIGTERM, signal.SIGTERM, "SIGTERM received twice",
-                     id="SIGTERM-SIGTERM"),
-        pytest.param(signal.SIGINT, signal.SIGTERM, "SIGINT and SIGTERM received",
-                     id="SIGINT-SIGTERM"),
+        pytest.param(
+            signal.SIGTERM, signal.SIGTERM, "SIGTERM received twice", id="SIGTERM-SIGTERM"
+        ),
+        pytest.param(
+            signal.SIGINT, signal.SIGTERM, "SIGINT and SIGTERM received", id="SIGINT-SIGTERM"
+        ),
     ],
 )
 def test_a_second_signal_stops_a_blocking_sync_tool_at_once_and_exits_7(
@@ -99,8 +106,11 @@ def test_a_second_signal_stops_a_blocking_sync_tool_at_once_and_exits_7(
         records = read_trace(trace)
         assert_trace_complete(records)
         assert records[-1]["payload"]["status"] == "cancelled"
-        tool_runs = [r for r in records if r["name"] == "pipeline.completed"
-                     and r["pipelineId"] == "stopping/tool/nap"]
+        tool_runs = [
+            r
+            for r in records
+            if r["name"] == "pipeline.completed" and r["pipelineId"] == "stopping/tool/nap"
+        ]
         assert [r["payload"]["status"] for r in tool_runs] == ["cancelled"]
 
 
@@ -142,14 +152,17 @@ def test_the_plain_report_prints_one_cancelling_notice_then_the_report_ends(
 
 def test_a_cancelled_tool_call_says_what_was_cancelled(tmp_path: Path) -> None:
     """The call finished after the signal, so its result was dropped: the label names the call."""
-    path = _agent(tmp_path, """\
+    path = _agent(
+        tmp_path,
+        """\
 def nap(text, ctx):
     READY.write_text("ready")
     deadline = time.monotonic() + 30  # a hang guard
     while not ctx.signal.cancelled and time.monotonic() < deadline:
         time.sleep(0.01)
     return text  # returns normally, after the cancellation
-""")
+""",
+    )
     trace = tmp_path / "run.ndjson"
     process = start_run(path, "--trace", trace)
     wait_for_file(tmp_path / "ready", process)
@@ -157,8 +170,11 @@ def nap(text, ctx):
     _, err = finish(process)
     assert process.returncode == 7, err
     records = read_trace(trace)
-    (tool_run,) = [r for r in records if r["name"] == "pipeline.completed"
-                   and r["pipelineId"] == "stopping/tool/nap"]
+    (tool_run,) = [
+        r
+        for r in records
+        if r["name"] == "pipeline.completed" and r["pipelineId"] == "stopping/tool/nap"
+    ]
     message = tool_run["error"]["message"]
     assert message == (
         "Run of 'stopping/tool/nap' for item 'c1' was cancelled before its result was "

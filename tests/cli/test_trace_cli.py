@@ -344,8 +344,19 @@ def test_run_prints_its_id_and_takes_run_and_correlation_ids_that_show_finds(
     trace = tmp_path / "runs.ndjson"
     project = ROOT / "projects" / "scripted-agent.yaml"
 
-    chosen = tubeless(capsys, "run", project, "--question", "hi", "--trace", trace,
-                      "--run-id", "nightly-1", "--correlation-id", "batch-7")
+    chosen = tubeless(
+        capsys,
+        "run",
+        project,
+        "--question",
+        "hi",
+        "--trace",
+        trace,
+        "--run-id",
+        "nightly-1",
+        "--correlation-id",
+        "batch-7",
+    )
     default = tubeless(capsys, "run", project, "--question", "hi", "--trace", trace)
 
     assert (chosen.code, default.code) == (0, 0)
@@ -356,9 +367,7 @@ def test_run_prints_its_id_and_takes_run_and_correlation_ids_that_show_finds(
     assert second.startswith("scripted-agent:")
     first_tree = [r for r in records if r.get("correlationId") == "batch-7"]
     assert first_tree[0]["runId"] == "nightly-1"
-    assert {r["runId"] for r in first_tree} == {
-        r["runId"] for r in records[: len(first_tree)]
-    }
+    assert {r["runId"] for r in first_tree} == {r["runId"] for r in records[: len(first_tree)]}
     shown = tubeless(capsys, "trace", "show", trace, "nightly-1")
     assert shown.out.startswith("Run nightly-1  scripted-agent  completed")
 

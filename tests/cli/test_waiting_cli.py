@@ -112,8 +112,14 @@ def test_without_an_approver_the_run_waits_with_exit_8_and_lists_the_commands(
     assert [c["status"] for c in agent["decision"]["calls"]] == ["pending", "pending"]
     [request] = document["approvals"]["pending"]  # type: ignore[index]
     assert request.pop("digest").startswith("sha256:")
-    assert request == {"key": KEY, "route": "gate", "turn": 1, "call_id": "go",
-                       "tool": "launch", "input": "rocket"}
+    assert request == {
+        "key": KEY,
+        "route": "gate",
+        "turn": 1,
+        "call_id": "go",
+        "tool": "launch",
+        "input": "rocket",
+    }
 
 
 def test_list_and_show_say_waiting_and_name_the_pending_calls(
@@ -145,8 +151,9 @@ def test_approve_then_rerun_runs_the_approved_call_once_and_completes(
     _run(capsys, path, store)
 
     approved = tubeless(capsys, "approve", store, KEY, "go")
-    assert approved == Outcome(0, "approved call 'go' of checkpoint 'k1'; rerun the key to "
-                                  "resume it\n", "")
+    assert approved == Outcome(
+        0, "approved call 'go' of checkpoint 'k1'; rerun the key to resume it\n", ""
+    )
     assert _document(store)["status"] == "running"
     again = _run(capsys, path, store)
 
@@ -168,8 +175,10 @@ def test_deny_with_a_reason_gives_reduce_a_denied_outcome_in_decision_order(
     assert again.code == 0
     assert json.loads(again.out) == [
         "X",
-        {"code": "TUBELESS_TOOL_DENIED",
-         "message": "Call 'go' to tool 'launch' was denied: not today"},
+        {
+            "code": "TUBELESS_TOOL_DENIED",
+            "message": "Call 'go' to tool 'launch' was denied: not today",
+        },
     ]
     assert not (tmp_path / "launched").exists()
 
@@ -183,8 +192,7 @@ def test_an_unknown_call_id_is_refused_listing_the_pending_ones(
     outcome = tubeless(capsys, "approve", store, KEY, "d1")
 
     assert outcome == Outcome(
-        2, "", "error: checkpoint 'k1' has no call 'd1' waiting for approval "
-               "(waiting: 'go')\n"
+        2, "", "error: checkpoint 'k1' has no call 'd1' waiting for approval (waiting: 'go')\n"
     )
     assert tubeless(capsys, "approve", store, "nope", "go").code == 2
     assert tubeless(capsys, "approve", tmp_path / "missing.sqlite", KEY, "go").code == 2
@@ -240,9 +248,9 @@ def test_kill_9_while_the_prompt_is_open_keeps_the_request_pending(
 ) -> None:
     path, store = _project(tmp_path), tmp_path / "runs.sqlite"
     run = TerminalRun(path, "--checkpoints", store, "--key", KEY, keyboard=True)
-    run.read_until(lambda screen: any(
-        line.startswith("Run this call? [y/N]") for line in screen.text[-1:]
-    ))
+    run.read_until(
+        lambda screen: any(line.startswith("Run this call? [y/N]") for line in screen.text[-1:])
+    )
     assert _document(store)["status"] == "waiting"  # committed before the prompt was shown
     _until_completed(store, "d1")  # the call needing no approval runs while the prompt waits
 
@@ -263,9 +271,9 @@ def test_an_answer_on_the_prompt_is_committed_and_a_rerun_does_not_ask_again(
 ) -> None:
     path, store = _project(tmp_path), tmp_path / "runs.sqlite"
     run = TerminalRun(path, "--checkpoints", store, "--key", KEY, keyboard=True)
-    run.read_until(lambda screen: any(
-        line.startswith("Run this call? [y/N]") for line in screen.text[-1:]
-    ))
+    run.read_until(
+        lambda screen: any(line.startswith("Run this call? [y/N]") for line in screen.text[-1:])
+    )
     run.type("n\n")
     code, out = run.finish()
 
@@ -282,12 +290,25 @@ def test_calls_of_two_agents_sharing_an_id_are_told_apart_by_route(
 
     store = tmp_path / "runs.sqlite"
     pending = [
-        {"key": KEY, "route": route, "turn": 1, "call_id": "c1", "tool": "launch",
-         "input": "x", "digest": f"sha256:{n}"}
+        {
+            "key": KEY,
+            "route": route,
+            "turn": 1,
+            "call_id": "c1",
+            "tool": "launch",
+            "input": "x",
+            "digest": f"sha256:{n}",
+        }
         for n, route in enumerate(["boss/1/a/gate", "boss/1/b/gate"])
     ]
-    document = {"version": 1, "key": KEY, "entry": "boss", "status": "waiting", "agents": {},
-                "approvals": {"pending": pending, "decisions": []}}
+    document = {
+        "version": 1,
+        "key": KEY,
+        "entry": "boss",
+        "status": "waiting",
+        "agents": {},
+        "approvals": {"pending": pending, "decisions": []},
+    }
     checkpoints = SqliteCheckpoints(store)
     with checkpoints.acquire(KEY) as lease:
         lease.write(json.dumps(document))
@@ -297,13 +318,20 @@ def test_calls_of_two_agents_sharing_an_id_are_told_apart_by_route(
     chosen = tubeless(capsys, "deny", store, KEY, "c1", "--route", "boss/1/b/gate")
 
     assert ambiguous == Outcome(
-        2, "", "error: checkpoint 'k1' has 2 calls 'c1' waiting; give --route: 'c1' (--route "
-               "boss/1/a/gate), 'c1' (--route boss/1/b/gate)\n"
+        2,
+        "",
+        "error: checkpoint 'k1' has 2 calls 'c1' waiting; give --route: 'c1' (--route "
+        "boss/1/a/gate), 'c1' (--route boss/1/b/gate)\n",
     )
     assert chosen.code == 0
     saved = _document(store)
     assert [p["route"] for p in saved["approvals"]["pending"]] == ["boss/1/a/gate"]  # type: ignore[index]
     [decision] = saved["approvals"]["decisions"]  # type: ignore[index]
-    assert decision == {"route": "boss/1/b/gate", "turn": 1, "call_id": "c1",
-                        "digest": "sha256:1", "approved": False}
+    assert decision == {
+        "route": "boss/1/b/gate",
+        "turn": 1,
+        "call_id": "c1",
+        "digest": "sha256:1",
+        "approved": False,
+    }
     assert saved["status"] == "waiting"

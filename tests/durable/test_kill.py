@@ -138,28 +138,44 @@ MODULE = """\
 
 #: Where each attempt is killed, in order (the last attempt runs to the end).
 KILL_POINTS = [
-    "initial",                                   # before the first decision
-    "decide task/orders/1",                      # a decision reserved, not yet made
-    "tool task/orders/1/c1",                     # unsafe call: between intent and outcome
-    "reduce 1",                                  # between the outcomes and the reduced state
-    "tool task/orders/2/d1/helper/1/cr1",        # a safe call in the nested child agent
-    "decide task/orders/2/d1/helper/2",          # the child's second decision
-    "tool task/orders/3/s1",                     # unsafe call without reconcile
-    "decide task/orders/4",                      # the finishing decision
+    "initial",  # before the first decision
+    "decide task/orders/1",  # a decision reserved, not yet made
+    "tool task/orders/1/c1",  # unsafe call: between intent and outcome
+    "reduce 1",  # between the outcomes and the reduced state
+    "tool task/orders/2/d1/helper/1/cr1",  # a safe call in the nested child agent
+    "decide task/orders/2/d1/helper/2",  # the child's second decision
+    "tool task/orders/3/s1",  # unsafe call without reconcile
+    "decide task/orders/4",  # the finishing decision
 ]
 
 
 def _command(project: Path, store: Path) -> list[str]:
-    return [sys.executable, "-m", "tubeless", "run", str(project), "--checkpoints", str(store),
-            "--key", "task", "-q"]
+    return [
+        sys.executable,
+        "-m",
+        "tubeless",
+        "run",
+        str(project),
+        "--checkpoints",
+        str(store),
+        "--key",
+        "task",
+        "-q",
+    ]
 
 
-def _attempt(project: Path, store: Path, env: dict[str, str], kill_at: str | None,
-             ready: Path) -> subprocess.Popen[str]:
+def _attempt(
+    project: Path, store: Path, env: dict[str, str], kill_at: str | None, ready: Path
+) -> subprocess.Popen[str]:
     extra = {} if kill_at is None else {"KILL_AT": kill_at}
-    return subprocess.Popen(_command(project, store), text=True, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**env, **extra})
+    return subprocess.Popen(
+        _command(project, store),
+        text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**env, **extra},
+    )
 
 
 def _kill(process: subprocess.Popen[str], ready: Path) -> str:
@@ -214,7 +230,11 @@ def test_kill_9_anywhere_then_rerun_finishes_with_the_uninterrupted_result(
     # refilled, and the six calls were admitted once each (max_calls=6 leaves no room).
     shown = subprocess.run(
         [sys.executable, "-m", "tubeless", "checkpoints", "show", str(store), "task", "--json"],
-        text=True, capture_output=True, cwd=ROOT, env=env, check=True,
+        text=True,
+        capture_output=True,
+        cwd=ROOT,
+        env=env,
+        check=True,
     )
     agents = {a["route"]: a for a in json.loads(shown.stdout)["agents"]}
     decisions = sum(1 for line in lines if line.startswith("decide"))

@@ -64,6 +64,7 @@ def test_replay_and_reconcile_reach_the_tools(tmp_path: Path) -> None:
 
 def test_a_project_agent_runs_with_checkpoints(tmp_path: Path) -> None:
     project = load_project(write_project(tmp_path, BODY, MODULE))
-    run = asyncio.run(project.get("child").run("x", checkpoints=MemoryCheckpoints(),
-                                               checkpoint_key="k"))
+    run = asyncio.run(
+        project.get("child").run("x", checkpoints=MemoryCheckpoints(), checkpoint_key="k")
+    )
     assert run.value == "k/child/1"

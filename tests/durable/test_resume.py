@@ -223,10 +223,16 @@ def test_a_failed_key_returns_its_saved_failure_until_restarted() -> None:
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        pytest.param({"version": "v2"}, "implementation_version changed ('v1' -> 'v2')",
-                     id="implementation_version"),
-        pytest.param({"limits": {"max_turns": 5, "max_decisions": 4}},
-                     "limits changed (max_turns 4 -> 5)", id="limits"),
+        pytest.param(
+            {"version": "v2"},
+            "implementation_version changed ('v1' -> 'v2')",
+            id="implementation_version",
+        ),
+        pytest.param(
+            {"limits": {"max_turns": 5, "max_decisions": 4}},
+            "limits changed (max_turns 4 -> 5)",
+            id="limits",
+        ),
         pytest.param({"schema": int}, "tool 'charge' changed its input schema", id="tool-schema"),
         pytest.param({"extra_tool": True}, "tools changed (added 'other')", id="tools"),
     ],
@@ -254,8 +260,15 @@ def test_another_input_under_the_same_key_is_a_mismatch() -> None:
     assert "the input changed" in refused.errors[0].message
 
 
-@pytest.mark.parametrize("document", ["{not json", '{"version": 99}', "[]",
-                                      '{"version": 1, "entry": "payer", "agents": {"payer": 1}}'])
+@pytest.mark.parametrize(
+    "document",
+    [
+        "{not json",
+        '{"version": 99}',
+        "[]",
+        '{"version": 1, "entry": "payer", "agents": {"payer": 1}}',
+    ],
+)
 def test_a_corrupted_document_is_a_clear_error_and_is_left_alone(document: str) -> None:
     world = World()
     with world.store.acquire(KEY) as lease:
@@ -330,8 +343,9 @@ def test_a_child_agent_resumes_by_route_inside_its_parent() -> None:
     run(parent, world.store)
     assert world.crashed is not None
     with capture_trace() as sink:
-        resumed = asyncio.run(parent.run("a", checkpoints=world.crashed, checkpoint_key=KEY,
-                                         trace=sink))
+        resumed = asyncio.run(
+            parent.run("a", checkpoints=world.crashed, checkpoint_key=KEY, trace=sink)
+        )
     assert resumed.value == "child said TUBELESS_AGENT_CALL_INTERRUPTED"
     assert [key for _, _, key in world.ran] == [f"{KEY}/boss/1/d/payer/1/c0"]
     attributes = [r["payload"]["attributes"] for r in sink.records if r["name"] == "step.attempted"]
@@ -373,8 +387,12 @@ def test_an_agent_inside_a_pipeline_resumes_by_its_id() -> None:
         options_schema=str,
         steps=[
             step("prepare", prepare),
-            from_pipeline("pay", make_agent(world, replay="safe"), depends_on=["prepare"],
-                          map_options=lambda inputs, ctx: inputs["prepare"]),
+            from_pipeline(
+                "pay",
+                make_agent(world, replay="safe"),
+                depends_on=["prepare"],
+                map_options=lambda inputs, ctx: inputs["prepare"],
+            ),
         ],
         finalize="pay",
     )
@@ -399,8 +417,7 @@ def test_a_cancelled_run_stays_resumable() -> None:
 
     world.effect = cancel  # type: ignore[method-assign]
     agent = make_agent(world, replay="safe")
-    stopped = asyncio.run(agent.run("a", checkpoints=world.store, checkpoint_key=KEY,
-                                    signal=token))
+    stopped = asyncio.run(agent.run("a", checkpoints=world.store, checkpoint_key=KEY, signal=token))
     assert stopped.status == "cancelled"
     assert json.loads(world.store.list()[0].document)["status"] == "running"
     world.effect = World().effect  # type: ignore[method-assign]
@@ -410,6 +427,5 @@ def test_a_cancelled_run_stays_resumable() -> None:
 def test_a_dry_run_opens_no_storage() -> None:
     world = World()
     agent = make_agent(world)
-    result = asyncio.run(agent.run("a", dry_run=True, checkpoints=world.store,
-                                   checkpoint_key=KEY))
+    result = asyncio.run(agent.run("a", dry_run=True, checkpoints=world.store, checkpoint_key=KEY))
     assert result.dry_run and world.store.list() == []

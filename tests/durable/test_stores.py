@@ -97,13 +97,17 @@ def test_a_lease_dies_with_its_process(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     SqliteCheckpoints(path).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             from tubeless.durable import SqliteCheckpoints
             lease = SqliteCheckpoints({str(path)!r}).acquire("k")
             print("held", flush=True)
             time.sleep(120)
-        """)],
+        """),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

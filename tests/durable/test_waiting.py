@@ -73,10 +73,13 @@ def make_agent(world: World) -> Any:
     def decide(state: Any, ctx: Any) -> Any:
         if state["seen"] is not None:
             return {"kind": "finish", "result": state["seen"]}
-        return {"kind": "continue", "calls": [
-            {"id": "d1", "tool": "draft", "input": "x"},
-            {"id": "go", "tool": "launch", "input": "rocket"},
-        ]}
+        return {
+            "kind": "continue",
+            "calls": [
+                {"id": "d1", "tool": "draft", "input": "x"},
+                {"id": "go", "tool": "launch", "input": "rocket"},
+            ],
+        }
 
     def reduce(state: Any, outcomes: Any) -> Any:
         return {"seen": [o["value"] if o["ok"] else o["error"]["code"] for o in outcomes]}
@@ -90,10 +93,16 @@ def make_agent(world: World) -> Any:
         decide=decide,
         reduce=reduce,
         tools={
-            "draft": define_tool(description="Draft.", input_schema=text, output_schema=text,
-                                 run=draft),
-            "launch": define_tool(description="Launch.", input_schema=text, output_schema=text,
-                                  run=launch, approval="always"),
+            "draft": define_tool(
+                description="Draft.", input_schema=text, output_schema=text, run=draft
+            ),
+            "launch": define_tool(
+                description="Launch.",
+                input_schema=text,
+                output_schema=text,
+                run=launch,
+                approval="always",
+            ),
         },
     )
 
@@ -222,10 +231,13 @@ def test_a_child_agent_waiting_stops_its_parent_and_both_resume_once_approved() 
     [request] = saved["approvals"]["pending"]
     assert waiting.errors[0].source_code == APPROVAL_REQUIRED
     assert (saved["status"], request["route"], request["key"]) == (
-        "waiting", "boss/1/sub/gate", KEY
+        "waiting",
+        "boss/1/sub/gate",
+        KEY,
     )
     assert {route: e["phase"] for route, e in saved["agents"].items()} == {
-        "boss": "calls", "boss/1/sub/gate": "calls"
+        "boss": "calls",
+        "boss/1/sub/gate": "calls",
     }
     approve_saved(world.store)
     resumed = run(parent, world.store)

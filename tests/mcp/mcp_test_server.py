@@ -39,8 +39,10 @@ _VARIANT = os.environ.get("MCP_TEST_VARIANT")
 if _VARIANT == "description":
     TOOLS["echo"] = ("Echoes the text back, reworded.", _TEXT)
 elif _VARIANT == "schema":
-    TOOLS["echo"] = (TOOLS["echo"][0], {**_TEXT, "properties": {
-        "text": {"type": "string"}, "loud": {"type": "boolean"}}})
+    TOOLS["echo"] = (
+        TOOLS["echo"][0],
+        {**_TEXT, "properties": {"text": {"type": "string"}, "loud": {"type": "boolean"}}},
+    )
 
 
 def log(line: str) -> None:

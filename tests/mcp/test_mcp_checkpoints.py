@@ -28,8 +28,10 @@ def _agent(log: Path, variant: str | None, reached: asyncio.Event | None = None)
 
     async def decide(state: Any, ctx: Any) -> Any:
         if ctx.turn == 1:
-            return {"kind": "continue",
-                    "calls": [{"id": "e1", "tool": "t__echo", "input": {"text": "hi"}}]}
+            return {
+                "kind": "continue",
+                "calls": [{"id": "e1", "tool": "t__echo", "input": {"text": "hi"}}],
+            }
         if reached is not None:
             reached.set()
             await asyncio.sleep(3600)  # the test cancels the run here
@@ -52,7 +54,8 @@ def _interrupted(tmp_path: Path) -> tuple[SqliteCheckpoints, Path]:
     async def interrupt() -> None:
         reached = asyncio.Event()
         task = asyncio.create_task(
-            _agent(log, None, reached).run({}, checkpoints=store, checkpoint_key="k"))
+            _agent(log, None, reached).run({}, checkpoints=store, checkpoint_key="k")
+        )
         await reached.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -65,12 +68,21 @@ def _interrupted(tmp_path: Path) -> tuple[SqliteCheckpoints, Path]:
     return store, log
 
 
-@pytest.mark.parametrize("variant, changed", [
-    pytest.param("description", "MCP server 't' changed tool 'echo' (registered as 't__echo'): "
-                 "its description", id="description"),
-    pytest.param("schema", "MCP server 't' changed tool 'echo' (registered as 't__echo'): its "
-                 "input schema", id="input-schema"),
-])
+@pytest.mark.parametrize(
+    "variant, changed",
+    [
+        pytest.param(
+            "description",
+            "MCP server 't' changed tool 'echo' (registered as 't__echo'): its description",
+            id="description",
+        ),
+        pytest.param(
+            "schema",
+            "MCP server 't' changed tool 'echo' (registered as 't__echo'): its input schema",
+            id="input-schema",
+        ),
+    ],
+)
 def test_a_resumed_run_against_changed_server_tools_is_refused_naming_the_change(
     tmp_path: Path, variant: str, changed: str
 ) -> None:
@@ -81,7 +93,8 @@ def test_a_resumed_run_against_changed_server_tools_is_refused_naming_the_change
     assert run.errors[0].cause is not None
     assert run.errors[0].cause.deepest().message == (
         f"Checkpoint 'k' was saved by a different definition of agent 'mcp-durable': "
-        f"{changed}; restart the key to start over, or use another key")
+        f"{changed}; restart the key to start over, or use another key"
+    )
     assert log.read_text().count("call echo") == 1  # nothing ran against the changed server
     # The refusal left the checkpoint as it was: the original server resumes it.
     resumed = asyncio.run(_agent(log, None).run({}, checkpoints=store, checkpoint_key="k"))

@@ -53,8 +53,9 @@ async def _cancel_later(token: CancelToken, started: threading.Event) -> None:
     token.cancel("stop")
 
 
-async def _run_with_canceller(pipeline: Any, token: CancelToken, started: threading.Event,
-                              **controls: Any) -> Any:
+async def _run_with_canceller(
+    pipeline: Any, token: CancelToken, started: threading.Event, **controls: Any
+) -> Any:
     canceller = asyncio.create_task(_cancel_later(token, started))
     try:
         return await pipeline.run(signal=token, **controls)

@@ -1317,7 +1317,10 @@ async def test_iteration_progress_keeps_the_current_and_31_recent_groups() -> No
     during = rows[-2]  # reported when iteration 40 started
     assert len(during) == 33
     assert during[0] == {
-        "id": "iteration-40", "name": "Iteration 40", "depth": 0, "status": "running"
+        "id": "iteration-40",
+        "name": "Iteration 40",
+        "depth": 0,
+        "status": "running",
     }
     assert [row["id"] for row in during[1:32]] == [f"iteration-{i}" for i in range(39, 8, -1)]
     assert during[32] == {"id": "earlier", "label": "8 earlier iterations", "depth": 0}

@@ -302,7 +302,8 @@ async def test_a_cancelled_task_stops_a_lean_child_and_leaves_nothing_running() 
         return 2
 
     child = define_pipeline(
-        id="child", steps=[step("slow", slow), step("later", later, depends_on=["slow"])],
+        id="child",
+        steps=[step("slow", slow), step("later", later, depends_on=["slow"])],
         finalize="later",
     )
     outer = define_pipeline(id="outer", steps=[from_pipeline("child", child)], finalize="child")
@@ -324,6 +325,6 @@ async def test_tracing_always_takes_the_executor() -> None:
         run = await pipeline.run(raw, trace=trace)
     assert run.status == "completed"
     assert lean.runs == 0
-    assert any(r["name"] == "pipeline.started" and r["pipelineId"] == "agent/turn"
-               for r in trace.records)
-
+    assert any(
+        r["name"] == "pipeline.started" and r["pipelineId"] == "agent/turn" for r in trace.records
+    )

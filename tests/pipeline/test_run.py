@@ -81,50 +81,98 @@ RUN = "run"
 LADDER_CASES = [
     pytest.param(
         {},
-        [("a", RUN, None), ("b", RUN, None), ("s", RUN, None), ("t", RUN, None),
-         ("o", RUN, None), ("g", RUN, None)],
+        [
+            ("a", RUN, None),
+            ("b", RUN, None),
+            ("s", RUN, None),
+            ("t", RUN, None),
+            ("o", RUN, None),
+            ("g", RUN, None),
+        ],
         id="no-controls-everything-runs",
     ),
     pytest.param(
         {"dry_run": True},
-        [("a", RUN, None), ("b", RUN, None), ("s", "dry-run", None),
-         ("t", "unmet-dependency", "s"), ("o", RUN, None), ("g", "dry-run", None)],
+        [
+            ("a", RUN, None),
+            ("b", RUN, None),
+            ("s", "dry-run", None),
+            ("t", "unmet-dependency", "s"),
+            ("o", RUN, None),
+            ("g", "dry-run", None),
+        ],
         id="dry-run-dependents-of-dry-run-skips-are-unmet",
     ),
     pytest.param(
         {"step_ids": ["b"]},
-        [("a", "filtered", None), ("b", "unmet-dependency", "a"), ("s", "filtered", None),
-         ("t", "filtered", None), ("o", "filtered", None), ("g", "filtered", None)],
+        [
+            ("a", "filtered", None),
+            ("b", "unmet-dependency", "a"),
+            ("s", "filtered", None),
+            ("t", "filtered", None),
+            ("o", "filtered", None),
+            ("g", "filtered", None),
+        ],
         id="exact-step-without-its-prerequisite-is-unmet",
     ),
     pytest.param(
         {"step_ids": ["b", "t"], "dry_run": True},
-        [("a", "filtered", None), ("b", "unmet-dependency", "a"), ("s", "filtered", None),
-         ("t", "unmet-dependency", "s"), ("o", "filtered", None), ("g", "filtered", None)],
+        [
+            ("a", "filtered", None),
+            ("b", "unmet-dependency", "a"),
+            ("s", "filtered", None),
+            ("t", "unmet-dependency", "s"),
+            ("o", "filtered", None),
+            ("g", "filtered", None),
+        ],
         id="unmet-dependency-wins-over-dry-run",
     ),
     pytest.param(
         {"step_ids": ["s", "o"], "dry_run": True},
-        [("a", "filtered", None), ("b", "filtered", None), ("s", "dry-run", None),
-         ("t", "filtered", None), ("o", RUN, None), ("g", "filtered", None)],
+        [
+            ("a", "filtered", None),
+            ("b", "filtered", None),
+            ("s", "dry-run", None),
+            ("t", "filtered", None),
+            ("o", RUN, None),
+            ("g", "filtered", None),
+        ],
         id="filtered-wins-over-dry-run",
     ),
     pytest.param(
         {"targets": ["t"], "dry_run": True},
-        [("a", "filtered", None), ("b", "filtered", None), ("s", "dry-run", None),
-         ("t", "unmet-dependency", "s"), ("o", "filtered", None), ("g", "filtered", None)],
+        [
+            ("a", "filtered", None),
+            ("b", "filtered", None),
+            ("s", "dry-run", None),
+            ("t", "unmet-dependency", "s"),
+            ("o", "filtered", None),
+            ("g", "filtered", None),
+        ],
         id="target-closure-in-a-dry-run",
     ),
     pytest.param(
         {"targets": ["g"]},
-        [("a", RUN, None), ("b", "filtered", None), ("s", "filtered", None),
-         ("t", "filtered", None), ("o", "filtered", None), ("g", RUN, None)],
+        [
+            ("a", RUN, None),
+            ("b", "filtered", None),
+            ("s", "filtered", None),
+            ("t", "filtered", None),
+            ("o", "filtered", None),
+            ("g", RUN, None),
+        ],
         id="target-pulls-in-its-failure-gate",
     ),
     pytest.param(
         {"targets": ["o"]},
-        [("a", "filtered", None), ("b", "filtered", None), ("s", "filtered", None),
-         ("t", "filtered", None), ("o", RUN, None), ("g", "filtered", None)],
+        [
+            ("a", "filtered", None),
+            ("b", "filtered", None),
+            ("s", "filtered", None),
+            ("t", "filtered", None),
+            ("o", RUN, None),
+            ("g", "filtered", None),
+        ],
         id="optional-only-input-is-not-pulled-in",
     ),
 ]
@@ -140,8 +188,7 @@ async def test_run_applies_the_same_skip_ladder_as_the_plan(
 
     planned = [(s.id, s.skip_reason or RUN, s.dependency_id) for s in plan.steps]
     ran = [
-        (r.id, r.reason if r.status == "skipped" else r.status, r.dependency_id)
-        for r in run.steps
+        (r.id, r.reason if r.status == "skipped" else r.status, r.dependency_id) for r in run.steps
     ]
     assert planned == expected
     assert ran == [(i, "completed" if d == RUN else d, dep) for i, d, dep in expected]
@@ -518,7 +565,13 @@ async def test_fail_fast_marks_remaining_steps_keeps_planned_skips_and_does_not_
     ]
     fail_fast = "Not run because fail-fast stopped after b failed."
     assert [r.message for r in run.steps] == [
-        None, None, fail_fast, fail_fast, None, None, fail_fast,
+        None,
+        None,
+        fail_fast,
+        fail_fast,
+        None,
+        None,
+        fail_fast,
     ]
     assert calls == ["a", "b"]
     assert error_shape(run) == [("TUBELESS_STEP_FAILED", "step", "execution", "b")]
@@ -1004,9 +1057,7 @@ async def test_attempt_ids_count_from_one_per_run_in_base36() -> None:
     async def record(inputs: dict[str, Any], ctx: Any) -> None:
         seen.append(ctx.attempt_id)
 
-    pipeline = define_pipeline(
-        id="many", steps=[step(f"s{i:02}", record) for i in range(37)]
-    )
+    pipeline = define_pipeline(id="many", steps=[step(f"s{i:02}", record) for i in range(37)])
     run = await pipeline.run(run_id="r")
 
     ids = [r.attempt_id for r in run.steps]
@@ -1046,9 +1097,7 @@ async def test_only_executed_steps_have_attempts_and_start_times() -> None:
         step_ids=["done", "policy", "policy_checked", "broken", "preview", "unmet"],
     )
 
-    assert [
-        (r.id, r.status, r.attempt_id, r.started_at_ms is not None) for r in run.steps
-    ] == [
+    assert [(r.id, r.status, r.attempt_id, r.started_at_ms is not None) for r in run.steps] == [
         ("done", "completed", "r:attempt:1", True),
         ("policy", "skipped", None, False),
         ("policy_checked", "skipped", "r:attempt:2", True),

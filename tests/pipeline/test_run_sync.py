@@ -30,8 +30,9 @@ def decide_fails(state: Any, ctx: Any) -> Any:
     ("pipeline", "expected"),
     [
         pytest.param(
-            define_pipeline(id="p", steps=[step("s", lambda inputs, ctx: 1)],
-                            finalize=finalize_fails),
+            define_pipeline(
+                id="p", steps=[step("s", lambda inputs, ctx: 1)], finalize=finalize_fails
+            ),
             ["ValueError: Cannot finalize."],
             id="sync-finalizer",
         ),

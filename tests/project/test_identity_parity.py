@@ -37,7 +37,6 @@ def test_yaml_entries_match_their_python_twins(file: str, entry: str, twin: Pipe
     assert compiled.plan().to_dict() == twin.plan().to_dict()
 
 
-
 @pytest.fixture
 def projects(tmp_path: Path) -> Path:
     """A copy of the shipped projects next to a copy of their python_path root."""
@@ -59,14 +58,22 @@ def _scripted_id(path: Path) -> str:
     [
         pytest.param("max_turns: 3", "max_turns: 4", id="limit"),
         pytest.param("max_concurrency: 2}", "max_concurrency: 1}", id="concurrency-limit"),
-        pytest.param("implementation_version: scripted-v1", "implementation_version: scripted-v2",
-                     id="implementation-version"),
-        pytest.param("result_json_schema: {type: string, description: The final answer text.}",
-                     "result_json_schema: {type: string, description: The answer.}",
-                     id="result-descriptor"),
+        pytest.param(
+            "implementation_version: scripted-v1",
+            "implementation_version: scripted-v2",
+            id="implementation-version",
+        ),
+        pytest.param(
+            "result_json_schema: {type: string, description: The final answer text.}",
+            "result_json_schema: {type: string, description: The answer.}",
+            id="result-descriptor",
+        ),
         pytest.param("      count: examples.text:count\n", "", id="tool-removed"),
-        pytest.param("input: {schema: examples.text:Question}",
-                     "input: {schema: {type: object}}", id="input-schema"),
+        pytest.param(
+            "input: {schema: examples.text:Question}",
+            "input: {schema: {type: object}}",
+            id="input-schema",
+        ),
     ],
 )
 def test_behavioural_changes_change_the_definition_id(projects: Path, old: str, new: str) -> None:
@@ -110,17 +117,23 @@ def test_a_tool_description_change_changes_the_definition_id(projects: Path) -> 
             "    description: Something else entirely.\n",
             id="agent-description",
         ),
-        pytest.param("limits: {max_turns: 3, max_calls: 100, max_decisions: 3, max_concurrency: 2}",
-                     "limits:\n      max_concurrency: 2\n      max_decisions: 3\n"
-                     "      max_calls: 100\n      max_turns: 3",
-                     id="reformatted-and-reordered"),
-        pytest.param("    tools:\n      uppercase: examples.text:uppercase\n"
-                     "      count: examples.text:count\n",
-                     "    tools: {count: examples.text:count,"
-                     " uppercase: examples.text:uppercase}\n",
-                     id="tools-flow-style"),
-        pytest.param("# The scripted recipe", "# A comment that changed.\n# The scripted recipe",
-                     id="comments"),
+        pytest.param(
+            "limits: {max_turns: 3, max_calls: 100, max_decisions: 3, max_concurrency: 2}",
+            "limits:\n      max_concurrency: 2\n      max_decisions: 3\n"
+            "      max_calls: 100\n      max_turns: 3",
+            id="reformatted-and-reordered",
+        ),
+        pytest.param(
+            "    tools:\n      uppercase: examples.text:uppercase\n"
+            "      count: examples.text:count\n",
+            "    tools: {count: examples.text:count, uppercase: examples.text:uppercase}\n",
+            id="tools-flow-style",
+        ),
+        pytest.param(
+            "# The scripted recipe",
+            "# A comment that changed.\n# The scripted recipe",
+            id="comments",
+        ),
     ],
 )
 def test_presentation_changes_keep_the_definition_id(projects: Path, old: str, new: str) -> None:
@@ -167,5 +180,3 @@ def test_a_child_change_changes_the_parents_id(projects: Path) -> None:
     assert marker in text
     path.write_text(text.replace(marker, marker[:-1] + "2"), encoding="utf-8")
     assert load_project(path).get("delegating-agent").identity.definition_id != before
-
-

@@ -51,25 +51,70 @@ def write(tmp_path: Path, text: str) -> Path:
 
 # -- the shipped projects -------------------------------------------------------------------
 ANSWERS = [
-    pytest.param("scripted-agent", {}, False, None, {"answer": "14 characters; HELLO; TUBELESS"},
-                 id="scripted-default-question"),
-    pytest.param("scripted-agent", {"question": "hello tubeless"}, False, None,
-                 {"answer": "14 characters; HELLO; TUBELESS"}, id="scripted-hello-tubeless"),
-    pytest.param("scripted-agent", {"question": "missing word"}, False, None,
-                 {"answer": "12 characters; Observed NOT_FOUND: Word unavailable; WORD"},
-                 id="scripted-recovered-tool-error"),
-    pytest.param("scripted-agent", {"question": "preview"}, True, None,
-                 {"answer": "7 characters; PREVIEW"}, id="scripted-dry-run-preview"),
-    pytest.param("delegation", {"question": "red blue"}, False, None,
-                 {"answer": "Summary: 3 characters; RED | 4 characters; BLUE"},
-                 id="delegation-red-blue"),
-    pytest.param("text-pipeline", {"question": "hello tubeless"}, False, None,
-                 {"answer": "14 characters; HELLO; TUBELESS"}, id="text-pipeline"),
-    pytest.param("text-pipeline", {"question": "hello tubeless"}, False, ["count"],
-                 {"answer": "14 characters"}, id="text-pipeline-count-target"),
-    pytest.param("mcp-notes", {"question": "hello tubeless"}, False, None,
-                 {"answer": "note 1 of 1; notes with 'hello': hello tubeless"},
-                 id="mcp-notes-starts-its-server"),
+    pytest.param(
+        "scripted-agent",
+        {},
+        False,
+        None,
+        {"answer": "14 characters; HELLO; TUBELESS"},
+        id="scripted-default-question",
+    ),
+    pytest.param(
+        "scripted-agent",
+        {"question": "hello tubeless"},
+        False,
+        None,
+        {"answer": "14 characters; HELLO; TUBELESS"},
+        id="scripted-hello-tubeless",
+    ),
+    pytest.param(
+        "scripted-agent",
+        {"question": "missing word"},
+        False,
+        None,
+        {"answer": "12 characters; Observed NOT_FOUND: Word unavailable; WORD"},
+        id="scripted-recovered-tool-error",
+    ),
+    pytest.param(
+        "scripted-agent",
+        {"question": "preview"},
+        True,
+        None,
+        {"answer": "7 characters; PREVIEW"},
+        id="scripted-dry-run-preview",
+    ),
+    pytest.param(
+        "delegation",
+        {"question": "red blue"},
+        False,
+        None,
+        {"answer": "Summary: 3 characters; RED | 4 characters; BLUE"},
+        id="delegation-red-blue",
+    ),
+    pytest.param(
+        "text-pipeline",
+        {"question": "hello tubeless"},
+        False,
+        None,
+        {"answer": "14 characters; HELLO; TUBELESS"},
+        id="text-pipeline",
+    ),
+    pytest.param(
+        "text-pipeline",
+        {"question": "hello tubeless"},
+        False,
+        ["count"],
+        {"answer": "14 characters"},
+        id="text-pipeline-count-target",
+    ),
+    pytest.param(
+        "mcp-notes",
+        {"question": "hello tubeless"},
+        False,
+        None,
+        {"answer": "note 1 of 1; notes with 'hello': hello tubeless"},
+        id="mcp-notes-starts-its-server",
+    ),
 ]
 
 
@@ -92,12 +137,25 @@ MODEL_BACKED = {"openai-agent"}
 
 # Projects with approval-gated tools answer with an approver that says yes, or no, to all.
 GATED_ANSWERS = [
-    pytest.param("approvals", {"to": "ops@elsewhere.org"}, True,
-                 {"drafted": "RELEASE NOTES", "published": True, "mailed": True, "denied": []},
-                 id="approvals-approved"),
-    pytest.param("approvals", {"to": "ops@elsewhere.org"}, False,
-                 {"drafted": "RELEASE NOTES", "published": False, "mailed": False,
-                  "denied": ["publish", "mail"]}, id="approvals-denied"),
+    pytest.param(
+        "approvals",
+        {"to": "ops@elsewhere.org"},
+        True,
+        {"drafted": "RELEASE NOTES", "published": True, "mailed": True, "denied": []},
+        id="approvals-approved",
+    ),
+    pytest.param(
+        "approvals",
+        {"to": "ops@elsewhere.org"},
+        False,
+        {
+            "drafted": "RELEASE NOTES",
+            "published": False,
+            "mailed": False,
+            "denied": ["publish", "mail"],
+        },
+        id="approvals-denied",
+    ),
 ]
 
 
@@ -223,10 +281,13 @@ def test_a_graph_the_core_rejects_raises_a_located_pipeline_definition_error(
     tmp_path: Path,
 ) -> None:
     """A step depending on itself is found before anything is imported, at the dependency."""
-    path = write(tmp_path, TWO_PIPELINES.replace(
-        "{id: split, run: examples.text_pipeline:split_words}",
-        "{id: split, run: examples.text_pipeline:split_words, depends_on: [split]}",
-    ))
+    path = write(
+        tmp_path,
+        TWO_PIPELINES.replace(
+            "{id: split, run: examples.text_pipeline:split_words}",
+            "{id: split, run: examples.text_pipeline:split_words, depends_on: [split]}",
+        ),
+    )
 
     with pytest.raises(PipelineDefinitionError) as caught:
         load_project(path)

@@ -27,8 +27,12 @@ __all__ = ["isolated_imports"]  # the autouse fixture, used by being imported
 def test_a_missing_attribute_names_the_closest_ones(tmp_path: Path) -> None:
     path = project(tmp_path, AGENT.replace("decide: helpers:decide", "decide: helpers:decied"))
     assert problems(path) == [
-        (9, 13, "/agents/helper/decide",
-         "module 'helpers' has no attribute 'decied'; did you mean 'decide'?"),
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "module 'helpers' has no attribute 'decied'; did you mean 'decide'?",
+        ),
     ]
 
 
@@ -38,21 +42,28 @@ def test_a_missing_attribute_without_a_close_name_says_nothing_more(tmp_path: Pa
 
 
 def test_a_dotted_path_where_a_colon_was_meant_says_how_to_write_it(tmp_path: Path) -> None:
-    path = write(tmp_path / "project.yaml",
-                 AGENT.replace("decide: helpers:decide", "decide: helpers.decide"))
+    path = write(
+        tmp_path / "project.yaml", AGENT.replace("decide: helpers:decide", "decide: helpers.decide")
+    )
 
     with pytest.raises(DocumentError) as caught:
         check_project(path)
 
     assert [(i.line, i.column, i.pointer, i.message) for i in caught.value.issues] == [
-        (9, 13, "/agents/helper/decide",
-         "expected a string matching 'package.module:attribute', found 'helpers.decide'; did "
-         "you mean 'helpers:decide'? (a colon separates the module from the attribute)"),
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "expected a string matching 'package.module:attribute', found 'helpers.decide'; did "
+            "you mean 'helpers:decide'? (a colon separates the module from the attribute)",
+        ),
     ]
 
 
 def test_an_unknown_step_id_names_the_closest_step(tmp_path: Path) -> None:
-    path = write(tmp_path / "project.yaml", """\
+    path = write(
+        tmp_path / "project.yaml",
+        """\
 version: 1
 project: {id: demo}
 pipelines:
@@ -60,41 +71,64 @@ pipelines:
     steps:
       - {id: load, run: nowhere:load}
       - {id: count, run: nowhere:count, depends_on: [lod]}
-""")
+""",
+    )
 
     with pytest.raises(DocumentError) as caught:
         check_project(path)
 
     assert [(i.line, i.column, i.message) for i in caught.value.issues] == [
-        (7, 54, "unknown step 'lod'; did you mean 'load'? (this pipeline's steps: 'load', "
-         "'count')"),
+        (
+            7,
+            54,
+            "unknown step 'lod'; did you mean 'load'? (this pipeline's steps: 'load', 'count')",
+        ),
     ]
 
 
 def test_an_unknown_adapter_setting_names_the_closest_setting(tmp_path: Path) -> None:
-    path = project(tmp_path, AGENT.replace(
-        "decide: helpers:decide",
-        "decide: {use: tubeless.providers.openai:responses, with: {timeout: 30, modle: x}}",
-    ))
+    path = project(
+        tmp_path,
+        AGENT.replace(
+            "decide: helpers:decide",
+            "decide: {use: tubeless.providers.openai:responses, with: {timeout: 30, modle: x}}",
+        ),
+    )
 
     assert problems(path) == [
-        (9, 63, "/agents/helper/decide/with/timeout",
-         "'tubeless.providers.openai:responses' has no setting 'timeout'; did you mean "
-         "'timeout_s'?"),
-        (9, 76, "/agents/helper/decide/with/modle",
-         "'tubeless.providers.openai:responses' has no setting 'modle'; did you mean 'model'?"),
+        (
+            9,
+            63,
+            "/agents/helper/decide/with/timeout",
+            "'tubeless.providers.openai:responses' has no setting 'timeout'; did you mean "
+            "'timeout_s'?",
+        ),
+        (
+            9,
+            76,
+            "/agents/helper/decide/with/modle",
+            "'tubeless.providers.openai:responses' has no setting 'modle'; did you mean 'model'?",
+        ),
     ]
 
 
 def test_a_missing_factory_setting_is_named(tmp_path: Path) -> None:
     helpers = HELPERS + "\n\ndef make_sized(size, *, name='x'):\n    return make_decide()\n"
-    path = project(tmp_path, AGENT.replace(
-        "decide: helpers:decide", "decide: {use: helpers:make_sized, with: {name: y}}"
-    ), helpers)
+    path = project(
+        tmp_path,
+        AGENT.replace(
+            "decide: helpers:decide", "decide: {use: helpers:make_sized, with: {name: y}}"
+        ),
+        helpers,
+    )
 
     assert problems(path) == [
-        (9, 13, "/agents/helper/decide",
-         "'helpers:make_sized' needs the setting 'size' under with:"),
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "'helpers:make_sized' needs the setting 'size' under with:",
+        ),
     ]
 
 
@@ -110,7 +144,9 @@ def test_a_project_file_shadowing_a_standard_module_is_said_first(
     found = problems(path)
 
     assert found[0] == (
-        3, 15, "/python_path/0",
+        3,
+        15,
+        "/python_path/0",
         "lib/statistics.py shadows the standard library module 'statistics' (imports of "
         "'statistics' get this file); rename it",
     )
@@ -121,14 +157,20 @@ def test_a_failing_import_is_one_problem_naming_the_module_s_file_and_line(
     tmp_path: Path,
 ) -> None:
     write(tmp_path / "lib" / "shaky.py", "X = 1\n\n\ndef f():\n    pass\n\n\nmissing_name\n")
-    text = AGENT.replace("decide: helpers:decide", "decide: shaky:decide\n"
-                         "    reduce: shaky:reduce\n    dry_run: shaky:preview")
+    text = AGENT.replace(
+        "decide: helpers:decide",
+        "decide: shaky:decide\n    reduce: shaky:reduce\n    dry_run: shaky:preview",
+    )
     path = project(tmp_path, text)
 
     assert problems(path) == [
-        (9, 13, "/agents/helper/decide",
-         "importing 'shaky' failed at lib/shaky.py:8: NameError: name 'missing_name' is not "
-         "defined"),
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "importing 'shaky' failed at lib/shaky.py:8: NameError: name 'missing_name' is not "
+            "defined",
+        ),
     ]
 
 
@@ -136,7 +178,7 @@ def test_a_syntax_error_names_its_file_and_line(tmp_path: Path) -> None:
     write(tmp_path / "lib" / "typo.py", "X = 1\ndef f(:\n    pass\n")
     path = project(tmp_path, AGENT.replace("decide: helpers:decide", "decide: typo:decide"))
 
-    (_, _, _, message), = problems(path)
+    ((_, _, _, message),) = problems(path)
 
     assert message.startswith("importing 'typo' failed at lib/typo.py:2: SyntaxError: ")
 
@@ -150,8 +192,10 @@ def test_debug_shows_the_import_s_own_traceback(
     plain = tubeless(capsys, "validate", "--resolve", path)
     debug = tubeless(capsys, "--debug", "validate", "--resolve", path)
 
-    line = (f"error: {path}:9:13 /agents/helper/decide: importing 'shaky2' failed at "
-            "lib/shaky2.py:2: LookupError: deep inside\n")
+    line = (
+        f"error: {path}:9:13 /agents/helper/decide: importing 'shaky2' failed at "
+        "lib/shaky2.py:2: LookupError: deep inside\n"
+    )
     assert plain.err == line
     assert (debug.code, plain.code) == (4, 4)
     assert "Traceback" in debug.err

@@ -110,8 +110,9 @@ def problems(path: Path) -> list[tuple[int, int, str, str]]:
         load_project(path)
     error = caught.value
     assert error.code == REFERENCE_INVALID
-    assert all(issue.code == REFERENCE_INVALID and issue.file == str(path)
-               for issue in error.issues)
+    assert all(
+        issue.code == REFERENCE_INVALID and issue.file == str(path) for issue in error.issues
+    )
     assert str(error).startswith(error.issues[0].format())
     assert "Traceback" not in str(error)
     return [(i.line, i.column, i.pointer, i.message) for i in error.issues]
@@ -168,9 +169,13 @@ def test_a_module_already_imported_from_another_file_is_refused_naming_both(
     mine = tmp_path / "lib" / "helpers.py"
 
     assert problems(path) == [
-        (9, 13, "/agents/helper/decide",
-         f"module 'helpers' is already imported from {other}, but the project's python_path "
-         f"provides {mine}; rename one of them"),
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            f"module 'helpers' is already imported from {other}, but the project's python_path "
+            f"provides {mine}; rename one of them",
+        ),
     ]
 
 
@@ -188,14 +193,38 @@ def test_a_module_already_imported_from_the_same_file_is_reused(tmp_path: Path) 
 # -- the standard library -------------------------------------------------------------------
 STDLIB_CASES = [
     # Callables that could be called as the harness calls them (os.rename takes two arguments).
-    pytest.param(AGENT, "helpers:decide", "os:rename", "os", (9, 13, "/agents/helper/decide"),
-                 id="decide-os-rename"),
-    pytest.param(AGENT, "helpers:decide", "builtins:eval", "builtins",
-                 (9, 13, "/agents/helper/decide"), id="decide-builtins-eval"),
-    pytest.param(PIPELINE, "helpers:plain", "subprocess:run", "subprocess",
-                 (7, 25, "/pipelines/flow/steps/0/run"), id="step-subprocess-run"),
-    pytest.param(PIPELINE, "helpers:plain", "os.path:join", "os.path",
-                 (7, 25, "/pipelines/flow/steps/0/run"), id="step-submodule"),
+    pytest.param(
+        AGENT,
+        "helpers:decide",
+        "os:rename",
+        "os",
+        (9, 13, "/agents/helper/decide"),
+        id="decide-os-rename",
+    ),
+    pytest.param(
+        AGENT,
+        "helpers:decide",
+        "builtins:eval",
+        "builtins",
+        (9, 13, "/agents/helper/decide"),
+        id="decide-builtins-eval",
+    ),
+    pytest.param(
+        PIPELINE,
+        "helpers:plain",
+        "subprocess:run",
+        "subprocess",
+        (7, 25, "/pipelines/flow/steps/0/run"),
+        id="step-subprocess-run",
+    ),
+    pytest.param(
+        PIPELINE,
+        "helpers:plain",
+        "os.path:join",
+        "os.path",
+        (7, 25, "/pipelines/flow/steps/0/run"),
+        id="step-submodule",
+    ),
 ]
 
 
@@ -210,8 +239,11 @@ def test_standard_library_callables_are_refused_at_their_location(
 ) -> None:
     path = project(tmp_path, text.replace(old, reference))
     assert problems(path) == [
-        (*where, f"{reference!r} names the standard library module {module!r}; add it to "
-         "allow_modules if the project really needs it"),
+        (
+            *where,
+            f"{reference!r} names the standard library module {module!r}; add it to "
+            "allow_modules if the project really needs it",
+        ),
     ]
 
 
@@ -248,58 +280,95 @@ def test_standard_types_are_allowed_as_schemas(tmp_path: Path) -> None:
 # -- what a reference may name ----------------------------------------------------------------
 REFERENCE_CASES = [
     pytest.param(
-        "decide: helpers:decide", "decide: nowhere.at_all:decide",
-        (9, 13, "/agents/helper/decide",
-         "cannot import module 'nowhere.at_all': no module named 'nowhere'; check the spelling "
-         "or add its folder to python_path"),
+        "decide: helpers:decide",
+        "decide: nowhere.at_all:decide",
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "cannot import module 'nowhere.at_all': no module named 'nowhere'; check the spelling "
+            "or add its folder to python_path",
+        ),
         id="missing-module",
     ),
     pytest.param(
-        "decide: helpers:decide", "decide: helpers:decyde",
-        (9, 13, "/agents/helper/decide",
-         "module 'helpers' has no attribute 'decyde'; did you mean 'decide'?"),
+        "decide: helpers:decide",
+        "decide: helpers:decyde",
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "module 'helpers' has no attribute 'decyde'; did you mean 'decide'?",
+        ),
         id="missing-attribute",
     ),
     pytest.param(
-        "decide: helpers:decide", "decide: broken:decide",
-        (9, 13, "/agents/helper/decide",
-         "importing 'broken' failed at lib/broken.py:1: RuntimeError: broken at import time"),
+        "decide: helpers:decide",
+        "decide: broken:decide",
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "importing 'broken' failed at lib/broken.py:1: RuntimeError: broken at import time",
+        ),
         id="import-raises",
     ),
     pytest.param(
-        "decide: helpers:decide", "decide: broken_dependency:decide",
-        (9, 13, "/agents/helper/decide",
-         "importing 'broken_dependency' failed at lib/broken_dependency.py:1: "
-         "ModuleNotFoundError: No module named "
-         "'not_installed_anywhere'"),
+        "decide: helpers:decide",
+        "decide: broken_dependency:decide",
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "importing 'broken_dependency' failed at lib/broken_dependency.py:1: "
+            "ModuleNotFoundError: No module named "
+            "'not_installed_anywhere'",
+        ),
         id="import-of-a-missing-dependency",
     ),
     pytest.param(
-        "decide: helpers:decide", "decide: helpers:NOT_CALLABLE",
+        "decide: helpers:decide",
+        "decide: helpers:NOT_CALLABLE",
         (9, 13, "/agents/helper/decide", "'helpers:NOT_CALLABLE' is an int, not a callable"),
         id="decide-not-callable",
     ),
     pytest.param(
-        "decide: helpers:decide", "decide: helpers:decide\n    tools: {echo: helpers:plain}",
-        (10, 19, "/agents/helper/tools/echo",
-         "'helpers:plain' is a function, not a tool; make it with define_tool(...) or declare "
-         "{run, description, input, output} here"),
+        "decide: helpers:decide",
+        "decide: helpers:decide\n    tools: {echo: helpers:plain}",
+        (
+            10,
+            19,
+            "/agents/helper/tools/echo",
+            "'helpers:plain' is a function, not a tool; make it with define_tool(...) or declare "
+            "{run, description, input, output} here",
+        ),
         id="tool-plain-function",
     ),
     pytest.param(
-        "decide: helpers:decide", "decide: {use: helpers:make_nothing, with: {size: 1}}",
-        (9, 13, "/agents/helper/decide",
-         "factory 'helpers:make_nothing' returned an int, not a callable"),
+        "decide: helpers:decide",
+        "decide: {use: helpers:make_nothing, with: {size: 1}}",
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "factory 'helpers:make_nothing' returned an int, not a callable",
+        ),
         id="factory-returns-non-callable",
     ),
     pytest.param(
-        "decide: helpers:decide", "decide: {use: helpers:make_trouble}",
-        (9, 13, "/agents/helper/decide",
-         "factory 'helpers:make_trouble' failed: RuntimeError: the factory cannot start"),
+        "decide: helpers:decide",
+        "decide: {use: helpers:make_trouble}",
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "factory 'helpers:make_trouble' failed: RuntimeError: the factory cannot start",
+        ),
         id="factory-raises",
     ),
     pytest.param(
-        "decide: helpers:decide", "decide: {use: helpers:NOT_CALLABLE}",
+        "decide: helpers:decide",
+        "decide: {use: helpers:NOT_CALLABLE}",
         (9, 19, "/agents/helper/decide/use", "'helpers:NOT_CALLABLE' is an int, not a callable"),
         id="factory-not-callable",
     ),
@@ -357,11 +426,14 @@ agents:
 def test_a_factory_is_called_once_at_compile_time_with_its_literal_arguments(
     tmp_path: Path,
 ) -> None:
-    path = project(tmp_path, AGENT.replace(
-        "decide: helpers:decide",
-        "decide: {use: helpers:make_decide, with: {model: small, retries: 2, "
-        "key_env: \"${HOME}\", nested: {a: [1, 2]}}}",
-    ))
+    path = project(
+        tmp_path,
+        AGENT.replace(
+            "decide: helpers:decide",
+            "decide: {use: helpers:make_decide, with: {model: small, retries: 2, "
+            'key_env: "${HOME}", nested: {a: [1, 2]}}}',
+        ),
+    )
     settings = {"model": "small", "retries": 2, "key_env": "${HOME}", "nested": {"a": [1, 2]}}
 
     agent = load_project(path).get("helper")

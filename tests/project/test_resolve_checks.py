@@ -23,7 +23,9 @@ from tubeless.project import check_project, load_project
 
 __all__ = ["isolated_imports"]  # the autouse fixture, used by being imported
 
-SIGNATURES = HELPERS + """
+SIGNATURES = (
+    HELPERS
+    + """
 
 def one_argument(state):
     return {"kind": "finish", "result": None}
@@ -52,43 +54,73 @@ def flexible(*args, **kwargs):
 def make_one_argument(**settings):
     return one_argument
 """
+)
 
 SIGNATURE_CASES = [
     pytest.param(
-        AGENT, "decide: helpers:decide", "decide: helpers:one_argument",
-        (9, 13, "/agents/helper/decide",
-         "'helpers:one_argument' cannot be called as decide(state, ctx): too many positional "
-         "arguments"),
+        AGENT,
+        "decide: helpers:decide",
+        "decide: helpers:one_argument",
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "'helpers:one_argument' cannot be called as decide(state, ctx): too many positional "
+            "arguments",
+        ),
         id="one-argument-decide",
     ),
     pytest.param(
-        AGENT, "decide: helpers:decide", "decide: helpers:decide\n    reduce: helpers:reduce_three",
-        (10, 13, "/agents/helper/reduce",
-         "'helpers:reduce_three' cannot be called as reduce(state, outcomes): missing a "
-         "required argument: 'extra'"),
+        AGENT,
+        "decide: helpers:decide",
+        "decide: helpers:decide\n    reduce: helpers:reduce_three",
+        (
+            10,
+            13,
+            "/agents/helper/reduce",
+            "'helpers:reduce_three' cannot be called as reduce(state, outcomes): missing a "
+            "required argument: 'extra'",
+        ),
         id="reducer-of-three",
     ),
     pytest.param(
-        AGENT, "decide: helpers:decide",
+        AGENT,
+        "decide: helpers:decide",
         "decide: helpers:decide\n    tools:\n      count: {run: helpers:takes_nothing, "
         "description: Count., input: {schema: {type: string}}, output: {schema: {}}}",
-        (11, 20, "/agents/helper/tools/count/run",
-         "'helpers:takes_nothing' cannot be called as run(input, ctx): too many positional "
-         "arguments"),
+        (
+            11,
+            20,
+            "/agents/helper/tools/count/run",
+            "'helpers:takes_nothing' cannot be called as run(input, ctx): too many positional "
+            "arguments",
+        ),
         id="tool-handler-without-input",
     ),
     pytest.param(
-        PIPELINE, "run: helpers:plain", "run: helpers:keyword_needed",
-        (7, 25, "/pipelines/flow/steps/0/run",
-         "'helpers:keyword_needed' cannot be called as run(inputs, ctx): missing a required "
-         "argument: 'flag'"),
+        PIPELINE,
+        "run: helpers:plain",
+        "run: helpers:keyword_needed",
+        (
+            7,
+            25,
+            "/pipelines/flow/steps/0/run",
+            "'helpers:keyword_needed' cannot be called as run(inputs, ctx): missing a required "
+            "argument: 'flag'",
+        ),
         id="step-with-a-required-keyword",
     ),
     pytest.param(
-        AGENT, "decide: helpers:decide", "decide: {use: helpers:make_one_argument}",
-        (9, 13, "/agents/helper/decide",
-         "what 'helpers:make_one_argument' returned cannot be called as decide(state, ctx): too "
-         "many positional arguments"),
+        AGENT,
+        "decide: helpers:decide",
+        "decide: {use: helpers:make_one_argument}",
+        (
+            9,
+            13,
+            "/agents/helper/decide",
+            "what 'helpers:make_one_argument' returned cannot be called as decide(state, ctx): too "
+            "many positional arguments",
+        ),
         id="factory-makes-a-one-argument-decide",
     ),
 ]
@@ -118,7 +150,8 @@ def test_a_missing_python_path_folder_is_reported_at_its_entry(
     ]
     outcome = tubeless(capsys, "validate", "--resolve", path)
     assert (outcome.code, outcome.err) == (
-        4, f"error: {path}:3:20 /python_path/1: python_path folder src does not exist\n"
+        4,
+        f"error: {path}:3:20 /python_path/1: python_path folder src does not exist\n",
     )
 
 
@@ -144,30 +177,48 @@ agents:
     ("old", "new", "expected"),
     [
         pytest.param(
-            "{{ input.question }}", "{{ input.qestion }}",
-            (12, 24, "/agents/helper/initial_state/q",
-             "the template reads input.qestion, which the input schema does not declare; did "
-             "you mean 'question'?"),
+            "{{ input.question }}",
+            "{{ input.qestion }}",
+            (
+                12,
+                24,
+                "/agents/helper/initial_state/q",
+                "the template reads input.qestion, which the input schema does not declare; did "
+                "you mean 'question'?",
+            ),
             id="top-level-typo",
         ),
         pytest.param(
-            "{{ input.options.depth }}", "Depth {{ input['options'].dept }}",
-            (12, 51, "/agents/helper/initial_state/d",
-             "the template reads input.options.dept, which the input schema does not declare; "
-             "did you mean 'depth'?"),
+            "{{ input.options.depth }}",
+            "Depth {{ input['options'].dept }}",
+            (
+                12,
+                51,
+                "/agents/helper/initial_state/d",
+                "the template reads input.options.dept, which the input schema does not declare; "
+                "did you mean 'depth'?",
+            ),
             id="nested-typo",
         ),
         pytest.param(
-            "{{ input.question }}", "{{ input.topic }}",
-            (12, 24, "/agents/helper/initial_state/q",
-             "the template reads input.topic, which the input schema does not declare; its "
-             "properties: 'question', 'options'"),
+            "{{ input.question }}",
+            "{{ input.topic }}",
+            (
+                12,
+                24,
+                "/agents/helper/initial_state/q",
+                "the template reads input.topic, which the input schema does not declare; its "
+                "properties: 'question', 'options'",
+            ),
             id="no-close-name",
         ),
     ],
 )
 def test_a_template_reading_an_undeclared_input_property_is_located(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    old: str,
+    new: str,
     expected: tuple[int, int, str, str],
 ) -> None:
     path = write(tmp_path / "project.yaml", TEMPLATED.replace(old, new))
@@ -179,8 +230,10 @@ def test_a_template_reading_an_undeclared_input_property_is_located(
     assert caught.value.issues[0].code == TEMPLATE_INVALID
     outcome = tubeless(capsys, "validate", path)
     line, column, pointer, message = expected
-    assert (outcome.code, outcome.err) == (4, f"error: {path}:{line}:{column} {pointer}: "
-                                              f"{message}\n")
+    assert (outcome.code, outcome.err) == (
+        4,
+        f"error: {path}:{line}:{column} {pointer}: {message}\n",
+    )
 
 
 @pytest.mark.parametrize(
@@ -203,7 +256,8 @@ def test_templates_reading_declared_input_pass(tmp_path: Path, template: str) ->
 
 def test_an_open_input_schema_is_not_checked(tmp_path: Path) -> None:
     """additionalProperties: true (or a schema) lets a template read any name."""
-    text = TEMPLATED.replace("        type: object\n",
-                             "        type: object\n        additionalProperties: true\n")
+    text = TEMPLATED.replace(
+        "        type: object\n", "        type: object\n        additionalProperties: true\n"
+    )
     path = write(tmp_path / "project.yaml", text.replace("input.question", "input.anything"))
     check_project(path)

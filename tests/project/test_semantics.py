@@ -54,61 +54,123 @@ def mutate(*changes: Change) -> str:
 CASES = [
     pytest.param(
         [(PIPELINES, "pipelines:\n  helper:\n    steps: [{id: only, run: nowhere.steps:only}]\n")],
-        [(4, 3, "/agents/helper",
-          "'helper' is both an agent and a pipeline; ids share one namespace")],
+        [
+            (
+                4,
+                3,
+                "/agents/helper",
+                "'helper' is both an agent and a pipeline; ids share one namespace",
+            )
+        ],
         id="id-used-by-an-agent-and-a-pipeline",
     ),
     pytest.param(
         [("default: helper", "default: helpr")],
-        [(2, 30, "/project/default",
-          "unknown entry 'helpr'; did you mean 'helper'? (this project's")],
+        [
+            (
+                2,
+                30,
+                "/project/default",
+                "unknown entry 'helpr'; did you mean 'helper'? (this project's",
+            )
+        ],
         id="unknown-default",
     ),
     pytest.param(
         [(TOOL, "{pipeline: wordz, description: Split the words.}")],
-        [(10, 29, "/agents/helper/tools/summarize/pipeline",
-          "unknown pipeline 'wordz'; did you mean 'words'? (this project's pipelines: "
-          "'words')")],
+        [
+            (
+                10,
+                29,
+                "/agents/helper/tools/summarize/pipeline",
+                "unknown pipeline 'wordz'; did you mean 'words'? (this project's pipelines: "
+                "'words')",
+            )
+        ],
         id="pipeline-tool-names-an-unknown-pipeline",
     ),
     pytest.param(
         [(TOOL, "{agent: assistant, description: Ask for help.}")],
-        [(10, 26, "/agents/helper/tools/summarize/agent",
-          "unknown agent 'assistant'; this project's agents: 'helper'")],
+        [
+            (
+                10,
+                26,
+                "/agents/helper/tools/summarize/agent",
+                "unknown agent 'assistant'; this project's agents: 'helper'",
+            )
+        ],
         id="agent-tool-names-an-unknown-agent",
     ),
     pytest.param(
         [(STEP, "      - {id: count, from_pipeline: {pipeline: counter}}\n")],
-        [(16, 47, "/pipelines/words/steps/1/from_pipeline/pipeline",
-          "unknown pipeline 'counter'")],
+        [(16, 47, "/pipelines/words/steps/1/from_pipeline/pipeline", "unknown pipeline 'counter'")],
         id="from-pipeline-names-an-unknown-entry",
     ),
     pytest.param(
-        [(STEP, "      - id: count\n        for_each_pipeline: {pipeline: counter, items: m:i, "
-          "key: m:k, map_options: m:o}\n")],
-        [(17, 39, "/pipelines/words/steps/1/for_each_pipeline/pipeline",
-          "unknown pipeline 'counter'")],
+        [
+            (
+                STEP,
+                "      - id: count\n        for_each_pipeline: {pipeline: counter, items: m:i, "
+                "key: m:k, map_options: m:o}\n",
+            )
+        ],
+        [
+            (
+                17,
+                39,
+                "/pipelines/words/steps/1/for_each_pipeline/pipeline",
+                "unknown pipeline 'counter'",
+            )
+        ],
         id="for-each-pipeline-names-an-unknown-entry",
     ),
     pytest.param(
         [(TOOL, "{agent: helper, description: Ask myself.}")],
-        [(10, 26, "/agents/helper/tools/summarize/agent",
-          "entries use each other in a cycle: helper -> helper")],
+        [
+            (
+                10,
+                26,
+                "/agents/helper/tools/summarize/agent",
+                "entries use each other in a cycle: helper -> helper",
+            )
+        ],
         id="agent-uses-itself-as-a-tool",
     ),
     pytest.param(
-        [(PIPELINES, "pipelines:\n  ping:\n    steps: [{id: a, from_pipeline: {pipeline: pong}}]\n"
-          "  pong:\n    steps: [{id: b, from_pipeline: {pipeline: ping}}]\n")],
-        [(15, 47, "/pipelines/pong/steps/0/from_pipeline/pipeline",
-          "entries use each other in a cycle: ping -> pong -> ping")],
+        [
+            (
+                PIPELINES,
+                "pipelines:\n  ping:\n    steps: [{id: a, from_pipeline: {pipeline: pong}}]\n"
+                "  pong:\n    steps: [{id: b, from_pipeline: {pipeline: ping}}]\n",
+            )
+        ],
+        [
+            (
+                15,
+                47,
+                "/pipelines/pong/steps/0/from_pipeline/pipeline",
+                "entries use each other in a cycle: ping -> pong -> ping",
+            )
+        ],
         id="two-pipelines-use-each-other",
     ),
     pytest.param(
-        [(STEP, "      - {id: count, from_pipeline: {pipeline: tally}}\n"),
-         (PIPELINES, "pipelines:\n  tally:\n    steps:\n      - id: each\n        "
-          "for_each_pipeline: {pipeline: helper, items: m:i, key: m:k, map_options: m:o}\n")],
-        [(20, 47, "/pipelines/words/steps/1/from_pipeline/pipeline",
-          "entries use each other in a cycle: tally -> helper -> words -> tally")],
+        [
+            (STEP, "      - {id: count, from_pipeline: {pipeline: tally}}\n"),
+            (
+                PIPELINES,
+                "pipelines:\n  tally:\n    steps:\n      - id: each\n        "
+                "for_each_pipeline: {pipeline: helper, items: m:i, key: m:k, map_options: m:o}\n",
+            ),
+        ],
+        [
+            (
+                20,
+                47,
+                "/pipelines/words/steps/1/from_pipeline/pipeline",
+                "entries use each other in a cycle: tally -> helper -> words -> tally",
+            )
+        ],
         id="three-entries-in-a-cycle",
     ),
     pytest.param(
@@ -118,20 +180,38 @@ CASES = [
     ),
     pytest.param(
         [("depends_on: [split]", "depends_on: [split, splt]")],
-        [(16, 67, "/pipelines/words/steps/1/depends_on/1",
-          f"unknown step 'splt'; did you mean 'split'? ({STEPS})")],
+        [
+            (
+                16,
+                67,
+                "/pipelines/words/steps/1/depends_on/1",
+                f"unknown step 'splt'; did you mean 'split'? ({STEPS})",
+            )
+        ],
         id="unknown-step-in-depends-on",
     ),
     pytest.param(
         [("depends_on: [split]", "optional_depends_on: [words]")],
-        [(16, 69, "/pipelines/words/steps/1/optional_depends_on/0",
-          f"unknown step 'words'; {STEPS}")],
+        [
+            (
+                16,
+                69,
+                "/pipelines/words/steps/1/optional_depends_on/0",
+                f"unknown step 'words'; {STEPS}",
+            )
+        ],
         id="unknown-step-in-optional-depends-on",
     ),
     pytest.param(
         [("depends_on: [split]", "skip_after_failure_of: [Split]")],
-        [(16, 71, "/pipelines/words/steps/1/skip_after_failure_of/0",
-          f"unknown step 'Split'; did you mean 'split'? ({STEPS})")],
+        [
+            (
+                16,
+                71,
+                "/pipelines/words/steps/1/skip_after_failure_of/0",
+                f"unknown step 'Split'; did you mean 'split'? ({STEPS})",
+            )
+        ],
         id="unknown-step-in-skip-after-failure-of",
     ),
     pytest.param(
@@ -145,24 +225,52 @@ CASES = [
         id="unknown-finalize-step",
     ),
     pytest.param(
-        [(WORDS_INPUT, WORDS_INPUT + "    finalize: {run: nowhere.steps:total, "
-          "require_outputs: [split, total]}\n")],
-        [(14, 67, "/pipelines/words/finalize/require_outputs/1",
-          f"unknown step 'total'; {STEPS}")],
+        [
+            (
+                WORDS_INPUT,
+                WORDS_INPUT + "    finalize: {run: nowhere.steps:total, "
+                "require_outputs: [split, total]}\n",
+            )
+        ],
+        [(14, 67, "/pipelines/words/finalize/require_outputs/1", f"unknown step 'total'; {STEPS}")],
         id="unknown-step-in-require-outputs",
     ),
     pytest.param(
-        [(STEP, "      - {id: count, from_pipeline: {pipeline: other}, "
-          "output: {schema: {type: integer}}}\n"), OTHER],
-        [(18, 55, "/pipelines/words/steps/1/output",
-          "only run steps take an output schema (a child pipeline validates its own result)")],
+        [
+            (
+                STEP,
+                "      - {id: count, from_pipeline: {pipeline: other}, "
+                "output: {schema: {type: integer}}}\n",
+            ),
+            OTHER,
+        ],
+        [
+            (
+                18,
+                55,
+                "/pipelines/words/steps/1/output",
+                "only run steps take an output schema (a child pipeline validates its own result)",
+            )
+        ],
         id="output-on-a-composed-step",
     ),
     pytest.param(
-        [(STEP, "      - {id: count, from_pipeline: {pipeline: other}, "
-          "dry_run: nowhere.steps:preview}\n"), OTHER],
-        [(18, 64, "/pipelines/words/steps/1/dry_run",
-          "composed steps support only dry_run: skip (children run their own previews)")],
+        [
+            (
+                STEP,
+                "      - {id: count, from_pipeline: {pipeline: other}, "
+                "dry_run: nowhere.steps:preview}\n",
+            ),
+            OTHER,
+        ],
+        [
+            (
+                18,
+                64,
+                "/pipelines/words/steps/1/dry_run",
+                "composed steps support only dry_run: skip (children run their own previews)",
+            )
+        ],
         id="preview-on-a-composed-step",
     ),
     pytest.param(
@@ -172,22 +280,36 @@ CASES = [
     ),
     pytest.param(
         [(WORDS_INPUT, "    input: {schema: {type: object, properties: {n: {minimum: ten}}}}\n")],
-        [(13, 62, "/pipelines/words/input/schema/properties/n/minimum",
-          "not a valid JSON Schema: ")],
+        [
+            (
+                13,
+                62,
+                "/pipelines/words/input/schema/properties/n/minimum",
+                "not a valid JSON Schema: ",
+            )
+        ],
         id="invalid-nested-json-schema",
     ),
     pytest.param(
-        [(STEP, "      - {id: count, run: nowhere.steps:count, "
-          "output: {schema: {required: true}}}\n")],
-        [(16, 75, "/pipelines/words/steps/1/output/schema/required",
-          "not a valid JSON Schema: ")],
+        [
+            (
+                STEP,
+                "      - {id: count, run: nowhere.steps:count, "
+                "output: {schema: {required: true}}}\n",
+            )
+        ],
+        [(16, 75, "/pipelines/words/steps/1/output/schema/required", "not a valid JSON Schema: ")],
         id="invalid-step-output-schema",
     ),
     pytest.param(
-        [(TOOL, "{run: m:f, description: Count., input: {schema: {type: 5}}, "
-          "output: {schema: {type: integer}}}")],
-        [(10, 73, "/agents/helper/tools/summarize/input/schema/type",
-          "not a valid JSON Schema: ")],
+        [
+            (
+                TOOL,
+                "{run: m:f, description: Count., input: {schema: {type: 5}}, "
+                "output: {schema: {type: integer}}}",
+            )
+        ],
+        [(10, 73, "/agents/helper/tools/summarize/input/schema/type", "not a valid JSON Schema: ")],
         id="invalid-tool-input-schema",
     ),
 ]
@@ -233,21 +355,22 @@ def test_load_project_reports_the_same_problems_before_resolving_anything(
     with pytest.raises(DocumentError) as caught:
         load_project(path)
 
-    assert [(i.line, i.column, i.pointer) for i in caught.value.issues] == [
-        e[:3] for e in expected
-    ]
+    assert [(i.line, i.column, i.pointer) for i in caught.value.issues] == [e[:3] for e in expected]
 
 
 def test_every_cross_reference_problem_is_reported_together_in_file_order(
     tmp_path: Path,
 ) -> None:
-    path = write(tmp_path, mutate(
-        ("default: helper", "default: nobody"),
-        (TOOL, "{agent: helper, description: Ask myself.}"),
-        ("{id: count,", "{id: split,"),
-        ("depends_on: [split]", "depends_on: [splt]"),
-        (WORDS_INPUT, WORDS_INPUT + "    targets: [total]\n"),
-    ))
+    path = write(
+        tmp_path,
+        mutate(
+            ("default: helper", "default: nobody"),
+            (TOOL, "{agent: helper, description: Ask myself.}"),
+            ("{id: count,", "{id: split,"),
+            ("depends_on: [split]", "depends_on: [splt]"),
+            (WORDS_INPUT, WORDS_INPUT + "    targets: [total]\n"),
+        ),
+    )
 
     with pytest.raises(DocumentError) as caught:
         check_project(path)
@@ -269,8 +392,10 @@ def test_a_pipeline_tool_naming_an_agent_is_one_unknown_pipeline_problem(tmp_pat
         check_project(path)
 
     assert [(i.pointer, i.message) for i in caught.value.issues] == [
-        ("/agents/helper/tools/summarize/pipeline",
-         "unknown pipeline 'helper'; this project's pipelines: 'words'"),
+        (
+            "/agents/helper/tools/summarize/pipeline",
+            "unknown pipeline 'helper'; this project's pipelines: 'words'",
+        ),
     ]
 
 
@@ -281,8 +406,7 @@ def test_an_unknown_default_lists_the_entries(tmp_path: Path) -> None:
         check_project(path)
 
     assert caught.value.issues[0].message == (
-        "unknown entry 'helpr'; did you mean 'helper'? (this project's entries: 'helper', "
-        "'words')"
+        "unknown entry 'helpr'; did you mean 'helper'? (this project's entries: 'helper', 'words')"
     )
 
 
@@ -294,6 +418,10 @@ def test_a_project_without_entries_is_invalid(tmp_path: Path) -> None:
         check_project(path)
 
     assert [(i.line, i.column, i.pointer, i.message) for i in caught.value.issues] == [
-        (2, 1, "/project",
-         "the project has no entries: add an agent under agents: or a pipeline under pipelines:"),
+        (
+            2,
+            1,
+            "/project",
+            "the project has no entries: add an agent under agents: or a pipeline under pipelines:",
+        ),
     ]

@@ -48,63 +48,135 @@ Expected = tuple[int, int, str, str, str]  # (line, column, pointer, code, messa
 CASES = [
     pytest.param(
         [(COUNT, "      - {id: count, run: nowhere.steps:count, depends_on: [count]}\n")],
-        [(8, 60, "/pipelines/words/steps/2/depends_on/0", DEFINITION_DEPENDENCY_SELF_REFERENCE,
-          "Step 'count' depends on itself in depends_on.")],
+        [
+            (
+                8,
+                60,
+                "/pipelines/words/steps/2/depends_on/0",
+                DEFINITION_DEPENDENCY_SELF_REFERENCE,
+                "Step 'count' depends on itself in depends_on.",
+            )
+        ],
         id="self-dependency",
     ),
     pytest.param(
-        [(COUNT,
-          "      - {id: count, run: nowhere.steps:count, skip_after_failure_of: [count]}\n")],
-        [(8, 71, "/pipelines/words/steps/2/skip_after_failure_of/0",
-          DEFINITION_DEPENDENCY_SELF_REFERENCE,
-          "Step 'count' depends on itself in skip_after_failure_of.")],
+        [
+            (
+                COUNT,
+                "      - {id: count, run: nowhere.steps:count, skip_after_failure_of: [count]}\n",
+            )
+        ],
+        [
+            (
+                8,
+                71,
+                "/pipelines/words/steps/2/skip_after_failure_of/0",
+                DEFINITION_DEPENDENCY_SELF_REFERENCE,
+                "Step 'count' depends on itself in skip_after_failure_of.",
+            )
+        ],
         id="self-gate",
     ),
     pytest.param(
         [(COUNT, "      - {id: count, run: nowhere.steps:count, depends_on: [split, split]}\n")],
-        [(8, 67, "/pipelines/words/steps/2/depends_on/1", DEFINITION_DEPENDENCY_DUPLICATE,
-          "Step 'count' lists a dependency twice in depends_on.")],
+        [
+            (
+                8,
+                67,
+                "/pipelines/words/steps/2/depends_on/1",
+                DEFINITION_DEPENDENCY_DUPLICATE,
+                "Step 'count' lists a dependency twice in depends_on.",
+            )
+        ],
         id="duplicate-dependency",
     ),
     pytest.param(
-        [(COUNT, "      - id: count\n        run: nowhere.steps:count\n"
-          "        depends_on: [split]\n        optional_depends_on: [load, split]\n")],
-        [(11, 37, "/pipelines/words/steps/2/optional_depends_on/1",
-          DEFINITION_DEPENDENCY_CONTRADICTORY,
-          "Step 'count' lists 'split' as both a required and an optional dependency.")],
+        [
+            (
+                COUNT,
+                "      - id: count\n        run: nowhere.steps:count\n"
+                "        depends_on: [split]\n        optional_depends_on: [load, split]\n",
+            )
+        ],
+        [
+            (
+                11,
+                37,
+                "/pipelines/words/steps/2/optional_depends_on/1",
+                DEFINITION_DEPENDENCY_CONTRADICTORY,
+                "Step 'count' lists 'split' as both a required and an optional dependency.",
+            )
+        ],
         id="required-and-optional",
     ),
     pytest.param(
         [(LOAD, "      - {id: load, run: nowhere.steps:load, optional_depends_on: [count]}\n")],
-        [(7, 60, "/pipelines/words/steps/1/depends_on/0", DEFINITION_DEPENDENCY_CYCLE,
-          "Dependencies form a cycle: 'split' -> 'load' -> 'count' -> 'split' (each step "
-          "waits for the next).")],
+        [
+            (
+                7,
+                60,
+                "/pipelines/words/steps/1/depends_on/0",
+                DEFINITION_DEPENDENCY_CYCLE,
+                "Dependencies form a cycle: 'split' -> 'load' -> 'count' -> 'split' (each step "
+                "waits for the next).",
+            )
+        ],
         id="cycle-of-three",
     ),
     pytest.param(
         [(LOAD, "      - {id: load, run: nowhere.steps:load, depends_on: [split]}\n")],
-        [(7, 60, "/pipelines/words/steps/1/depends_on/0", DEFINITION_DEPENDENCY_CYCLE,
-          "Dependencies form a cycle: 'split' -> 'load' -> 'split' (each step waits for the "
-          "next).")],
+        [
+            (
+                7,
+                60,
+                "/pipelines/words/steps/1/depends_on/0",
+                DEFINITION_DEPENDENCY_CYCLE,
+                "Dependencies form a cycle: 'split' -> 'load' -> 'split' (each step waits for the "
+                "next).",
+            )
+        ],
         id="cycle-of-two",
     ),
     pytest.param(
-        [(LOAD, "      - {id: __finalize__, run: nowhere.steps:load}\n"),
-         ("depends_on: [load]", "depends_on: [__finalize__]")],
-        [(6, 14, "/pipelines/words/steps/0/id", DEFINITION_STEP_ID_RESERVED,
-          "Step id '__finalize__' is reserved for finalization; rename the step.")],
+        [
+            (LOAD, "      - {id: __finalize__, run: nowhere.steps:load}\n"),
+            ("depends_on: [load]", "depends_on: [__finalize__]"),
+        ],
+        [
+            (
+                6,
+                14,
+                "/pipelines/words/steps/0/id",
+                DEFINITION_STEP_ID_RESERVED,
+                "Step id '__finalize__' is reserved for finalization; rename the step.",
+            )
+        ],
         id="reserved-step-id",
     ),
     pytest.param(
         [(STEPS, "    targets: [count, split, count]\n" + STEPS)],
-        [(5, 29, "/pipelines/words/targets/2", DEFINITION_TARGETS_DUPLICATE,
-          "Targets must be unique; duplicated: 'count'.")],
+        [
+            (
+                5,
+                29,
+                "/pipelines/words/targets/2",
+                DEFINITION_TARGETS_DUPLICATE,
+                "Targets must be unique; duplicated: 'count'.",
+            )
+        ],
         id="duplicate-target",
     ),
     pytest.param(
         [(STEPS, "    targets: [split]\n    finalize: count\n" + STEPS)],
-        [(5, 15, "/pipelines/words/targets/0", DEFINITION_TARGET_FINALIZER_MISMATCH,
-          "Target 'split' cannot produce the finalizer's required outputs: 'count'.")],
+        [
+            (
+                5,
+                15,
+                "/pipelines/words/targets/0",
+                DEFINITION_TARGET_FINALIZER_MISMATCH,
+                "Target 'split' cannot produce the finalizer's required outputs: 'count'.",
+            )
+        ],
         id="target-cannot-feed-the-finalizer",
     ),
 ]
@@ -146,12 +218,18 @@ def test_load_project_raises_the_same_before_importing(
 
 
 def test_every_graph_problem_of_every_pipeline_is_reported_together(tmp_path: Path) -> None:
-    path = write(tmp_path, [
-        (LOAD, "      - {id: load, run: nowhere.steps:load, depends_on: [load]}\n"),
-        (COUNT, COUNT + "  other:\n    steps:\n"
-         "      - {id: a, run: nowhere.steps:a, depends_on: [b]}\n"
-         "      - {id: b, run: nowhere.steps:b, depends_on: [a]}\n"),
-    ])
+    path = write(
+        tmp_path,
+        [
+            (LOAD, "      - {id: load, run: nowhere.steps:load, depends_on: [load]}\n"),
+            (
+                COUNT,
+                COUNT + "  other:\n    steps:\n"
+                "      - {id: a, run: nowhere.steps:a, depends_on: [b]}\n"
+                "      - {id: b, run: nowhere.steps:b, depends_on: [a]}\n",
+            ),
+        ],
+    )
 
     with pytest.raises(PipelineDefinitionError) as caught:
         check_project(path)
@@ -165,10 +243,13 @@ def test_every_graph_problem_of_every_pipeline_is_reported_together(tmp_path: Pa
 
 def test_graph_problems_beside_document_problems_are_one_document_error(tmp_path: Path) -> None:
     """A document that is also invalid as a document reports everything as one DocumentError."""
-    path = write(tmp_path, [
-        (LOAD, "      - {id: load, run: nowhere.steps:load, depends_on: [load]}\n"),
-        ("depends_on: [split]", "depends_on: [splt]"),
-    ])
+    path = write(
+        tmp_path,
+        [
+            (LOAD, "      - {id: load, run: nowhere.steps:load, depends_on: [load]}\n"),
+            ("depends_on: [split]", "depends_on: [splt]"),
+        ],
+    )
 
     with pytest.raises(DocumentError) as caught:
         check_project(path)
@@ -183,9 +264,9 @@ def test_graph_problems_beside_document_problems_are_one_document_error(tmp_path
 def test_run_plan_and_validate_say_a_graph_problem_at_its_location(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
-    path = write(tmp_path, [
-        (COUNT, "      - {id: count, run: nowhere.steps:count, depends_on: [count]}\n")
-    ])
+    path = write(
+        tmp_path, [(COUNT, "      - {id: count, run: nowhere.steps:count, depends_on: [count]}\n")]
+    )
 
     outcome = tubeless(capsys, command, path)
 
@@ -201,19 +282,24 @@ def test_a_pipeline_tool_whose_pipeline_takes_no_input_is_found_without_importin
     tmp_path: Path,
 ) -> None:
     """What pipeline_tool(...) refuses when compiling, said at the tool in the file's terms."""
-    text = BASE.replace("pipelines:\n", "agents:\n  helper:\n    input: {schema: {}}\n"
-                        "    result: {schema: {}}\n    initial_state: nowhere:initial\n"
-                        "    decide: nowhere:decide\n"
-                        "    tools: {count: {pipeline: words, description: Count.}}\n"
-                        "pipelines:\n")
+    text = BASE.replace(
+        "pipelines:\n",
+        "agents:\n  helper:\n    input: {schema: {}}\n"
+        "    result: {schema: {}}\n    initial_state: nowhere:initial\n"
+        "    decide: nowhere:decide\n"
+        "    tools: {count: {pipeline: words, description: Count.}}\n"
+        "pipelines:\n",
+    )
     path = tmp_path / "project.yaml"
     path.write_text(text, encoding="utf-8")
 
     with pytest.raises(AgentDefinitionError) as caught:
         check_project(path)
 
-    message = ("Pipeline 'words' has no input schema: give the pipeline an input:, or give this "
-               "tool input: and map_options:.")
+    message = (
+        "Pipeline 'words' has no input schema: give the pipeline an input:, or give this "
+        "tool input: and map_options:."
+    )
     assert [(i.line, i.column, i.pointer, i.code, i.message) for i in caught.value.issues] == [
         (9, 31, "/agents/helper/tools/count/pipeline", AGENT_INVALID_DEFINITION, message)
     ]

@@ -149,8 +149,6 @@ def template_failure(tmp_path: Path, template: str) -> str | None:
     return caught.value.source_code
 
 
-
-
 @pytest.mark.parametrize(
     "template",
     [
@@ -162,16 +160,20 @@ def template_failure(tmp_path: Path, template: str) -> str | None:
         pytest.param("{{ '{0.__class__}'.format(input) }}", id="format-string"),
         pytest.param("{{ input.update({'a': 1}) }}", id="mutating-method"),
         pytest.param(
-            "{% include '/etc/passwd' %}", id="include",
+            "{% include '/etc/passwd' %}",
+            id="include",
         ),
         pytest.param(
-            "{% import 'macros' as m %}{{ m }}", id="import-tag",
+            "{% import 'macros' as m %}{{ m }}",
+            id="import-tag",
         ),
         pytest.param(
-            "{% extends 'base' %}", id="extends",
+            "{% extends 'base' %}",
+            id="extends",
         ),
         pytest.param(
-            "{{ 1 / 0 }}", id="arithmetic-error",
+            "{{ 1 / 0 }}",
+            id="arithmetic-error",
         ),
     ],
 )

@@ -31,7 +31,7 @@ def _data(text: str) -> Any:
         pytest.param("x: ~\n", {"x": None}, id="null"),
         pytest.param("x: '010'\n", {"x": "010"}, id="quoted-leading-zero"),
         pytest.param("x: 'yes'\n", {"x": "yes"}, id="quoted-yes"),
-        pytest.param("x: \"1:30\"\n", {"x": "1:30"}, id="quoted-sexagesimal"),
+        pytest.param('x: "1:30"\n', {"x": "1:30"}, id="quoted-sexagesimal"),
         pytest.param("'on': a\n", {"on": "a"}, id="quoted-key"),
         pytest.param("x: y\ny: n\n", {"x": "y", "y": "n"}, id="one-letter-words-are-text"),
         pytest.param("x: !!int 10\n", {"x": 10}, id="explicit-tag"),
@@ -45,21 +45,36 @@ def test_plain_scalars_follow_yaml_1_2(text: str, expected: Any) -> None:
 @pytest.mark.parametrize(
     ("text", "column", "message"),
     [
-        pytest.param("max_calls: 010\n", 12,
-                     "'010' is octal in YAML 1.1 but decimal in YAML 1.2: write it without the "
-                     "leading zero (or 0o... for octal), or quote it ('010') for text",
-                     id="leading-zero-octal"),
-        pytest.param("max_turns: 1:30\n", 12,
-                     "'1:30' is a base-60 number in YAML 1.1 but a string in YAML 1.2: quote it "
-                     "('1:30') for text, or write the number itself", id="sexagesimal"),
-        pytest.param("name: yes\n", 7,
-                     "'yes' is a boolean in YAML 1.1 but a string in YAML 1.2 (what editors "
-                     "read): write true or false, or quote it ('yes') for text", id="yes"),
+        pytest.param(
+            "max_calls: 010\n",
+            12,
+            "'010' is octal in YAML 1.1 but decimal in YAML 1.2: write it without the "
+            "leading zero (or 0o... for octal), or quote it ('010') for text",
+            id="leading-zero-octal",
+        ),
+        pytest.param(
+            "max_turns: 1:30\n",
+            12,
+            "'1:30' is a base-60 number in YAML 1.1 but a string in YAML 1.2: quote it "
+            "('1:30') for text, or write the number itself",
+            id="sexagesimal",
+        ),
+        pytest.param(
+            "name: yes\n",
+            7,
+            "'yes' is a boolean in YAML 1.1 but a string in YAML 1.2 (what editors "
+            "read): write true or false, or quote it ('yes') for text",
+            id="yes",
+        ),
         pytest.param("name: Off\n", 7, "'Off' is a boolean in YAML 1.1", id="off"),
         pytest.param("on: a\n", 1, "'on' is a boolean in YAML 1.1", id="key-on"),
         pytest.param("x: 0b101\n", 4, "'0b101' is a binary number in YAML 1.1", id="binary"),
-        pytest.param("x: 1_000\n", 4, "'1_000' is a number in YAML 1.1 but a string in YAML 1.2",
-                     id="underscores"),
+        pytest.param(
+            "x: 1_000\n",
+            4,
+            "'1_000' is a number in YAML 1.1 but a string in YAML 1.2",
+            id="underscores",
+        ),
     ],
 )
 def test_forms_yaml_1_1_reads_differently_are_refused_where_they_stand(

@@ -67,7 +67,9 @@ async def test_the_three_turn_run_answers_after_exactly_three_requests() -> None
     run, records = await run_agent(server)
 
     assert (run.status, run.errors, run.value) == (
-        "completed", (), {"answer": "RED BLUE: 8 characters"}
+        "completed",
+        (),
+        {"answer": "RED BLUE: 8 characters"},
     )
     assert len(server.requests) == 3
     assert server.inputs == THREE_TURN_INPUTS
@@ -113,8 +115,9 @@ async def test_the_request_posts_json_to_v1_messages_with_the_key_and_version_he
 @pytest.mark.parametrize(
     ("options", "env", "url", "model"),
     [
-        pytest.param({}, {}, "https://api.anthropic.com/v1/messages", "claude-sonnet-4-5",
-                     id="defaults"),
+        pytest.param(
+            {}, {}, "https://api.anthropic.com/v1/messages", "claude-sonnet-4-5", id="defaults"
+        ),
         pytest.param(
             {},
             {"ANTHROPIC_BASE_URL": "http://localhost:8080/", "ANTHROPIC_MODEL": "claude-haiku-4-5"},
@@ -198,60 +201,151 @@ _BLOCK = "Invalid Anthropic tool_use block (content block 0)"
 
 MALFORMED = [
     pytest.param(None, PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="null-body"),
-    pytest.param([message(finish_call("done"))], PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED,
-                 id="wrong-top-level-type"),
-    pytest.param({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
-                 PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="error-body-with-200"),
-    pytest.param({k: v for k, v in message(finish_call("done")).items() if k != "content"},
-                 PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="missing-content"),
-    pytest.param(message(content="done"), PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED,
-                 id="content-not-a-list"),
-    pytest.param(message(text("I will first"), stop_reason="max_tokens"),
-                 PROVIDER_INVALID_RESPONSE, f"{_NOT_COMPLETED} (incomplete: max_tokens)",
-                 id="incomplete-max-tokens"),
-    pytest.param(message(stop_reason="model_context_window_exceeded"), PROVIDER_INVALID_RESPONSE,
-                 f"{_NOT_COMPLETED} (incomplete: model_context_window_exceeded)",
-                 id="context-window-exceeded"),
-    pytest.param(message(tool_call("count", "a", "a"), stop_reason="pause_turn"),
-                 PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="pause-turn"),
-    pytest.param(message(text("I can't help with that."), stop_reason="refusal"),
-                 PROVIDER_REFUSED, "Anthropic refused to answer", id="refusal"),
-    pytest.param(message(text("Sure, RED BLUE."), stop_reason="end_turn"),
-                 PROVIDER_INVALID_RESPONSE, "Anthropic returned no function calls",
-                 id="text-only"),
-    pytest.param(message(), PROVIDER_INVALID_RESPONSE, "Anthropic returned no function calls",
-                 id="empty-content"),
-    pytest.param(message("tool_use"), PROVIDER_INVALID_RESPONSE,
-                 "Anthropic content block 0 is not an object", id="block-not-an-object"),
-    pytest.param(message({"type": "tool_use", "id": "a", "name": "uppercase"}),
-                 PROVIDER_INVALID_RESPONSE, _BLOCK, id="tool-use-missing-input"),
-    pytest.param(message({"type": "tool_use", "name": "count", "input": {"input": "a"}}),
-                 PROVIDER_INVALID_RESPONSE, _BLOCK, id="tool-use-missing-id"),
-    pytest.param(message({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
-                          "input": {"query": "red"}}),
-                 PROVIDER_INVALID_RESPONSE, _BLOCK, id="server-tool-use"),
-    pytest.param(message(tool_use("uppercase", '{"input": "red"}', "a")),
-                 PROVIDER_INVALID_RESPONSE, _BLOCK, id="input-as-json-text"),
-    pytest.param(message(tool_use("uppercase", {}, "a")), PROVIDER_INVALID_RESPONSE,
-                 f"{_INPUT} 'input'", id="empty-input"),
-    pytest.param(message(tool_use("uppercase", {"input": "red", "why": "x"}, "a")),
-                 PROVIDER_INVALID_RESPONSE, f"{_INPUT} 'input'", id="extra-key"),
-    pytest.param(message(tool_use("_finish", {"answer": "done"}, "a")),
-                 PROVIDER_INVALID_RESPONSE, f"{_INPUT} 'result'", id="finish-without-result"),
-    pytest.param(message(tool_call("uppercase", 42, "a")), codes.AGENT_INVALID_DECISION,
-                 "uppercase", id="wrong-input-type"),
-    pytest.param(message(tool_call("delete", "red", "a")), codes.AGENT_INVALID_DECISION,
-                 "Unknown agent tool: 'delete'", id="unknown-tool"),
-    pytest.param(message(tool_call("count", "a", "same"), tool_call("count", "b", "same")),
-                 codes.AGENT_INVALID_DECISION, "Duplicate agent call id: 'same'",
-                 id="duplicate-call-ids"),
-    pytest.param(message(tool_call("count", "a", "a"), finish_call("done")),
-                 PROVIDER_INVALID_RESPONSE, "Anthropic must finish without other calls",
-                 id="finish-mixed-with-a-call"),
-    pytest.param(message(finish_call(42)), codes.AGENT_INVALID_DECISION,
-                 "Agent finish result was rejected", id="finish-with-a-non-string"),
-    pytest.param(_calls(13), codes.AGENT_LIMIT_REACHED, "Agent max_calls=12 exceeded",
-                 id="13-calls"),
+    pytest.param(
+        [message(finish_call("done"))],
+        PROVIDER_INVALID_RESPONSE,
+        _NOT_COMPLETED,
+        id="wrong-top-level-type",
+    ),
+    pytest.param(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
+        PROVIDER_INVALID_RESPONSE,
+        _NOT_COMPLETED,
+        id="error-body-with-200",
+    ),
+    pytest.param(
+        {k: v for k, v in message(finish_call("done")).items() if k != "content"},
+        PROVIDER_INVALID_RESPONSE,
+        _NOT_COMPLETED,
+        id="missing-content",
+    ),
+    pytest.param(
+        message(content="done"), PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="content-not-a-list"
+    ),
+    pytest.param(
+        message(text("I will first"), stop_reason="max_tokens"),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_NOT_COMPLETED} (incomplete: max_tokens)",
+        id="incomplete-max-tokens",
+    ),
+    pytest.param(
+        message(stop_reason="model_context_window_exceeded"),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_NOT_COMPLETED} (incomplete: model_context_window_exceeded)",
+        id="context-window-exceeded",
+    ),
+    pytest.param(
+        message(tool_call("count", "a", "a"), stop_reason="pause_turn"),
+        PROVIDER_INVALID_RESPONSE,
+        _NOT_COMPLETED,
+        id="pause-turn",
+    ),
+    pytest.param(
+        message(text("I can't help with that."), stop_reason="refusal"),
+        PROVIDER_REFUSED,
+        "Anthropic refused to answer",
+        id="refusal",
+    ),
+    pytest.param(
+        message(text("Sure, RED BLUE."), stop_reason="end_turn"),
+        PROVIDER_INVALID_RESPONSE,
+        "Anthropic returned no function calls",
+        id="text-only",
+    ),
+    pytest.param(
+        message(),
+        PROVIDER_INVALID_RESPONSE,
+        "Anthropic returned no function calls",
+        id="empty-content",
+    ),
+    pytest.param(
+        message("tool_use"),
+        PROVIDER_INVALID_RESPONSE,
+        "Anthropic content block 0 is not an object",
+        id="block-not-an-object",
+    ),
+    pytest.param(
+        message({"type": "tool_use", "id": "a", "name": "uppercase"}),
+        PROVIDER_INVALID_RESPONSE,
+        _BLOCK,
+        id="tool-use-missing-input",
+    ),
+    pytest.param(
+        message({"type": "tool_use", "name": "count", "input": {"input": "a"}}),
+        PROVIDER_INVALID_RESPONSE,
+        _BLOCK,
+        id="tool-use-missing-id",
+    ),
+    pytest.param(
+        message(
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_1",
+                "name": "web_search",
+                "input": {"query": "red"},
+            }
+        ),
+        PROVIDER_INVALID_RESPONSE,
+        _BLOCK,
+        id="server-tool-use",
+    ),
+    pytest.param(
+        message(tool_use("uppercase", '{"input": "red"}', "a")),
+        PROVIDER_INVALID_RESPONSE,
+        _BLOCK,
+        id="input-as-json-text",
+    ),
+    pytest.param(
+        message(tool_use("uppercase", {}, "a")),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_INPUT} 'input'",
+        id="empty-input",
+    ),
+    pytest.param(
+        message(tool_use("uppercase", {"input": "red", "why": "x"}, "a")),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_INPUT} 'input'",
+        id="extra-key",
+    ),
+    pytest.param(
+        message(tool_use("_finish", {"answer": "done"}, "a")),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_INPUT} 'result'",
+        id="finish-without-result",
+    ),
+    pytest.param(
+        message(tool_call("uppercase", 42, "a")),
+        codes.AGENT_INVALID_DECISION,
+        "uppercase",
+        id="wrong-input-type",
+    ),
+    pytest.param(
+        message(tool_call("delete", "red", "a")),
+        codes.AGENT_INVALID_DECISION,
+        "Unknown agent tool: 'delete'",
+        id="unknown-tool",
+    ),
+    pytest.param(
+        message(tool_call("count", "a", "same"), tool_call("count", "b", "same")),
+        codes.AGENT_INVALID_DECISION,
+        "Duplicate agent call id: 'same'",
+        id="duplicate-call-ids",
+    ),
+    pytest.param(
+        message(tool_call("count", "a", "a"), finish_call("done")),
+        PROVIDER_INVALID_RESPONSE,
+        "Anthropic must finish without other calls",
+        id="finish-mixed-with-a-call",
+    ),
+    pytest.param(
+        message(finish_call(42)),
+        codes.AGENT_INVALID_DECISION,
+        "Agent finish result was rejected",
+        id="finish-with-a-non-string",
+    ),
+    pytest.param(
+        _calls(13), codes.AGENT_LIMIT_REACHED, "Agent max_calls=12 exceeded", id="13-calls"
+    ),
 ]
 
 

@@ -44,13 +44,15 @@ REAL_SHAPES = [
     pytest.param(message(text("No."), stop_reason="refusal"), id="refusal"),
     pytest.param(message(text("Sure."), stop_reason="end_turn"), id="text-only"),
     pytest.param(message(tool_use("uppercase", {}, "a")), id="empty-input"),
-    pytest.param(message(tool_use("uppercase", {"input": "red", "why": "x"}, "a")),
-                 id="extra-key"),
+    pytest.param(message(tool_use("uppercase", {"input": "red", "why": "x"}, "a")), id="extra-key"),
     pytest.param(message(tool_call("delete", "red", "a")), id="unknown-tool"),
-    pytest.param(message(thinking(), tool_call("count", "a", "a"), finish_call(42)),
-                 id="finish-mixed"),
-    pytest.param(message({"type": "redacted_thinking", "data": "EmwKAhgB"}, finish_call("x")),
-                 id="redacted-thinking"),
+    pytest.param(
+        message(thinking(), tool_call("count", "a", "a"), finish_call(42)), id="finish-mixed"
+    ),
+    pytest.param(
+        message({"type": "redacted_thinking", "data": "EmwKAhgB"}, finish_call("x")),
+        id="redacted-thinking",
+    ),
 ]
 
 
@@ -65,18 +67,21 @@ def test_every_well_formed_fixture_is_a_valid_anthropic_message(fixture: dict[st
     [
         pytest.param(None, id="null"),
         pytest.param([THREE_TURNS[0]], id="list"),
-        pytest.param({k: v for k, v in THREE_TURNS[0].items() if k != "content"},
-                     id="missing-content"),
-        pytest.param(message({"type": "tool_use", "id": "a", "name": "uppercase"}),
-                     id="tool-use-missing-input"),
-        pytest.param(message(tool_use("uppercase", '{"input": "red"}', "a")),
-                     id="input-as-json-text"),
+        pytest.param(
+            {k: v for k, v in THREE_TURNS[0].items() if k != "content"}, id="missing-content"
+        ),
+        pytest.param(
+            message({"type": "tool_use", "id": "a", "name": "uppercase"}),
+            id="tool-use-missing-input",
+        ),
+        pytest.param(
+            message(tool_use("uppercase", '{"input": "red"}', "a")), id="input-as-json-text"
+        ),
     ],
 )
 def test_the_anthropic_types_reject_the_malformed_fixtures_too(fixture: Any) -> None:
     with pytest.raises(ValidationError):
         Message.model_validate(fixture)
-
 
 
 async def test_request_bodies_use_the_messages_create_params_fields() -> None:
@@ -211,11 +216,10 @@ def test_parse_errors_never_quote_what_the_model_sent() -> None:
 
 # -- instructions and factory arguments -----------------------------------------------------------
 async def test_instructions_render_into_the_system_prompt() -> None:
-    server = AnthropicServer(
-        message(tool_call("uppercase", "a", "a")), message(finish_call("ok"))
+    server = AnthropicServer(message(tool_call("uppercase", "a", "a")), message(finish_call("ok")))
+    decide = messages(
+        instructions="Turn {{ turn }}: {{ input.question }}", transport=server.transport
     )
-    decide = messages(instructions="Turn {{ turn }}: {{ input.question }}",
-                      transport=server.transport)
 
     await project_agent(decide).run_or_raise({"question": "abc"})
 
@@ -241,20 +245,26 @@ async def test_an_undefined_name_in_the_instructions_fails_the_run_before_any_re
 @pytest.mark.parametrize(
     ("options", "fragment"),
     [
-        pytest.param({"timeout_s": 0}, "messages(timeout_s=...) must be a number > 0",
-                     id="timeout"),
+        pytest.param(
+            {"timeout_s": 0}, "messages(timeout_s=...) must be a number > 0", id="timeout"
+        ),
         pytest.param({"max_request_bytes": 0}, "messages(max_request_bytes=...)", id="body"),
         pytest.param({"max_output_tokens": 0}, "messages(max_output_tokens=...)", id="tokens"),
         pytest.param({"max_retries": -1}, "must be an integer >= 0", id="retries"),
         pytest.param({"model": ""}, "messages(model=...) must be a nonblank string", id="model"),
         pytest.param({"base_url": 5}, "messages(base_url=...)", id="base-url"),
         pytest.param({"api_key_env": ""}, "messages(api_key_env=...) must name", id="key-env"),
-        pytest.param({"api_key_env": None}, "messages(api_key_env=...) must name",
-                     id="key-env-none"),
-        pytest.param({"anthropic_version": None}, "messages(anthropic_version=...)",
-                     id="version-none"),
-        pytest.param({"anthropic_version": "2023-06-01\n"}, "must be printable ASCII",
-                     id="version-header-injection"),
+        pytest.param(
+            {"api_key_env": None}, "messages(api_key_env=...) must name", id="key-env-none"
+        ),
+        pytest.param(
+            {"anthropic_version": None}, "messages(anthropic_version=...)", id="version-none"
+        ),
+        pytest.param(
+            {"anthropic_version": "2023-06-01\n"},
+            "must be printable ASCII",
+            id="version-header-injection",
+        ),
         pytest.param({"transport": object()}, "httpx.AsyncBaseTransport", id="transport"),
     ],
 )
@@ -268,9 +278,7 @@ def test_factory_arguments_are_checked_when_the_factory_runs(
 
 # -- no key, no request, no SDK -------------------------------------------------------------------
 def _clean_env() -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"
     env["ANTHROPIC_BASE_URL"] = "http://127.0.0.1:9"
     return env
@@ -283,7 +291,12 @@ def test_a_project_using_the_adapter_validates_plans_and_inspects_without_a_key(
     for command in (("validate", "--resolve"), ("plan",), ("inspect",), ("graph",)):
         done = subprocess.run(
             [sys.executable, "-m", "tubeless", *command, str(path)],
-            cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=60, check=False,
+            cwd=ROOT,
+            env=_clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert (done.returncode, done.stderr) == (0, ""), command
 
@@ -293,7 +306,12 @@ def test_a_live_run_without_a_key_fails_before_any_request(tmp_path: Path) -> No
 
     done = subprocess.run(
         [sys.executable, "-m", "tubeless", "run", str(path), "--question", "hi"],
-        cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=60, check=False,
+        cwd=ROOT,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
     assert done.returncode == 6
@@ -322,6 +340,11 @@ def test_the_runtime_never_imports_a_provider_sdk(tmp_path: Path) -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", script],
-        cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=60, check=False,
+        cwd=ROOT,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr

@@ -69,7 +69,9 @@ async def test_the_three_turn_run_answers_after_exactly_three_requests() -> None
     run, records = await run_agent(server)
 
     assert (run.status, run.errors, run.value) == (
-        "completed", (), {"answer": "RED BLUE: 8 characters"}
+        "completed",
+        (),
+        {"answer": "RED BLUE: 8 characters"},
     )
     assert len(server.requests) == 3
     assert server.inputs == THREE_TURN_INPUTS
@@ -106,7 +108,8 @@ async def test_the_request_posts_json_to_chat_completions_with_the_bearer_key() 
 
     [request] = server.requests
     assert (request.method, str(request.url)) == (
-        "POST", "https://api.openai.com/v1/chat/completions"
+        "POST",
+        "https://api.openai.com/v1/chat/completions",
     )
     assert request.headers["authorization"] == f"Bearer {SECRET_KEY}"
     assert request.headers["content-type"] == "application/json"
@@ -116,8 +119,9 @@ async def test_the_request_posts_json_to_chat_completions_with_the_bearer_key() 
 @pytest.mark.parametrize(
     ("options", "env", "url", "model"),
     [
-        pytest.param({}, {}, "https://api.openai.com/v1/chat/completions", "gpt-4.1-mini",
-                     id="defaults"),
+        pytest.param(
+            {}, {}, "https://api.openai.com/v1/chat/completions", "gpt-4.1-mini", id="defaults"
+        ),
         pytest.param(
             {},
             {"OPENAI_BASE_URL": "http://localhost:8000/v1/", "OPENAI_MODEL": "qwen2.5"},
@@ -211,66 +215,152 @@ _ARGUMENTS = "Chat completions function call arguments must be an object with ex
 
 MALFORMED = [
     pytest.param(None, PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="null-body"),
-    pytest.param([completion(finish_call("done"))], PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED,
-                 id="wrong-top-level-type"),
-    pytest.param({k: v for k, v in completion(finish_call("done")).items() if k != "choices"},
-                 PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="missing-choices"),
-    pytest.param(completion(choices=[]), PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED,
-                 id="empty-choices"),
-    pytest.param(completion(choices=[{"index": 0, "finish_reason": "stop"}]),
-                 PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="missing-message"),
-    pytest.param(completion(finish_reason="length", content="I will first"),
-                 PROVIDER_INVALID_RESPONSE, f"{_NOT_COMPLETED} (incomplete: length)",
-                 id="incomplete-length"),
-    pytest.param(completion(finish_reason="content_filter"), PROVIDER_INVALID_RESPONSE,
-                 f"{_NOT_COMPLETED} (incomplete: content_filter)", id="content-filter"),
-    pytest.param(completion(tool_call("count", "a", "a"), finish_reason="function_call"),
-                 PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="unexpected-finish-reason"),
-    pytest.param(completion(refusal="I can't help with that.", finish_reason="stop"),
-                 PROVIDER_REFUSED, "Chat completions refused to answer", id="refusal"),
-    pytest.param(completion(content="Sure, RED BLUE.", finish_reason="stop"),
-                 PROVIDER_INVALID_RESPONSE, "Chat completions returned no function calls",
-                 id="text-only"),
-    pytest.param(completion(), PROVIDER_INVALID_RESPONSE,
-                 "Chat completions returned no function calls", id="no-tool-calls"),
-    pytest.param(completion(choices=[{"index": 0, "finish_reason": "tool_calls", "message": {
-                     "role": "assistant", "content": None, "tool_calls": "call"}}]),
-                 PROVIDER_INVALID_RESPONSE, "Chat completions tool_calls is not a list",
-                 id="tool-calls-not-a-list"),
-    pytest.param(completion({"id": "a", "type": "function", "function": {"name": "uppercase"}}),
-                 PROVIDER_INVALID_RESPONSE, "Invalid Chat completions tool call (tool call 0)",
-                 id="tool-call-missing-arguments"),
-    pytest.param(completion({"type": "function", "function": {"name": "count",
-                                                              "arguments": "{}"}}),
-                 PROVIDER_INVALID_RESPONSE, "Invalid Chat completions tool call (tool call 0)",
-                 id="tool-call-missing-id"),
-    pytest.param(completion({"id": "a", "type": "custom", "custom": {"name": "count",
-                                                                     "input": "red"}}),
-                 PROVIDER_INVALID_RESPONSE, "Invalid Chat completions tool call (tool call 0)",
-                 id="custom-tool-call"),
-    pytest.param(completion(function_call("uppercase", '{"input": "red"', "a")),
-                 PROVIDER_INVALID_RESPONSE, "Chat completions function call arguments must be JSON",
-                 id="invalid-json-arguments"),
-    pytest.param(completion(function_call("uppercase", '"red"', "a")),
-                 PROVIDER_INVALID_RESPONSE, f"{_ARGUMENTS} 'input'", id="arguments-not-an-object"),
-    pytest.param(completion(function_call("uppercase", {}, "a")), PROVIDER_INVALID_RESPONSE,
-                 f"{_ARGUMENTS} 'input'", id="empty-arguments"),
-    pytest.param(completion(function_call("uppercase", {"input": "red", "why": "x"}, "a")),
-                 PROVIDER_INVALID_RESPONSE, f"{_ARGUMENTS} 'input'", id="extra-key"),
-    pytest.param(completion(tool_call("uppercase", 42, "a")), codes.AGENT_INVALID_DECISION,
-                 "uppercase", id="wrong-input-type"),
-    pytest.param(completion(tool_call("delete", "red", "a")), codes.AGENT_INVALID_DECISION,
-                 "Unknown agent tool: 'delete'", id="unknown-tool"),
-    pytest.param(completion(tool_call("count", "a", "same"), tool_call("count", "b", "same")),
-                 codes.AGENT_INVALID_DECISION, "Duplicate agent call id: 'same'",
-                 id="duplicate-call-ids"),
-    pytest.param(completion(tool_call("count", "a", "a"), finish_call("done")),
-                 PROVIDER_INVALID_RESPONSE, "Chat completions must finish without other calls",
-                 id="finish-mixed-with-a-call"),
-    pytest.param(completion(finish_call(42)), codes.AGENT_INVALID_DECISION,
-                 "Agent finish result was rejected", id="finish-with-a-non-string"),
-    pytest.param(_calls(13), codes.AGENT_LIMIT_REACHED, "Agent max_calls=12 exceeded",
-                 id="13-calls"),
+    pytest.param(
+        [completion(finish_call("done"))],
+        PROVIDER_INVALID_RESPONSE,
+        _NOT_COMPLETED,
+        id="wrong-top-level-type",
+    ),
+    pytest.param(
+        {k: v for k, v in completion(finish_call("done")).items() if k != "choices"},
+        PROVIDER_INVALID_RESPONSE,
+        _NOT_COMPLETED,
+        id="missing-choices",
+    ),
+    pytest.param(
+        completion(choices=[]), PROVIDER_INVALID_RESPONSE, _NOT_COMPLETED, id="empty-choices"
+    ),
+    pytest.param(
+        completion(choices=[{"index": 0, "finish_reason": "stop"}]),
+        PROVIDER_INVALID_RESPONSE,
+        _NOT_COMPLETED,
+        id="missing-message",
+    ),
+    pytest.param(
+        completion(finish_reason="length", content="I will first"),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_NOT_COMPLETED} (incomplete: length)",
+        id="incomplete-length",
+    ),
+    pytest.param(
+        completion(finish_reason="content_filter"),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_NOT_COMPLETED} (incomplete: content_filter)",
+        id="content-filter",
+    ),
+    pytest.param(
+        completion(tool_call("count", "a", "a"), finish_reason="function_call"),
+        PROVIDER_INVALID_RESPONSE,
+        _NOT_COMPLETED,
+        id="unexpected-finish-reason",
+    ),
+    pytest.param(
+        completion(refusal="I can't help with that.", finish_reason="stop"),
+        PROVIDER_REFUSED,
+        "Chat completions refused to answer",
+        id="refusal",
+    ),
+    pytest.param(
+        completion(content="Sure, RED BLUE.", finish_reason="stop"),
+        PROVIDER_INVALID_RESPONSE,
+        "Chat completions returned no function calls",
+        id="text-only",
+    ),
+    pytest.param(
+        completion(),
+        PROVIDER_INVALID_RESPONSE,
+        "Chat completions returned no function calls",
+        id="no-tool-calls",
+    ),
+    pytest.param(
+        completion(
+            choices=[
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "content": None, "tool_calls": "call"},
+                }
+            ]
+        ),
+        PROVIDER_INVALID_RESPONSE,
+        "Chat completions tool_calls is not a list",
+        id="tool-calls-not-a-list",
+    ),
+    pytest.param(
+        completion({"id": "a", "type": "function", "function": {"name": "uppercase"}}),
+        PROVIDER_INVALID_RESPONSE,
+        "Invalid Chat completions tool call (tool call 0)",
+        id="tool-call-missing-arguments",
+    ),
+    pytest.param(
+        completion({"type": "function", "function": {"name": "count", "arguments": "{}"}}),
+        PROVIDER_INVALID_RESPONSE,
+        "Invalid Chat completions tool call (tool call 0)",
+        id="tool-call-missing-id",
+    ),
+    pytest.param(
+        completion({"id": "a", "type": "custom", "custom": {"name": "count", "input": "red"}}),
+        PROVIDER_INVALID_RESPONSE,
+        "Invalid Chat completions tool call (tool call 0)",
+        id="custom-tool-call",
+    ),
+    pytest.param(
+        completion(function_call("uppercase", '{"input": "red"', "a")),
+        PROVIDER_INVALID_RESPONSE,
+        "Chat completions function call arguments must be JSON",
+        id="invalid-json-arguments",
+    ),
+    pytest.param(
+        completion(function_call("uppercase", '"red"', "a")),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_ARGUMENTS} 'input'",
+        id="arguments-not-an-object",
+    ),
+    pytest.param(
+        completion(function_call("uppercase", {}, "a")),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_ARGUMENTS} 'input'",
+        id="empty-arguments",
+    ),
+    pytest.param(
+        completion(function_call("uppercase", {"input": "red", "why": "x"}, "a")),
+        PROVIDER_INVALID_RESPONSE,
+        f"{_ARGUMENTS} 'input'",
+        id="extra-key",
+    ),
+    pytest.param(
+        completion(tool_call("uppercase", 42, "a")),
+        codes.AGENT_INVALID_DECISION,
+        "uppercase",
+        id="wrong-input-type",
+    ),
+    pytest.param(
+        completion(tool_call("delete", "red", "a")),
+        codes.AGENT_INVALID_DECISION,
+        "Unknown agent tool: 'delete'",
+        id="unknown-tool",
+    ),
+    pytest.param(
+        completion(tool_call("count", "a", "same"), tool_call("count", "b", "same")),
+        codes.AGENT_INVALID_DECISION,
+        "Duplicate agent call id: 'same'",
+        id="duplicate-call-ids",
+    ),
+    pytest.param(
+        completion(tool_call("count", "a", "a"), finish_call("done")),
+        PROVIDER_INVALID_RESPONSE,
+        "Chat completions must finish without other calls",
+        id="finish-mixed-with-a-call",
+    ),
+    pytest.param(
+        completion(finish_call(42)),
+        codes.AGENT_INVALID_DECISION,
+        "Agent finish result was rejected",
+        id="finish-with-a-non-string",
+    ),
+    pytest.param(
+        _calls(13), codes.AGENT_LIMIT_REACHED, "Agent max_calls=12 exceeded", id="13-calls"
+    ),
 ]
 
 

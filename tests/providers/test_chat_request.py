@@ -42,8 +42,9 @@ REAL_SHAPES = [
     pytest.param(completion(finish_reason="length", content="I will first"), id="length"),
     pytest.param(completion(finish_reason="content_filter"), id="content-filter"),
     pytest.param(completion(refusal="No.", finish_reason="stop"), id="refusal"),
-    pytest.param(completion(function_call("uppercase", '{"input": "red"', "a")),
-                 id="unparseable-arguments"),
+    pytest.param(
+        completion(function_call("uppercase", '{"input": "red"', "a")), id="unparseable-arguments"
+    ),
     pytest.param(completion(function_call("uppercase", '"red"', "a")), id="arguments-not-object"),
     pytest.param(completion(function_call("uppercase", {}, "a")), id="empty-arguments"),
     pytest.param(completion(tool_call("delete", "red", "a")), id="unknown-tool"),
@@ -62,18 +63,22 @@ def test_every_well_formed_fixture_is_a_valid_chat_completion(fixture: dict[str,
     [
         pytest.param(None, id="null"),
         pytest.param([THREE_TURNS[0]], id="list"),
-        pytest.param({k: v for k, v in THREE_TURNS[0].items() if k != "choices"},
-                     id="missing-choices"),
-        pytest.param(completion({"id": "a", "type": "function", "function": {"name": "count"}}),
-                     id="tool-call-missing-arguments"),
-        pytest.param(completion({"type": "function", "function": {"name": "c", "arguments": ""}}),
-                     id="tool-call-missing-id"),
+        pytest.param(
+            {k: v for k, v in THREE_TURNS[0].items() if k != "choices"}, id="missing-choices"
+        ),
+        pytest.param(
+            completion({"id": "a", "type": "function", "function": {"name": "count"}}),
+            id="tool-call-missing-arguments",
+        ),
+        pytest.param(
+            completion({"type": "function", "function": {"name": "c", "arguments": ""}}),
+            id="tool-call-missing-id",
+        ),
     ],
 )
 def test_the_openai_types_reject_the_malformed_fixtures_too(fixture: Any) -> None:
     with pytest.raises(ValidationError):
         ChatCompletion.model_validate(fixture)
-
 
 
 async def test_request_bodies_use_the_chat_completions_create_params_fields() -> None:
@@ -190,10 +195,15 @@ def test_a_refusal_wins_over_tool_calls() -> None:
     "reply",
     [
         pytest.param(completion(finish_call("x"), finish_reason=["stop"]), id="finish-reason"),
-        pytest.param(completion(choices=[{"message": {"tool_calls": [finish_call("x")]},
-                                          "finish_reason": {"a": 1}}]), id="finish-reason-dict"),
-        pytest.param(completion({"id": "a", "type": ["function"], "function": {}}),
-                     id="tool-call-type"),
+        pytest.param(
+            completion(
+                choices=[{"message": {"tool_calls": [finish_call("x")]}, "finish_reason": {"a": 1}}]
+            ),
+            id="finish-reason-dict",
+        ),
+        pytest.param(
+            completion({"id": "a", "type": ["function"], "function": {}}), id="tool-call-type"
+        ),
     ],
 )
 def test_unhashable_values_where_strings_belong_are_invalid_not_a_crash(reply: Any) -> None:
@@ -219,8 +229,9 @@ def test_parse_errors_never_quote_what_the_model_sent() -> None:
 # -- instructions and factory arguments -----------------------------------------------------------
 async def test_instructions_render_into_the_system_message() -> None:
     server = ChatServer(completion(tool_call("uppercase", "a", "a")), completion(finish_call("ok")))
-    decide = completions(instructions="Turn {{ turn }}: {{ input.question }}",
-                         transport=server.transport)
+    decide = completions(
+        instructions="Turn {{ turn }}: {{ input.question }}", transport=server.transport
+    )
 
     await project_agent(decide).run_or_raise({"question": "abc"})
 
@@ -249,17 +260,21 @@ async def test_an_undefined_name_in_the_instructions_fails_the_run_before_any_re
 @pytest.mark.parametrize(
     ("options", "fragment"),
     [
-        pytest.param({"timeout_s": 0}, "completions(timeout_s=...) must be a number > 0",
-                     id="timeout"),
+        pytest.param(
+            {"timeout_s": 0}, "completions(timeout_s=...) must be a number > 0", id="timeout"
+        ),
         pytest.param({"max_request_bytes": 0}, "completions(max_request_bytes=...)", id="body"),
-        pytest.param({"max_output_tokens": 2.5}, "completions(max_output_tokens=...)",
-                     id="tokens"),
+        pytest.param({"max_output_tokens": 2.5}, "completions(max_output_tokens=...)", id="tokens"),
         pytest.param({"max_retries": -1}, "must be an integer >= 0", id="retries"),
-        pytest.param({"model": " "}, "completions(model=...) must be a nonblank string",
-                     id="model"),
+        pytest.param(
+            {"model": " "}, "completions(model=...) must be a nonblank string", id="model"
+        ),
         pytest.param({"base_url": 5}, "completions(base_url=...)", id="base-url"),
-        pytest.param({"api_key_env": " "}, 'completions(api_key_env=...) must name an '
-                     'environment variable (or be "" for no key)', id="key-env"),
+        pytest.param(
+            {"api_key_env": " "},
+            'completions(api_key_env=...) must name an environment variable (or be "" for no key)',
+            id="key-env",
+        ),
         pytest.param({"api_key_env": 0}, "completions(api_key_env=...)", id="key-env-number"),
         pytest.param({"model_env": ""}, "completions(model_env=...) must name", id="model-env"),
         pytest.param({"transport": object()}, "httpx.AsyncBaseTransport", id="transport"),
@@ -322,6 +337,11 @@ def test_a_project_using_the_adapter_loads_plans_and_inspects_without_a_key(
     for command in (("validate", "--resolve"), ("plan",), ("inspect",), ("graph",)):
         done = subprocess.run(
             [sys.executable, "-m", "tubeless", *command, str(path)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert (done.returncode, done.stderr) == (0, ""), command

@@ -47,17 +47,23 @@ REAL_SHAPES = [
     pytest.param(THREE_TURNS[1], id="turn-2-count"),
     pytest.param(THREE_TURNS[2], id="turn-3-reasoning-then-finish"),
     pytest.param(response(), id="empty-output"),
-    pytest.param(response(status="incomplete", incomplete_details={"reason": "max_output_tokens"}),
-                 id="incomplete"),
+    pytest.param(
+        response(status="incomplete", incomplete_details={"reason": "max_output_tokens"}),
+        id="incomplete",
+    ),
     pytest.param(response(message(refusal("No."))), id="refusal"),
-    pytest.param(response(message(output_text("Thinking aloud.")), finish_call("done")),
-                 id="message-then-finish"),
-    pytest.param(response(function_call("uppercase", '{"input": "red"', "a")),
-                 id="unparseable-arguments"),
+    pytest.param(
+        response(message(output_text("Thinking aloud.")), finish_call("done")),
+        id="message-then-finish",
+    ),
+    pytest.param(
+        response(function_call("uppercase", '{"input": "red"', "a")), id="unparseable-arguments"
+    ),
     pytest.param(response(function_call("uppercase", {}, "a")), id="empty-arguments"),
     pytest.param(response(tool_call("delete", "red", "a")), id="unknown-tool"),
-    pytest.param(response(reasoning(), tool_call("count", "a", "a"), finish_call(42)),
-                 id="finish-mixed"),
+    pytest.param(
+        response(reasoning(), tool_call("count", "a", "a"), finish_call(42)), id="finish-mixed"
+    ),
 ]
 
 
@@ -77,7 +83,6 @@ def test_every_well_formed_fixture_is_a_valid_openai_response(fixture: dict[str,
 def test_the_openai_types_reject_the_malformed_fixtures_too(fixture: Any) -> None:
     with pytest.raises(ValidationError):
         Response.model_validate(fixture)
-
 
 
 async def test_request_bodies_use_the_openai_create_params_fields() -> None:
@@ -120,9 +125,12 @@ def test_wrapping_hoists_defs_so_references_still_resolve() -> None:
     assert wrapped["$defs"] == schema["$defs"]
     assert wrapped["properties"]["input"]["properties"]["inner"] == {"$ref": "#/$defs/Inner"}
     assert "$defs" not in wrapped["properties"]["input"]
-    assert wrap_parameters("input", {"$ref": "#/properties/a", "properties": {"a": {}}})[
-        "properties"
-    ]["input"]["$ref"] == "#/properties/input/properties/a"
+    assert (
+        wrap_parameters("input", {"$ref": "#/properties/a", "properties": {"a": {}}})["properties"][
+            "input"
+        ]["$ref"]
+        == "#/properties/input/properties/a"
+    )
 
 
 @pytest.mark.parametrize(
@@ -130,8 +138,12 @@ def test_wrapping_hoists_defs_so_references_still_resolve() -> None:
     [
         pytest.param({"type": "string"}, [], id="string"),
         pytest.param(
-            {"type": "object", "properties": {"a": {"type": ["string", "null"]}},
-             "required": ["a"], "additionalProperties": False},
+            {
+                "type": "object",
+                "properties": {"a": {"type": ["string", "null"]}},
+                "required": ["a"],
+                "additionalProperties": False,
+            },
             [],
             id="closed-object",
         ),
@@ -188,8 +200,9 @@ async def test_a_tool_outside_the_strict_subset_is_sent_with_strict_false() -> N
         ("loose", False),
         ("_finish", True),
     ]
-    assert server.bodies[0]["tools"][1]["parameters"]["properties"]["input"]["properties"] == (
-        Loose.model_json_schema()["properties"]
+    assert (
+        server.bodies[0]["tools"][1]["parameters"]["properties"]["input"]["properties"]
+        == (Loose.model_json_schema()["properties"])
     )
 
 
@@ -248,8 +261,9 @@ def test_instructions_from_yaml_are_checked_when_the_project_loads(tmp_path: Pat
 @pytest.mark.parametrize(
     ("options", "fragment"),
     [
-        pytest.param({"timeout_s": 0}, "responses(timeout_s=...) must be a number > 0",
-                     id="timeout"),
+        pytest.param(
+            {"timeout_s": 0}, "responses(timeout_s=...) must be a number > 0", id="timeout"
+        ),
         pytest.param({"timeout_s": "30"}, "must be a number > 0", id="timeout-text"),
         pytest.param({"max_request_bytes": 0}, "responses(max_request_bytes=...)", id="body"),
         pytest.param({"max_output_tokens": 2.5}, "responses(max_output_tokens=...)", id="tokens"),

@@ -76,7 +76,9 @@ async def test_the_three_turn_run_answers_after_exactly_three_requests() -> None
     run, records = await run_agent(server)
 
     assert (run.status, run.errors, run.value) == (
-        "completed", (), {"answer": "RED BLUE: 8 characters"}
+        "completed",
+        (),
+        {"answer": "RED BLUE: 8 characters"},
     )
     assert len(server.requests) == 3
     assert server.inputs == THREE_TURN_INPUTS
@@ -184,42 +186,87 @@ def _calls(n: int) -> dict[str, Any]:
 
 
 MALFORMED = [
-    pytest.param(None, PROVIDER_INVALID_RESPONSE,
-                 "OpenAI did not return a completed response", id="null-body"),
+    pytest.param(
+        None,
+        PROVIDER_INVALID_RESPONSE,
+        "OpenAI did not return a completed response",
+        id="null-body",
+    ),
     pytest.param(
         response(status="incomplete", incomplete_details={"reason": "max_output_tokens"}),
         PROVIDER_INVALID_RESPONSE,
         "OpenAI did not return a completed response (incomplete: max_output_tokens)",
         id="incomplete",
     ),
-    pytest.param(response(), PROVIDER_INVALID_RESPONSE, "OpenAI returned no function calls",
-                 id="empty-output"),
-    pytest.param(response(message(refusal("I can't help with that."))), PROVIDER_REFUSED,
-                 "OpenAI refused to answer", id="refusal"),
-    pytest.param(response({"type": "function_call"}), PROVIDER_INVALID_RESPONSE,
-                 "Invalid OpenAI function call (output item 0)", id="bare-function-call"),
-    pytest.param(response(function_call("uppercase", '{"input": "red"', "a")),
-                 PROVIDER_INVALID_RESPONSE, "OpenAI function call arguments must be JSON",
-                 id="invalid-json-arguments"),
-    pytest.param(response(function_call("uppercase", {}, "a")), PROVIDER_INVALID_RESPONSE,
-                 "arguments must be an object with exactly the key 'input'", id="empty-arguments"),
-    pytest.param(response(function_call("uppercase", {"input": "red", "why": "x"}, "a")),
-                 PROVIDER_INVALID_RESPONSE,
-                 "arguments must be an object with exactly the key 'input'", id="extra-key"),
-    pytest.param(response(tool_call("uppercase", 42, "a")), codes.AGENT_INVALID_DECISION,
-                 "uppercase", id="wrong-input-type"),
-    pytest.param(response(tool_call("delete", "red", "a")), codes.AGENT_INVALID_DECISION,
-                 "Unknown agent tool: 'delete'", id="unknown-tool"),
-    pytest.param(response(tool_call("count", "a", "same"), tool_call("count", "b", "same")),
-                 codes.AGENT_INVALID_DECISION, "Duplicate agent call id: 'same'",
-                 id="duplicate-call-ids"),
-    pytest.param(response(tool_call("count", "a", "a"), finish_call("done")),
-                 PROVIDER_INVALID_RESPONSE, "OpenAI must finish without other calls",
-                 id="finish-mixed-with-a-call"),
-    pytest.param(response(finish_call(42)), codes.AGENT_INVALID_DECISION,
-                 "Agent finish result was rejected", id="finish-with-a-non-string"),
-    pytest.param(_calls(13), codes.AGENT_LIMIT_REACHED, "Agent max_calls=12 exceeded",
-                 id="13-calls"),
+    pytest.param(
+        response(),
+        PROVIDER_INVALID_RESPONSE,
+        "OpenAI returned no function calls",
+        id="empty-output",
+    ),
+    pytest.param(
+        response(message(refusal("I can't help with that."))),
+        PROVIDER_REFUSED,
+        "OpenAI refused to answer",
+        id="refusal",
+    ),
+    pytest.param(
+        response({"type": "function_call"}),
+        PROVIDER_INVALID_RESPONSE,
+        "Invalid OpenAI function call (output item 0)",
+        id="bare-function-call",
+    ),
+    pytest.param(
+        response(function_call("uppercase", '{"input": "red"', "a")),
+        PROVIDER_INVALID_RESPONSE,
+        "OpenAI function call arguments must be JSON",
+        id="invalid-json-arguments",
+    ),
+    pytest.param(
+        response(function_call("uppercase", {}, "a")),
+        PROVIDER_INVALID_RESPONSE,
+        "arguments must be an object with exactly the key 'input'",
+        id="empty-arguments",
+    ),
+    pytest.param(
+        response(function_call("uppercase", {"input": "red", "why": "x"}, "a")),
+        PROVIDER_INVALID_RESPONSE,
+        "arguments must be an object with exactly the key 'input'",
+        id="extra-key",
+    ),
+    pytest.param(
+        response(tool_call("uppercase", 42, "a")),
+        codes.AGENT_INVALID_DECISION,
+        "uppercase",
+        id="wrong-input-type",
+    ),
+    pytest.param(
+        response(tool_call("delete", "red", "a")),
+        codes.AGENT_INVALID_DECISION,
+        "Unknown agent tool: 'delete'",
+        id="unknown-tool",
+    ),
+    pytest.param(
+        response(tool_call("count", "a", "same"), tool_call("count", "b", "same")),
+        codes.AGENT_INVALID_DECISION,
+        "Duplicate agent call id: 'same'",
+        id="duplicate-call-ids",
+    ),
+    pytest.param(
+        response(tool_call("count", "a", "a"), finish_call("done")),
+        PROVIDER_INVALID_RESPONSE,
+        "OpenAI must finish without other calls",
+        id="finish-mixed-with-a-call",
+    ),
+    pytest.param(
+        response(finish_call(42)),
+        codes.AGENT_INVALID_DECISION,
+        "Agent finish result was rejected",
+        id="finish-with-a-non-string",
+    ),
+    pytest.param(
+        _calls(13), codes.AGENT_LIMIT_REACHED, "Agent max_calls=12 exceeded", id="13-calls"
+    ),
 ]
 
 

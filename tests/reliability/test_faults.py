@@ -193,8 +193,9 @@ FAULTS = {
         "ignores-task-cancellation", _ignores_cancellation_for_a_while, drive="cancel-task"
     ),
     "invalid-output": Fault("invalid-output", _invalid_output),
-    "validator-tool-error": Fault("validator-tool-error", _returns, output_schema=REJECTING,
-                                  input_schema=REJECTING),
+    "validator-tool-error": Fault(
+        "validator-tool-error", _returns, output_schema=REJECTING, input_schema=REJECTING
+    ),
     "handler-tool-error": Fault("handler-tool-error", _tool_error),
 }
 
@@ -260,10 +261,15 @@ def faulty_agent(fault: Fault, probe: Probe) -> Pipeline:
         ),
         reduce=reduce,
         tools={
-            "ok": define_tool(description="Fine.", input_schema=str, output_schema=str,
-                              run=_returns(ok_probe)),
-            "work": define_tool(description="Faulty.", input_schema=fault.input_schema,
-                                output_schema=fault.output_schema, run=fault.build(probe)),
+            "ok": define_tool(
+                description="Fine.", input_schema=str, output_schema=str, run=_returns(ok_probe)
+            ),
+            "work": define_tool(
+                description="Faulty.",
+                input_schema=fault.input_schema,
+                output_schema=fault.output_schema,
+                run=fault.build(probe),
+            ),
         },
         limits={"max_concurrency": 2},
     )
@@ -519,12 +525,17 @@ def _slow_project(tmp_path: Path, batch: int = 60, *, slow_waits: bool = True) -
     return path
 
 
-def _start(tmp_path: Path, *args: str, preexec: Callable[[], None] | None = None
-           ) -> subprocess.Popen[str]:
+def _start(
+    tmp_path: Path, *args: str, preexec: Callable[[], None] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tubeless", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=preexec,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=preexec,
     )
 
 
@@ -540,14 +551,13 @@ def _is_prefix(shorter: list[Any], longer: list[Any]) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_leaves_both_stored_traces_complete_and_equal(
-    tmp_path: Path, signum: int
-) -> None:
+def test_a_signal_leaves_both_stored_traces_complete_and_equal(tmp_path: Path, signum: int) -> None:
     """Deeper than tests/cli/test_run_cli.py: an agent mid-batch, SQLite and NDJSON at once."""
     path = _slow_project(tmp_path)
     sqlite_path, ndjson_path = tmp_path / "run.sqlite", tmp_path / "run.ndjson"
-    process = _start(tmp_path, "run", str(path), "--trace", str(sqlite_path),
-                     "--trace", str(ndjson_path), "-q")
+    process = _start(
+        tmp_path, "run", str(path), "--trace", str(sqlite_path), "--trace", str(ndjson_path), "-q"
+    )
     _wait_ready(process, tmp_path / "READY")
     process.send_signal(signum)
     out, err = process.communicate(timeout=60)
@@ -573,8 +583,17 @@ def test_cli_traces_that_fill_up_leave_the_exit_code_alone_with_one_warning_each
 ) -> None:
     """Every file the process writes is capped at 192 KiB, so both traces fill up mid-run."""
     path = _slow_project(tmp_path, batch=150, slow_waits=False)
-    process = _start(tmp_path, "run", str(path), "--trace", "run.sqlite", "--trace",
-                     "run.ndjson", "-q", preexec=_exceeds_file_size)
+    process = _start(
+        tmp_path,
+        "run",
+        str(path),
+        "--trace",
+        "run.sqlite",
+        "--trace",
+        "run.ndjson",
+        "-q",
+        preexec=_exceeds_file_size,
+    )
     out, err = process.communicate(timeout=120)
 
     assert process.returncode == 0, err
@@ -590,8 +609,17 @@ def test_cli_traces_that_fill_up_leave_the_exit_code_alone_with_one_warning_each
 def test_cli_traces_that_fill_up_leave_the_exit_code_alone(tmp_path: Path) -> None:
     """The part of the above that holds today: exit 0, the result, readable prefixes."""
     path = _slow_project(tmp_path, batch=150, slow_waits=False)
-    process = _start(tmp_path, "run", str(path), "--trace", "run.sqlite", "--trace",
-                     "run.ndjson", "-q", preexec=_exceeds_file_size)
+    process = _start(
+        tmp_path,
+        "run",
+        str(path),
+        "--trace",
+        "run.sqlite",
+        "--trace",
+        "run.ndjson",
+        "-q",
+        preexec=_exceeds_file_size,
+    )
     out, err = process.communicate(timeout=120)
 
     assert process.returncode == 0, err
@@ -616,8 +644,9 @@ def test_kill_9_mid_run_leaves_a_readable_sqlite_prefix_and_whole_ndjson_lines(
     """SIGKILL once the 60 calls of turn 1 are done and turn 2's call is running."""
     path = _slow_project(tmp_path, batch=60)
     sqlite_path, ndjson_path = tmp_path / "run.sqlite", tmp_path / "run.ndjson"
-    process = _start(tmp_path, "run", str(path), "--trace", str(sqlite_path),
-                     "--trace", str(ndjson_path), "-q")
+    process = _start(
+        tmp_path, "run", str(path), "--trace", str(sqlite_path), "--trace", str(ndjson_path), "-q"
+    )
     _wait_ready(process, tmp_path / "READY")
     process.kill()
     process.communicate(timeout=60)

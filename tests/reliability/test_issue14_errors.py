@@ -239,7 +239,7 @@ def test_every_cli_error_line_collapses_line_breaks(
     path = tmp_path / "project.yaml"
     path.write_text(
         "version: 1\nproject: {id: breaking}\npython_path: [.]\npipelines:\n"
-        f"  breaking:\n    steps:\n      - {{id: s, run: \"{module}:boom\"}}\n",
+        f'  breaking:\n    steps:\n      - {{id: s, run: "{module}:boom"}}\n',
         encoding="utf-8",
     )
 

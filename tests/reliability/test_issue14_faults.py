@@ -55,8 +55,9 @@ def _agent(tool: Callable[..., Any], decide: Callable[..., Any] | None = None) -
         initial_state=lambda validated: {"done": False},
         decide=decide or default_decide,
         reduce=lambda state, outcomes: {"done": True},
-        tools={"work": define_tool(description="Works.", input_schema=str, output_schema=str,
-                                   run=tool)},
+        tools={
+            "work": define_tool(description="Works.", input_schema=str, output_schema=str, run=tool)
+        },
     )
 
 
@@ -93,8 +94,11 @@ def test_a_sync_tool_raising_stop_iteration_fails_the_run() -> None:
     run, records = _run(_agent(_exhausted))
     assert run.status == "failed"
     assert_trace_complete(records)
-    (tool_run,) = [r for r in records if r["name"] == "pipeline.completed"
-                   and r["pipelineId"] == "faulty/tool/work"]
+    (tool_run,) = [
+        r
+        for r in records
+        if r["name"] == "pipeline.completed" and r["pipelineId"] == "faulty/tool/work"
+    ]
     assert tool_run["payload"]["status"] == "failed"
     error = tool_run["error"]
     assert error["code"] == codes.STEP_FAILED
@@ -231,7 +235,10 @@ _BATCH = """\
 
 def test_a_traced_batch_of_8000_quick_calls_honours_two_signals(tmp_path: Path) -> None:
     """Issue 14 item 6: a busy batch of quick calls yields to the loop, so SIGINT cancels it."""
-    path = write_project(tmp_path, _BATCH, f"""\
+    path = write_project(
+        tmp_path,
+        _BATCH,
+        f"""\
         import pathlib
 
         READY = pathlib.Path({str(tmp_path / "ready")!r})
@@ -252,7 +259,8 @@ def test_a_traced_batch_of_8000_quick_calls_honours_two_signals(tmp_path: Path) 
             if not READY.exists():
                 READY.write_text("ready")
             return text
-    """)
+    """,
+    )
     ndjson = tmp_path / "run.ndjson"
     process = start_run(path, "--trace", ndjson, "-q")
     wait_for_file(tmp_path / "ready", process)
@@ -285,10 +293,14 @@ _TEMPLATED = """\
 def test_a_template_rendering_nested_loops_can_be_interrupted(tmp_path: Path) -> None:
     """Issue 14 item 6: SIGINT during a long template render cancels the run; both traces are
     complete."""
-    path = write_project(tmp_path, _TEMPLATED, """\
+    path = write_project(
+        tmp_path,
+        _TEMPLATED,
+        """\
         def decide(state, ctx):
             return {"kind": "finish", "result": "done"}
-    """)
+    """,
+    )
     ndjson, sqlite = tmp_path / "run.ndjson", tmp_path / "run.sqlite"
     source = tmp_path / "input.json"  # 2.7e10 loop passes: the render never ends by itself
     source.write_text(json.dumps({"xs": list(range(3000))}), encoding="utf-8")
@@ -390,8 +402,9 @@ def _agent_with_batch(calls: int) -> Pipeline:
         initial_state=lambda validated: {"done": False},
         decide=decide,
         reduce=lambda state, outcomes: {"done": True},
-        tools={"echo": define_tool(description="Echo.", input_schema=str, output_schema=str,
-                                   run=echo)},
+        tools={
+            "echo": define_tool(description="Echo.", input_schema=str, output_schema=str, run=echo)
+        },
         limits={"max_calls": calls, "max_concurrency": 4},
     )
 

@@ -31,12 +31,15 @@ def strict_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]
     """``tubeless ARGS`` in a child whose stdout and stderr encode UTF-8 strictly."""
     return subprocess.run(
         [sys.executable, "-m", "tubeless", *map(str, args)],
-        capture_output=True, text=True, encoding="utf-8", errors="backslashreplace", cwd=cwd,
-        timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="backslashreplace",
+        cwd=cwd,
+        timeout=60,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8:strict"},
     )
-
-
 
 
 def echo_state() -> dict[str, Any]:
@@ -298,9 +301,10 @@ def test_a_callable_from_the_project_or_an_installed_package_is_accepted(
     assert set(project.entries) == {"helper"}
 
 
-@pytest.mark.parametrize(("reference", "module"), [("helpers:Popen", "subprocess"),
-                                                   ("helpers:run_system", "os"),
-                                                   ("helpers:getter", "operator")])
+@pytest.mark.parametrize(
+    ("reference", "module"),
+    [("helpers:Popen", "subprocess"), ("helpers:run_system", "os"), ("helpers:getter", "operator")],
+)
 def test_allow_modules_lets_a_standard_library_callable_through(
     tmp_path: Path, reference: str, module: str
 ) -> None:
@@ -331,28 +335,39 @@ def run_template(tmp_path: Path, template: str) -> tuple[str, str | None, str]:
 
 BIG = "'a' * 900000"
 RUN_TIME = [
-    pytest.param("{% set x = " + BIG + " %}{{ " + " ~ ".join(["x"] * 40) + " }}",
-                 "may not join text past 1,000,000 characters", id="tilde-concat"),
-    pytest.param("{{ input.question.ljust(40000000) }}", "calling 'ljust' could build",
-                 id="ljust"),
+    pytest.param(
+        "{% set x = " + BIG + " %}{{ " + " ~ ".join(["x"] * 40) + " }}",
+        "may not join text past 1,000,000 characters",
+        id="tilde-concat",
+    ),
+    pytest.param("{{ input.question.ljust(40000000) }}", "calling 'ljust' could build", id="ljust"),
     pytest.param("{{ input.question.zfill(40000000) }}", "calling 'zfill'", id="zfill"),
     pytest.param("{{ input.question.center(40000000) }}", "calling 'center'", id="center"),
-    pytest.param("{{ ('\\t' * 100).expandtabs(400000) }}", "calling 'expandtabs'",
-                 id="expandtabs"),
-    pytest.param("{{ '{:>40000000}'.format(input.question) }}", "the format string",
-                 id="format-width"),
-    pytest.param("{{ ('a' * 1000).replace('a', 'b' * 40000) }}", "calling 'replace'",
-                 id="replace"),
+    pytest.param("{{ ('\\t' * 100).expandtabs(400000) }}", "calling 'expandtabs'", id="expandtabs"),
+    pytest.param(
+        "{{ '{:>40000000}'.format(input.question) }}", "the format string", id="format-width"
+    ),
+    pytest.param("{{ ('a' * 1000).replace('a', 'b' * 40000) }}", "calling 'replace'", id="replace"),
     pytest.param("{{ ('b' * 40000).join('a' * 1000) }}", "calling 'join'", id="join"),
-    pytest.param("{{ (['b' * 40000] * 20) | join('x' * 40000) }}", "the filter 'join' could",
-                 id="join-filter"),
+    pytest.param(
+        "{{ (['b' * 40000] * 20) | join('x' * 40000) }}",
+        "the filter 'join' could",
+        id="join-filter",
+    ),
     pytest.param("{{ [1]|batch(5000000, 0)|list|length }}", "the filter 'batch'", id="batch"),
     pytest.param("{{ [1]|slice(5000000)|list|length }}", "the filter 'slice'", id="slice"),
-    pytest.param("{% set n = 2 ** 6000 %}"
-                 + "".join("{% set n = n * n %}" for _ in range(12)) + "{{ n > 0 }}",
-                 "such a large product", id="integer-squaring"),
-    pytest.param("{% for a in input.question * 400000 %}" + "x" * 20 + "{% endfor %}",
-                 "may not output more than 1,000,000 characters", id="literal-loop-output"),
+    pytest.param(
+        "{% set n = 2 ** 6000 %}"
+        + "".join("{% set n = n * n %}" for _ in range(12))
+        + "{{ n > 0 }}",
+        "such a large product",
+        id="integer-squaring",
+    ),
+    pytest.param(
+        "{% for a in input.question * 400000 %}" + "x" * 20 + "{% endfor %}",
+        "may not output more than 1,000,000 characters",
+        id="literal-loop-output",
+    ),
 ]
 
 
@@ -372,15 +387,24 @@ def test_a_template_is_bounded_by_the_work_and_the_size_of_what_it_builds(
 
 
 WORK = [
-    pytest.param("{% for a in input.question * 40000 %}{% for b in input.question * 40000 %}"
-                 "{{ b }}{% endfor %}{% endfor %}", "more than 1,000,000 operations",
-                 id="nested-loops"),
-    pytest.param("{% for a in input.question * 40000 %}{% for b in input.question * 40000 %}"
-                 "{% for c in 'ab' if false %}{% endfor %}{% endfor %}{% endfor %}",
-                 "more than 1,000,000 operations", id="nested-loops-outputting-nothing"),
-    pytest.param("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}"
-                 "{% endmacro %}{{ f(40) }}", "more than 1,000,000 operations",
-                 id="exponential-macro"),
+    pytest.param(
+        "{% for a in input.question * 40000 %}{% for b in input.question * 40000 %}"
+        "{{ b }}{% endfor %}{% endfor %}",
+        "more than 1,000,000 operations",
+        id="nested-loops",
+    ),
+    pytest.param(
+        "{% for a in input.question * 40000 %}{% for b in input.question * 40000 %}"
+        "{% for c in 'ab' if false %}{% endfor %}{% endfor %}{% endfor %}",
+        "more than 1,000,000 operations",
+        id="nested-loops-outputting-nothing",
+    ),
+    pytest.param(
+        "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}"
+        "{% endmacro %}{{ f(40) }}",
+        "more than 1,000,000 operations",
+        id="exponential-macro",
+    ),
 ]
 
 
@@ -401,9 +425,12 @@ def test_a_template_that_would_run_for_ever_stops_at_its_operation_budget(
 def test_a_render_time_template_failure_exits_6_on_one_line(tmp_path: Path) -> None:
     """Issue 14 item 8: at run time a violated bound is TUBELESS_TEMPLATE_INVALID, exit 6."""
     path = template_project(tmp_path, "{{ input.question.ljust(10**9) }}")
-    path.write_text(path.read_text().replace("examples.scripted_agent:decide",
-                                             "{use: tubeless.testing:scripted}"),
-                    encoding="utf-8")
+    path.write_text(
+        path.read_text().replace(
+            "examples.scripted_agent:decide", "{use: tubeless.testing:scripted}"
+        ),
+        encoding="utf-8",
+    )
     code, out, err = cli("run", path, "--quiet")
     assert (code, out) == (6, "")
     assert "TUBELESS_TEMPLATE_INVALID" in err
@@ -423,8 +450,7 @@ def test_ordinary_templates_render_as_before_under_the_budget(tmp_path: Path) ->
     agent = load_project(path, overrides=echo_state()).get("helper")
     state = agent.run_sync({"question": "a b"})
     assert state["value"] == (
-        '<A>1<B>2<A>3<B>4<A>5<B>6|   a b---|{"question": "a b"}|1700000000000 86400000 ms'
-        "|86400000"
+        '<A>1<B>2<A>3<B>4<A>5<B>6|   a b---|{"question": "a b"}|1700000000000 86400000 ms|86400000'
     )
 
 
@@ -484,8 +510,13 @@ def test_the_issue_figures_are_refused_in_a_capped_process(tmp_path: Path) -> No
         folder.mkdir()
         paths.append(str(template_project(folder, template)))
     done = subprocess.run(
-        [sys.executable, "-c", script, *paths], capture_output=True, text=True, cwd=ROOT,
-        timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [sys.executable, "-c", script, *paths],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     outcomes = json.loads(done.stdout)
@@ -500,11 +531,12 @@ def test_a_lone_surrogate_in_a_key_is_escaped_in_every_validate_format(tmp_path:
     path = tmp_path / "project.yaml"
     path.write_text('version: 1\nproject: {id: s}\n"\\udcff": x\n', encoding="utf-8")
 
-    outcomes = {fmt: strict_cli("validate", "--format", fmt, path, cwd=tmp_path)
-                for fmt in ("text", "json", "github")}
+    outcomes = {
+        fmt: strict_cli("validate", "--format", fmt, path, cwd=tmp_path)
+        for fmt in ("text", "json", "github")
+    }
 
-    assert {fmt: done.returncode for fmt, done in outcomes.items()} == dict.fromkeys(
-        outcomes, 4)
+    assert {fmt: done.returncode for fmt, done in outcomes.items()} == dict.fromkeys(outcomes, 4)
     github = outcomes["github"]
     assert github.stderr == ""
     assert github.stdout == (
@@ -634,11 +666,17 @@ def test_a_named_pipe_is_refused_when_named_and_skipped_in_a_folder(tmp_path: Pa
 # -- item 17: big valid files check fast; the loader's counts are checked statically ------------
 def _many_templates(tmp_path: Path, count: int) -> Path:
     lines = [
-        "version: 1", "project: {id: big}", "agents:", "  a:", "    input: {schema: {}}",
-        "    result: {schema: {}}", "    decide: m:decide", "    initial_state:",
+        "version: 1",
+        "project: {id: big}",
+        "agents:",
+        "  a:",
+        "    input: {schema: {}}",
+        "    result: {schema: {}}",
+        "    decide: m:decide",
+        "    initial_state:",
     ]
     lines += [
-        f"      k{i}: \"{{% for w in input.words %}}{{{{ w | upper }}}}-{{{{ loop.index }}}} "
+        f'      k{i}: "{{% for w in input.words %}}{{{{ w | upper }}}}-{{{{ loop.index }}}} '
         f"{{% endfor %}}{{{{ input.name | default('anon') | title }}}} {{{{ {i} + 1 }}}}\""
         for i in range(count)
     ]
@@ -668,16 +706,26 @@ def test_validate_generates_no_code_for_its_templates(
 
 
 EDGES = [
-    "a: {b: , c: 1}\n", "a:\tb\n", "a: {s: x? y}\n", "a: !30\n", "k\ufeffey: 1\n",
-    "a: [1, 2,\n  3]\n", "a: 'x\n  y'\n", "a: b: c\n", "- &a x\n- *a\n", "a: 1\r\nb: 2\r\n",
-    "a: \"\\u00e9\\x41\"\nb: |\n  é\n",
+    "a: {b: , c: 1}\n",
+    "a:\tb\n",
+    "a: {s: x? y}\n",
+    "a: !30\n",
+    "k\ufeffey: 1\n",
+    "a: [1, 2,\n  3]\n",
+    "a: 'x\n  y'\n",
+    "a: b: c\n",
+    "- &a x\n- *a\n",
+    "a: 1\r\nb: 2\r\n",
+    'a: "\\u00e9\\x41"\nb: |\n  é\n',
 ]
 
 
 @pytest.mark.parametrize(
     "text",
-    [pytest.param(path.read_text(encoding="utf-8"), id=path.stem)
-     for path in sorted((ROOT / "projects").glob("*.yaml"))]
+    [
+        pytest.param(path.read_text(encoding="utf-8"), id=path.stem)
+        for path in sorted((ROOT / "projects").glob("*.yaml"))
+    ]
     + [pytest.param(edge, id=f"edge-{index}") for index, edge in enumerate(EDGES)],
 )
 def test_the_fast_yaml_reader_gives_what_the_pure_python_parser_gives(
@@ -708,8 +756,14 @@ def test_an_agent_with_more_tools_than_the_harness_takes_fails_plain_validate(
     """Issue 14 item 17: 4,900 tools passed plain validate and failed loading ("at most 4096
     tools"); the count (and a tool description's 4,096 characters) are checked statically."""
     lines = [
-        "version: 1", "project: {id: many}", "agents:", "  a:", "    input: {schema: {}}",
-        "    result: {schema: {}}", "    initial_state: {x: '1'}", "    decide: m:decide",
+        "version: 1",
+        "project: {id: many}",
+        "agents:",
+        "  a:",
+        "    input: {schema: {}}",
+        "    result: {schema: {}}",
+        "    initial_state: {x: '1'}",
+        "    decide: m:decide",
         "    tools:",
         "      long: {pipeline: p, description: " + "d" * 4097 + "}",
     ]

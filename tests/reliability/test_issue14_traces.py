@@ -26,9 +26,15 @@ from tubeless.tracing.sqlite import read_sqlite
 
 # -- item 12: the reader bounds -----------------------------------------------------------------
 def _line(index: int = 0, **payload: Any) -> str:
-    record = {"version": 3, "name": "pipeline.log", "runId": "p:1", "pipelineId": "p",
-              "timestampMs": 1_700_000_000_000 + index, "stepId": "s",
-              "payload": {"level": "log", "message": f"line {index}", **payload}}
+    record = {
+        "version": 3,
+        "name": "pipeline.log",
+        "runId": "p:1",
+        "pipelineId": "p",
+        "timestampMs": 1_700_000_000_000 + index,
+        "stepId": "s",
+        "payload": {"level": "log", "message": f"line {index}", **payload},
+    }
     return json.dumps(record, separators=(",", ":")) + "\n"
 
 
@@ -41,8 +47,9 @@ def _show(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, str, str
 def test_the_documented_bounds_are_read_trace_s_defaults() -> None:
     """Issue 14 item 12: 64 MiB per file, 1 MiB per line, 100,000 records, unless told."""
     parameters = inspect.signature(read_trace).parameters
-    defaults = {name: parameters[name].default
-                for name in ("max_bytes", "max_line_bytes", "max_records")}
+    defaults = {
+        name: parameters[name].default for name in ("max_bytes", "max_line_bytes", "max_records")
+    }
     assert defaults == {"max_bytes": 64 << 20, "max_line_bytes": 1 << 20, "max_records": 100_000}
 
 
@@ -56,20 +63,29 @@ def test_a_huge_ndjson_file_is_refused_before_it_is_read(
         file.truncate(2_400_000_000)
 
     assert _show(capsys, path) == (
-        2, "", f"error: {path}: the file has 2400000000 bytes, more than the 67108864 allowed "
-        "(--max-bytes raises the bound)\n"
+        2,
+        "",
+        f"error: {path}: the file has 2400000000 bytes, more than the 67108864 allowed "
+        "(--max-bytes raises the bound)\n",
     )
 
 
 @pytest.mark.parametrize(
     ("bound", "value", "problem"),
     [
-        pytest.param("max_bytes", 3 * len(_line()) - 1,
-                     f": the file has {3 * len(_line()) + 1} bytes, more than the "
-                     f"{3 * len(_line()) - 1} allowed", id="file"),
-        pytest.param("max_line_bytes", len(_line()) - 1,
-                     f":3: the line has more than the {len(_line()) - 1} bytes allowed",
-                     id="line"),
+        pytest.param(
+            "max_bytes",
+            3 * len(_line()) - 1,
+            f": the file has {3 * len(_line()) + 1} bytes, more than the "
+            f"{3 * len(_line()) - 1} allowed",
+            id="file",
+        ),
+        pytest.param(
+            "max_line_bytes",
+            len(_line()) - 1,
+            f":3: the line has more than the {len(_line()) - 1} bytes allowed",
+            id="line",
+        ),
         pytest.param("max_records", 2, ":3: more than the 2 records allowed", id="records"),
     ],
 )
@@ -97,8 +113,18 @@ def test_trace_show_and_convert_take_the_bounds_as_options(
     path.write_text("".join(_line(i) for i in range(3)), encoding="utf-8")
     refused = main(["trace", "show", str(path), "--max-records", "2"])
     refused_err = capsys.readouterr().err
-    converted = main(["trace", "convert", str(path), str(tmp_path / "t.sqlite"),
-                      "--max-records", "3", "--max-bytes", str(path.stat().st_size)])
+    converted = main(
+        [
+            "trace",
+            "convert",
+            str(path),
+            str(tmp_path / "t.sqlite"),
+            "--max-records",
+            "3",
+            "--max-bytes",
+            str(path.stat().st_size),
+        ]
+    )
     capsys.readouterr()
     small = main(["trace", "convert", str(path), str(tmp_path / "u.sqlite"), "--max-bytes", "9"])
     small_err = capsys.readouterr().err
@@ -121,17 +147,25 @@ def test_a_line_over_one_mib_is_refused_by_default(
     path.write_text(_line(0) + _line(1, filler="x" * (1_100 * 1024)), encoding="utf-8")
 
     assert _show(capsys, path) == (
-        2, "", f"error: {path}:2: the line has more than the 1048576 bytes allowed\n"
+        2,
+        "",
+        f"error: {path}:2: the line has more than the 1048576 bytes allowed\n",
     )
 
 
 @pytest.mark.parametrize(
     ("payload", "problem"),
     [
-        pytest.param('{"deep":' + "[" * 100_000 + "]" * 100_000 + "}",
-                     "JSON nested too deeply to read", id="deep-nesting"),
-        pytest.param('{"n":' + "7" * 5_000 + "}",
-                     "invalid JSON: a number with more than 4300 digits", id="5000-digits"),
+        pytest.param(
+            '{"deep":' + "[" * 100_000 + "]" * 100_000 + "}",
+            "JSON nested too deeply to read",
+            id="deep-nesting",
+        ),
+        pytest.param(
+            '{"n":' + "7" * 5_000 + "}",
+            "invalid JSON: a number with more than 4300 digits",
+            id="5000-digits",
+        ),
     ],
 )
 def test_hostile_json_on_a_line_exits_2_naming_the_line(
@@ -153,14 +187,25 @@ def test_a_duration_too_large_for_a_float_exits_2_naming_the_line(
 ) -> None:
     """Issue 14 item 12: valid JSON, but a 400-digit ``durationMs``: located, not exit 6."""
     path = tmp_path / "t.ndjson"
-    completed = {"version": 3, "name": "pipeline.completed", "runId": "p:1", "pipelineId": "p",
-                 "timestampMs": 1, "durationMs": 10**400, "payload": {"status": "completed"}}
+    completed = {
+        "version": 3,
+        "name": "pipeline.completed",
+        "runId": "p:1",
+        "pipelineId": "p",
+        "timestampMs": 1,
+        "durationMs": 10**400,
+        "payload": {"status": "completed"},
+    }
     path.write_text(_line(0) + json.dumps(completed) + "\n", encoding="utf-8")
 
-    assert _show(capsys, path) == (2, "", (
-        f"error: {path}:2: not a trace record: pipeline.completed: 'durationMs' is too large "
-        "for a float (401 digits)\n"
-    ))
+    assert _show(capsys, path) == (
+        2,
+        "",
+        (
+            f"error: {path}:2: not a trace record: pipeline.completed: 'durationMs' is too large "
+            "for a float (401 digits)\n"
+        ),
+    )
 
 
 def test_hostile_json_in_a_sqlite_row_exits_2_naming_the_row(
@@ -172,8 +217,10 @@ def test_hostile_json_in_a_sqlite_row_exits_2_naming_the_row(
         sink.export(json.loads(_line(0)))
     with sqlite3.connect(path) as conn:
         conn.execute("DROP TRIGGER pipeline_run_events_no_update")
-        conn.execute("UPDATE pipeline_run_events SET payload_json = ?",
-                     ('{"deep":' + "[" * 100_000 + "]" * 100_000 + "}",))
+        conn.execute(
+            "UPDATE pipeline_run_events SET payload_json = ?",
+            ('{"deep":' + "[" * 100_000 + "]" * 100_000 + "}",),
+        )
     conn.close()
 
     code, out, err = _show(capsys, path)
@@ -262,13 +309,16 @@ def test_a_sqlite_store_holds_every_row_of_a_finished_turn_while_the_run_goes_on
         result_schema=str,
         initial_state=lambda validated: {"turn": 0},
         decide=lambda state, ctx: (
-            {"kind": "continue", "calls": [{"id": f"t{ctx.turn}", "tool": "look",
-                                            "input": "x"}]}
-            if ctx.turn <= 2 else {"kind": "finish", "result": "done"}
+            {"kind": "continue", "calls": [{"id": f"t{ctx.turn}", "tool": "look", "input": "x"}]}
+            if ctx.turn <= 2
+            else {"kind": "finish", "result": "done"}
         ),
         reduce=lambda state, outcomes: {"turn": state["turn"] + 1},
-        tools={"look": define_tool(description="Reads the trace.", input_schema=str,
-                                   output_schema=str, run=look)},
+        tools={
+            "look": define_tool(
+                description="Reads the trace.", input_schema=str, output_schema=str, run=look
+            )
+        },
     )
     with SqliteSink(path) as sink:
         run = asyncio.run(agent.run({}, trace=sink))
@@ -276,8 +326,11 @@ def test_a_sqlite_store_holds_every_row_of_a_finished_turn_while_the_run_goes_on
 
     during_turn_2 = seen[1]
     assert len(during_turn_2) < 64
-    turn_1 = next(r["runId"] for r in during_turn_2
-                  if r["name"] == "pipeline.started" and r.get("iteration", {}).get("index") == 1)
+    turn_1 = next(
+        r["runId"]
+        for r in during_turn_2
+        if r["name"] == "pipeline.started" and r.get("iteration", {}).get("index") == 1
+    )
     everything = read_sqlite(path)
     assert [r for r in during_turn_2 if r["runId"] == turn_1] == [
         r for r in everything if r["runId"] == turn_1

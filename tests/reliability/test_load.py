@@ -106,8 +106,7 @@ AGENT = define_agent(
     initial_state=lambda owner: {"owner": owner, "values": ()},
     decide=decide,
     reduce=reduce,
-    tools={"echo": define_tool(description="Echo.", input_schema=str, output_schema=str,
-                               run=echo)},
+    tools={"echo": define_tool(description="Echo.", input_schema=str, output_schema=str, run=echo)},
     limits={
         "max_turns": TURNS + 1,
         "max_calls": TURNS * CALLS,
@@ -150,8 +149,9 @@ async def _batch(prefix: str) -> list[weakref.ref[Any]]:
     owners = [f"{prefix}{i}" for i in range(RUNS)]
     sinks = [RunSink() for _ in owners]
     runs = await asyncio.wait_for(
-        asyncio.gather(*(AGENT.run(owner, trace=sink) for owner, sink in zip(owners, sinks,
-                                                                            strict=True))),
+        asyncio.gather(
+            *(AGENT.run(owner, trace=sink) for owner, sink in zip(owners, sinks, strict=True))
+        ),
         HANG_GUARD,
     )
     for owner, sink, run in zip(owners, sinks, runs, strict=True):
@@ -171,7 +171,8 @@ def _live_states(prefixes: str) -> list[Any]:
     """States of the runs whose owner starts with one of ``prefixes`` that are still alive."""
     gc.collect()
     return [
-        o for o in gc.get_objects()
+        o
+        for o in gc.get_objects()
         if type(o) is FrozenDict and isinstance(o.get("owner"), str) and o["owner"][:1] in prefixes
     ]
 
@@ -207,8 +208,9 @@ async def test_a_run_that_asks_beyond_its_own_budget_is_refused_while_others_com
 
     def hungry(state: Any, ctx: Any) -> Any:
         if ctx.input == greedy:
-            return continue_with(*(call("echo", f"{greedy}-{i}", f"c{i}")
-                                   for i in range(TURNS * CALLS + 1)))
+            return continue_with(
+                *(call("echo", f"{greedy}-{i}", f"c{i}") for i in range(TURNS * CALLS + 1))
+            )
         return decide(state, ctx)
 
     agent = define_agent(
@@ -218,10 +220,15 @@ async def test_a_run_that_asks_beyond_its_own_budget_is_refused_while_others_com
         initial_state=lambda owner: {"owner": owner, "values": ()},
         decide=hungry,
         reduce=reduce,
-        tools={"echo": define_tool(description="Echo.", input_schema=str, output_schema=str,
-                                   run=echo)},
-        limits={"max_turns": TURNS + 1, "max_calls": TURNS * CALLS,
-                "max_decisions": TURNS + 1, "max_concurrency": CALLS},
+        tools={
+            "echo": define_tool(description="Echo.", input_schema=str, output_schema=str, run=echo)
+        },
+        limits={
+            "max_turns": TURNS + 1,
+            "max_calls": TURNS * CALLS,
+            "max_decisions": TURNS + 1,
+            "max_concurrency": CALLS,
+        },
     )
     owners = [f"p{i}" for i in range(99)] + [greedy]
 
@@ -256,8 +263,9 @@ def _long_agent() -> Any:
         initial_state=lambda validated: {"history": ()},
         decide=decide,
         reduce=reduce,
-        tools={"note": define_tool(description="Note.", input_schema=int, output_schema=int,
-                                   run=note)},
+        tools={
+            "note": define_tool(description="Note.", input_schema=int, output_schema=int, run=note)
+        },
         limits={"max_turns": LONG_TURNS, "max_decisions": LONG_TURNS, "max_calls": LONG_TURNS},
     )
 
@@ -297,8 +305,9 @@ def test_trace_show_reads_back_the_ten_thousand_turn_trace(
     path, run = long_trace
     bounded = main(["trace", "show", str(path)])  # larger than the default bounds (issue 14)
     refused = capsys.readouterr()
-    code = main(["trace", "show", str(path), "--max-bytes", str(2**31), "--max-records",
-                 str(10**7)])
+    code = main(
+        ["trace", "show", str(path), "--max-bytes", str(2**31), "--max-records", str(10**7)]
+    )
     captured = capsys.readouterr()
     assert bounded == 2
     assert "raises the bound" in refused.err

@@ -289,16 +289,19 @@ def _sequence_variants(items: list[Any]) -> st.SearchStrategy[Any]:
 
 json_like = st.recursive(
     scalars | any_text,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(any_text, children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4)
+    ),
     max_leaves=10,
 )
 values = st.recursive(
     scalars | odd_objects,
-    lambda children: st.lists(children, max_size=4)
-    | st.tuples(children, children)
-    | st.dictionaries(any_text | st.integers() | st.none(), children, max_size=4)
-    | st.dictionaries(any_text, children, max_size=3).flatmap(_mapping_variants),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(any_text | st.integers() | st.none(), children, max_size=4)
+        | st.dictionaries(any_text, children, max_size=3).flatmap(_mapping_variants)
+    ),
     max_leaves=8,
 )
 call_ids = st.one_of(
@@ -648,8 +651,9 @@ def test_thousands_of_valid_calls_within_the_budget_all_run() -> None:
             continue_with(*(call("echo", f"v{i}", f"c{i}") for i in range(size))), finish("ok")
         ),
         reduce=reduce,
-        tools={"echo": define_tool(description="E.", input_schema=str, output_schema=str,
-                                   run=echo)},
+        tools={
+            "echo": define_tool(description="E.", input_schema=str, output_schema=str, run=echo)
+        },
         limits={"max_calls": size, "max_concurrency": 8},
     )
 
@@ -737,8 +741,9 @@ class StateHarness:
             initial_state=lambda validated: None,
             decide=decide,
             reduce=reduce,
-            tools={"echo": define_tool(description="E.", input_schema=str, output_schema=str,
-                                       run=echo)},
+            tools={
+                "echo": define_tool(description="E.", input_schema=str, output_schema=str, run=echo)
+            },
         )
 
     def run(self, value: Any) -> PipelineRun:
@@ -862,8 +867,9 @@ async def test_no_reference_handed_to_reduce_or_decide_can_change_committed_stat
         initial_state=initial_state,
         decide=decide,
         reduce=reduce,
-        tools={"echo": define_tool(description="E.", input_schema=str, output_schema=str,
-                                   run=echo)},
+        tools={
+            "echo": define_tool(description="E.", input_schema=str, output_schema=str, run=echo)
+        },
     )
 
     run = await asyncio.wait_for(agent.run({"question": {"a": [1]}}), HANG_GUARD)
@@ -886,7 +892,9 @@ def _guarded_agent(started: list[str], **extra: Any) -> Pipeline:
         return value
 
     child = define_pipeline(
-        id="child", options_schema=str, steps=[step("only", lambda inputs, ctx: ctx.options)],
+        id="child",
+        options_schema=str,
+        steps=[step("only", lambda inputs, ctx: ctx.options)],
         finalize="only",
     )
     fields: dict[str, Any] = {
@@ -908,43 +916,89 @@ VALID = call("echo", "ok", "c1")
 
 
 def _tool_object() -> Any:
-    return define_tool(description="Injected.", input_schema=str, output_schema=str,
-                       run=lambda value, ctx: value)
+    return define_tool(
+        description="Injected.", input_schema=str, output_schema=str, run=lambda value, ctx: value
+    )
 
 
 ESCAPES = [
-    pytest.param({"kind": "continue", "calls": [VALID], "limits": {"max_calls": 10**6}},
-                 id="raise-limits"),
+    pytest.param(
+        {"kind": "continue", "calls": [VALID], "limits": {"max_calls": 10**6}}, id="raise-limits"
+    ),
     pytest.param({"kind": "continue", "calls": [VALID], "max_calls": 10**6}, id="limit-key"),
-    pytest.param({"kind": "finish", "result": "x", "limits": {"max_turns": 100}},
-                 id="finish-with-limits"),
-    pytest.param({"kind": "continue", "calls": [{**VALID, "limits": {"max_calls": 9}}]},
-                 id="call-with-limits"),
-    pytest.param({"kind": "continue", "calls": [VALID], "tools": {"shell": "os:system"}},
-                 id="register-tools-key"),
-    pytest.param({"kind": "continue", "calls": [call(print, "x", "c1")]},  # type: ignore[arg-type]
-                 id="tool-is-a-builtin"),
-    pytest.param({"kind": "continue", "calls": [call(lambda v, c: v, "x", "c1")]},  # type: ignore[arg-type]
-                 id="tool-is-a-lambda"),
-    pytest.param({"kind": "continue", "calls": [{"id": "c1", "tool": _tool_object(),
-                                                 "input": "x"}]}, id="tool-is-a-tool-object"),
-    pytest.param({"kind": "continue", "calls": [{"id": "c1", "tool": {
-        "name": "shell", "run": "os:system", "description": "Run a command."}, "input": "ls"}]},
-                 id="tool-is-a-description"),
-    pytest.param({"kind": "continue", "calls": [{"id": "c1", "tool": "shell", "input": "ls",
-                                                 "run": "os:system"}]}, id="call-with-run"),
+    pytest.param(
+        {"kind": "finish", "result": "x", "limits": {"max_turns": 100}}, id="finish-with-limits"
+    ),
+    pytest.param(
+        {"kind": "continue", "calls": [{**VALID, "limits": {"max_calls": 9}}]},
+        id="call-with-limits",
+    ),
+    pytest.param(
+        {"kind": "continue", "calls": [VALID], "tools": {"shell": "os:system"}},
+        id="register-tools-key",
+    ),
+    pytest.param(
+        {"kind": "continue", "calls": [call(print, "x", "c1")]},  # type: ignore[arg-type]
+        id="tool-is-a-builtin",
+    ),
+    pytest.param(
+        {"kind": "continue", "calls": [call(lambda v, c: v, "x", "c1")]},  # type: ignore[arg-type]
+        id="tool-is-a-lambda",
+    ),
+    pytest.param(
+        {"kind": "continue", "calls": [{"id": "c1", "tool": _tool_object(), "input": "x"}]},
+        id="tool-is-a-tool-object",
+    ),
+    pytest.param(
+        {
+            "kind": "continue",
+            "calls": [
+                {
+                    "id": "c1",
+                    "tool": {"name": "shell", "run": "os:system", "description": "Run a command."},
+                    "input": "ls",
+                }
+            ],
+        },
+        id="tool-is-a-description",
+    ),
+    pytest.param(
+        {
+            "kind": "continue",
+            "calls": [{"id": "c1", "tool": "shell", "input": "ls", "run": "os:system"}],
+        },
+        id="call-with-run",
+    ),
     *(
         pytest.param(continue_with(call(name, "x", "c1")), id=f"name-{name}")
-        for name in ["__class__", "__init__", "__call__", "__getattribute__", "run", "_run",
-                     "echo.run", "echo._run", "echo.__class__", "tools", "registry",
-                     "guarded", "guarded/turn", "guarded/tool/echo", "child", "os:system",
-                     "builtins.eval", "echo\x00", "ECHO"]
+        for name in [
+            "__class__",
+            "__init__",
+            "__call__",
+            "__getattribute__",
+            "run",
+            "_run",
+            "echo.run",
+            "echo._run",
+            "echo.__class__",
+            "tools",
+            "registry",
+            "guarded",
+            "guarded/turn",
+            "guarded/tool/echo",
+            "child",
+            "os:system",
+            "builtins.eval",
+            "echo\x00",
+            "ECHO",
+        ]
     ),
     pytest.param({"kind": "next"}, id="next"),
     pytest.param({"kind": "next", "state": {"a": 1}}, id="next-with-state"),
     pytest.param({"kind": "finish", "result": "x", "state": {"a": 1}}, id="finish-with-state"),
-    pytest.param({"kind": "continue", "calls": [VALID], "state": {"a": 1}},
-                 id="continue-with-state"),
+    pytest.param(
+        {"kind": "continue", "calls": [VALID], "state": {"a": 1}}, id="continue-with-state"
+    ),
     pytest.param({"kind": "continue", "calls": [VALID], "next": {"turn": 99}}, id="next-key"),
     pytest.param({"kind": "reduce", "calls": [VALID]}, id="kind-reduce"),
     pytest.param({"kind": "skip", "result": "x"}, id="kind-skip"),
@@ -1040,8 +1094,9 @@ async def test_the_decision_context_offers_no_callable_but_its_own_services() ->
         contexts.append(ctx)
         return finish("done")
 
-    child = define_pipeline(id="child", options_schema=str,
-                            steps=[step("only", lambda inputs, ctx: ctx.options)])
+    child = define_pipeline(
+        id="child", options_schema=str, steps=[step("only", lambda inputs, ctx: ctx.options)]
+    )
     agent = define_agent(
         id="inspected",
         input_schema=dict[str, Any],
@@ -1050,8 +1105,13 @@ async def test_the_decision_context_offers_no_callable_but_its_own_services() ->
         decide=decide,
         dry_run=decide,
         tools={
-            "secret": define_tool(description="Has a handler.", input_schema=str,
-                                  output_schema=str, run=handler, preview=handler),
+            "secret": define_tool(
+                description="Has a handler.",
+                input_schema=str,
+                output_schema=str,
+                run=handler,
+                preview=handler,
+            ),
             "child": pipeline_tool(child, description="A pipeline tool."),
         },
     )
@@ -1102,7 +1162,9 @@ async def test_tool_data_with_lone_surrogates_never_retires_a_file_sink(
 
     def agent(tools: dict[str, Any], decision: Any) -> Pipeline:
         return define_agent(
-            id="fetching", input_schema=Any, result_schema=Any,
+            id="fetching",
+            input_schema=Any,
+            result_schema=Any,
             initial_state=lambda validated: {},
             decide=scripted(decision, finish("done")),
             tools=tools,
@@ -1112,18 +1174,17 @@ async def test_tool_data_with_lone_surrogates_never_retires_a_file_sink(
     failing = define_tool(description="Fail.", input_schema=str, output_schema=str, run=broken)
     ndjson, sqlite = tmp_path / "t.ndjson", tmp_path / "t.sqlite"
     with caplog.at_level(logging.WARNING), NdjsonSink(ndjson) as a, SqliteSink(sqlite) as b:
-        ok = await agent({"fetch": tool}, continue_with(call("fetch", "u"))).run(
-            None, trace=[a, b])
+        ok = await agent({"fetch": tool}, continue_with(call("fetch", "u"))).run(None, trace=[a, b])
         bad = await agent({"fail": failing}, continue_with(call("fail", "u"))).run(
-            None, trace=[a, b])
+            None, trace=[a, b]
+        )
 
     assert ok.status == "completed"
     assert bad.status == "failed"
     assert [r for r in caplog.records if r.name == "tubeless.trace"] == []
     for path in (ndjson, sqlite):
         records = read_trace(path)
-        roots = [r for r in records if r["name"] == "pipeline.completed" and
-                 "parentRunId" not in r]
+        roots = [r for r in records if r["name"] == "pipeline.completed" and "parentRunId" not in r]
         assert [r["payload"]["status"] for r in roots] == ["completed", "failed"]
 
 
@@ -1178,8 +1239,11 @@ async def test_deeply_nested_model_data_is_accepted_or_an_invalid_decision(
         result_schema=built if where == "finish-result" else Any,
         initial_state=lambda validated: {},
         decide=scripted(decision, finish("done")),
-        tools={"take": define_tool(description="Take.", input_schema=built, output_schema=str,
-                                   run=take)},
+        tools={
+            "take": define_tool(
+                description="Take.", input_schema=built, output_schema=str, run=take
+            )
+        },
     )
 
     run = await asyncio.wait_for(agent.run(None), HANG_GUARD)

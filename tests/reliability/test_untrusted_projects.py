@@ -63,16 +63,39 @@ def assert_located(error: BaseException, path: Path, text_lines: int | None = No
 
 # -- fuzzing mutated copies of every shipped project ----------------------------------------------
 TEXTS = {path.stem: path.read_bytes() for path in SHIPPED}
-KEYS = sorted(
-    {key.decode() for text in TEXTS.values() for key in re.findall(rb"([a-z_]+):", text)}
-)
+KEYS = sorted({key.decode() for text in TEXTS.values() for key in re.findall(rb"([a-z_]+):", text)})
 JUNK_KEYS = ["", "tool", "Agents", "__class__", "<<", "? x", "a b", "'q'", "1", "true", "~", "é"]
 VALUES = [
-    "", "null", "~", "true", "no", "0", "-1", "3.5", ".nan", "-.inf", "0x10", "1e309",
-    "[]", "{}", "[1, [2, [3]]]", "{a: {b: c}}", "'quoted'", '"dq \\u0000"', "|\n  block",
-    ">-\n  folded", "2024-01-01", "examples.text:count", "os:system", "builtins:eval",
-    "{use: os:system, with: {command: touch MARKER}}", "'{{ input.question }}'",
-    "'{{ input.__class__ }}'", "'{{ unclosed'", "'{% include \"x\" %}'", "*missing",
+    "",
+    "null",
+    "~",
+    "true",
+    "no",
+    "0",
+    "-1",
+    "3.5",
+    ".nan",
+    "-.inf",
+    "0x10",
+    "1e309",
+    "[]",
+    "{}",
+    "[1, [2, [3]]]",
+    "{a: {b: c}}",
+    "'quoted'",
+    '"dq \\u0000"',
+    "|\n  block",
+    ">-\n  folded",
+    "2024-01-01",
+    "examples.text:count",
+    "os:system",
+    "builtins:eval",
+    "{use: os:system, with: {command: touch MARKER}}",
+    "'{{ input.question }}'",
+    "'{{ input.__class__ }}'",
+    "'{{ unclosed'",
+    "'{% include \"x\" %}'",
+    "*missing",
 ]
 INSERTS = [
     "!!python/object/apply:os.system ['touch MARKER'] ",
@@ -110,9 +133,8 @@ INSERTS = [
     "\x85",
     "\udcff",
 ]
-BOMB = (
-    "lol0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
-    + "".join(f"lol{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 9))
+BOMB = "lol0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"lol{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 9)
 )
 
 
@@ -128,8 +150,18 @@ def mutated_projects(draw: st.DrawFn) -> tuple[str, bytes]:
         kind = draw(
             st.sampled_from(
                 [
-                    "flip", "flip", "delete-line", "duplicate-line", "swap-lines", "indent",
-                    "rename-key", "swap-value", "swap-value", "truncate", "insert", "insert",
+                    "flip",
+                    "flip",
+                    "delete-line",
+                    "duplicate-line",
+                    "swap-lines",
+                    "indent",
+                    "rename-key",
+                    "swap-value",
+                    "swap-value",
+                    "truncate",
+                    "insert",
+                    "insert",
                     "bomb",
                 ]
             )
@@ -236,9 +268,7 @@ def test_a_mutated_project_is_valid_or_refused_with_located_issues(
         # A mutation that loses the top-level version: or project: key: by validate's one rule
         # for what a project file is, a named file like this is skipped (check_project still ran).
         event("skipped by validate")
-        keys = [
-            re.search(rb"^" + key + rb"[ \t]*:(?:[ \t]|$)", data, re.M) for key in PROJECT_KEYS
-        ]
+        keys = [re.search(rb"^" + key + rb"[ \t]*:(?:[ \t]|$)", data, re.M) for key in PROJECT_KEYS]
         assert not all(keys), err
         assert (code, json.loads(out), err.count("\n")) == (0, {"ok": True, "files": []}, 1)
         return
@@ -344,8 +374,10 @@ def trap_project(tmp_path: Path) -> Iterator[Path]:
     (lib / "evil.pth").write_text("import os; os.system('touch PTH-RAN')\n", encoding="utf-8")
     project = tmp_path / "project" / "trap.yaml"
     project.parent.mkdir()
-    project.write_text(TRAP_PROJECT.replace("lib, lib/pkg, ../outside", "../lib, ../lib/pkg, "
-                                             "../outside"), encoding="utf-8")
+    project.write_text(
+        TRAP_PROJECT.replace("lib, lib/pkg, ../outside", "../lib, ../lib/pkg, ../outside"),
+        encoding="utf-8",
+    )
     with restored_imports():
         yield project
 
@@ -386,7 +418,11 @@ def test_validate_as_a_process_imports_no_project_module(trap_project: Path) -> 
     root = trap_project.parent.parent
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "tubeless", "validate", "--json", root],
-        capture_output=True, text=True, cwd=root, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=60,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr
@@ -399,11 +435,14 @@ def test_resolve_does_import_the_trap_so_the_markers_prove_something(trap_projec
     root = trap_project.parent.parent
     code, _, err = cli("validate", "--resolve", trap_project)
     assert code == 0, err
-    assert {name.removeprefix("IMPORTED-") for name in
-            (p.name for p in root.rglob("IMPORTED-*"))} >= set(TRAP_NAMES)
-    assert (root / "lib" / "FACTORY-CALLED").exists() or (
-        root / "lib" / "pkg" / "FACTORY-CALLED").exists() or (
-        root / "outside" / "FACTORY-CALLED").exists()
+    assert {
+        name.removeprefix("IMPORTED-") for name in (p.name for p in root.rglob("IMPORTED-*"))
+    } >= set(TRAP_NAMES)
+    assert (
+        (root / "lib" / "FACTORY-CALLED").exists()
+        or (root / "lib" / "pkg" / "FACTORY-CALLED").exists()
+        or (root / "outside" / "FACTORY-CALLED").exists()
+    )
 
 
 # -- hostile files are refused before any expansion ------------------------------------------------
@@ -470,8 +509,16 @@ def _write_hostile(tmp_path: Path, kind: str) -> tuple[Path, str]:
 
 
 HOSTILE = [
-    "apply-os-system", "name-builtins-eval", "object-new", "alias-bomb", "merge-bomb",
-    "nesting-10000", "nesting-1000-block", "sparse-50mb", "binary", "elf",
+    "apply-os-system",
+    "name-builtins-eval",
+    "object-new",
+    "alias-bomb",
+    "merge-bomb",
+    "nesting-10000",
+    "nesting-1000-block",
+    "sparse-50mb",
+    "binary",
+    "elf",
 ]
 
 #: Hostile files that are not project files by validate's rule (it names them as skipped).
@@ -664,9 +711,13 @@ def test_a_standard_library_callable_is_accepted_once_its_module_is_allowed(
             # factory is called at load without arguments (a required one is named first, or
             # the call refuses with a TypeError), a callable must take the harness's arguments.
             (issue,) = exc.issues
-            assert issue.message.startswith((f"{reference!r} needs the setting",
-                                             f"factory {reference!r} failed: TypeError",
-                                             f"{reference!r} cannot be called as")), issue
+            assert issue.message.startswith(
+                (
+                    f"{reference!r} needs the setting",
+                    f"factory {reference!r} failed: TypeError",
+                    f"{reference!r} cannot be called as",
+                )
+            ), issue
         else:
             assert position != "factory-use"
             assert set(project.entries) == ({"flow"} if position == "step-run" else {"helper"})
@@ -824,11 +875,14 @@ def test_a_ten_gigabyte_template_is_refused_by_a_bound_not_by_running_out_of_mem
     path = _template_project(tmp_path, template)
     done = subprocess.run(
         [sys.executable, "-c", RLIMITED, str(path)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     outcome = json.loads(done.stdout)
     assert outcome["code"] == TEMPLATE_INVALID
     assert "MemoryError" not in outcome["message"]
-

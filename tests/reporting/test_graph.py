@@ -220,8 +220,10 @@ def test_agent_renders_its_turn_loop_and_tools() -> None:
 
 def test_agent_tools_name_their_child_pipeline_or_agent() -> None:
     text = render_graph(delegating_agent, descriptions=True)
-    assert '    step0_tool0(["agent: scripted-agent — Count and uppercase one word with the ' \
+    assert (
+        '    step0_tool0(["agent: scripted-agent — Count and uppercase one word with the '
         'scripted agent."])' in text
+    )
     assert '    step0_tool1(["pipeline: agent-summary — Summarize text."])' in text
     assert "  step0_1 -. process_word .-> step0_tool0" in text
     assert "  step0_1 -. summarize .-> step0_tool1" in text

@@ -85,7 +85,8 @@ def words(*texts: str) -> Callable[[int], list[dict[str, Any]]]:
 
 def index_of(records: Records, name: str, item_key: str, after: int = 0) -> int:
     return next(
-        i for i, r in enumerate(records)
+        i
+        for i, r in enumerate(records)
         if i >= after and r["name"] == name and r.get("itemKey") == item_key
     )
 
@@ -111,8 +112,11 @@ async def test_running_and_failed_calls_come_first_then_decision_order() -> None
     records = await capture(agent, {})
     attributed = index_of(records, "pipeline.started", "c4") - 1
     assert records[attributed]["payload"]["attributes"]["agent.callId"] == "c4"
-    calls = [(r.call_id, r.status, r.tool) for r in fed(records[:attributed + 1]).rows()
-             if r.kind == "call"]
+    calls = [
+        (r.call_id, r.status, r.tool)
+        for r in fed(records[: attributed + 1]).rows()
+        if r.kind == "call"
+    ]
     assert calls == [
         ("c1", "failed", "uppercase"),
         ("c4", "pending", "count"),
@@ -120,13 +124,18 @@ async def test_running_and_failed_calls_come_first_then_decision_order() -> None
         ("c2", "completed", "count"),
         ("c3", "completed", "uppercase"),
     ]
-    started = fed(records[:attributed + 2])
+    started = fed(records[: attributed + 2])
     assert [(r.call_id, r.status) for r in started.rows() if r.kind == "call"][:2] == [
-        ("c1", "failed"), ("c4", "running"),
+        ("c1", "failed"),
+        ("c4", "running"),
     ]
     # Once the turn is over, the current (finish) turn has no calls, so the last batch stays.
     assert [r.call_id for r in fed(records).rows() if r.kind == "call"] == [
-        "c1", "c0", "c2", "c3", "c4",
+        "c1",
+        "c0",
+        "c2",
+        "c3",
+        "c4",
     ]
 
 
@@ -189,8 +198,11 @@ def test_500_turns_of_20_calls_stay_within_the_row_and_container_bounds(
 
 
 def test_memory_stays_flat_from_50_to_500_turns(long_run: Records) -> None:
-    tenth = next(i for i, r in enumerate(long_run)
-                 if r["name"] == "pipeline.started" and r.get("itemKey") == "iteration-51")
+    tenth = next(
+        i
+        for i, r in enumerate(long_run)
+        if r["name"] == "pipeline.started" and r.get("itemKey") == "iteration-51"
+    )
     tracemalloc.start()
     try:
         baseline = tracemalloc.get_traced_memory()[0]
@@ -249,11 +261,13 @@ async def test_a_tool_s_progress_is_the_detail_of_its_call_row() -> None:
         initial_state=lambda validated: {},
         decide=lambda state, ctx: (
             {"kind": "continue", "calls": [{"id": "c0", "tool": "work", "input": "x"}]}
-            if ctx.turn == 1 else {"kind": "finish", "result": "done"}
+            if ctx.turn == 1
+            else {"kind": "finish", "result": "done"}
         ),
         reduce=lambda state, outcomes: state,
-        tools={"work": define_tool(description="Works.", input_schema=str, output_schema=str,
-                                   run=work)},
+        tools={
+            "work": define_tool(description="Works.", input_schema=str, output_schema=str, run=work)
+        },
     )
     records = await capture(agent, {})
     running = index_of(records, "pipeline.completed", "c0")  # the call's run ends here
@@ -271,10 +285,22 @@ def test_garbage_records_never_raise() -> None:
     for record in garbage:
         model.feed(record)
     model.feed({"name": "pipeline.started", "runId": "r", "payload": []})
-    model.feed({"name": "step.running", "runId": "r", "stepId": "a",
-                "payload": {"progress": {"completed": 10**400, "total": "x"}}})
-    model.feed({"name": "pipeline.started", "runId": "t", "parentRunId": "r",
-                "iteration": {"runId": "r", "stepId": "a", "index": None}})
+    model.feed(
+        {
+            "name": "step.running",
+            "runId": "r",
+            "stepId": "a",
+            "payload": {"progress": {"completed": 10**400, "total": "x"}},
+        }
+    )
+    model.feed(
+        {
+            "name": "pipeline.started",
+            "runId": "t",
+            "parentRunId": "r",
+            "iteration": {"runId": "r", "stepId": "a", "index": None},
+        }
+    )
     model.feed({"name": "pipeline.started", "runId": "c", "parentRunId": "t", "itemKey": "k"})
     assert model.dropped == 5
     assert shape(model.rows()) == [
@@ -283,25 +309,45 @@ def test_garbage_records_never_raise() -> None:
     ]
 
 
-ANY = st.none() | st.booleans() | st.integers() | st.just(10**400) | st.floats() | st.text(
-    max_size=4
-) | st.lists(st.integers(), max_size=2)
+ANY = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.just(10**400)
+    | st.floats()
+    | st.text(max_size=4)
+    | st.lists(st.integers(), max_size=2)
+)
 FUZZ = st.fixed_dictionaries(
     {"name": st.sampled_from(RECORD_NAMES), "runId": st.sampled_from(["r", "t", "c"])},
     optional={
         "parentRunId": st.sampled_from(["r", "t"]) | ANY,
         "stepId": st.sampled_from(["agent", "decide", "calls"]) | ANY,
         "itemKey": st.sampled_from(["k", "j"]) | ANY,
-        "iteration": st.fixed_dictionaries({"runId": st.just("r")}, optional={
-            "stepId": ANY, "index": ANY}) | ANY,
-        "timestampMs": ANY, "durationMs": ANY,
+        "iteration": st.fixed_dictionaries(
+            {"runId": st.just("r")}, optional={"stepId": ANY, "index": ANY}
+        )
+        | ANY,
+        "timestampMs": ANY,
+        "durationMs": ANY,
         "error": st.dictionaries(st.sampled_from(["code", "message", "sourceCode"]), ANY) | ANY,
         "payload": st.dictionaries(
             st.sampled_from(["progress", "attributes", "status", "reason", "name", "dryRun"]),
-            ANY | st.fixed_dictionaries({"agent.turn": ANY}, optional={
-                "agent.callId": ANY, "agent.tool": ANY, "agent.decision": ANY,
-                "agent.callCount": ANY, "completed": ANY, "total": ANY, "message": ANY}),
-        ) | ANY,
+            ANY
+            | st.fixed_dictionaries(
+                {"agent.turn": ANY},
+                optional={
+                    "agent.callId": ANY,
+                    "agent.tool": ANY,
+                    "agent.decision": ANY,
+                    "agent.callCount": ANY,
+                    "completed": ANY,
+                    "total": ANY,
+                    "message": ANY,
+                },
+            ),
+        )
+        | ANY,
     },
 )
 
@@ -355,7 +401,7 @@ async def test_live_view_attached_to_a_run_draws_and_leaves_the_final_frame() ->
     run = await scripted_agent.run({"question": "missing word"}, trace=[view])
     assert run.status == "completed"
     view.close()
-    assert frame_text(out.getvalue())[-len(FINAL_FRAME):] == FINAL_FRAME
+    assert frame_text(out.getvalue())[-len(FINAL_FRAME) :] == FINAL_FRAME
     assert not [t for t in threading.enumerate() if "Refresh" in type(t).__name__]
 
 

@@ -96,7 +96,11 @@ def test_the_live_view_shows_the_run_id_and_a_tool_s_progress(tmp_path: Path) ->
         env.pop(name, None)
     process = subprocess.Popen(
         [sys.executable, "-m", "tubeless", "run", str(project), "--trace", "t.ndjson"],
-        stdin=slave, stdout=subprocess.PIPE, stderr=slave, cwd=tmp_path, env=env,
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        cwd=tmp_path,
+        env=env,
     )
     os.close(slave)
     seen: list[str] = []

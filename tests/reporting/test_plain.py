@@ -127,9 +127,7 @@ async def test_a_failing_call_shows_its_tool_error_code_ascii_and_unicode() -> N
     Pipeline scripted-agent: done in <d> (status=completed, steps=1, errors=0)
     """
     assert replay(records) == lines(expected)
-    unicode = (
-        expected.replace("->", "→").replace(" ok ", " ✓ ").replace(" fail ", " ✗ ")
-    )
+    unicode = expected.replace("->", "→").replace(" ok ", " ✓ ").replace(" fail ", " ✗ ")
     assert replay(records, unicode=True) == lines(unicode)
 
 
@@ -276,15 +274,19 @@ def progress_agent(*counts: int) -> Any:
         result_schema=int,
         initial_state=lambda validated: {"done": False},
         decide=lambda state, ctx: (
-            {"kind": "finish", "result": 0} if state["done"] else {
+            {"kind": "finish", "result": 0}
+            if state["done"]
+            else {
                 "kind": "continue",
-                "calls": [{"id": f"c{i}", "tool": "work", "input": c}
-                          for i, c in enumerate(counts)],
+                "calls": [
+                    {"id": f"c{i}", "tool": "work", "input": c} for i, c in enumerate(counts)
+                ],
             }
         ),
         reduce=lambda state, outcomes: {"done": True},
-        tools={"work": define_tool(description="Works.", input_schema=int, output_schema=int,
-                                   run=work)},
+        tools={
+            "work": define_tool(description="Works.", input_schema=int, output_schema=int, run=work)
+        },
     )
 
 
@@ -313,12 +315,20 @@ async def test_a_tool_s_progress_is_printed_under_its_call_throttled_per_call() 
 
 # -- defaults: symbols and colour ---------------------------------------------------------------
 SYNTHETIC: Records = [
-    {"name": "pipeline.started", "runId": "r", "pipelineId": "p",
-     "payload": {"dryRun": False, "stepCount": 1}},
+    {
+        "name": "pipeline.started",
+        "runId": "r",
+        "pipelineId": "p",
+        "payload": {"dryRun": False, "stepCount": 1},
+    },
     {"name": "step.running", "runId": "r", "stepId": "a", "payload": {}},
     {"name": "step.complete", "runId": "r", "stepId": "a", "durationMs": 1500.0, "payload": {}},
-    {"name": "pipeline.completed", "runId": "r", "durationMs": 61000.0,
-     "payload": {"status": "completed", "stepCount": 1, "errorCount": 0}},
+    {
+        "name": "pipeline.completed",
+        "runId": "r",
+        "durationMs": 61000.0,
+        "payload": {"status": "completed", "stepCount": 1, "errorCount": 0},
+    },
 ]
 
 
@@ -376,8 +386,9 @@ def test_colour_paints_symbols_and_the_done_line(clean_env: Any) -> None:
     out = emit(FakeTty())
     assert "  \x1b[36m→\x1b[0m a\n" in out
     assert "  \x1b[32m✓\x1b[0m a (1.5s)\n" in out
-    assert out.endswith("\x1b[32mPipeline p: done in 1m1s (status=completed, steps=1, errors=0)"
-                        "\x1b[0m\n")
+    assert out.endswith(
+        "\x1b[32mPipeline p: done in 1m1s (status=completed, steps=1, errors=0)\x1b[0m\n"
+    )
 
 
 def test_choose_reporter_prefers_plain_lines_off_a_terminal(clean_env: Any) -> None:
@@ -391,11 +402,20 @@ def test_choose_reporter_prefers_plain_lines_off_a_terminal(clean_env: Any) -> N
 def test_recorded_text_is_made_terminal_safe() -> None:
     records = [
         {"name": "pipeline.started", "runId": "r", "pipelineId": "p\x1b[31m", "payload": {}},
-        {"name": "step.planned", "runId": "r", "stepId": "a",
-         "payload": {"name": "evil\x1b]0;title\x07", "description": "two\nlines"}},
+        {
+            "name": "step.planned",
+            "runId": "r",
+            "stepId": "a",
+            "payload": {"name": "evil\x1b]0;title\x07", "description": "two\nlines"},
+        },
         {"name": "step.running", "runId": "r", "stepId": "a", "payload": {}},
-        {"name": "step.failed", "runId": "r", "stepId": "a",
-         "error": {"message": "bad\r\u202eword"}, "payload": {}},
+        {
+            "name": "step.failed",
+            "runId": "r",
+            "stepId": "a",
+            "error": {"message": "bad\r\u202eword"},
+            "payload": {},
+        },
     ]
     out = replay(records)
     assert "\x1b" not in out and "\r" not in out and "\u202e" not in out and "\x07" not in out
@@ -408,22 +428,43 @@ def test_recorded_text_is_made_terminal_safe() -> None:
 
 # -- never raising ------------------------------------------------------------------------------
 GARBAGE: list[Any] = [
-    None, [], "pipeline.started", {}, {"name": 3, "runId": "r"}, {"name": "step.running"},
+    None,
+    [],
+    "pipeline.started",
+    {},
+    {"name": 3, "runId": "r"},
+    {"name": "step.running"},
     {"name": "pipeline.started", "runId": "r", "payload": "nope", "pipelineId": 7},
     {"name": "step.planned", "runId": "r", "stepId": "a", "payload": {"name": ["x"]}},
     {"name": "step.running", "runId": "r", "stepId": "a", "payload": {"progress": "half"}},
-    {"name": "step.running", "runId": "r", "stepId": "a",
-     "payload": {"progress": {"completed": "1", "total": True, "message": 5}}},
+    {
+        "name": "step.running",
+        "runId": "r",
+        "stepId": "a",
+        "payload": {"progress": {"completed": "1", "total": True, "message": 5}},
+    },
     {"name": "step.running", "runId": "r", "stepId": None, "payload": None},
     {"name": "step.complete", "runId": "r", "stepId": "a", "durationMs": "fast"},
     {"name": "step.failed", "runId": "r", "stepId": "a", "error": "boom"},
     {"name": "step.skipped", "runId": "r", "stepId": "a", "payload": {"reason": 1}},
-    {"name": "pipeline.started", "runId": "t", "parentRunId": "r",
-     "iteration": {"runId": "r", "stepId": None, "index": "one"}},
-    {"name": "step.attempted", "runId": "t", "stepId": "decide",
-     "payload": {"attributes": {"agent.turn": "x", "agent.callCount": None}}},
-    {"name": "step.attempted", "runId": "t", "stepId": "calls",
-     "payload": {"attributes": {"agent.turn": 1, "agent.callId": 5, "agent.tool": []}}},
+    {
+        "name": "pipeline.started",
+        "runId": "t",
+        "parentRunId": "r",
+        "iteration": {"runId": "r", "stepId": None, "index": "one"},
+    },
+    {
+        "name": "step.attempted",
+        "runId": "t",
+        "stepId": "decide",
+        "payload": {"attributes": {"agent.turn": "x", "agent.callCount": None}},
+    },
+    {
+        "name": "step.attempted",
+        "runId": "t",
+        "stepId": "calls",
+        "payload": {"attributes": {"agent.turn": 1, "agent.callId": 5, "agent.tool": []}},
+    },
     {"name": "pipeline.started", "runId": "c", "parentRunId": "t", "itemKey": 9},
     {"name": "pipeline.started", "runId": "c2", "parentRunId": "t", "itemKey": "k"},
     {"name": "pipeline.completed", "runId": "c2", "payload": {"status": "failed"}, "error": []},
@@ -467,10 +508,15 @@ def test_a_broken_stream_never_raises() -> None:
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.just(10**400) | st.floats()
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.just(10**400)
+    | st.floats()
     | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                  max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 RECORD = st.fixed_dictionaries(
@@ -479,20 +525,40 @@ RECORD = st.fixed_dictionaries(
         "parentRunId": st.sampled_from(["r", "t"]) | JSON,
         "stepId": st.sampled_from(["agent", "decide", "calls"]) | JSON,
         "itemKey": st.sampled_from(["k"]) | JSON,
-        "iteration": st.fixed_dictionaries({"runId": st.just("r")}, optional={
-            "stepId": JSON, "index": JSON}) | JSON,
+        "iteration": st.fixed_dictionaries(
+            {"runId": st.just("r")}, optional={"stepId": JSON, "index": JSON}
+        )
+        | JSON,
         "durationMs": JSON,
         "error": st.fixed_dictionaries({}, optional={"message": JSON, "code": JSON}) | JSON,
-        "payload": st.fixed_dictionaries({}, optional={
-            "progress": st.fixed_dictionaries({}, optional={
-                "completed": JSON, "total": JSON, "message": JSON}) | JSON,
-            "attributes": st.fixed_dictionaries({"agent.turn": JSON}, optional={
-                "agent.callId": JSON, "agent.tool": JSON, "agent.decision": JSON,
-                "agent.callCount": JSON}) | JSON,
-            "status": st.sampled_from(["completed", "failed", "cancelled"]) | JSON,
-            "reason": JSON, "dependencyId": JSON, "message": JSON, "stepCount": JSON,
-            "definitionSnapshot": JSON, "name": JSON, "description": JSON,
-        }) | JSON,
+        "payload": st.fixed_dictionaries(
+            {},
+            optional={
+                "progress": st.fixed_dictionaries(
+                    {}, optional={"completed": JSON, "total": JSON, "message": JSON}
+                )
+                | JSON,
+                "attributes": st.fixed_dictionaries(
+                    {"agent.turn": JSON},
+                    optional={
+                        "agent.callId": JSON,
+                        "agent.tool": JSON,
+                        "agent.decision": JSON,
+                        "agent.callCount": JSON,
+                    },
+                )
+                | JSON,
+                "status": st.sampled_from(["completed", "failed", "cancelled"]) | JSON,
+                "reason": JSON,
+                "dependencyId": JSON,
+                "message": JSON,
+                "stepCount": JSON,
+                "definitionSnapshot": JSON,
+                "name": JSON,
+                "description": JSON,
+            },
+        )
+        | JSON,
     },
 )
 

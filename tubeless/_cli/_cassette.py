@@ -21,19 +21,36 @@ _REPLAY_ONLY = ("replay_outcomes", "show_values", "allow_changed_definition")
 def cassette_params() -> list[click.Parameter]:
     """The record and replay options of ``run``."""
     return [
-        click.Option(["--record"], default=None, metavar="FILE",
-                     help="Record the agent's decisions, outcomes and result into the cassette "
-                     "FILE (JSONL, mode 0600; it holds inputs and outputs, never a key)."),
-        click.Option(["--replay"], default=None, metavar="FILE",
-                     help="Take the decisions from the cassette FILE (no model, no key); tools "
-                     "run and each outcome must match the recording."),
-        click.Option(["--replay-outcomes"], is_flag=True,
-                     help="With --replay: take the outcomes from the cassette too (no tool runs)."),
-        click.Option(["--show-values"], is_flag=True,
-                     help="With --replay: quote the recorded and live values of a divergence."),
-        click.Option(["--allow-changed-definition"], is_flag=True,
-                     help="With --replay: replay a cassette recorded for another definition, "
-                     "and say what changed."),
+        click.Option(
+            ["--record"],
+            default=None,
+            metavar="FILE",
+            help="Record the agent's decisions, outcomes and result into the cassette "
+            "FILE (JSONL, mode 0600; it holds inputs and outputs, never a key).",
+        ),
+        click.Option(
+            ["--replay"],
+            default=None,
+            metavar="FILE",
+            help="Take the decisions from the cassette FILE (no model, no key); tools "
+            "run and each outcome must match the recording.",
+        ),
+        click.Option(
+            ["--replay-outcomes"],
+            is_flag=True,
+            help="With --replay: take the outcomes from the cassette too (no tool runs).",
+        ),
+        click.Option(
+            ["--show-values"],
+            is_flag=True,
+            help="With --replay: quote the recorded and live values of a divergence.",
+        ),
+        click.Option(
+            ["--allow-changed-definition"],
+            is_flag=True,
+            help="With --replay: replay a cassette recorded for another definition, "
+            "and say what changed.",
+        ),
     ]
 
 

@@ -228,22 +228,31 @@ def _story(frames: list[_Frame], flags: Mapping[str, str] | None) -> tuple[str, 
 
 def _unpublished(frame: _Frame) -> str:
     """Why finalization lacked outputs: the steps a dry run or a selection skipped."""
-    steps = [step for step in getattr(frame.run, "steps", None) or ()
-             if getattr(step, "status", None) == "skipped"]
+    steps = [
+        step
+        for step in getattr(frame.run, "steps", None) or ()
+        if getattr(step, "status", None) == "skipped"
+    ]
     previews = [s.id for s in steps if getattr(s, "reason", None) == "dry-run"]
     filtered = [s.id for s in steps if getattr(s, "reason", None) == "filtered"]
     notes: list[str] = []
     if previews and getattr(frame.run, "dry_run", False):
         agent = _pipeline_id(frame) if _step_ids(frame) == ("agent",) else None
         if agent is not None:
-            notes.append(f"agent {agent} has no dry_run decision source, so the dry run skipped "
-                         "it and there is no result")
+            notes.append(
+                f"agent {agent} has no dry_run decision source, so the dry run skipped "
+                "it and there is no result"
+            )
         else:
-            notes.append(f"the dry run skipped {', '.join(previews)} (dry_run: skip), so "
-                         "finalization had no output from them")
+            notes.append(
+                f"the dry run skipped {', '.join(previews)} (dry_run: skip), so "
+                "finalization had no output from them"
+            )
     if filtered:
-        notes.append(f"the selection skipped {', '.join(filtered)}, so finalization saw only the "
-                     "selected steps' outputs")
+        notes.append(
+            f"the selection skipped {', '.join(filtered)}, so finalization saw only the "
+            "selected steps' outputs"
+        )
     return "".join(f" ({note})" for note in notes)
 
 

@@ -58,8 +58,9 @@ class BatchProgress:
     Plain lines: one per failed row, and one each time another tenth of the rows is done.
     """
 
-    def __init__(self, stream: TextIO, total: int, *, live: bool | None = None,
-                 label: str = "batch") -> None:
+    def __init__(
+        self, stream: TextIO, total: int, *, live: bool | None = None, label: str = "batch"
+    ) -> None:
         from tubeless.reporting.plain import stream_is_terminal
 
         self.stream = stream
@@ -83,9 +84,14 @@ class BatchProgress:
             )
 
             self._bar = Progress(
-                TextColumn(label), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[failed]} failed"), TextColumn("{task.fields[rate]}"),
-                TimeRemainingColumn(), console=Console(file=stream), transient=False,
+                TextColumn(label),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[failed]} failed"),
+                TextColumn("{task.fields[rate]}"),
+                TimeRemainingColumn(),
+                console=Console(file=stream),
+                transient=False,
             )
             self._task = self._bar.add_task("rows", total=total, failed=0, rate="")
             self._bar.start()
@@ -109,8 +115,10 @@ class BatchProgress:
             while self.done * 10 >= self._next_tenth * self.total:
                 self._next_tenth += 1
             if self.label == "batch":
-                self._line(f"batch: {self.done}/{self.total} rows done, {self.failed} failed"
-                           + (f", {rate}" if rate else ""))
+                self._line(
+                    f"batch: {self.done}/{self.total} rows done, {self.failed} failed"
+                    + (f", {rate}" if rate else "")
+                )
             else:
                 self._line(f"{self.label}: {self.done}/{self.total} cases run")
 
@@ -136,33 +144,86 @@ class BatchProgress:
 @click.command("batch")
 @click.argument("project", metavar="PROJECT")
 @click.argument("args", nargs=-1, metavar="[ID] INPUTS")
-@click.option("--output", "-o", default=None, metavar="FILE",
-              help="Write rows to FILE (JSONL); a rerun skips the rows it holds as completed.")
-@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Rows in flight at once (process and ray: workers).")
-@click.option("--engine", type=click.Choice(_ENGINES), default="local", show_default=True,
-              help="local: asyncio tasks here; process: worker processes; ray: Ray actors.")
-@click.option("--ray-address", default=None, metavar="ADDR",
-              help="The Ray cluster (default: RAY_ADDRESS, else a local Ray for the batch).")
-@click.option("--trace", multiple=True, metavar="PATH",
-              help="Record every row: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).")
-@click.option("--retry-failed", is_flag=True,
-              help="Run a failed row once more (on another worker); the second outcome counts.")
-@click.option("--fail-fast", is_flag=True,
-              help="After the first failed row, start no more and cancel those in flight.")
-@click.option("--checkpoints", default=None, metavar="PATH",
-              help="Run each row durably in the checkpoint file PATH: a row interrupted "
-              "mid-run resumes where it stopped on the next run.")
-@click.option("--record-dir", default=None, metavar="DIR",
-              help="Record each row's cassette into DIR/<index>.cassette.jsonl (mode 0600).")
-@click.option("--replay-dir", default=None, metavar="DIR",
-              help="Replay each row from DIR/<index>.cassette.jsonl (no model); a row that "
-              "diverges fails with TUBELESS_REPLAY_DIVERGED.")
+@click.option(
+    "--output",
+    "-o",
+    default=None,
+    metavar="FILE",
+    help="Write rows to FILE (JSONL); a rerun skips the rows it holds as completed.",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Rows in flight at once (process and ray: workers).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(_ENGINES),
+    default="local",
+    show_default=True,
+    help="local: asyncio tasks here; process: worker processes; ray: Ray actors.",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="ADDR",
+    help="The Ray cluster (default: RAY_ADDRESS, else a local Ray for the batch).",
+)
+@click.option(
+    "--trace",
+    multiple=True,
+    metavar="PATH",
+    help="Record every row: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).",
+)
+@click.option(
+    "--retry-failed",
+    is_flag=True,
+    help="Run a failed row once more (on another worker); the second outcome counts.",
+)
+@click.option(
+    "--fail-fast",
+    is_flag=True,
+    help="After the first failed row, start no more and cancel those in flight.",
+)
+@click.option(
+    "--checkpoints",
+    default=None,
+    metavar="PATH",
+    help="Run each row durably in the checkpoint file PATH: a row interrupted "
+    "mid-run resumes where it stopped on the next run.",
+)
+@click.option(
+    "--record-dir",
+    default=None,
+    metavar="DIR",
+    help="Record each row's cassette into DIR/<index>.cassette.jsonl (mode 0600).",
+)
+@click.option(
+    "--replay-dir",
+    default=None,
+    metavar="DIR",
+    help="Replay each row from DIR/<index>.cassette.jsonl (no model); a row that "
+    "diverges fails with TUBELESS_REPLAY_DIVERGED.",
+)
 @click.pass_context
-def batch(ctx: click.Context, project: str, args: tuple[str, ...], output: str | None,
-          concurrency: int, engine: str, ray_address: str | None, trace: tuple[str, ...],
-          retry_failed: bool, fail_fast: bool, checkpoints: str | None,
-          record_dir: str | None, replay_dir: str | None) -> None:
+def batch(
+    ctx: click.Context,
+    project: str,
+    args: tuple[str, ...],
+    output: str | None,
+    concurrency: int,
+    engine: str,
+    ray_address: str | None,
+    trace: tuple[str, ...],
+    retry_failed: bool,
+    fail_fast: bool,
+    checkpoints: str | None,
+    record_dir: str | None,
+    replay_dir: str | None,
+) -> None:
     """Run an entry of PROJECT once per input of INPUTS (JSONL, a JSON array or a YAML list;
     - for stdin) and write one JSON row per input, in input order."""
     entry_id, inputs = _split(ctx, args)
@@ -174,9 +235,19 @@ def batch(ctx: click.Context, project: str, args: tuple[str, ...], output: str |
     entry, _ = load_entry(project, entry_id)
     rows = read_rows(inputs)
     code = run_cli_batch(
-        project, entry, entry_id, rows, output=output, concurrency=concurrency,
-        engine=engine, ray_address=ray_address, trace=trace, retry_failed=retry_failed,
-        fail_fast=fail_fast, checkpoints=checkpoints, record_dir=record_dir,
+        project,
+        entry,
+        entry_id,
+        rows,
+        output=output,
+        concurrency=concurrency,
+        engine=engine,
+        ray_address=ray_address,
+        trace=trace,
+        retry_failed=retry_failed,
+        fail_fast=fail_fast,
+        checkpoints=checkpoints,
+        record_dir=record_dir,
         replay_dir=replay_dir,
     )
     ctx.exit(code)
@@ -188,16 +259,19 @@ def _split(ctx: click.Context, args: tuple[str, ...]) -> tuple[str | None, str]:
     if len(args) == 2:
         return args[0], args[1]
     if not args:
-        raise click.UsageError("Missing argument 'INPUTS' (a JSONL, JSON or YAML file, or -).",
-                               ctx=ctx)
+        raise click.UsageError(
+            "Missing argument 'INPUTS' (a JSONL, JSON or YAML file, or -).", ctx=ctx
+        )
     raise click.UsageError(f"Got unexpected extra arguments ({' '.join(args[2:])}).", ctx=ctx)
 
 
-def _check_paths(ctx: click.Context, output: str | None, trace: tuple[str, ...],
-                 checkpoints: str | None = None) -> None:
+def _check_paths(
+    ctx: click.Context, output: str | None, trace: tuple[str, ...], checkpoints: str | None = None
+) -> None:
     if "-" in trace:
-        raise click.UsageError("--trace - is not available here: rows may go to stdout; give "
-                               "a file", ctx=ctx)
+        raise click.UsageError(
+            "--trace - is not available here: rows may go to stdout; give a file", ctx=ctx
+        )
     if output is not None and any(Path(t).resolve() == Path(output).resolve() for t in trace):
         raise click.UsageError("--output and --trace must be different files", ctx=ctx)
     if checkpoints is None:
@@ -205,18 +279,32 @@ def _check_paths(ctx: click.Context, output: str | None, trace: tuple[str, ...],
     if any(Path(t).resolve() == Path(checkpoints).resolve() for t in trace):
         raise click.UsageError(
             f"--checkpoints and --trace name the same file ({checkpoints}): a checkpoint file "
-            "holds state and inputs, a trace never does; use two files", ctx=ctx)
+            "holds state and inputs, a trace never does; use two files",
+            ctx=ctx,
+        )
     if output is not None and Path(output).resolve() == Path(checkpoints).resolve():
         raise click.UsageError("--output and --checkpoints must be different files", ctx=ctx)
 
 
 def run_cli_batch(
-    project: str, entry: Pipeline, entry_id: str | None, rows: list[Any], *,
-    output: str | None, concurrency: int, engine: str, ray_address: str | None,
-    trace: tuple[str, ...], retry_failed: bool, fail_fast: bool,
-    collect: list[RowOutcome] | None = None, label: str = "batch",
-    checkpoints: str | None = None, record_dir: str | None = None,
-    replay_dir: str | None = None, replays: dict[int, str] | None = None,
+    project: str,
+    entry: Pipeline,
+    entry_id: str | None,
+    rows: list[Any],
+    *,
+    output: str | None,
+    concurrency: int,
+    engine: str,
+    ray_address: str | None,
+    trace: tuple[str, ...],
+    retry_failed: bool,
+    fail_fast: bool,
+    collect: list[RowOutcome] | None = None,
+    label: str = "batch",
+    checkpoints: str | None = None,
+    record_dir: str | None = None,
+    replay_dir: str | None = None,
+    replays: dict[int, str] | None = None,
     records: dict[int, str] | None = None,
 ) -> int:
     """Run the batch with signal handling, progress and summary; the exit code."""
@@ -245,11 +333,22 @@ def run_cli_batch(
             signals.attach()
             try:
                 async for outcome in run_outcomes(
-                    source, rows, concurrency=concurrency, engine=engine,  # type: ignore[arg-type]
-                    trace=sinks, output=output, retry_failed=retry_failed, fail_fast=fail_fast,
-                    ray_address=ray_address, signal=token, on_row=progress.row,
-                    count_tools=label == "eval", checkpoints=checkpoints,
-                    record_dir=record_dir, replay_dir=replay_dir, replays=replays,
+                    source,
+                    rows,
+                    concurrency=concurrency,
+                    engine=engine,  # type: ignore[arg-type]
+                    trace=sinks,
+                    output=output,
+                    retry_failed=retry_failed,
+                    fail_fast=fail_fast,
+                    ray_address=ray_address,
+                    signal=token,
+                    on_row=progress.row,
+                    count_tools=label == "eval",
+                    checkpoints=checkpoints,
+                    record_dir=record_dir,
+                    replay_dir=replay_dir,
+                    replays=replays,
                     records=records,
                 ):
                     finished.append(outcome.row)
@@ -283,7 +382,6 @@ def run_cli_batch(
         for line in summary.lines():
             click.echo(f"batch: {line}", err=True)
     if signals.acted:
-        click.echo(f"error: {signals.cancelled_line().replace('the run', 'the batch')}",
-                   err=True)
+        click.echo(f"error: {signals.cancelled_line().replace('the run', 'the batch')}", err=True)
         return EXIT_CANCELLED
     return EXIT_EXECUTION if summary.failed or summary.cancelled else EXIT_OK

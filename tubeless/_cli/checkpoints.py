@@ -163,8 +163,12 @@ def list_(path: str, as_json: bool) -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.argument("key")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--state", "values", is_flag=True,
-              help="Also print state, call inputs, outcomes and results (private data).")
+@click.option(
+    "--state",
+    "values",
+    is_flag=True,
+    help="Also print state, call inputs, outcomes and results (private data).",
+)
 def show(path: str, key: str, as_json: bool, values: bool) -> None:
     """One key: every agent's phase, turn, budgets and calls."""
     from tubeless.durable._summary import describe

@@ -55,8 +55,12 @@ def approve(path: str, key: str, call_id: str, route: str | None) -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.argument("key")
 @click.argument("call_id")
-@click.option("--reason", default=None, metavar="TEXT",
-              help="Why; the model sees it in the TUBELESS_TOOL_DENIED outcome.")
+@click.option(
+    "--reason",
+    default=None,
+    metavar="TEXT",
+    help="Why; the model sees it in the TUBELESS_TOOL_DENIED outcome.",
+)
 @click.option("--route", default=None, help=_ROUTE_HELP)
 def deny(path: str, key: str, call_id: str, reason: str | None, route: str | None) -> None:
     """Deny call CALL_ID of checkpoint KEY in PATH (the run's reducer gets a denied outcome)."""

@@ -20,23 +20,59 @@ __all__ = ["eval_"]
 @click.argument("project", metavar="PROJECT")
 @click.argument("cases", metavar="CASES")
 @click.option("--junit", default=None, metavar="FILE", help="Write JUnit XML to FILE.")
-@click.option("--engine", type=click.Choice(_ENGINES), default="local", show_default=True,
-              help="local: asyncio tasks here; process: worker processes; ray: Ray actors.")
-@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Cases in flight at once (process and ray: workers).")
-@click.option("--ray-address", default=None, metavar="ADDR",
-              help="The Ray cluster (default: RAY_ADDRESS, else a local Ray for the run).")
-@click.option("--trace", multiple=True, metavar="PATH",
-              help="Record every case: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).")
-@click.option("--replay", default=None, metavar="DIR",
-              help="Replay each case without a cassette: of its own from DIR/<case id>"
-              ".cassette.jsonl (no model); a case that diverges fails.")
-@click.option("--record", default=None, metavar="DIR",
-              help="Record each case's cassette into DIR/<case id>.cassette.jsonl (mode 0600).")
+@click.option(
+    "--engine",
+    type=click.Choice(_ENGINES),
+    default="local",
+    show_default=True,
+    help="local: asyncio tasks here; process: worker processes; ray: Ray actors.",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Cases in flight at once (process and ray: workers).",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="ADDR",
+    help="The Ray cluster (default: RAY_ADDRESS, else a local Ray for the run).",
+)
+@click.option(
+    "--trace",
+    multiple=True,
+    metavar="PATH",
+    help="Record every case: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).",
+)
+@click.option(
+    "--replay",
+    default=None,
+    metavar="DIR",
+    help="Replay each case without a cassette: of its own from DIR/<case id>"
+    ".cassette.jsonl (no model); a case that diverges fails.",
+)
+@click.option(
+    "--record",
+    default=None,
+    metavar="DIR",
+    help="Record each case's cassette into DIR/<case id>.cassette.jsonl (mode 0600).",
+)
 @click.pass_context
-def eval_(ctx: click.Context, project: str, cases: str, junit: str | None, engine: str,
-          concurrency: int, ray_address: str | None, trace: tuple[str, ...],
-          replay: str | None, record: str | None) -> None:
+def eval_(
+    ctx: click.Context,
+    project: str,
+    cases: str,
+    junit: str | None,
+    engine: str,
+    concurrency: int,
+    ray_address: str | None,
+    trace: tuple[str, ...],
+    replay: str | None,
+    record: str | None,
+) -> None:
     """Run the cases of CASES (YAML) on PROJECT and check each case's expectations."""
     from tubeless.batch import RowOutcome, check_case, format_table, junit_xml
     from tubeless.batch._eval import case_cassettes, case_rows
@@ -51,22 +87,36 @@ def eval_(ctx: click.Context, project: str, cases: str, junit: str | None, engin
     loaded = load_cases(cases)
     if record is not None:
         Path(record).mkdir(mode=0o700, parents=True, exist_ok=True)
-        records = {i: str(Path(record).resolve() / f"{case.spec.id}.cassette.jsonl")
-                   for i, case in enumerate(loaded.cases)}
+        records = {
+            i: str(Path(record).resolve() / f"{case.spec.id}.cassette.jsonl")
+            for i, case in enumerate(loaded.cases)
+        }
         replays = None
     else:
         records, replays = None, case_cassettes(loaded.cases, replay)
     entry, entry_id = load_entry(project, loaded.entry)
     outcomes: list[RowOutcome] = []
     code = run_cli_batch(
-        project, entry, entry_id, case_rows(loaded.cases), output=None,
-        concurrency=concurrency, engine=engine, ray_address=ray_address, trace=trace,
-        retry_failed=False, fail_fast=False, collect=outcomes, label="eval",
-        replays=replays, records=records,
+        project,
+        entry,
+        entry_id,
+        case_rows(loaded.cases),
+        output=None,
+        concurrency=concurrency,
+        engine=engine,
+        ray_address=ray_address,
+        trace=trace,
+        retry_failed=False,
+        fail_fast=False,
+        collect=outcomes,
+        label="eval",
+        replays=replays,
+        records=records,
     )
     by_index = {outcome.row["index"]: outcome for outcome in outcomes}
-    results = [check_case(case, by_index[i]) for i, case in enumerate(loaded.cases)
-               if i in by_index]
+    results = [
+        check_case(case, by_index[i]) for i, case in enumerate(loaded.cases) if i in by_index
+    ]
     for line in format_table(results):
         click.echo(line)
     if junit is not None:

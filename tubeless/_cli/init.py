@@ -36,9 +36,7 @@ def _render(template: str, values: dict[str, str]) -> str:
 
 
 @click.command("init")
-@click.argument(
-    "directory", default=".", type=click.Path(file_okay=False, path_type=Path)
-)
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Overwrite files that already exist.")
 def init(directory: Path, force: bool) -> None:
     """Write a first project into DIRECTORY (default: the current folder).
@@ -57,8 +55,10 @@ def init(directory: Path, force: bool) -> None:
         "agent_id": f"{slug.replace('_', '-')}-agent",
         "module": module,
     }
-    planned = {directory / name.format(module=module): _render(tmpl, values)
-               for name, tmpl in _FILES.items()}
+    planned = {
+        directory / name.format(module=module): _render(tmpl, values)
+        for name, tmpl in _FILES.items()
+    }
     planned[directory / "schemas" / "project.schema.json"] = metaschema.render(metaschema.load())
     existing = [path for path in planned if path.exists()]
     if existing and not force:
@@ -70,5 +70,5 @@ def init(directory: Path, force: bool) -> None:
         click.echo(f"wrote {path}", err=True)
     where = "" if directory == Path(".") else f"cd {directory} && "
     click.echo(
-        f"next: {where}tubeless run project.yaml --text \"hello tubeless\" && pytest", err=True
+        f'next: {where}tubeless run project.yaml --text "hello tubeless" && pytest', err=True
     )

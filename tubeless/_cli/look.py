@@ -60,11 +60,17 @@ def _echo_json(value: object) -> None:
 @_project_argument
 @_id_argument
 @click.option(
-    "--target", "targets", multiple=True, metavar="T",
+    "--target",
+    "targets",
+    multiple=True,
+    metavar="T",
     help="Plan for a declared target and what it needs (repeatable).",
 )
 @click.option(
-    "--step", "steps", multiple=True, metavar="S",
+    "--step",
+    "steps",
+    multiple=True,
+    metavar="S",
     help="Plan exactly this step, without its prerequisites (repeatable).",
 )
 @click.option("--dry-run", is_flag=True, help="Plan a dry run (previews instead of handlers).")
@@ -110,14 +116,20 @@ def _finalization_notes(pipeline: Any, plan: Any) -> list[str]:
     finalizer = pipeline.finalizer
     missing = [step_id for step_id in finalizer.required if step_id in filtered]
     if missing:
-        return [f"finalization needs the outputs of {', '.join(missing)}, which this selection "
-                "skips: the run will fail in finalization (select a --target instead)"]
+        return [
+            f"finalization needs the outputs of {', '.join(missing)}, which this selection "
+            "skips: the run will fail in finalization (select a --target instead)"
+        ]
     if finalizer.kind == "last" and pipeline.order[-1].id in filtered:
-        return [f"the result is the output of {pipeline.order[-1].id}, which this selection "
-                "skips: the run will have no result"]
+        return [
+            f"the result is the output of {pipeline.order[-1].id}, which this selection "
+            "skips: the run will have no result"
+        ]
     if finalizer.kind == "function":
-        return [f"finalization sees only the selected steps' outputs ({', '.join(filtered)} "
-                "are skipped); a finalizer that reads them will fail"]
+        return [
+            f"finalization sees only the selected steps' outputs ({', '.join(filtered)} "
+            "are skipped); a finalizer that reads them will fail"
+        ]
     return []
 
 
@@ -180,11 +192,19 @@ def _strict_notes(pipeline: Any, live: Any = None) -> dict[str, list[str]]:
 @_project_argument
 @_id_argument
 @click.option(
-    "--format", "output_format", type=click.Choice(_FORMATS), default="mermaid",
-    show_default=True, help="Mermaid flowchart, Graphviz DOT, or a JSON node/edge list.",
+    "--format",
+    "output_format",
+    type=click.Choice(_FORMATS),
+    default="mermaid",
+    show_default=True,
+    help="Mermaid flowchart, Graphviz DOT, or a JSON node/edge list.",
 )
 @click.option(
-    "-d", "--direction", type=click.Choice(_DIRECTIONS), default="TD", show_default=True,
+    "-d",
+    "--direction",
+    type=click.Choice(_DIRECTIONS),
+    default="TD",
+    show_default=True,
     help="Layout direction: top-down (TD/TB), bottom-up, left-right or right-left.",
 )
 @click.option("--markdown", is_flag=True, help="Wrap the output in a fenced code block.")

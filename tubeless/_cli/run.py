@@ -34,9 +34,20 @@ if TYPE_CHECKING:
 __all__ = ["VALUE_OPTIONS", "entry_command_for", "find_project", "run"]
 
 VALUE_OPTIONS = _VALUE_OPTIONS = frozenset(
-    {"--input", "--input-file", "--target", "--step", "--max-concurrency", "--trace",
-     "--run-id", "--correlation-id", "--record", "--replay",
-     "--checkpoints", "--key"}
+    {
+        "--input",
+        "--input-file",
+        "--target",
+        "--step",
+        "--max-concurrency",
+        "--trace",
+        "--run-id",
+        "--correlation-id",
+        "--record",
+        "--replay",
+        "--checkpoints",
+        "--key",
+    }
 )
 _OUTER_HELP = """Run an agent or pipeline of PROJECT (a YAML file) and print its result as JSON.
 
@@ -153,9 +164,20 @@ def _refuse_unknown_option(option: str, project: Project) -> None:
     """``run p.yaml --txt hi``: report ``--txt`` (a usage error), not an entry named ``hi``."""
     if not option.startswith("--") or "=" in option:
         return
-    known = {"--help", "-h", *_VALUE_OPTIONS, "--dry-run", "--continue-on-error", "--quiet",
-             "--replay-outcomes", "--show-values", "--allow-changed-definition",
-             "--approve-all", "--deny-all", "--restart"}
+    known = {
+        "--help",
+        "-h",
+        *_VALUE_OPTIONS,
+        "--dry-run",
+        "--continue-on-error",
+        "--quiet",
+        "--replay-outcomes",
+        "--show-values",
+        "--allow-changed-definition",
+        "--approve-all",
+        "--deny-all",
+        "--restart",
+    }
     for entry in project.entries.values():
         for flag in derive_flags(_input_schema(entry)):
             known.add(f"--{flag.option}")
@@ -181,51 +203,115 @@ def _builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cl
     targets = click.Choice(list(entry.target_ids)) if entry is not None else None
     steps = click.Choice(list(entry.step_ids)) if entry is not None else None
     params: list[click.Parameter] = [
-        click.Option(["--input", "input_json"], default=None, metavar="JSON",
-                     help="The whole input as JSON; flags override its top-level keys."),
-        click.Option(["--input-file"], default=None, metavar="FILE",
-                     help="Read the input from FILE (JSON, or YAML for .yaml/.yml; - for stdin)."),
-        click.Option(["--dry-run"], is_flag=True,
-                     help="A preview run: a step with a dry_run preview runs it instead of its "
-                     "handler, dry_run: skip skips it, and a step without dry_run runs as usual; "
-                     "an agent decides with its dry_run source (skipped without one) and each "
-                     "tool runs its preview or is skipped."),
-        click.Option(["--target"], multiple=True, type=targets, metavar=None if targets else "T",
-                     help="A declared target to reach (repeatable)."),
-        click.Option(["--step"], multiple=True, type=steps, metavar=None if steps else "S",
-                     help="An exact step to run (repeatable)."),
-        click.Option(["--continue-on-error"], is_flag=True,
-                     help="Keep running independent steps after a failure."),
-        click.Option(["--trace"], multiple=True, metavar="PATH|-",
-                     help="Record the run: .ndjson/.jsonl, .sqlite/.sqlite3/.db, or - for "
-                     "NDJSON on stdout (repeatable)."),
-        click.Option(["--otel"], is_flag=True,
-                     help="Also send the run's spans over OTLP/HTTP, configured by the "
-                     "OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME variables (tubeless[otel])."),
+        click.Option(
+            ["--input", "input_json"],
+            default=None,
+            metavar="JSON",
+            help="The whole input as JSON; flags override its top-level keys.",
+        ),
+        click.Option(
+            ["--input-file"],
+            default=None,
+            metavar="FILE",
+            help="Read the input from FILE (JSON, or YAML for .yaml/.yml; - for stdin).",
+        ),
+        click.Option(
+            ["--dry-run"],
+            is_flag=True,
+            help="A preview run: a step with a dry_run preview runs it instead of its "
+            "handler, dry_run: skip skips it, and a step without dry_run runs as usual; "
+            "an agent decides with its dry_run source (skipped without one) and each "
+            "tool runs its preview or is skipped.",
+        ),
+        click.Option(
+            ["--target"],
+            multiple=True,
+            type=targets,
+            metavar=None if targets else "T",
+            help="A declared target to reach (repeatable).",
+        ),
+        click.Option(
+            ["--step"],
+            multiple=True,
+            type=steps,
+            metavar=None if steps else "S",
+            help="An exact step to run (repeatable).",
+        ),
+        click.Option(
+            ["--continue-on-error"],
+            is_flag=True,
+            help="Keep running independent steps after a failure.",
+        ),
+        click.Option(
+            ["--trace"],
+            multiple=True,
+            metavar="PATH|-",
+            help="Record the run: .ndjson/.jsonl, .sqlite/.sqlite3/.db, or - for "
+            "NDJSON on stdout (repeatable).",
+        ),
+        click.Option(
+            ["--otel"],
+            is_flag=True,
+            help="Also send the run's spans over OTLP/HTTP, configured by the "
+            "OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME variables (tubeless[otel]).",
+        ),
         click.Option(["--quiet", "-q"], is_flag=True, help="Print no run report."),
-        click.Option(["--run-id"], default=None, metavar="ID", callback=_nonblank,
-                     help="The root run's id (default: <entry id>:<uuid>)."),
-        click.Option(["--correlation-id"], default=None, metavar="ID", callback=_nonblank,
-                     help="An id recorded on every run of the tree, to tie runs together."),
+        click.Option(
+            ["--run-id"],
+            default=None,
+            metavar="ID",
+            callback=_nonblank,
+            help="The root run's id (default: <entry id>:<uuid>).",
+        ),
+        click.Option(
+            ["--correlation-id"],
+            default=None,
+            metavar="ID",
+            callback=_nonblank,
+            help="An id recorded on every run of the tree, to tie runs together.",
+        ),
         *cassette_params(),
-        click.Option(["--approve-all"], is_flag=True,
-                     help="Approve every tool call that needs approval (for scripts)."),
-        click.Option(["--deny-all"], is_flag=True,
-                     help="Deny every tool call that needs approval (they become "
-                     "TUBELESS_TOOL_DENIED outcomes). Without either flag a terminal asks."),
-        click.Option(["--checkpoints"], default=None, metavar="PATH",
-                     help="Commit the run's progress to this SQLite checkpoint file; the same "
-                     "command again resumes it (or prints its saved result)."),
-        click.Option(["--key"], default=None, metavar="KEY",
-                     help="The checkpoint key (default: <entry id>:<input digest>)."),
-        click.Option(["--restart"], is_flag=True,
-                     help="Start the checkpoint key over instead of resuming it."),
+        click.Option(
+            ["--approve-all"],
+            is_flag=True,
+            help="Approve every tool call that needs approval (for scripts).",
+        ),
+        click.Option(
+            ["--deny-all"],
+            is_flag=True,
+            help="Deny every tool call that needs approval (they become "
+            "TUBELESS_TOOL_DENIED outcomes). Without either flag a terminal asks.",
+        ),
+        click.Option(
+            ["--checkpoints"],
+            default=None,
+            metavar="PATH",
+            help="Commit the run's progress to this SQLite checkpoint file; the same "
+            "command again resumes it (or prints its saved result).",
+        ),
+        click.Option(
+            ["--key"],
+            default=None,
+            metavar="KEY",
+            help="The checkpoint key (default: <entry id>:<input digest>).",
+        ),
+        click.Option(
+            ["--restart"],
+            is_flag=True,
+            help="Start the checkpoint key over instead of resuming it.",
+        ),
     ]
     if not is_agent:
         where = "" if is_agent is False else " (pipelines only)"
-        params.append(click.Option(["--max-concurrency"], type=click.IntRange(min=1),
-                                   default=1, show_default=True,
-                                   help=f"Steps of this pipeline running at once{where}."))
+        params.append(
+            click.Option(
+                ["--max-concurrency"],
+                type=click.IntRange(min=1),
+                default=1,
+                show_default=True,
+                help=f"Steps of this pipeline running at once{where}.",
+            )
+        )
     return params
 
 
@@ -381,8 +467,14 @@ def _execute(
             if options["checkpoints"] is not None and not options["dry_run"]:
                 from tubeless._cli.checkpoints import open_for_run
 
-                store, key = open_for_run(options["checkpoints"], options["trace"], entry.id,
-                                          raw, options["key"], options["restart"])
+                store, key = open_for_run(
+                    options["checkpoints"],
+                    options["trace"],
+                    entry.id,
+                    raw,
+                    options["key"],
+                    options["restart"],
+                )
                 options = {**options, "checkpoint_store": store, "key": key}
             for target in options["trace"]:
                 sinks.append(open_sink(target))

@@ -49,12 +49,20 @@ def _bound_options(command: Callable[..., Any]) -> Callable[..., Any]:
     pins them): importing them would load the tracing storage for ``--help``.
     """
     command = click.option(
-        "--max-records", type=click.IntRange(min=1), default=100_000, show_default=True,
-        metavar="N", help="Refuse a trace with more records.",
+        "--max-records",
+        type=click.IntRange(min=1),
+        default=100_000,
+        show_default=True,
+        metavar="N",
+        help="Refuse a trace with more records.",
     )(command)
     return click.option(
-        "--max-bytes", type=click.IntRange(min=1), default=64 * 1024 * 1024, show_default=True,
-        metavar="BYTES", help="Refuse a larger NDJSON file.",
+        "--max-bytes",
+        type=click.IntRange(min=1),
+        default=64 * 1024 * 1024,
+        show_default=True,
+        metavar="BYTES",
+        help="Refuse a larger NDJSON file.",
     )(command)
 
 
@@ -182,7 +190,9 @@ def _read(trace_file: str, max_bytes: int, max_records: int) -> list[dict[str, A
             raise
         raise TraceReadError(
             f"{exc.problem} ({option} raises the bound)",
-            path=exc.path, line=exc.line, bound=exc.bound,
+            path=exc.path,
+            line=exc.line,
+            bound=exc.bound,
         ) from exc
 
 

@@ -372,11 +372,15 @@ def _compile(
 
     if remote:
         # inspect --connect finds an agent's server tools here (plans never look).
-        setattr(run_agent, REMOTES_ATTRIBUTE, {
-            name: entry.tool.remote
-            for name, entry in spec.registry.items()
-            if entry.tool.remote is not None
-        })
+        setattr(
+            run_agent,
+            REMOTES_ATTRIBUTE,
+            {
+                name: entry.tool.remote
+                for name, entry in spec.registry.items()
+                if entry.tool.remote is not None
+            },
+        )
     agent_step = replace(
         loop,
         run=run_agent,

@@ -83,9 +83,11 @@ def _restored_outcome(saved: Mapping[str, Any], call: PreparedCall) -> Mapping[s
     if not saved.get("revalidate"):
         return freeze(saved)  # type: ignore[no-any-return]  # a mapping freezes to FrozenDict
     value = saved["value"]
-    schema: Schema | None = call.pipeline.get_step("tool").output_schema if (
-        not call.delegates
-    ) else call.pipeline.result_schema
+    schema: Schema | None = (
+        call.pipeline.get_step("tool").output_schema
+        if (not call.delegates)
+        else call.pipeline.result_schema
+    )
     if schema is not None:
         value = schema.validate(value)
     return MappingProxyType({"id": call.id, "tool": call.tool, "ok": True, "value": value})
@@ -156,11 +158,25 @@ class Book:
 class CheckpointJournal(Journal):
     """The journal of one checkpointed agent invocation (see ``_journal`` for the points)."""
 
-    __slots__ = ("base", "book", "budget", "dirty", "entry", "registry", "resumed", "resuming",
-                 "route")
+    __slots__ = (
+        "base",
+        "book",
+        "budget",
+        "dirty",
+        "entry",
+        "registry",
+        "resumed",
+        "resuming",
+        "route",
+    )
 
     def __init__(
-        self, book: Book, route: str, entry: dict[str, Any], budget: Budget, spec: TurnSpec,
+        self,
+        book: Book,
+        route: str,
+        entry: dict[str, Any],
+        budget: Budget,
+        spec: TurnSpec,
         resumed: bool,
     ) -> None:
         self.book = book
@@ -341,8 +357,9 @@ class CheckpointJournal(Journal):
         self.entry.pop("decision", None)
         self.entry["failure"] = {
             "code": code if isinstance(code, str) else _FAILED,
-            "message": message if isinstance(message, str) else f"{type(original).__name__}: "
-            f"{original}",
+            "message": message
+            if isinstance(message, str)
+            else f"{type(original).__name__}: {original}",
         }
         self._commit()
 
@@ -427,5 +444,3 @@ def _report_resume(ctx: StepContext, session: CheckpointSession, entry: Mapping[
             "agent.resumedTurn": entry.get("turn"),
         },
     )
-
-

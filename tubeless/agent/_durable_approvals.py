@@ -35,9 +35,7 @@ class CheckpointApprover(RecordedApprovals):
 
     __slots__ = ("_ask", "_book")
 
-    def __init__(
-        self, book: Book, decisions: list[Any], ask: Callable[[Any], Any] | None
-    ) -> None:
+    def __init__(self, book: Book, decisions: list[Any], ask: Callable[[Any], Any] | None) -> None:
         super().__init__(decisions)
         self._book = book
         self._ask = ask

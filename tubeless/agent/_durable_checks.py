@@ -117,7 +117,8 @@ def server_tools(descriptors: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
             "server": found.get("server"),
             "tool": found.get("tool"),
             "description": hashlib.sha256(
-                str(found.get("description")).encode("utf-8")).hexdigest(),
+                str(found.get("description")).encode("utf-8")
+            ).hexdigest(),
             "input": descriptor_fingerprint(found.get("input_schema")),
         }
         for name, found in sorted(descriptors.items())
@@ -130,8 +131,10 @@ def servers_changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | N
         before, after = saved.get(name), now.get(name)
         if not isinstance(before, Mapping) or not isinstance(after, Mapping):
             return f"the server tools changed ({name!r} is new or gone)"
-        where = (f"MCP server {after.get('server')!r} changed tool {after.get('tool')!r} "
-                 f"(registered as {name!r})")
+        where = (
+            f"MCP server {after.get('server')!r} changed tool {after.get('tool')!r} "
+            f"(registered as {name!r})"
+        )
         if before.get("tool") != after.get("tool") or before.get("server") != after.get("server"):
             return f"tool {name!r} now comes from another server tool"
         if before.get("description") != after.get("description"):

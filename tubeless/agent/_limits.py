@@ -14,8 +14,13 @@ LimitName = Literal["max_turns", "max_calls", "max_decisions", "max_depth", "max
 #: What an exhausted turn, decision or call budget does: fail the run, or ask for a final answer.
 OnLimit = Literal["fail", "finish"]
 _MAX_SAFE_INT = 2**53 - 1
-_MINIMUMS = {"max_turns": 1, "max_calls": 0, "max_decisions": 1, "max_depth": 0,
-             "max_concurrency": 1}
+_MINIMUMS = {
+    "max_turns": 1,
+    "max_calls": 0,
+    "max_decisions": 1,
+    "max_depth": 0,
+    "max_concurrency": 1,
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -22,8 +22,9 @@ __all__ = ["ROOT_BUDGETS", "SCOPE_SLOT", "Budget", "PermitPool", "Scope"]
 SCOPE_SLOT = "tubeless.agent.scope"
 #: Set by a caller that wants the budgets of the root agent invocations of the runs it starts
 #: (a batch row's turns and calls, without tracing the row); each is appended when created.
-ROOT_BUDGETS: ContextVar[list[Budget] | None] = ContextVar("tubeless.agent.root_budgets",
-                                                           default=None)
+ROOT_BUDGETS: ContextVar[list[Budget] | None] = ContextVar(
+    "tubeless.agent.root_budgets", default=None
+)
 
 
 class Budget:

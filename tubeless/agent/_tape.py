@@ -292,9 +292,7 @@ class Replaying(_Session):
         return _ReplayingTape(self, self.route(base))
 
     def _mismatch(self, message: str) -> CassetteError:
-        return CassetteError(
-            CASSETTE_MISMATCH, f"{self.path}: {message}", path=self.path
-        )
+        return CassetteError(CASSETTE_MISMATCH, f"{self.path}: {message}", path=self.path)
 
     def diverged(
         self,

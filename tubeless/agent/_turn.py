@@ -160,7 +160,6 @@ class DecisionContext:
         """``{turns, decisions, calls}`` still available; 0 where exhausted."""
         return remaining(self._scope, self._max_turns, self.turn)
 
-
     def report_model_request(
         self,
         *,
@@ -263,9 +262,7 @@ async def final(
     return finish(spec, t, ctx, decision)
 
 
-async def ask(
-    spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = False
-) -> Any:
+async def ask(spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = False) -> Any:
     """Charge one decision (not the ``final`` one), then call ``decide`` (``dry_run`` in dry
     runs) under a permit."""
     ctx.signal.raise_if_cancelled()

@@ -53,8 +53,9 @@ class Engine(Protocol):
     async def start(self) -> None:
         """Start the workers (before the first row)."""
 
-    async def run(self, item: InputRow, key: str, *, retry: bool = False,
-                  plan: RowPlan = NO_PLAN) -> RowOutcome:
+    async def run(
+        self, item: InputRow, key: str, *, retry: bool = False, plan: RowPlan = NO_PLAN
+    ) -> RowOutcome:
         """Run one row; ``retry=True`` asks for another worker than the one that failed it;
         ``plan`` names its checkpoint key and cassette."""
 
@@ -68,8 +69,15 @@ class Engine(Protocol):
 class LocalEngine:
     """Rows as asyncio tasks in this process, sharing its event loop."""
 
-    def __init__(self, entry: Pipeline, *, traced: bool, tools: bool,
-                 signal: CancelToken, store: CheckpointStore | None = None) -> None:
+    def __init__(
+        self,
+        entry: Pipeline,
+        *,
+        traced: bool,
+        tools: bool,
+        signal: CancelToken,
+        store: CheckpointStore | None = None,
+    ) -> None:
         self._entry = entry
         self._traced = traced
         self._tools = tools
@@ -79,10 +87,19 @@ class LocalEngine:
     async def start(self) -> None:
         pass
 
-    async def run(self, item: InputRow, key: str, *, retry: bool = False,
-                  plan: RowPlan = NO_PLAN) -> RowOutcome:
-        return await run_row(self._entry, item, key, traced=self._traced, tools=self._tools,
-                             signal=self._signal, store=self._store, plan=plan)
+    async def run(
+        self, item: InputRow, key: str, *, retry: bool = False, plan: RowPlan = NO_PLAN
+    ) -> RowOutcome:
+        return await run_row(
+            self._entry,
+            item,
+            key,
+            traced=self._traced,
+            tools=self._tools,
+            signal=self._signal,
+            store=self._store,
+            plan=plan,
+        )
 
     def cancel(self, reason: str) -> None:
         self._signal.cancel(reason)
@@ -130,12 +147,26 @@ def make_engine(
     if name == "process":
         from tubeless.batch._process import ProcessEngine
 
-        return ProcessEngine(entry, workers=concurrency, traced=traced, tools=tools,
-                             signal=signal, store_path=store_path)
+        return ProcessEngine(
+            entry,
+            workers=concurrency,
+            traced=traced,
+            tools=tools,
+            signal=signal,
+            store_path=store_path,
+        )
     if name == "ray":
         from tubeless.batch._ray import RayEngine
 
-        return RayEngine(entry, actors=concurrency, traced=traced, tools=tools, signal=signal,
-                         address=ray_address, store_path=store_path)
-    raise BatchError(BATCH_ENGINE_UNAVAILABLE, f"unknown engine {name!r}; choose one of "
-                     + ", ".join(ENGINES))
+        return RayEngine(
+            entry,
+            actors=concurrency,
+            traced=traced,
+            tools=tools,
+            signal=signal,
+            address=ray_address,
+            store_path=store_path,
+        )
+    raise BatchError(
+        BATCH_ENGINE_UNAVAILABLE, f"unknown engine {name!r}; choose one of " + ", ".join(ENGINES)
+    )

@@ -25,8 +25,15 @@ if TYPE_CHECKING:
     from tubeless.project.cases import Case
     from tubeless.tracing import TraceSink
 
-__all__ = ["CaseResult", "case_cassettes", "case_rows", "check_case", "format_table",
-           "junit_xml", "run_eval"]
+__all__ = [
+    "CaseResult",
+    "case_cassettes",
+    "case_rows",
+    "check_case",
+    "format_table",
+    "junit_xml",
+    "run_eval",
+]
 
 #: A row that failed with one of these did not replay its cassette as recorded.
 _CASSETTE_CODES = (REPLAY_DIVERGED, CASSETTE_INVALID, CASSETTE_MISMATCH)
@@ -47,8 +54,10 @@ def case_rows(cases: Sequence[Case]) -> list[InputRow]:
     return [InputRow(index=i, line=case.line, raw=case.spec.input) for i, case in enumerate(cases)]
 
 
-def case_cassettes(cases: Sequence[Case], replay: str | os.PathLike[str] | None = None,
-                   ) -> dict[int, str]:
+def case_cassettes(
+    cases: Sequence[Case],
+    replay: str | os.PathLike[str] | None = None,
+) -> dict[int, str]:
     """The cassette each case replays, by index: its own ``cassette:``, else
     ``<replay>/<case id>.cassette.jsonl`` when a replay folder is given."""
     found = {}
@@ -93,9 +102,15 @@ def check_case(case: Case, outcome: RowOutcome) -> CaseResult:
         if used != count:
             failures.append(f"tools.{name}: expected {count} calls, got {used}")
     if case.check is not None:
-        summary = {"status": status, "error": error or None, "turns": row.get("turns"),
-                   "calls": row.get("calls"), "tools": dict(outcome.tools),
-                   "run_id": row.get("run_id"), "duration_ms": row.get("duration_ms")}
+        summary = {
+            "status": status,
+            "error": error or None,
+            "turns": row.get("turns"),
+            "calls": row.get("calls"),
+            "tools": dict(outcome.tools),
+            "run_id": row.get("run_id"),
+            "duration_ms": row.get("duration_ms"),
+        }
         try:
             case.check(result, summary)
         except AssertionError as exc:
@@ -109,7 +124,8 @@ def _contains(value: Any, part: Any) -> bool:
     """An object's keys and values recursively, a substring of a string, else equality."""
     if isinstance(part, dict):
         return isinstance(value, dict) and all(
-            key in value and _contains(value[key], item) for key, item in part.items())
+            key in value and _contains(value[key], item) for key, item in part.items()
+        )
     if isinstance(part, str) and isinstance(value, str):
         return part in value
     return bool(value == part)
@@ -122,32 +138,53 @@ def format_table(results: Sequence[CaseResult]) -> list[str]:
     for r in results:
         row = r.row
         duration = f"{float(row.get('duration_ms') or 0):.1f} ms"
-        lines.append(f"{r.id:<{width}}  {'pass' if r.passed else 'FAIL':<6}  "
-                     f"{row.get('turns', 0):>5}  {row.get('calls', 0):>5}  {duration:>8}  "
-                     f"{r.failures[0] if r.failures else ''}".rstrip())
-        lines.extend(f"{'':<{width}}  {'':<6}  {'':>5}  {'':>5}  {'':>8}  {more}"
-                     for more in r.failures[1:])
+        lines.append(
+            f"{r.id:<{width}}  {'pass' if r.passed else 'FAIL':<6}  "
+            f"{row.get('turns', 0):>5}  {row.get('calls', 0):>5}  {duration:>8}  "
+            f"{r.failures[0] if r.failures else ''}".rstrip()
+        )
+        lines.extend(
+            f"{'':<{width}}  {'':<6}  {'':>5}  {'':>5}  {'':>8}  {more}" for more in r.failures[1:]
+        )
     failed = sum(1 for r in results if not r.passed)
     lines.append(f"{len(results) - failed} passed, {failed} failed")
     return lines
 
 
-def junit_xml(results: Sequence[CaseResult], *, suite: str, entry: str,
-              path: str | os.PathLike[str]) -> None:
+def junit_xml(
+    results: Sequence[CaseResult], *, suite: str, entry: str, path: str | os.PathLike[str]
+) -> None:
     """Write JUnit XML for ``results`` to ``path``."""
     failed = sum(1 for r in results if not r.passed)
     seconds = sum(float(r.row.get("duration_ms") or 0) for r in results) / 1000
-    root = ET.Element("testsuites", name="tubeless eval", tests=str(len(results)),
-                      failures=str(failed), errors="0", time=f"{seconds:.3f}")
-    testsuite = ET.SubElement(root, "testsuite", name=suite, tests=str(len(results)),
-                              failures=str(failed), errors="0", skipped="0",
-                              time=f"{seconds:.3f}")
+    root = ET.Element(
+        "testsuites",
+        name="tubeless eval",
+        tests=str(len(results)),
+        failures=str(failed),
+        errors="0",
+        time=f"{seconds:.3f}",
+    )
+    testsuite = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(len(results)),
+        failures=str(failed),
+        errors="0",
+        skipped="0",
+        time=f"{seconds:.3f}",
+    )
     for r in results:
-        testcase = ET.SubElement(testsuite, "testcase", name=r.id, classname=entry,
-                                 time=f"{float(r.row.get('duration_ms') or 0) / 1000:.3f}")
+        testcase = ET.SubElement(
+            testsuite,
+            "testcase",
+            name=r.id,
+            classname=entry,
+            time=f"{float(r.row.get('duration_ms') or 0) / 1000:.3f}",
+        )
         if not r.passed:
-            failure = ET.SubElement(testcase, "failure", message=r.failures[0],
-                                    type="expectation")
+            failure = ET.SubElement(testcase, "failure", message=r.failures[0], type="expectation")
             failure.text = "\n".join(r.failures)
     tree = ET.ElementTree(root)
     ET.indent(tree)
@@ -181,10 +218,19 @@ async def run_eval(
     loaded = load_cases(cases)
     source = EntrySource.of(project, loaded.entry)
     entry: Any = source.load() if engine == "local" else source
-    outcomes = [outcome async for outcome in run_outcomes(
-        entry, case_rows(loaded.cases), engine=engine, concurrency=concurrency, trace=trace,
-        ray_address=ray_address, signal=signal, count_tools=True,
-        replays=case_cassettes(loaded.cases, replay))]
+    outcomes = [
+        outcome
+        async for outcome in run_outcomes(
+            entry,
+            case_rows(loaded.cases),
+            engine=engine,
+            concurrency=concurrency,
+            trace=trace,
+            ray_address=ray_address,
+            signal=signal,
+            count_tools=True,
+            replays=case_cassettes(loaded.cases, replay),
+        )
+    ]
     by_index = {outcome.row["index"]: outcome for outcome in outcomes}
-    return [check_case(case, by_index[i]) for i, case in enumerate(loaded.cases)
-            if i in by_index]
+    return [check_case(case, by_index[i]) for i, case in enumerate(loaded.cases) if i in by_index]

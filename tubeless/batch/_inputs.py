@@ -43,8 +43,9 @@ class InputRow:
 
 def canonical_json(value: Any) -> str:
     """The canonical JSON text of ``value``: sorted keys, no spaces, UTF-8 as it is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def row_key(entry_id: str, row: InputRow) -> str:
@@ -82,8 +83,13 @@ def read_inputs(source: str | os.PathLike[str] | Iterable[Any]) -> list[InputRow
     else:
         text = Path(name).read_text(encoding="utf-8")
         lowered = name.lower()
-        kind = "json" if lowered.endswith(".json") else "yaml" if lowered.endswith(_YAML) else (
-            "jsonl")
+        kind = (
+            "json"
+            if lowered.endswith(".json")
+            else "yaml"
+            if lowered.endswith(_YAML)
+            else ("jsonl")
+        )
     if kind == "json":
         return list(_json_array(text, name))
     if kind == "yaml":
@@ -101,8 +107,7 @@ def _jsonl(text: str) -> Iterator[InputRow]:
         except (ValueError, RecursionError) as exc:
             # json's message names the position, never the value.
             reason = exc.args[0].split(":")[0] if isinstance(exc, ValueError) else "too deep"
-            yield InputRow(index=index, line=number, problem=f"not valid JSON: {reason}",
-                           text=line)
+            yield InputRow(index=index, line=number, problem=f"not valid JSON: {reason}", text=line)
         else:
             yield InputRow(index=index, line=number, raw=raw)
         index += 1
@@ -133,7 +138,7 @@ def _json_array(text: str, name: str) -> Iterator[InputRow]:
         if position < len(text) and text[position] == ",":
             position = _skip(text, position + 1)
             continue
-        if position < len(text) and text[position] == "]" and not text[position + 1:].strip():
+        if position < len(text) and text[position] == "]" and not text[position + 1 :].strip():
             return
         line = text.count("\n", 0, position) + 1
         raise BatchError(BATCH_INPUT_INVALID, f"{name}:{line}: not a valid JSON array")
@@ -166,8 +171,14 @@ def _yaml_list(text: str, name: str) -> list[InputRow]:
             canonical_json(raw)  # dates and other non-JSON values are refused here
         except (yaml.YAMLError, TypeError, ValueError) as exc:
             reason = type(exc).__name__ if not isinstance(exc, TypeError) else "not JSON data"
-            rows.append(InputRow(index=index, line=line, problem=f"not a JSON value: {reason}",
-                                 text=f"{name}:{line}"))
+            rows.append(
+                InputRow(
+                    index=index,
+                    line=line,
+                    problem=f"not a JSON value: {reason}",
+                    text=f"{name}:{line}",
+                )
+            )
         else:
             rows.append(InputRow(index=index, line=line, raw=raw))
     return rows

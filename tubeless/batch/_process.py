@@ -46,8 +46,16 @@ class _Worker:
 class ProcessEngine:
     """``workers`` processes, one row in flight each."""
 
-    def __init__(self, source: EntrySource, *, workers: int, traced: bool, tools: bool,
-                 signal: CancelToken, store_path: str | None = None) -> None:
+    def __init__(
+        self,
+        source: EntrySource,
+        *,
+        workers: int,
+        traced: bool,
+        tools: bool,
+        signal: CancelToken,
+        store_path: str | None = None,
+    ) -> None:
         self._source = source
         self._store_path = store_path
         self._size = workers
@@ -58,8 +66,9 @@ class ProcessEngine:
         self._busy: set[_Worker] = set()
         self._serial = 0
         # One thread per worker waits on its pipe (a blocking recv), so the pool needs as many.
-        self._threads = ThreadPoolExecutor(max_workers=workers + 1,
-                                           thread_name_prefix="tubeless-batch-pipe")
+        self._threads = ThreadPoolExecutor(
+            max_workers=workers + 1, thread_name_prefix="tubeless-batch-pipe"
+        )
         self._remove_callback: Any = None
 
     async def start(self) -> None:
@@ -72,12 +81,20 @@ class ProcessEngine:
     def _spawn(self) -> _Worker:
         parent, child = socket.socketpair()
         self._serial += 1
-        spec = json.dumps({"path": self._source.path, "entry_id": self._source.entry_id,
-                           "traced": self._traced, "tools": self._tools,
-                           "checkpoints": self._store_path, "fd": child.fileno()})
+        spec = json.dumps(
+            {
+                "path": self._source.path,
+                "entry_id": self._source.entry_id,
+                "traced": self._traced,
+                "tools": self._tools,
+                "checkpoints": self._store_path,
+                "fd": child.fileno(),
+            }
+        )
         process = subprocess.Popen(
             [sys.executable, "-m", "tubeless.batch._process", spec],
-            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
             stdout=2,  # what a handler prints must not land among the rows on stdout
         )
         child.close()
@@ -91,24 +108,37 @@ class ProcessEngine:
             message = ("failed", "the worker process exited while loading the project")
         if message[0] != "ready":
             await self.close()
-            raise BatchError(BATCH_ENGINE_UNAVAILABLE, f"a worker could not load the entry: "
-                             f"{message[1]}")
+            raise BatchError(
+                BATCH_ENGINE_UNAVAILABLE, f"a worker could not load the entry: {message[1]}"
+            )
 
-    async def run(self, item: InputRow, key: str, *, retry: bool = False,
-                  plan: RowPlan = NO_PLAN) -> RowOutcome:
+    async def run(
+        self, item: InputRow, key: str, *, retry: bool = False, plan: RowPlan = NO_PLAN
+    ) -> RowOutcome:
         worker = await self._idle.get()
         self._busy.add(worker)
         loop = asyncio.get_running_loop()
         try:
-            worker.conn.send(("row", item.index, item.line, item.raw, item.problem, item.text,
-                              key, plan.to_wire()))
+            worker.conn.send(
+                (
+                    "row",
+                    item.index,
+                    item.line,
+                    item.raw,
+                    item.problem,
+                    item.text,
+                    key,
+                    plan.to_wire(),
+                )
+            )
             wire = await loop.run_in_executor(self._threads, worker.conn.recv)
         except (EOFError, OSError):
             self._busy.discard(worker)
             code = await loop.run_in_executor(self._threads, _reap, worker)
             self._idle.put_nowait(await self._replace())
-            return failed_row(item, key, BATCH_WORKER_DIED,
-                              f"the worker process running the row died ({code})")
+            return failed_row(
+                item, key, BATCH_WORKER_DIED, f"the worker process running the row died ({code})"
+            )
         self._busy.discard(worker)
         self._idle.put_nowait(worker)
         return RowOutcome.from_wire(wire)
@@ -202,8 +232,16 @@ async def _serve(conn: Connection, entry: Any, traced: bool, tools: bool, store:
     async def one(message: tuple[Any, ...]) -> None:
         _, index, line, raw, problem, text, key, plan = message
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        outcome = await run_row(entry, item, key, traced=traced, tools=tools, signal=token,
-                                store=store, plan=RowPlan.from_wire(plan))
+        outcome = await run_row(
+            entry,
+            item,
+            key,
+            traced=traced,
+            tools=tools,
+            signal=token,
+            store=store,
+            plan=RowPlan.from_wire(plan),
+        )
         conn.send(outcome.to_wire())
 
     while True:

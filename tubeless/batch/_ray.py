@@ -30,9 +30,20 @@ if TYPE_CHECKING:
 __all__ = ["RayEngine", "shipped_folder"]
 
 #: Left out of the shipped folder: caches, environments, version control, traces and databases.
-EXCLUDES = ["venv", "node_modules", "**/__pycache__", ".mypy_cache",
-            ".pytest_cache", ".ruff_cache", ".hypothesis", ".import_linter_cache", "*.sqlite",
-            "*.sqlite3", "*.db", "*.ndjson"]
+EXCLUDES = [
+    "venv",
+    "node_modules",
+    "**/__pycache__",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    ".import_linter_cache",
+    "*.sqlite",
+    "*.sqlite3",
+    "*.db",
+    "*.ndjson",
+]
 
 
 def shipped_folder(source: EntrySource) -> tuple[Path, str]:
@@ -49,8 +60,14 @@ def shipped_folder(source: EntrySource) -> tuple[Path, str]:
 class _Actor:
     """Loads the entry once, then runs the rows it is sent (an async actor: cancellable)."""
 
-    def __init__(self, path: str, entry_id: str | None, traced: bool, tools: bool,
-                 checkpoints: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        entry_id: str | None,
+        traced: bool,
+        tools: bool,
+        checkpoints: str | None = None,
+    ) -> None:
         self._entry = EntrySource(path=str(Path(path).resolve()), entry_id=entry_id).load()
         self._traced = traced
         self._tools = tools
@@ -60,26 +77,49 @@ class _Actor:
 
             self._store = SqliteCheckpoints(checkpoints)
 
-    async def run(self, index: int, line: int, raw: Any, problem: str | None, text: str,
-                  key: str, plan: dict[str, Any] | None = None,
-                  ) -> tuple[str, dict[str, int], list[str]]:
+    async def run(
+        self,
+        index: int,
+        line: int,
+        raw: Any,
+        problem: str | None,
+        text: str,
+        key: str,
+        plan: dict[str, Any] | None = None,
+    ) -> tuple[str, dict[str, int], list[str]]:
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        outcome = await run_row(self._entry, item, key, traced=self._traced, tools=self._tools,
-                                store=self._store, plan=RowPlan.from_wire(plan))
+        outcome = await run_row(
+            self._entry,
+            item,
+            key,
+            traced=self._traced,
+            tools=self._tools,
+            store=self._store,
+            plan=RowPlan.from_wire(plan),
+        )
         return outcome.to_wire()
 
 
 class RayEngine:
     """``actors`` Ray actors, one row in flight each."""
 
-    def __init__(self, source: EntrySource, *, actors: int, traced: bool, tools: bool,
-                 signal: CancelToken, address: str | None,
-                 store_path: str | None = None) -> None:
+    def __init__(
+        self,
+        source: EntrySource,
+        *,
+        actors: int,
+        traced: bool,
+        tools: bool,
+        signal: CancelToken,
+        address: str | None,
+        store_path: str | None = None,
+    ) -> None:
         try:
             import ray
         except ImportError:
-            raise BatchError(BATCH_ENGINE_UNAVAILABLE, "the ray engine needs Ray: "
-                             "pip install 'tubeless[ray]'") from None
+            raise BatchError(
+                BATCH_ENGINE_UNAVAILABLE, "the ray engine needs Ray: pip install 'tubeless[ray]'"
+            ) from None
         self._ray = ray
         self._source = source
         self._store_path = store_path
@@ -102,7 +142,8 @@ class RayEngine:
             root, self._relative = shipped_folder(self._source)
             settings: dict[str, Any] = {
                 "runtime_env": {"working_dir": str(root), "excludes": EXCLUDES},
-                "logging_level": "warning", "log_to_driver": False,
+                "logging_level": "warning",
+                "log_to_driver": False,
             }
             if self._address is not None:
                 settings["address"] = self._address
@@ -126,14 +167,17 @@ class RayEngine:
     def _spawn(self) -> Any:
         actor_class = self._ray.remote(_Actor)
         return actor_class.options(**self._options).remote(
-            self._relative, self._source.entry_id, self._traced, self._tools, self._store_path)
+            self._relative, self._source.entry_id, self._traced, self._tools, self._store_path
+        )
 
-    async def run(self, item: InputRow, key: str, *, retry: bool = False,
-                  plan: RowPlan = NO_PLAN) -> RowOutcome:
+    async def run(
+        self, item: InputRow, key: str, *, retry: bool = False, plan: RowPlan = NO_PLAN
+    ) -> RowOutcome:
         ray = self._ray
         actor = await self._idle.get()
-        ref = actor.run.remote(item.index, item.line, item.raw, item.problem, item.text, key,
-                               plan.to_wire())
+        ref = actor.run.remote(
+            item.index, item.line, item.raw, item.problem, item.text, key, plan.to_wire()
+        )
         self._running[ref] = actor
         try:
             wire = await ref
@@ -145,8 +189,9 @@ class RayEngine:
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
             self._idle.put_nowait(self._spawn())
             reason = type(exc).__name__
-            return failed_row(item, key, BATCH_WORKER_DIED,
-                              f"the Ray actor running the row died ({reason})")
+            return failed_row(
+                item, key, BATCH_WORKER_DIED, f"the Ray actor running the row died ({reason})"
+            )
         finally:
             self._running.pop(ref, None)
         self._idle.put_nowait(actor)

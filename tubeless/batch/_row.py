@@ -48,8 +48,12 @@ class RowPlan:
     """The cassette file the row replays."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"checkpoint_key": self.checkpoint_key, "restart": self.restart,
-                "record": self.record, "replay": self.replay}
+        return {
+            "checkpoint_key": self.checkpoint_key,
+            "restart": self.restart,
+            "record": self.record,
+            "replay": self.replay,
+        }
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any] | None) -> RowPlan:
@@ -78,8 +82,11 @@ class RowSink:
             if "parentRunId" not in record:
                 self.root = record["runId"]
                 self.root_pipeline = f"{record['pipelineId']}/turn"
-            elif (record["parentRunId"] == self.root and "iteration" in record
-                  and record["pipelineId"] == self.root_pipeline):
+            elif (
+                record["parentRunId"] == self.root
+                and "iteration" in record
+                and record["pipelineId"] == self.root_pipeline
+            ):
                 self.turns += 1
         elif name == "step.attempted" and record.get("stepId") == "calls":
             attributes = record.get("payload", {}).get("attributes", {})
@@ -117,18 +124,27 @@ class RowOutcome:
     @classmethod
     def from_wire(cls, wire: tuple[str, dict[str, int], list[str]]) -> RowOutcome:
         row, tools, records = wire
-        return cls(row=json.loads(row), tools=dict(tools),
-                   records=[json.loads(text) for text in records])
+        return cls(
+            row=json.loads(row), tools=dict(tools), records=[json.loads(text) for text in records]
+        )
 
 
-def failed_row(item: InputRow, key: str, code: str, message: str,
-               duration_ms: float = 0.0) -> RowOutcome:
+def failed_row(
+    item: InputRow, key: str, code: str, message: str, duration_ms: float = 0.0
+) -> RowOutcome:
     """A row that failed without a run of its own (an unreadable line, a dead worker)."""
-    return RowOutcome(row={
-        "index": item.index, "key": key, "status": "failed",
-        "error": {"code": code, "message": message},
-        "run_id": None, "duration_ms": round(duration_ms, 3), "turns": 0, "calls": 0,
-    })
+    return RowOutcome(
+        row={
+            "index": item.index,
+            "key": key,
+            "status": "failed",
+            "error": {"code": code, "message": message},
+            "run_id": None,
+            "duration_ms": round(duration_ms, 3),
+            "turns": 0,
+            "calls": 0,
+        }
+    )
 
 
 async def run_row(
@@ -163,15 +179,18 @@ async def run_row(
     start = time.perf_counter()
     durable: dict[str, Any] = {}
     if store is not None and plan.checkpoint_key is not None:
-        durable = {"checkpoints": store, "checkpoint_key": plan.checkpoint_key,
-                   "restart": plan.restart}
+        durable = {
+            "checkpoints": store,
+            "checkpoint_key": plan.checkpoint_key,
+            "restart": plan.restart,
+        }
     try:
         with _cassette(plan):
-            run = await entry.run(item.raw, trace=None if sink is None else [sink],
-                                  signal=signal, **durable)
+            run = await entry.run(
+                item.raw, trace=None if sink is None else [sink], signal=signal, **durable
+            )
     except TubelessError as exc:  # the row's cassette or checkpoint cannot be used
-        return failed_row(item, key, exc.code, exc.message,
-                          (time.perf_counter() - start) * 1000)
+        return failed_row(item, key, exc.code, exc.message, (time.perf_counter() - start) * 1000)
     except asyncio.CancelledError:
         # The task was cancelled (a second signal): the run recorded its cancellation.
         duration = (time.perf_counter() - start) * 1000
@@ -188,8 +207,11 @@ async def run_row(
     else:
         turns = sum(b.decisions for b in budgets if b.id == run.run_id)
         calls, counted = sum(b.calls for b in budgets), {}
-    return RowOutcome(row=_row(item, key, run, turns, calls, duration), tools=counted,
-                      records=sink.records if sink is not None else [])
+    return RowOutcome(
+        row=_row(item, key, run, turns, calls, duration),
+        tools=counted,
+        records=sink.records if sink is not None else [],
+    )
 
 
 @contextlib.contextmanager
@@ -209,8 +231,9 @@ def _cassette(plan: RowPlan) -> Iterator[None]:
         yield
 
 
-def _row(item: InputRow, key: str, run: PipelineRun, turns: int, calls: int,
-         duration_ms: float) -> dict[str, Any]:
+def _row(
+    item: InputRow, key: str, run: PipelineRun, turns: int, calls: int, duration_ms: float
+) -> dict[str, Any]:
     row: dict[str, Any] = {"index": item.index, "key": key, "status": run.status}
     if run.status == "completed":
         from pydantic_core import to_jsonable_python

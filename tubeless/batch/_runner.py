@@ -84,9 +84,20 @@ async def run_batch(
         calls}`` for each input.
     """
     async for outcome in run_outcomes(
-        entry, inputs, concurrency=concurrency, engine=engine, entry_id=entry_id, trace=trace,
-        output=output, retry_failed=retry_failed, fail_fast=fail_fast, ray_address=ray_address,
-        signal=signal, on_row=on_row, checkpoints=checkpoints, record_dir=record_dir,
+        entry,
+        inputs,
+        concurrency=concurrency,
+        engine=engine,
+        entry_id=entry_id,
+        trace=trace,
+        output=output,
+        retry_failed=retry_failed,
+        fail_fast=fail_fast,
+        ray_address=ray_address,
+        signal=signal,
+        on_row=on_row,
+        checkpoints=checkpoints,
+        record_dir=record_dir,
         replay_dir=replay_dir,
     ):
         yield outcome.row
@@ -120,8 +131,9 @@ async def run_outcomes(
     from tubeless.tracing import TraceFanout
 
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise TubelessError(RUN_CONCURRENCY_INVALID,
-                            f"concurrency must be an integer >= 1, got {concurrency!r}")
+        raise TubelessError(
+            RUN_CONCURRENCY_INVALID, f"concurrency must be an integer >= 1, got {concurrency!r}"
+        )
     if isinstance(entry, str | os.PathLike):
         entry = EntrySource.of(entry, entry_id)
     pipeline = entry.load() if isinstance(entry, EntrySource) else entry
@@ -130,17 +142,41 @@ async def run_outcomes(
     sinks = [] if trace is None else [trace] if not isinstance(trace, Sequence) else list(trace)
     fanout = TraceFanout(sinks)
     token = signal if signal is not None else CancelToken()
-    plans = row_plans(rows, keys, checkpoints=checkpoints is not None, record_dir=record_dir,
-                      replay_dir=replay_dir, replays=replays, records=records)
+    plans = row_plans(
+        rows,
+        keys,
+        checkpoints=checkpoints is not None,
+        record_dir=record_dir,
+        replay_dir=replay_dir,
+        replays=replays,
+        records=records,
+    )
     checkpoint_store, store_path, opened = _open_checkpoints(checkpoints)
     try:
-        runner = make_engine(engine, pipeline if engine == "local" else entry,
-                             concurrency=concurrency, traced=bool(sinks), signal=token,
-                             tools=count_tools, ray_address=ray_address, store=checkpoint_store,
-                             store_path=store_path)
+        runner = make_engine(
+            engine,
+            pipeline if engine == "local" else entry,
+            concurrency=concurrency,
+            traced=bool(sinks),
+            signal=token,
+            tools=count_tools,
+            ray_address=ray_address,
+            store=checkpoint_store,
+            store_path=store_path,
+        )
         store = BatchOutput(output) if output is not None else None
-        batch = _Batch(rows, keys, plans, runner, store, fanout, token,
-                       retry_failed=retry_failed, fail_fast=fail_fast, on_row=on_row)
+        batch = _Batch(
+            rows,
+            keys,
+            plans,
+            runner,
+            store,
+            fanout,
+            token,
+            retry_failed=retry_failed,
+            fail_fast=fail_fast,
+            on_row=on_row,
+        )
         try:
             async for outcome in batch.drive(concurrency):
                 yield outcome
@@ -185,10 +221,13 @@ def row_plans(
         replayed = (replays or {}).get(row.index)
         if replayed is None and replay is not None:
             replayed = str(replay / name)
-        plan = RowPlan(checkpoint_key=checkpoint_key,
-                       record=None if recorded is None else str(Path(recorded).resolve()),
-                       replay=None if replayed is None or recorded is not None
-                       else str(Path(replayed).resolve()))
+        plan = RowPlan(
+            checkpoint_key=checkpoint_key,
+            record=None if recorded is None else str(Path(recorded).resolve()),
+            replay=None
+            if replayed is None or recorded is not None
+            else str(Path(replayed).resolve()),
+        )
         plans.append(plan)
     return plans
 
@@ -212,9 +251,20 @@ def _open_checkpoints(
 
 
 class _Batch:
-    def __init__(self, rows: list[InputRow], keys: list[str], plans: list[RowPlan],
-                 engine: Engine, store: BatchOutput | None, fanout: Any, token: CancelToken, *,
-                 retry_failed: bool, fail_fast: bool, on_row: OnRow | None) -> None:
+    def __init__(
+        self,
+        rows: list[InputRow],
+        keys: list[str],
+        plans: list[RowPlan],
+        engine: Engine,
+        store: BatchOutput | None,
+        fanout: Any,
+        token: CancelToken,
+        *,
+        retry_failed: bool,
+        fail_fast: bool,
+        on_row: OnRow | None,
+    ) -> None:
         self.rows, self.keys, self.engine, self.store = rows, keys, engine, store
         self.plans = plans
         self.fanout, self.token = fanout, token
@@ -246,8 +296,10 @@ class _Batch:
         if pending:
             await self.engine.start()
         try:
-            self.tasks = [asyncio.create_task(self._slot(queue))
-                          for _ in range(min(concurrency, len(pending)))]
+            self.tasks = [
+                asyncio.create_task(self._slot(queue))
+                for _ in range(min(concurrency, len(pending)))
+            ]
             running = asyncio.gather(*self.tasks)
             running.add_done_callback(lambda _: self.changed.set())
             next_index = 0
@@ -272,15 +324,19 @@ class _Batch:
             plan = self.plans[row.index]
             try:
                 outcome = await self.engine.run(row, self.keys[row.index], plan=plan)
-                if (self.retry_failed and outcome.row["status"] == "failed"
-                        and outcome.row["error"]["code"] != BATCH_INPUT_INVALID
-                        and not self.token.cancelled):
+                if (
+                    self.retry_failed
+                    and outcome.row["status"] == "failed"
+                    and outcome.row["error"]["code"] != BATCH_INPUT_INVALID
+                    and not self.token.cancelled
+                ):
                     # A run that ended failed saved its failure: the retry starts its checkpoint
                     # over. A row whose worker died left its checkpoint resumable: it resumes.
                     if plan.checkpoint_key is not None and outcome.row["run_id"] is not None:
                         plan = replace(plan, restart=True)
-                    outcome = await self.engine.run(row, self.keys[row.index], retry=True,
-                                                    plan=plan)
+                    outcome = await self.engine.run(
+                        row, self.keys[row.index], retry=True, plan=plan
+                    )
             finally:
                 self.changed.set()
             self._finished(outcome)
@@ -333,13 +389,16 @@ class BatchSummary:
             head += f"; {self.skipped} already completed, not run again"
         lines = [head]
         if self.p50_ms is not None and self.p95_ms is not None:
-            lines.append(f"duration p50 {self.p50_ms:.1f} ms, p95 {self.p95_ms:.1f} ms; "
-                         f"turns {self.turns}, calls {self.calls}")
+            lines.append(
+                f"duration p50 {self.p50_ms:.1f} ms, p95 {self.p95_ms:.1f} ms; "
+                f"turns {self.turns}, calls {self.calls}"
+            )
         return lines
 
 
-def summarize(rows: Iterable[Mapping[str, Any]], *, total: int | None = None,
-              skipped: int = 0) -> BatchSummary:
+def summarize(
+    rows: Iterable[Mapping[str, Any]], *, total: int | None = None, skipped: int = 0
+) -> BatchSummary:
     """Count ``rows`` by status and failure code, with duration percentiles of rows that ran."""
     listed = list(rows)
     failed: dict[str, int] = {}
@@ -353,15 +412,19 @@ def summarize(rows: Iterable[Mapping[str, Any]], *, total: int | None = None,
     p50 = p95 = None
     if durations:
         p50 = statistics.median(durations)
-        p95 = (statistics.quantiles(durations, n=20, method="inclusive")[-1]
-               if len(durations) > 1 else durations[0])
+        p95 = (
+            statistics.quantiles(durations, n=20, method="inclusive")[-1]
+            if len(durations) > 1
+            else durations[0]
+        )
     return BatchSummary(
         rows=len(listed) if total is None else total,
         completed=sum(1 for row in listed if row.get("status") == "completed"),
         failed=dict(sorted(failed.items(), key=lambda item: (-item[1], item[0]))),
         cancelled=sum(1 for row in listed if row.get("status") == "cancelled"),
         skipped=skipped,
-        p50_ms=p50, p95_ms=p95,
+        p50_ms=p50,
+        p95_ms=p95,
         turns=sum(int(row.get("turns") or 0) for row in listed),
         calls=sum(int(row.get("calls") or 0) for row in listed),
     )

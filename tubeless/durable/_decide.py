@@ -48,9 +48,7 @@ def record_decision(
     """
     document = decode(text, f"checkpoint {key!r}")
     pending = pending_of(document)
-    found = [
-        p for p in pending if p.get("call_id") == call_id and route in (None, p.get("route"))
-    ]
+    found = [p for p in pending if p.get("call_id") == call_id and route in (None, p.get("route"))]
     if len(found) != 1:
         listed = ", ".join(
             repr(p.get("call_id")) + (f" (--route {p.get('route')})" if len(found) > 1 else "")
@@ -62,8 +60,7 @@ def record_decision(
                 + (f" (waiting: {listed})" if listed else " (nothing is waiting)")
             )
         raise LookupError(
-            f"checkpoint {key!r} has {len(found)} calls {call_id!r} waiting; give --route: "
-            f"{listed}"
+            f"checkpoint {key!r} has {len(found)} calls {call_id!r} waiting; give --route: {listed}"
         )
     request = found[0]
     decision: dict[str, Any] = {

@@ -35,6 +35,8 @@ def _plain(value: Any) -> str:
     if kind is bool:
         return "true" if value else "false"
     return _dumps(value)
+
+
 _MAX_CACHED = 256
 
 
@@ -78,8 +80,10 @@ class DocumentEncoder:
             how = walk.get(key)
             if key in cached:
                 text = self._fragment(item)
-            elif how is None or not item or not isinstance(
-                item, (list, tuple) if how == "records" else dict
+            elif (
+                how is None
+                or not item
+                or not isinstance(item, (list, tuple) if how == "records" else dict)
             ):
                 text = _plain(item)  # not a container to walk (e.g. an entry's count of calls)
             elif how == "record":
@@ -87,9 +91,13 @@ class DocumentEncoder:
             elif how == "records":
                 text = "[" + ",".join(self._record(one) for one in item) + "]"
             else:
-                text = "{" + ",".join(
-                    f"{_string(name)}:{self._record(item[name])}" for name in sorted(item)
-                ) + "}"
+                text = (
+                    "{"
+                    + ",".join(
+                        f"{_string(name)}:{self._record(item[name])}" for name in sorted(item)
+                    )
+                    + "}"
+                )
             parts.append(f"{_string(key)}:{text}")
         return "{" + ",".join(parts) + "}"
 

@@ -148,8 +148,9 @@ class SqliteCheckpoints:
                 raise _invalid(self.path, f"cannot read checkpoints ({exc})") from None
 
     def _read(self, key: str) -> str | None:
-        rows = self._query("SELECT key, document, updated_at_ms FROM checkpoints WHERE key = ?",
-                           (key,))
+        rows = self._query(
+            "SELECT key, document, updated_at_ms FROM checkpoints WHERE key = ?", (key,)
+        )
         return rows[0][1] if rows else None
 
     def _release(self, key: str, token: object) -> None:

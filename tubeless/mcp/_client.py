@@ -234,9 +234,7 @@ class McpSession:
         return _text(result)
 
 
-async def _own(
-    server: McpServer, ready: asyncio.Future[McpSession], close: asyncio.Event
-) -> None:
+async def _own(server: McpServer, ready: asyncio.Future[McpSession], close: asyncio.Event) -> None:
     """Hold the connection open until ``close`` is set (in a task of its own, see below)."""
     from mcp import Client
     from mcp.types import Implementation

@@ -102,10 +102,6 @@ def run_child_value(
     )
 
 
-
-
-
-
 def _controls(value: Any, *args: Any) -> Controls:
     if value is None:
         return DEFAULT_CONTROLS

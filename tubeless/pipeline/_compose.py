@@ -338,4 +338,3 @@ async def _fan_out(
     if map_result is not None:
         return await maybe_await(map_result(results))
     return results
-

@@ -113,9 +113,7 @@ def _error(run: RunState, exc: BaseException, *, cancelled: bool) -> PipelineErr
 def _record(run: RunState, error: PipelineError, t0: float) -> None:
     run.final_errors.append(error)
     if run.envelope is not None:
-        run.emit(
-            run.envelope.finalize_failed(now_ms(), duration_ms=_ms(t0), error=error.to_wire())
-        )
+        run.emit(run.envelope.finalize_failed(now_ms(), duration_ms=_ms(t0), error=error.to_wire()))
 
 
 def _ms(t0: float) -> float:

@@ -119,8 +119,9 @@ def _colon_hint(reference: str) -> str:
     head, dot, tail = reference.strip().rpartition(".")
     if ":" in reference or not dot or not re.fullmatch(REFERENCE_PATTERN, f"{head}:{tail}"):
         return ""
-    return (f"; did you mean {head + ':' + tail!r}? (a colon separates the module from the "
-            "attribute)")
+    return (
+        f"; did you mean {head + ':' + tail!r}? (a colon separates the module from the attribute)"
+    )
 
 
 def _one_of(texts: Sequence[str]) -> str:

@@ -143,22 +143,29 @@ class Compiler:
             made = factory(**value.with_)
         except Exception as exc:
             self.issues.append(
-                (pointer, f"factory {value.use!r} failed: {type(exc).__name__}: {exc}",
-                 REFERENCE_INVALID)
+                (
+                    pointer,
+                    f"factory {value.use!r} failed: {type(exc).__name__}: {exc}",
+                    REFERENCE_INVALID,
+                )
             )
             return _MISSING
         if not callable(made):
             kind = type(made).__name__
             article = "an" if kind[:1].lower() in "aeiou" else "a"
             self.issues.append(
-                (pointer, f"factory {value.use!r} returned {article} {kind}, not a callable",
-                 REFERENCE_INVALID)
+                (
+                    pointer,
+                    f"factory {value.use!r} returned {article} {kind}, not a callable",
+                    REFERENCE_INVALID,
+                )
             )
             return _MISSING
         problem = call_problem(made, call)
         if problem is not None:
-            self.issues.append((pointer, f"what {value.use!r} returned {problem}",
-                                REFERENCE_INVALID))
+            self.issues.append(
+                (pointer, f"what {value.use!r} returned {problem}", REFERENCE_INVALID)
+            )
             return _MISSING
         return made
 
@@ -179,13 +186,23 @@ class Compiler:
                     listed = f"its settings: {', '.join(names)}" if names else "it takes none"
                     where = f"{pointer}/with/{escape(key)}"
                     self.at_key.add(where)
-                    self.issues.append((where, f"{value.use!r} has no setting {key!r}; "
-                                        f"{hint or listed}", REFERENCE_INVALID))
+                    self.issues.append(
+                        (
+                            where,
+                            f"{value.use!r} has no setting {key!r}; {hint or listed}",
+                            REFERENCE_INVALID,
+                        )
+                    )
                     fits = False
         for parameter in named:
             if parameter.default is parameter.empty and parameter.name not in value.with_:
-                self.issues.append((pointer, f"{value.use!r} needs the setting "
-                                    f"{parameter.name!r} under with:", REFERENCE_INVALID))
+                self.issues.append(
+                    (
+                        pointer,
+                        f"{value.use!r} needs the setting {parameter.name!r} under with:",
+                        REFERENCE_INVALID,
+                    )
+                )
                 fits = False
         return fits
 
@@ -226,9 +243,12 @@ class Compiler:
             value = self.ref(tool, pointer, "tool")
             if value is not _MISSING and not isinstance(value, Tool):
                 self.issues.append(
-                    (pointer, f"{tool!r} is a {type(value).__name__}, not a tool; make it with "
-                     "define_tool(...) or declare {run, description, input, output} here",
-                     REFERENCE_INVALID)
+                    (
+                        pointer,
+                        f"{tool!r} is a {type(value).__name__}, not a tool; make it with "
+                        "define_tool(...) or declare {run, description, input, output} here",
+                        REFERENCE_INVALID,
+                    )
                 )
                 return _MISSING
             return value
@@ -238,22 +258,30 @@ class Compiler:
             if tool.preview == "run":
                 preview = run
             elif tool.preview != "skip":
-                preview = self.ref(tool.preview, f"{pointer}/preview", "callable",
-                                   "preview(input, ctx)")
+                preview = self.ref(
+                    tool.preview, f"{pointer}/preview", "callable", "preview(input, ctx)"
+                )
             reconcile: Any = None
             if tool.reconcile is not None:
-                reconcile = self.ref(tool.reconcile, f"{pointer}/reconcile", "callable",
-                                     "reconcile(input, ctx)")
+                reconcile = self.ref(
+                    tool.reconcile, f"{pointer}/reconcile", "callable", "reconcile(input, ctx)"
+                )
             inputs = self.schema(tool.input, f"{pointer}/input")
             outputs = self.schema(tool.output, f"{pointer}/output")
             approval = self._approval(tool.approval, pointer)
             if _missing(run, preview, inputs, outputs, approval, reconcile):
                 return _MISSING
             try:
-                return define_tool(description=tool.description, input_schema=inputs,
-                                   output_schema=outputs, run=run, preview=preview,
-                                   approval=approval,
-                                   replay=tool.replay, reconcile=reconcile)
+                return define_tool(
+                    description=tool.description,
+                    input_schema=inputs,
+                    output_schema=outputs,
+                    run=run,
+                    preview=preview,
+                    approval=approval,
+                    replay=tool.replay,
+                    reconcile=reconcile,
+                )
             except AgentDefinitionError as exc:
                 self.definition_errors.append((pointer, exc))
                 return _MISSING
@@ -263,16 +291,25 @@ class Compiler:
         target = tool.pipeline if isinstance(tool, PipelineToolSpec) else tool.agent
         child = self.built.get(target)
         inputs = None if tool.input is None else self.schema(tool.input, f"{pointer}/input")
-        mapper = (None if tool.map_options is None
-                  else self.ref(tool.map_options, f"{pointer}/map_options", "callable",
-                                "map_options(input)"))
+        mapper = (
+            None
+            if tool.map_options is None
+            else self.ref(
+                tool.map_options, f"{pointer}/map_options", "callable", "map_options(input)"
+            )
+        )
         approval = self._approval(tool.approval, pointer)
         if child is None or _missing(inputs, mapper, approval):
             return _MISSING
         try:
-            return pipeline_tool(child, description=tool.description, input_schema=inputs,
-                                 map_options=mapper, approval=approval,
-                                 replay=tool.replay)
+            return pipeline_tool(
+                child,
+                description=tool.description,
+                input_schema=inputs,
+                map_options=mapper,
+                approval=approval,
+                replay=tool.replay,
+            )
         except AgentDefinitionError as exc:
             self.definition_errors.append((pointer, exc))
             return _MISSING
@@ -328,16 +365,28 @@ class Compiler:
         def field(name: str, build: Callable[[], Any]) -> Any:
             return overrides[name] if name in overrides else build()
 
-        initial_state = field("initial_state", lambda: self._initial_state(
-            agent, f"{base}/initial_state"))
-        decide = field("decide", lambda: self.callable_(agent.decide, f"{base}/decide",
-                                                           "decide(state, ctx)"))
-        dry_run = field("dry_run", lambda: None if agent.dry_run is None
-                        else self.callable_(agent.dry_run, f"{base}/dry_run",
-                                            "dry_run(state, ctx)"))
-        reduce = field("reduce", lambda: None if agent.reduce is None
-                       else self.callable_(agent.reduce, f"{base}/reduce",
-                                           "reduce(state, outcomes)"))
+        initial_state = field(
+            "initial_state", lambda: self._initial_state(agent, f"{base}/initial_state")
+        )
+        decide = field(
+            "decide", lambda: self.callable_(agent.decide, f"{base}/decide", "decide(state, ctx)")
+        )
+        dry_run = field(
+            "dry_run",
+            lambda: (
+                None
+                if agent.dry_run is None
+                else self.callable_(agent.dry_run, f"{base}/dry_run", "dry_run(state, ctx)")
+            ),
+        )
+        reduce = field(
+            "reduce",
+            lambda: (
+                None
+                if agent.reduce is None
+                else self.callable_(agent.reduce, f"{base}/reduce", "reduce(state, outcomes)")
+            ),
+        )
         inputs = self.schema(agent.input, f"{base}/input")
         result = self.schema(agent.result, f"{base}/result")
         tools: dict[str, Any] = {}
@@ -348,8 +397,12 @@ class Compiler:
                 continue
             for registered, each in built.tools.items():
                 if registered in agent.tools or registered in tools:
-                    self.definition_errors.append((f"{base}/tools/{escape(name)}",
-                        AgentDefinitionError(f"MCP tool {registered!r} is registered twice.")))
+                    self.definition_errors.append(
+                        (
+                            f"{base}/tools/{escape(name)}",
+                            AgentDefinitionError(f"MCP tool {registered!r} is registered twice."),
+                        )
+                    )
                     each = _MISSING
                 tools[registered] = each
         parts = [initial_state, decide, dry_run, reduce, inputs, result, *tools.values()]
@@ -358,11 +411,19 @@ class Compiler:
         limits = {k: v for k, v in agent.limits.model_dump().items() if v is not None}
         try:
             return define_agent(
-                id=agent_id, name=agent.name, description=agent.description,
-                implementation_version=agent.implementation_version, input_schema=inputs,
-                result_schema=result, result_json_schema=agent.result_json_schema,
-                initial_state=initial_state, decide=decide, dry_run=dry_run, reduce=reduce,
-                tools=tools, limits=limits,
+                id=agent_id,
+                name=agent.name,
+                description=agent.description,
+                implementation_version=agent.implementation_version,
+                input_schema=inputs,
+                result_schema=result,
+                result_json_schema=agent.result_json_schema,
+                initial_state=initial_state,
+                decide=decide,
+                dry_run=dry_run,
+                reduce=reduce,
+                tools=tools,
+                limits=limits,
             )
         except (AgentDefinitionError, PipelineDefinitionError) as exc:
             self.definition_errors.append((base, exc))
@@ -376,8 +437,11 @@ class Compiler:
             "name": item.name,
             "description": item.description,
         }
-        skip = None if item.skip is None else self.ref(item.skip, f"{pointer}/skip", "callable",
-                                                       "skip(inputs, ctx)")
+        skip = (
+            None
+            if item.skip is None
+            else self.ref(item.skip, f"{pointer}/skip", "callable", "skip(inputs, ctx)")
+        )
         dry_run: Any = item.dry_run
         if dry_run is not None and dry_run != "skip":
             dry_run = self.ref(dry_run, f"{pointer}/dry_run", "callable", "dry_run(inputs, ctx)")
@@ -391,38 +455,71 @@ class Compiler:
             spec = item.from_pipeline
             where = f"{pointer}/from_pipeline"
             child = self.built.get(spec.pipeline)
-            map_options = (None if spec.map_options is None
-                           else self.ref(spec.map_options, f"{where}/map_options", "callable",
-                                         "map_options(inputs, ctx)"))
-            map_result = (None if spec.map_result is None
-                          else self.ref(spec.map_result, f"{where}/map_result", "callable",
-                                        "map_result(result)"))
+            map_options = (
+                None
+                if spec.map_options is None
+                else self.ref(
+                    spec.map_options, f"{where}/map_options", "callable", "map_options(inputs, ctx)"
+                )
+            )
+            map_result = (
+                None
+                if spec.map_result is None
+                else self.ref(
+                    spec.map_result, f"{where}/map_result", "callable", "map_result(result)"
+                )
+            )
             if child is None or _missing(map_options, map_result, skip):
                 return _MISSING
-            return from_pipeline(item.id, child, map_options=map_options, map_result=map_result,
-                                 skip=skip, dry_run=dry_run, **deps)
+            return from_pipeline(
+                item.id,
+                child,
+                map_options=map_options,
+                map_result=map_result,
+                skip=skip,
+                dry_run=dry_run,
+                **deps,
+            )
         assert item.for_each_pipeline is not None
         fan = item.for_each_pipeline
         where = f"{pointer}/for_each_pipeline"
         child = self.built.get(fan.pipeline)
         items = self.ref(fan.items, f"{where}/items", "callable", "items(inputs, ctx)")
         key = self.ref(fan.key, f"{where}/key", "callable", "key(item, index)")
-        map_options = self.ref(fan.map_options, f"{where}/map_options", "callable",
-                               "map_options(item, index, inputs, ctx)")
-        map_result = (None if fan.map_result is None
-                      else self.ref(fan.map_result, f"{where}/map_result", "callable",
-                                    "map_result(results)"))
+        map_options = self.ref(
+            fan.map_options,
+            f"{where}/map_options",
+            "callable",
+            "map_options(item, index, inputs, ctx)",
+        )
+        map_result = (
+            None
+            if fan.map_result is None
+            else self.ref(fan.map_result, f"{where}/map_result", "callable", "map_result(results)")
+        )
         if child is None or _missing(items, key, map_options, map_result, skip):
             return _MISSING
-        return for_each_pipeline(item.id, child, items=items, key=key, map_options=map_options,
-                                 concurrency=fan.concurrency, map_result=map_result, skip=skip,
-                                 dry_run=dry_run, **deps)
+        return for_each_pipeline(
+            item.id,
+            child,
+            items=items,
+            key=key,
+            map_options=map_options,
+            concurrency=fan.concurrency,
+            map_result=map_result,
+            skip=skip,
+            dry_run=dry_run,
+            **deps,
+        )
 
     def _finalize(self, value: str | FinalizeSpec | None, pointer: str) -> Any:
         if value is None or isinstance(value, str):
             return value
-        fn = None if value.run is None else self.ref(value.run, f"{pointer}/run", "callable",
-                                                    "run(outputs, ctx)")
+        fn = (
+            None
+            if value.run is None
+            else self.ref(value.run, f"{pointer}/run", "callable", "run(outputs, ctx)")
+        )
         if fn is _MISSING:
             return _MISSING
         if value.require_outputs:
@@ -431,20 +528,25 @@ class Compiler:
 
     def _pipeline(self, pipeline_id: str, pipeline: PipelineSpec) -> Pipeline | None:
         base = f"/pipelines/{escape(pipeline_id)}"
-        steps = [self._step(item, f"{base}/steps/{index}")
-                 for index, item in enumerate(pipeline.steps)]
+        steps = [
+            self._step(item, f"{base}/steps/{index}") for index, item in enumerate(pipeline.steps)
+        ]
         options = None if pipeline.input is None else self.schema(pipeline.input, f"{base}/input")
-        result = None if pipeline.result is None else self.schema(pipeline.result,
-                                                                 f"{base}/result")
+        result = None if pipeline.result is None else self.schema(pipeline.result, f"{base}/result")
         finalize = self._finalize(pipeline.finalize, f"{base}/finalize")
         if any(part is _MISSING for part in (*steps, options, result, finalize)):
             return None
         assert all(isinstance(s, Step) for s in steps)
         try:
             return define_pipeline(
-                id=pipeline_id, name=pipeline.name, description=pipeline.description,
-                implementation_version=pipeline.implementation_version, steps=steps,
-                options_schema=options, result_schema=result, targets=pipeline.targets,
+                id=pipeline_id,
+                name=pipeline.name,
+                description=pipeline.description,
+                implementation_version=pipeline.implementation_version,
+                steps=steps,
+                options_schema=options,
+                result_schema=result,
+                targets=pipeline.targets,
                 finalize=finalize,
             )
         except (PipelineDefinitionError, TemplateError) as exc:

@@ -96,11 +96,13 @@ class CheckedProject:
     spec: ProjectSpec
 
 
-def _issue(doc: LoadedDocument, pointer: str, message: str, code: str, *, key: bool = False
-           ) -> DocumentIssue:
+def _issue(
+    doc: LoadedDocument, pointer: str, message: str, code: str, *, key: bool = False
+) -> DocumentIssue:
     line, column = doc.source.locate(pointer, key=key)
-    return DocumentIssue(file=doc.file, line=line, column=column, pointer=pointer,
-                         message=message, code=code)
+    return DocumentIssue(
+        file=doc.file, line=line, column=column, pointer=pointer, message=message, code=code
+    )
 
 
 def _pydantic_issues(doc: LoadedDocument, error: pydantic.ValidationError) -> list[DocumentIssue]:
@@ -108,7 +110,8 @@ def _pydantic_issues(doc: LoadedDocument, error: pydantic.ValidationError) -> li
     for detail in error.errors(include_input=False, include_url=False):
         pointer = "".join(
             "/" + str(part).replace("~", "~0").replace("/", "~1")
-            for part in detail["loc"] if not str(part).startswith(("function-", "union["))
+            for part in detail["loc"]
+            if not str(part).startswith(("function-", "union["))
         )
         issues.append(_issue(doc, pointer, detail["msg"], DOCUMENT_INVALID))
     return issues
@@ -155,8 +158,13 @@ def _raise_definition(issues: Sequence[DocumentIssue], spec: ProjectSpec) -> NoR
     parts = ordered[0].pointer.split("/")
     pipeline_id = parts[2].replace("~1", "/").replace("~0", "~") if len(parts) > 2 else ""
     errors = [
-        PipelineError(code=issue.code, kind="definition", phase="definition",
-                      message=issue.message, step_id=_step_id(spec, issue.pointer))
+        PipelineError(
+            code=issue.code,
+            kind="definition",
+            phase="definition",
+            message=issue.message,
+            step_id=_step_id(spec, issue.pointer),
+        )
         for issue in ordered
     ]
     located = _located(PipelineDefinitionError(pipeline_id, errors), ordered)
@@ -202,10 +210,13 @@ def check_project(path: str | os.PathLike[str]) -> CheckedProject:
         spec = ProjectSpec.model_validate(doc.data)
     except pydantic.ValidationError as exc:
         raise_issues(_pydantic_issues(doc, exc))
-    _raise([
-        _issue(doc, problem.pointer, problem.message, problem.code, key=problem.at_key)
-        for problem in check_semantics(spec)
-    ], spec)
+    _raise(
+        [
+            _issue(doc, problem.pointer, problem.message, problem.code, key=problem.at_key)
+            for problem in check_semantics(spec)
+        ],
+        spec,
+    )
     return CheckedProject(document=doc, spec=spec)
 
 
@@ -250,13 +261,17 @@ def load_project(
     doc, spec = checked.document, checked.spec
     compiler = Compiler(spec, Path(doc.file).resolve().parent, overrides)
     built = compiler.build_all()
-    _raise([
-        _issue(doc, pointer, message, code, key=pointer in compiler.at_key)
-        for pointer, message, code in compiler.issues
-    ], cause=compiler.import_failures[0] if compiler.import_failures else None)
+    _raise(
+        [
+            _issue(doc, pointer, message, code, key=pointer in compiler.at_key)
+            for pointer, message, code in compiler.issues
+        ],
+        cause=compiler.import_failures[0] if compiler.import_failures else None,
+    )
     if compiler.definition_errors:
         issues = sort_issues(
-            issue for pointer, error in compiler.definition_errors
+            issue
+            for pointer, error in compiler.definition_errors
             for issue in _definition_issues(doc, spec, pointer, error)
         )
         error = compiler.definition_errors[0][1]

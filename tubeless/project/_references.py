@@ -152,9 +152,14 @@ class Resolver:
                     entry.is_dir() and (entry / "__init__.py").is_file()
                 )
                 if shadows and name in sys.stdlib_module_names:
-                    found.append((index, f"{self._shown(entry)} shadows the standard library "
-                                  f"module {name!r} (imports of {name!r} get this file); "
-                                  "rename it"))
+                    found.append(
+                        (
+                            index,
+                            f"{self._shown(entry)} shadows the standard library "
+                            f"module {name!r} (imports of {name!r} get this file); "
+                            "rename it",
+                        )
+                    )
         return found
 
     def _shown(self, path: Path) -> str:
@@ -278,13 +283,18 @@ class Resolver:
         if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
             return f"{self._shown(Path(exc.filename))}:{exc.lineno}"
         frames = [
-            frame for frame in traceback.extract_tb(exc.__traceback__)
-            if not frame.filename.startswith("<") and frame.filename != __file__
+            frame
+            for frame in traceback.extract_tb(exc.__traceback__)
+            if not frame.filename.startswith("<")
+            and frame.filename != __file__
             and frame.filename != importlib.__file__
         ]
         roots = [*self.folders, self.base_dir.resolve()]
-        own = [f for f in frames if any(Path(f.filename).resolve().is_relative_to(root)
-                                        for root in roots)]
+        own = [
+            f
+            for f in frames
+            if any(Path(f.filename).resolve().is_relative_to(root) for root in roots)
+        ]
         chosen = own or frames
         if not chosen:
             return None

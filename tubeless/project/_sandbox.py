@@ -62,8 +62,10 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
     """Refuse an operator whose result would be past the bounds, before it runs."""
     if operator == "*":
         for sequence, times in ((left, right), (right, left)):
-            if _sequence(sequence) and isinstance(times, int) and (
-                measure(sequence)[0] * times > MAX_ITEMS
+            if (
+                _sequence(sequence)
+                and isinstance(times, int)
+                and (measure(sequence)[0] * times > MAX_ITEMS)
             ):
                 raise TemplateLimit(f"a template may not repeat a value past {MAX_ITEMS:,} items")
         if (
@@ -73,8 +75,10 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
         ):
             raise TemplateLimit("a template may not compute such a large product")
     elif operator == "+":
-        if _sequence(left) and _sequence(right) and (
-            measure(left)[0] + measure(right)[0] > MAX_ITEMS
+        if (
+            _sequence(left)
+            and _sequence(right)
+            and (measure(left)[0] + measure(right)[0] > MAX_ITEMS)
         ):
             raise TemplateLimit(f"a template may not build a value past {MAX_ITEMS:,} items")
     elif operator == "**":

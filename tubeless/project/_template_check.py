@@ -206,10 +206,7 @@ def input_reads(source: str) -> list[tuple[str, ...]]:
             if path:
                 guarded.add(path)
         stack.extend(_children(node))
-    return [
-        path for path in found
-        if not any(path[: len(guard)] == guard for guard in guarded)
-    ]
+    return [path for path in found if not any(path[: len(guard)] == guard for guard in guarded)]
 
 
 def _guards(node: nodes.Node) -> bool:

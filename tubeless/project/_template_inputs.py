@@ -18,8 +18,16 @@ from tubeless.project._template_check import input_reads
 
 __all__ = ["undeclared_reads"]
 
-_OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties", "anyOf", "oneOf",
-         "allOf", "if", "dependentSchemas")
+_OPEN = (
+    "additionalProperties",
+    "patternProperties",
+    "unevaluatedProperties",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "if",
+    "dependentSchemas",
+)
 _DICT_NAMES = frozenset(dir(dict))
 
 
@@ -77,7 +85,9 @@ def _undeclared(root: Mapping[str, Any], path: tuple[str, ...]) -> str | None:
             hint = did_you_mean(name, [str(key) for key in properties])
             listed = ", ".join(repr(str(key)) for key in properties) or "none"
             read = ".".join(("input", *path[: depth + 1]))
-            return (f"the template reads {read}, which the input schema does not declare; "
-                    f"{hint or 'its properties: ' + listed}")
+            return (
+                f"the template reads {read}, which the input schema does not declare; "
+                f"{hint or 'its properties: ' + listed}"
+            )
         current = properties[name]
     return None

@@ -91,8 +91,9 @@ def _compile_mapping(value: Any, where: str) -> _Part:
     if isinstance(value, str):
         return _compile(value, where)
     if isinstance(value, Mapping):
-        parts = {key: _compile_mapping(item, f"{where}/{_escape(key)}")
-                 for key, item in value.items()}
+        parts = {
+            key: _compile_mapping(item, f"{where}/{_escape(key)}") for key, item in value.items()
+        }
         return lambda context: {key: part(context) for key, part in parts.items()}
     if isinstance(value, list):
         items = [_compile_mapping(item, f"{where}/{i}") for i, item in enumerate(value)]

@@ -161,9 +161,13 @@ def load_document(path: str | os.PathLike[str]) -> LoadedDocument:
 
 
 def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     return next((name for test, name in kinds if test(mode)), "not a plain file")
 
 
@@ -320,11 +324,16 @@ class _Converter:
         if core is not _UNSET and (isinstance(core, (str, bool)) or core is None):
             return core
         if isinstance(core, (int, float)):
-            node = ScalarNode(_FLOAT if isinstance(core, float) else _INT, node.value,
-                              node.start_mark, node.end_mark)
+            node = ScalarNode(
+                _FLOAT if isinstance(core, float) else _INT,
+                node.value,
+                node.start_mark,
+                node.end_mark,
+            )
             if len(node.value) > MAX_NUMBER_CHARS:
-                self._problem(report, node, pointer,
-                              _LONG_NUMBER.format(_short(node.value), len(node.value)))
+                self._problem(
+                    report, node, pointer, _LONG_NUMBER.format(_short(node.value), len(node.value))
+                )
                 return None
             if isinstance(core, float) and not math.isfinite(core):
                 self._problem(report, node, pointer, _NOT_FINITE.format(_short(node.value)))

@@ -80,8 +80,7 @@ FAST_LOADER: type[Any] | None = getattr(yaml, "CSafeLoader", None)
 
 
 class Replay(Composer, Resolver):
-    """Composes the node graph from the events the pre-pass recorded (the text is scanned once).
-    """
+    """Composes the node graph from the events the pre-pass recorded (the text is scanned once)."""
 
     yaml_implicit_resolvers = Loader.yaml_implicit_resolvers
 
@@ -272,5 +271,3 @@ def at(file: str, line: int, column: int, pointer: str, message: str) -> Documen
 
 def fail(file: str, line: int, column: int, pointer: str, message: str) -> NoReturn:
     raise_issues([at(file, line, column, pointer, message)])
-
-

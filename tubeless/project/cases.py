@@ -30,8 +30,7 @@ from tubeless.project._issues import DocumentIssue, raise_issues
 from tubeless.project._yaml import LoadedDocument, load_document
 from tubeless.project.spec import ID_PATTERN, REFERENCE_PATTERN
 
-__all__ = ["CASE_ID_PATTERN", "Case", "CaseSpec", "Cases", "CasesSpec", "ExpectSpec",
-           "load_cases"]
+__all__ = ["CASE_ID_PATTERN", "Case", "CaseSpec", "Cases", "CasesSpec", "ExpectSpec", "load_cases"]
 
 #: Case ids: also JUnit test names.
 CASE_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$"
@@ -46,20 +45,29 @@ class ExpectSpec(BaseModel):
 
     result: Any = Field(None, description="The result, exactly (compared as JSON data).")
     result_contains: Any = Field(
-        None, description="A part of the result: an object's keys and values (recursively), "
-        "or a substring of a string result.")
+        None,
+        description="A part of the result: an object's keys and values (recursively), "
+        "or a substring of a string result.",
+    )
     status: Literal["completed", "failed", "cancelled"] | None = Field(
-        None, description="The run's status (default: completed, unless error_code is given).")
+        None, description="The run's status (default: completed, unless error_code is given)."
+    )
     error_code: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$")] | None = Field(
-        None, description="The failed row's error code (the deepest original code).")
+        None, description="The failed row's error code (the deepest original code)."
+    )
     max_turns: Count | None = Field(None, description="At most this many turns.")
     max_calls: Count | None = Field(None, description="At most this many tool calls.")
     tools: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,127}$")], Count] | None = (
-        Field(None, description="Exactly this many calls per tool name (tools not named are "
-              "not checked)."))
+        Field(
+            None,
+            description="Exactly this many calls per tool name (tools not named are not checked).",
+        )
+    )
     check: Annotated[str, Field(pattern=REFERENCE_PATTERN)] | None = Field(
-        None, description="A callable(result, summary) that raises AssertionError when the "
-        "case fails; summary holds status, error, turns, calls, tools, run_id, duration_ms.")
+        None,
+        description="A callable(result, summary) that raises AssertionError when the "
+        "case fails; summary holds status, error, turns, calls, tools, run_id, duration_ms.",
+    )
 
 
 class CaseSpec(BaseModel):
@@ -71,8 +79,10 @@ class CaseSpec(BaseModel):
     description: str | None = Field(None, description="What the case is about.")
     input: Any = Field(None, description="The raw input of the run.")
     cassette: Annotated[str, Field(min_length=1)] | None = Field(
-        None, description="A cassette to replay the case from (a path relative to this "
-        "file): decisions come from it, no model is asked, and a divergence fails the case.")
+        None,
+        description="A cassette to replay the case from (a path relative to this "
+        "file): decisions come from it, no model is asked, and a divergence fails the case.",
+    )
     expect: ExpectSpec = Field(default_factory=ExpectSpec, description="The expectations.")
 
 
@@ -83,10 +93,12 @@ class CasesSpec(BaseModel):
 
     version: Literal[1] = Field(description="The cases format version (1).")
     entry: Annotated[str, Field(pattern=ID_PATTERN)] | None = Field(
-        None, description="The agent or pipeline to run (default: the project's default).")
+        None, description="The agent or pipeline to run (default: the project's default)."
+    )
     python_path: list[str] = Field(
         default_factory=list,
-        description="Folders relative to this file, put first on sys.path for check references.")
+        description="Folders relative to this file, put first on sys.path for check references.",
+    )
     cases: list[CaseSpec] = Field(min_length=1, description="The cases, run in this order.")
 
 
@@ -112,8 +124,14 @@ class Cases:
 
 def _issue(doc: LoadedDocument, pointer: str, message: str) -> DocumentIssue:
     line, column = doc.source.locate(pointer)
-    return DocumentIssue(file=doc.file, line=line, column=column, pointer=pointer,
-                         message=message, code=DOCUMENT_INVALID)
+    return DocumentIssue(
+        file=doc.file,
+        line=line,
+        column=column,
+        pointer=pointer,
+        message=message,
+        code=DOCUMENT_INVALID,
+    )
 
 
 def load_cases(path: str | os.PathLike[str]) -> Cases:
@@ -157,17 +175,31 @@ def load_cases(path: str | os.PathLike[str]) -> Cases:
             except ReferenceProblem as exc:
                 pointer = f"/cases/{index}/expect/check"
                 line, column = doc.source.locate(pointer)
-                problems.append(DocumentIssue(file=doc.file, line=line, column=column,
-                                              pointer=pointer, message=str(exc),
-                                              code=REFERENCE_INVALID))
-        pointer = f"/cases/{index}/input" if "input" in case.model_fields_set else (
-            f"/cases/{index}")
+                problems.append(
+                    DocumentIssue(
+                        file=doc.file,
+                        line=line,
+                        column=column,
+                        pointer=pointer,
+                        message=str(exc),
+                        code=REFERENCE_INVALID,
+                    )
+                )
+        pointer = (
+            f"/cases/{index}/input" if "input" in case.model_fields_set else (f"/cases/{index}")
+        )
         cassette = None
         if case.cassette is not None:
             cassette = (Path(doc.file).resolve().parent / case.cassette).resolve()
-        cases.append(Case(spec=case, line=doc.source.locate(pointer)[0],
-                          expected=frozenset(case.expect.model_fields_set), check=check,
-                          cassette=cassette))
+        cases.append(
+            Case(
+                spec=case,
+                line=doc.source.locate(pointer)[0],
+                expected=frozenset(case.expect.model_fields_set),
+                check=check,
+                cassette=cassette,
+            )
+        )
     if problems:
         raise ReferenceResolutionError(problems[0].format(), problems)
     return Cases(path=Path(doc.file), entry=spec.entry, cases=tuple(cases))

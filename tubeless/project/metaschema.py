@@ -14,8 +14,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CASES_SCHEMA_ID", "SCHEMA_ID", "generate", "generate_cases", "load",
-           "load_cases_schema", "render"]
+__all__ = [
+    "CASES_SCHEMA_ID",
+    "SCHEMA_ID",
+    "generate",
+    "generate_cases",
+    "load",
+    "load_cases_schema",
+    "render",
+]
 
 SCHEMA_ID = "https://tubeless.dev/schemas/project.schema.json"
 CASES_SCHEMA_ID = "https://tubeless.dev/schemas/cases.schema.json"

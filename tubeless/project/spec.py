@@ -312,9 +312,7 @@ class ForEachSpec(_Spec):
     map_options: Reference = Field(
         description="map_options(item, index, inputs, ctx) builds a child's input."
     )
-    concurrency: int = Field(
-        default=1, ge=1, le=2**53 - 1, description="Children running at once."
-    )
+    concurrency: int = Field(default=1, ge=1, le=2**53 - 1, description="Children running at once.")
     map_result: Reference | None = Field(
         default=None, description="map_result(results) reshapes the list of results."
     )
@@ -407,8 +405,11 @@ class PipelineSpec(_Spec):
 
 Timeout = Annotated[
     float,
-    Field(gt=0, le=86400, description="Seconds each request may take (default 60); past it "
-          "the run fails."),
+    Field(
+        gt=0,
+        le=86400,
+        description="Seconds each request may take (default 60); past it the run fails.",
+    ),
 ]
 
 

@@ -102,9 +102,7 @@ def encode_body(body: Mapping[str, Any], limit: int, provider: str) -> bytes:
 def positive_int(factory: str, name: str, value: Any, *, minimum: int = 1) -> int:
     """``value`` if it is an int ≥ ``minimum`` (bools refused); else a ``ValueError``."""
     if type(value) is not int or value < minimum:
-        raise ValueError(
-            f"{factory}({name}=...) must be an integer >= {minimum}, got {value!r}"
-        )
+        raise ValueError(f"{factory}({name}=...) must be an integer >= {minimum}, got {value!r}")
     return value
 
 

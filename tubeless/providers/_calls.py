@@ -75,9 +75,7 @@ FINISH_DESCRIPTION = (
 _ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
 
 
-def compile_instructions(
-    template: str | None, where: str
-) -> Callable[[DecisionContext], str]:
+def compile_instructions(template: str | None, where: str) -> Callable[[DecisionContext], str]:
     """Compile an instructions template; ``where`` names it in errors (``TemplateError``)."""
     if template is not None and not isinstance(template, str):
         raise ValueError(f"{where} must be a string, got {type(template).__name__}")
@@ -163,12 +161,32 @@ def _reroot(value: Any, prefix: str) -> Any:
 
 
 # OpenAI's strict subset (Structured Outputs): closed, fully required objects and these keywords.
-_STRICT_KEYWORDS = frozenset({
-    "type", "properties", "required", "additionalProperties", "items", "enum", "const",
-    "anyOf", "description", "title", "$defs", "definitions", "$ref", "pattern", "format",
-    "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum", "minItems",
-    "maxItems",
-})
+_STRICT_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "description",
+        "title",
+        "$defs",
+        "definitions",
+        "$ref",
+        "pattern",
+        "format",
+        "multipleOf",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "minItems",
+        "maxItems",
+    }
+)
 _STRICT_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
 
 

@@ -226,9 +226,7 @@ def agent_tools(step: Step) -> tuple[AgentTool, ...]:
     return tuple(tools)
 
 
-def build_graph(
-    pipeline: Pipeline, *, direction: str = "TD", descriptions: bool = False
-) -> Graph:
+def build_graph(pipeline: Pipeline, *, direction: str = "TD", descriptions: bool = False) -> Graph:
     """The diagram of ``pipeline`` (nothing is run, validated or imported).
 
     Args:

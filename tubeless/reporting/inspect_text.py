@@ -113,8 +113,10 @@ def _mcp_line(s: Step, live: Mapping[str, Mapping[str, Any]] | None) -> list[str
         return []
     names = ", ".join(servers)
     if live is None:
-        return [f"MCP: tools of {names} are described by their server when a run connects "
-                "(inspect --connect shows them)"]
+        return [
+            f"MCP: tools of {names} are described by their server when a run connects "
+            "(inspect --connect shows them)"
+        ]
     return [f"MCP: connected to {names} for the live descriptions and input schemas below"]
 
 
@@ -145,8 +147,12 @@ def _agent_lines(
         lines.append(f"    replay: {tool.replay}")
         if strict is not None and tool.name in strict:
             problems = strict[tool.name]
-            verdict = "yes" if not problems else "no (" + "; ".join(problems[:3]) + (
-                f"; and {len(problems) - 3} more)" if len(problems) > 3 else ")"
+            verdict = (
+                "yes"
+                if not problems
+                else "no ("
+                + "; ".join(problems[:3])
+                + (f"; and {len(problems) - 3} more)" if len(problems) > 3 else ")")
             )
             lines.append(f"    strict: {verdict}")
     lines.append(f"Result: {_compact(s.agent.get('resultJsonSchema'))}")

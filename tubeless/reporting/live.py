@@ -41,16 +41,34 @@ __all__ = ["LiveView"]
 
 _MAX_REFRESH: Final = 10.0
 _UNICODE: Final = {
-    "planned": "○", "pending": "○", "running": "→", "completed": "✓", "failed": "✗",
-    "skipped": "\u2013", "cancelled": "\u2013", "more": "…",
+    "planned": "○",
+    "pending": "○",
+    "running": "→",
+    "completed": "✓",
+    "failed": "✗",
+    "skipped": "\u2013",
+    "cancelled": "\u2013",
+    "more": "…",
 }
 _ASCII: Final = {
-    "planned": ".", "pending": ".", "running": "->", "completed": "ok", "failed": "fail",
-    "skipped": "-", "cancelled": "-", "more": "...",
+    "planned": ".",
+    "pending": ".",
+    "running": "->",
+    "completed": "ok",
+    "failed": "fail",
+    "skipped": "-",
+    "cancelled": "-",
+    "more": "...",
 }
 _STYLES: Final = {
-    "running": "cyan", "completed": "green", "failed": "red", "skipped": "yellow",
-    "cancelled": "yellow", "more": "dim", "planned": "dim", "pending": "dim",
+    "running": "cyan",
+    "completed": "green",
+    "failed": "red",
+    "skipped": "yellow",
+    "cancelled": "yellow",
+    "more": "dim",
+    "planned": "dim",
+    "pending": "dim",
 }
 _RUN_STYLES: Final = {"completed": "green", "failed": "red", "cancelled": "yellow"}
 
