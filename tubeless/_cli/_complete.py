@@ -66,7 +66,8 @@ class RunCommand(click.Command):
     """``tubeless run``: its arguments are parsed by hand, so it completes them by hand too."""
 
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
-        from tubeless._cli.run import VALUE_OPTIONS, find_project
+        from tubeless._cli._run_options import VALUE_OPTIONS
+        from tubeless._cli.run import find_project
 
         args = [arg for arg in ctx.args if arg != "--"]
         previous = args[-1] if args else ""

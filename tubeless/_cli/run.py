@@ -21,34 +21,20 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tubeless._cli._cassette import cassette_for, cassette_params, check_cassette_options
+from tubeless._cli._cassette import cassette_for, check_cassette_options
 from tubeless._cli._complete import RunCommand
-from tubeless._cli._exit import EXIT_CANCELLED, CliInputError, CliLoadError
-from tubeless._cli._flags import DerivedFlag, InputRejected, derive_flags, unflagged
+from tubeless._cli._exit import EXIT_CANCELLED, CliLoadError
+from tubeless._cli._flags import DerivedFlag, derive_flags, unflagged
+from tubeless._cli._run_input import build_input
+from tubeless._cli._run_options import VALUE_OPTIONS, builtin_params
 
 if TYPE_CHECKING:
     from tubeless import Pipeline, PipelineRun
     from tubeless._cli._signals import RunSignals
     from tubeless.project import Project
 
-__all__ = ["VALUE_OPTIONS", "entry_command_for", "find_project", "run"]
+__all__ = ["entry_command_for", "find_project", "run"]
 
-VALUE_OPTIONS = _VALUE_OPTIONS = frozenset(
-    {
-        "--input",
-        "--input-file",
-        "--target",
-        "--step",
-        "--max-concurrency",
-        "--trace",
-        "--run-id",
-        "--correlation-id",
-        "--record",
-        "--replay",
-        "--checkpoints",
-        "--key",
-    }
-)
 _OUTER_HELP = """Run an agent or pipeline of PROJECT (a YAML file) and print its result as JSON.
 
 ID may be omitted when the project has one entry or names a default. Flags may come in any
@@ -60,7 +46,7 @@ def find_project(args: list[str]) -> int | None:
     previous = ""
     candidates: list[int] = []
     for index, arg in enumerate(args):
-        if not arg.startswith("-") and previous not in _VALUE_OPTIONS:
+        if not arg.startswith("-") and previous not in VALUE_OPTIONS:
             candidates.append(index)
         previous = arg if arg.startswith("--") and "=" not in arg else ""
     for index in candidates:
@@ -145,7 +131,7 @@ def _choose(project: Project, path: str, args: list[str]) -> tuple[str, click.Co
         for flag in derive_flags(_input_schema(entry))
         if flag.kind != "boolean"
     }
-    entry_id = _entry_id(args, _VALUE_OPTIONS | derived_values)
+    entry_id = _entry_id(args, VALUE_OPTIONS | derived_values)
     before = ""
     if entry_id is not None:
         position = args.index(entry_id)
@@ -167,7 +153,7 @@ def _refuse_unknown_option(option: str, project: Project) -> None:
     known = {
         "--help",
         "-h",
-        *_VALUE_OPTIONS,
+        *VALUE_OPTIONS,
         "--dry-run",
         "--continue-on-error",
         "--quiet",
@@ -198,128 +184,11 @@ def entry_command_for(path: str, args: list[str]) -> click.Command | None:
         return None
 
 
-def _builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[click.Parameter]:
-    """The options every entry has; ``entry=None`` when the entry is not known (``--help``)."""
-    targets = click.Choice(list(entry.target_ids)) if entry is not None else None
-    steps = click.Choice(list(entry.step_ids)) if entry is not None else None
-    params: list[click.Parameter] = [
-        click.Option(
-            ["--input", "input_json"],
-            default=None,
-            metavar="JSON",
-            help="The whole input as JSON; flags override its top-level keys.",
-        ),
-        click.Option(
-            ["--input-file"],
-            default=None,
-            metavar="FILE",
-            help="Read the input from FILE (JSON, or YAML for .yaml/.yml; - for stdin).",
-        ),
-        click.Option(
-            ["--dry-run"],
-            is_flag=True,
-            help="A preview run: a step with a dry_run preview runs it instead of its "
-            "handler, dry_run: skip skips it, and a step without dry_run runs as usual; "
-            "an agent decides with its dry_run source (skipped without one) and each "
-            "tool runs its preview or is skipped.",
-        ),
-        click.Option(
-            ["--target"],
-            multiple=True,
-            type=targets,
-            metavar=None if targets else "T",
-            help="A declared target to reach (repeatable).",
-        ),
-        click.Option(
-            ["--step"],
-            multiple=True,
-            type=steps,
-            metavar=None if steps else "S",
-            help="An exact step to run (repeatable).",
-        ),
-        click.Option(
-            ["--continue-on-error"],
-            is_flag=True,
-            help="Keep running independent steps after a failure.",
-        ),
-        click.Option(
-            ["--trace"],
-            multiple=True,
-            metavar="PATH|-",
-            help="Record the run: .ndjson/.jsonl, .sqlite/.sqlite3/.db, or - for "
-            "NDJSON on stdout (repeatable).",
-        ),
-        click.Option(
-            ["--otel"],
-            is_flag=True,
-            help="Also send the run's spans over OTLP/HTTP, configured by the "
-            "OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME variables (tubeless[otel]).",
-        ),
-        click.Option(["--quiet", "-q"], is_flag=True, help="Print no run report."),
-        click.Option(
-            ["--run-id"],
-            default=None,
-            metavar="ID",
-            callback=_nonblank,
-            help="The root run's id (default: <entry id>:<uuid>).",
-        ),
-        click.Option(
-            ["--correlation-id"],
-            default=None,
-            metavar="ID",
-            callback=_nonblank,
-            help="An id recorded on every run of the tree, to tie runs together.",
-        ),
-        *cassette_params(),
-        click.Option(
-            ["--approve-all"],
-            is_flag=True,
-            help="Approve every tool call that needs approval (for scripts).",
-        ),
-        click.Option(
-            ["--deny-all"],
-            is_flag=True,
-            help="Deny every tool call that needs approval (they become "
-            "TUBELESS_TOOL_DENIED outcomes). Without either flag a terminal asks.",
-        ),
-        click.Option(
-            ["--checkpoints"],
-            default=None,
-            metavar="PATH",
-            help="Commit the run's progress to this SQLite checkpoint file; the same "
-            "command again resumes it (or prints its saved result).",
-        ),
-        click.Option(
-            ["--key"],
-            default=None,
-            metavar="KEY",
-            help="The checkpoint key (default: <entry id>:<input digest>).",
-        ),
-        click.Option(
-            ["--restart"],
-            is_flag=True,
-            help="Start the checkpoint key over instead of resuming it.",
-        ),
-    ]
-    if not is_agent:
-        where = "" if is_agent is False else " (pipelines only)"
-        params.append(
-            click.Option(
-                ["--max-concurrency"],
-                type=click.IntRange(min=1),
-                default=1,
-                show_default=True,
-                help=f"Steps of this pipeline running at once{where}.",
-            )
-        )
-    return params
-
-
 def _help_command(note: str) -> click.Command:
     """``run --help`` when no entry is known: the built-in options, and what is missing."""
     return click.Command(
         name="PROJECT [ID]",
-        params=_builtin_params(None, is_agent=None),
+        params=builtin_params(None, is_agent=None),
         help=f"{_OUTER_HELP}\n\n{note}",
         options_metavar="PROJECT [ID] [OPTIONS]",
         context_settings={"max_content_width": 100, "help_option_names": ["--help", "-h"]},
@@ -330,12 +199,12 @@ def _entry_command(project: Project, entry_id: str, entry: Pipeline, path: str) 
     is_agent = entry_id in project.agents
     flags = derive_flags(_input_schema(entry))
     params: list[click.Parameter] = [flag.click_option() for flag in flags]
-    params += _builtin_params(entry, is_agent=is_agent)
+    params += builtin_params(entry, is_agent=is_agent)
     kind = "agent" if is_agent else "pipeline"
     description = entry.description or entry.name or ""
 
     def callback(**options: Any) -> None:
-        raw = _build_input(flags, options, _input_schema(entry))
+        raw = build_input(flags, options, _input_schema(entry))
         code = _execute(entry, raw, options, is_agent=is_agent, flags=flags)
         if code:
             raise SystemExit(code)
@@ -357,67 +226,6 @@ def _unflagged_epilog(schema: dict[str, Any] | None) -> str | None:
         return None
     listed = "; ".join(f"{name} ({reason})" for name, reason in missing)
     return f"Input properties without a flag, set them with --input or --input-file: {listed}."
-
-
-def _nonblank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not value.strip():
-        raise click.BadParameter("must not be blank")
-    return value
-
-
-def _read_input_file(name: str) -> Any:
-    import yaml
-
-    if name == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            text = Path(name).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise click.FileError(name, hint=exc.strerror) from None
-    try:
-        if name.endswith((".yaml", ".yml")):
-            return yaml.safe_load(text)
-        return json.loads(text)
-    except (ValueError, RecursionError, yaml.YAMLError) as exc:
-        raise CliInputError(f"--input-file {name}: not valid input: {exc}") from None
-
-
-def _build_input(
-    flags: Sequence[DerivedFlag], options: dict[str, Any], schema: dict[str, Any] | None
-) -> Any:
-    """``--input`` / ``--input-file``, then each given flag overriding a top-level key."""
-    raw: Any = None
-    if options.get("input_json") is not None and options.get("input_file") is not None:
-        raise click.UsageError("Give --input or --input-file, not both.")
-    if options.get("input_json") is not None:
-        try:
-            raw = json.loads(options["input_json"])
-        except (ValueError, RecursionError) as exc:
-            hint = ""
-            text = options["input_json"].strip()
-            if text and text[0] not in '{["' and not text[0].isdigit():
-                hint = f" (a string must be quoted as JSON: --input '{json.dumps(text)}')"
-            raise CliInputError(f"--input is not valid JSON: {exc}{hint}") from None
-    elif options.get("input_file") is not None:
-        raw = _read_input_file(options["input_file"])
-    given = {}
-    for flag in flags:
-        value = options.get(flag.property)
-        if value is None or (flag.multiple and not value):
-            continue
-        try:
-            given[flag.property] = flag.convert(value)
-        except InputRejected as exc:
-            raise CliInputError(str(exc)) from None
-    is_object = schema is not None and (schema.get("type") == "object" or "properties" in schema)
-    if raw is None and (given or is_object):
-        raw = {}
-    if given:
-        if not isinstance(raw, dict):
-            raise CliInputError("flags set top-level keys, so --input must be a JSON object")
-        raw = {**raw, **given}
-    return raw
 
 
 def _execute(
