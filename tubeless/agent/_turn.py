@@ -213,7 +213,7 @@ def build_turn_pipeline(spec: TurnSpec) -> Pipeline:
         Step(id="decide", run=partial(decide, spec), orchestration=True, name="Decide"),
         Step(
             id="calls",
-            run=partial(gated_calls, spec) if spec.approvals else calls,
+            run=partial(calls, spec=spec) if spec.approvals else calls,
             depends_on=("decide",),
             orchestration=True,
             name="Calls",
@@ -334,14 +334,40 @@ def admit(
 
 
 # -- step 2: calls -----------------------------------------------------------------------------
-def calls(inputs: dict[str, Any], ctx: StepContext) -> Any:
-    """Charge the batch to the call budgets and run it: its outcomes, or an awaitable of them."""
+def calls(inputs: dict[str, Any], ctx: StepContext, spec: TurnSpec | None = None) -> Any:
+    """Charge the batch to the call budgets and run it: its outcomes, or an awaitable of them.
+
+    ``spec`` is given for an agent with tools that may need approval: after the charge every
+    approval predicate of the batch runs, and a batch with gated calls goes to the approver.
+    """
     decided = inputs["decide"]
     if isinstance(decided, _Finished):
         return ()
     t: TurnInput = ctx.options
     charge(t, len(decided))
     t.trace.dispatching(ctx, t, len(decided))
+    if spec is not None:
+        requests = gated_requests(
+            decided,
+            spec.registry if t.live is None else t.live.registry,
+            ctx,
+            key=t.journal.approval_key(t.scope.chain[0].id),
+            route=t.scope.route,
+            agent_run_id=t.agent_run_id,
+            turn=t.turn,
+        )
+        if requests:
+            return dispatch_gated(
+                decided,
+                requests,
+                ctx,
+                scope=t.scope,
+                agent_run_id=t.agent_run_id,
+                turn=t.turn,
+                trace=t.trace,
+                tape=t.tape,
+                journal=t.journal,
+            )
     return dispatch(
         decided,
         ctx,
@@ -359,48 +385,6 @@ def charge(t: TurnInput, count: int) -> None:
     if not t.journal.readmitted(t):
         t.scope.reserve("max_calls", count)
         t.journal.admitted(t, count)
-
-
-def gated_calls(spec: TurnSpec, inputs: dict[str, Any], ctx: StepContext) -> Any:
-    """``calls`` for an agent with tools that may need approval: after the charge, every
-    approval predicate of the batch runs, then a batch with gated calls goes to the approver."""
-    decided = inputs["decide"]
-    if isinstance(decided, _Finished):
-        return ()
-    t: TurnInput = ctx.options
-    charge(t, len(decided))
-    t.trace.dispatching(ctx, t, len(decided))
-    requests = gated_requests(
-        decided,
-        spec.registry if t.live is None else t.live.registry,
-        ctx,
-        key=t.journal.approval_key(t.scope.chain[0].id),
-        route=t.scope.route,
-        agent_run_id=t.agent_run_id,
-        turn=t.turn,
-    )
-    if requests:
-        return dispatch_gated(
-            decided,
-            requests,
-            ctx,
-            scope=t.scope,
-            agent_run_id=t.agent_run_id,
-            turn=t.turn,
-            trace=t.trace,
-            tape=t.tape,
-            journal=t.journal,
-        )
-    return dispatch(
-        decided,
-        ctx,
-        scope=t.scope,
-        agent_run_id=t.agent_run_id,
-        turn=t.turn,
-        trace=t.trace,
-        tape=t.tape,
-        journal=t.journal,
-    )
 
 
 # -- step 3: reduce ----------------------------------------------------------------------------
