@@ -327,3 +327,39 @@ async def test_a_plans_constant_payloads_are_encoded_once_for_every_run(
     names = [json.loads(text)["name"] for text in lines]
     assert names.count("step.planned") == 6 and names.count("pipeline.started") == 3
     assert len(encoded) == len(set(encoded)) == 3  # two plan steps and one run start
+
+
+async def test_every_record_shape_is_the_compact_json_of_its_record(tmp_path: Path) -> None:
+    """Progress, attempt attributes with and without a duration, a failure, a skip, a failed
+    run and non-ASCII ids: each line is still `json.dumps` of its record."""
+    from tubeless.testing import capture_trace
+
+    def busy(inputs: Any, ctx: Any) -> int:
+        ctx.report_progress(1, 3, "one ✓", [{"id": "r", "name": "é", "depth": 0}])
+        ctx.report_progress(2.5)
+        ctx.report_attempt(2, {"k": "vé", "n": 1, "f": 0.5, "b": True, "none": None})
+        ctx.report_attempt(1, {"k": 1}, duration_ms=1.25)
+        ctx.log.info("hello %s", "wörld")
+        return 1
+
+    def broken(inputs: Any, ctx: Any) -> int:
+        raise ValueError("no ✗")
+
+    pipeline = define_pipeline(
+        id="shapes-é",
+        steps=[
+            step("bü", busy),
+            step("x", broken, depends_on=["bü"]),
+            step("after", lambda inputs, ctx: 2, depends_on=["x"]),
+        ],
+    )
+    path = tmp_path / "trace.ndjson"
+    with capture_trace() as trace, NdjsonSink(path) as sink:
+        run = await pipeline.run(trace=[sink, trace], correlation_id="c-ü")
+    assert run.status == "failed"
+    names = {r["name"] for r in trace.records}
+    assert {"step.failed", "step.skipped", "pipeline.log", "step.attempted"} <= names
+    expected = "".join(
+        json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n" for r in trace.records
+    )
+    assert path.read_text(encoding="utf-8") == expected
