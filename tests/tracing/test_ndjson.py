@@ -337,6 +337,8 @@ async def test_every_record_shape_is_the_compact_json_of_its_record(tmp_path: Pa
     def busy(inputs: Any, ctx: Any) -> int:
         ctx.report_progress(1, 3, "one ✓", [{"id": "r", "name": "é", "depth": 0}])
         ctx.report_progress(2.5)
+        ctx.report_progress(2, 3, "two", [{"id": "a", "depth": 1}, {"id": "b", "n": 2.5}])
+        ctx.report_progress(3, None, None, [{"id": str(i)} for i in range(130)])
         ctx.report_attempt(2, {"k": "vé", "n": 1, "f": 0.5, "b": True, "none": None})
         ctx.report_attempt(1, {"k": 1}, duration_ms=1.25)
         ctx.log.info("hello %s", "wörld")

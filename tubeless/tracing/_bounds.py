@@ -25,6 +25,7 @@ __all__ = [
     "bounded_error",
     "bounded_list",
     "bounded_progress",
+    "bounded_progress_json",
     "bounded_snapshot",
     "bounded_str",
     "safe_text",
@@ -101,6 +102,14 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
         ``(kept, count)``: ``kept`` are shallow copies of the kept rows; ``count`` is the number
         of rows given when some were dropped (so ``count > len(kept)``), else ``None``.
     """
+    kept, count, _ = _bounded_details(rows)
+    return kept, count
+
+
+def _bounded_details(
+    rows: Iterable[Any],
+) -> tuple[list[dict[str, Any]], int | None, str | None]:
+    """:func:`bounded_details`, and the compact JSON of the kept rows when it was made."""
     rows = list(rows)
     if len(rows) <= MAX_LIST:
         # The common case, at C speed: every row a mapping of plain JSON, the whole list
@@ -113,7 +122,7 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
                 pass
             else:
                 if text.isascii() and len(text) <= MAX_DETAILS_BYTES:
-                    return copies, None
+                    return copies, None, text
     kept: list[dict[str, Any]] = []
     size = 2  # the brackets of the list; each row after the first adds a comma
     total = 0
@@ -143,7 +152,7 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
             continue
         size += added
         kept.append(copy)
-    return kept, (total if total > len(kept) else None)
+    return kept, (total if total > len(kept) else None), None
 
 
 def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,15 +162,26 @@ def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
     :func:`bounded_details`; ``detailCount`` is the larger of the count given and the number of
     rows given, and is present only with ``details``.
     """
+    return bounded_progress_json(progress)[0]
+
+
+def bounded_progress_json(
+    progress: Mapping[str, Any],
+) -> tuple[dict[str, Any], tuple[list[dict[str, Any]], str] | None]:
+    """:func:`bounded_progress`, and its ``details`` list with that list's compact JSON when
+    bounding it already encoded it (so the record's encoder need not encode it again)."""
     out: dict[str, Any] = {}
+    encoded: tuple[list[dict[str, Any]], str] | None = None
     for key, value in progress.items():
         if value is None or key == "detailCount":
             continue
         if key == "message" and isinstance(value, str):
             out[key] = bounded_str(value)
         elif key == "details":
-            rows, original = bounded_details(value)
+            rows, original, text = _bounded_details(value)
             out[key] = rows
+            if text is not None:
+                encoded = (rows, text)
             given = progress.get("detailCount")
             counts = [n for n in (original, given) if isinstance(n, int) and n > len(rows)]
             if counts:
@@ -172,7 +192,7 @@ def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = value
     if "completed" not in out:
         out["completed"] = 0
-    return out
+    return out, encoded
 
 
 def bounded_attributes(

@@ -66,11 +66,21 @@ def running(record: Any, head: int) -> str | None:
 
 
 def running_progress(record: Any, head: int) -> str | None:
-    """``step.running`` with a progress report."""
-    if len(record) != head + 3:
+    """``step.running`` with a progress report; its details list is not encoded again."""
+    payload = record["payload"]
+    if len(record) != head + 3 or len(payload) != 1:
         return None
+    progress = payload["progress"]
     step = record.envelope.step_json(record["stepId"], record["attemptId"])
-    return f'{record["timestampMs"]},{step},"payload":{compact_json(record["payload"])}}}'
+    encoded = record.details
+    if encoded is None or progress.get("details") is not encoded[0]:
+        return f'{record["timestampMs"]},{step},"payload":{{"progress":{compact_json(progress)}}}}}'
+    rows, text = encoded
+    members = ",".join(
+        f"{quote(key)}:{text if value is rows else compact_json(value)}"
+        for key, value in progress.items()
+    )
+    return f'{record["timestampMs"]},{step},"payload":{{"progress":{{{members}}}}}}}'
 
 
 def attempted(record: Any, head: int) -> str | None:

@@ -25,6 +25,7 @@ from tubeless.tracing._bounds import (
     bounded_error,
     bounded_list,
     bounded_progress,
+    bounded_progress_json,
     bounded_snapshot,
     bounded_str,
     safe_text,
@@ -86,11 +87,13 @@ class TraceRecord(dict[str, Any]):
     Sinks must treat records as read-only: every sink of a run receives the same dict.
     """
 
-    __slots__ = ("envelope", "tail")
+    __slots__ = ("details", "envelope", "tail")
 
     envelope: Envelope
     tail: Tail | None
     """How its fields after the timestamp are encoded, when a constructor knows their shape."""
+    details: tuple[list[dict[str, Any]], str] | None
+    """A progress record's ``details`` list and its JSON, when bounding it encoded it."""
 
 
 class ConstantPayload(dict[str, Any]):
@@ -173,7 +176,7 @@ class Envelope:
         self._row_columns: tuple[tuple[Any, ...], str | None, str | None] | None = None
         self._steps: dict[Any, tuple[Any, str]] = {}
 
-    def _record(self, name: str, timestamp_ms: int, tail: Tail | None = None) -> dict[str, Any]:
+    def _record(self, name: str, timestamp_ms: int, tail: Tail | None = None) -> TraceRecord:
         record = TraceRecord(self._template)
         record["name"] = name
         record["timestampMs"] = timestamp_ms
@@ -379,7 +382,8 @@ class Envelope:
             payload: dict[str, Any] = {}
         else:
             record = self._record("step.running", timestamp_ms, _tails.running_progress)
-            payload = {"progress": bounded_progress(progress)}
+            bounded, record.details = bounded_progress_json(progress)
+            payload = {"progress": bounded}
         record["stepId"] = step_id
         record["attemptId"] = attempt_id
         record["payload"] = payload
