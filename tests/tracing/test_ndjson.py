@@ -365,3 +365,62 @@ async def test_every_record_shape_is_the_compact_json_of_its_record(tmp_path: Pa
         json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n" for r in trace.records
     )
     assert path.read_text(encoding="utf-8") == expected
+
+
+async def test_a_finished_iterations_progress_row_is_encoded_once_for_all_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every later progress report shows a finished iteration's row again; its JSON is made
+    once, and each line is still the compact JSON of its record."""
+    import tubeless.tracing._bounds as bounds
+    import tubeless.tracing.records as records
+    from tubeless.pipeline import iterate_pipeline
+
+    encoded: list[str] = []
+
+    def counting(real: Any) -> Any:
+        def encode(value: Any) -> str:
+            rows = value if isinstance(value, list) else [value]
+            encoded.extend(
+                row["id"]
+                for row in rows
+                if isinstance(row, dict) and row.get("status") == "completed"
+            )
+            return str(real(value))
+
+        return encode
+
+    monkeypatch.setattr(records, "compact_json", counting(records.compact_json))
+    monkeypatch.setattr(bounds, "compact_json", counting(bounds.compact_json))
+    child = define_pipeline(id="child", steps=[step("add", lambda inputs, ctx: ctx.options + 1)])
+    parent = define_pipeline(
+        id="parent",
+        steps=[
+            iterate_pipeline(
+                "loop",
+                child,
+                max_iterations=20,
+                initial_state=lambda inputs, ctx: 0,
+                map_options=lambda state, inputs, ctx: state,
+                transition=lambda result, state, ctx: (
+                    {"kind": "finish", "result": result}
+                    if result >= 12
+                    else {"kind": "next", "state": result}
+                ),
+            )
+        ],
+    )
+    path = tmp_path / "t.ndjson"
+    with NdjsonSink(path) as sink:
+        run = await parent.run(trace=sink)
+    assert run.status == "completed", run.errors
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert all(line(json.loads(text)) == text for text in lines)
+    shown = [
+        row["id"]
+        for text in lines
+        for row in json.loads(text)["payload"].get("progress", {}).get("details", [])
+        if row.get("status") == "completed"
+    ]
+    assert len(shown) > 12 * 5  # the rows are shown again and again
+    assert sorted(encoded) == sorted(set(shown))  # and encoded once each

@@ -107,10 +107,18 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
 
 
 def _bounded_details(
-    rows: Iterable[Any],
+    rows: Iterable[Any], constant: type[Any] | None = None
 ) -> tuple[list[dict[str, Any]], int | None, str | None]:
-    """:func:`bounded_details`, and the compact JSON of the kept rows when it was made."""
+    """:func:`bounded_details`, and the compact JSON of the kept rows when it was made.
+
+    Rows of the ``constant`` type (a dict nobody changes, with its JSON from ``json()``) are
+    kept as they are and not encoded again.
+    """
     rows = list(rows)
+    if constant is not None and len(rows) <= MAX_LIST and any(type(r) is constant for r in rows):
+        encoded = _constant_rows(rows, constant)
+        if encoded is not None:
+            return encoded[0], None, encoded[1]
     if len(rows) <= MAX_LIST:
         # The common case, at C speed: every row a mapping of plain JSON, the whole list
         # within the byte bound and storable as it is, so every row is kept.
@@ -155,6 +163,32 @@ def _bounded_details(
     return kept, (total if total > len(kept) else None), None
 
 
+def _constant_rows(
+    rows: list[Any], constant: type[Any]
+) -> tuple[list[dict[str, Any]], str] | None:
+    """Every row kept (constant ones as they are) and the list's JSON, or ``None`` when the
+    row-by-row walk must decide."""
+    kept: list[dict[str, Any]] = []
+    parts: list[str] = []
+    try:
+        for row in rows:
+            if type(row) is constant:
+                kept.append(row)
+                parts.append(row.json())
+            elif type(row) is dict or isinstance(row, Mapping):
+                copy = dict(row)
+                kept.append(copy)
+                parts.append(compact_json(copy))
+            else:
+                return None
+    except (TypeError, ValueError, RecursionError):
+        return None
+    text = f"[{','.join(parts)}]"
+    if text.isascii() and len(text) <= MAX_DETAILS_BYTES:
+        return kept, text
+    return None
+
+
 def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
     """A ``step.running`` progress object within bounds, without ``None`` values.
 
@@ -166,10 +200,12 @@ def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def bounded_progress_json(
-    progress: Mapping[str, Any],
+    progress: Mapping[str, Any], constant: type[Any] | None = None
 ) -> tuple[dict[str, Any], tuple[list[dict[str, Any]], str] | None]:
     """:func:`bounded_progress`, and its ``details`` list with that list's compact JSON when
-    bounding it already encoded it (so the record's encoder need not encode it again)."""
+    bounding it already encoded it (so the record's encoder need not encode it again).
+
+    Detail rows of the ``constant`` type are kept as they are, with their own JSON."""
     out: dict[str, Any] = {}
     encoded: tuple[list[dict[str, Any]], str] | None = None
     for key, value in progress.items():
@@ -178,7 +214,7 @@ def bounded_progress_json(
         if key == "message" and isinstance(value, str):
             out[key] = bounded_str(value)
         elif key == "details":
-            rows, original, text = _bounded_details(value)
+            rows, original, text = _bounded_details(value, constant)
             out[key] = rows
             if text is not None:
                 encoded = (rows, text)

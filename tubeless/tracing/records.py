@@ -382,7 +382,7 @@ class Envelope:
             payload: dict[str, Any] = {}
         else:
             record = self._record("step.running", timestamp_ms, _tails.running_progress)
-            bounded, record.details = bounded_progress_json(progress)
+            bounded, record.details = bounded_progress_json(progress, ConstantPayload)
             payload = {"progress": bounded}
         record["stepId"] = step_id
         record["attemptId"] = attempt_id
