@@ -23,6 +23,7 @@ __all__ = [
     "finalize_started",
     "pipeline_completed",
     "planned",
+    "progress_payload",
     "quote",
     "running",
     "running_progress",
@@ -67,20 +68,29 @@ def running(record: Any, head: int) -> str | None:
 
 def running_progress(record: Any, head: int) -> str | None:
     """``step.running`` with a progress report; its details list is not encoded again."""
+    if len(record) != head + 3:
+        return None
+    step = record.envelope.step_json(record["stepId"], record["attemptId"])
+    payload = progress_payload(record) or compact_json(record["payload"])
+    return f'{record["timestampMs"]},{step},"payload":{payload}}}'
+
+
+def progress_payload(record: Any) -> str | None:
+    """The payload JSON of a :func:`running_progress` record, reusing the JSON its details
+    got when they were bounded; ``None`` when there is none to reuse."""
     payload = record["payload"]
-    if len(record) != head + 3 or len(payload) != 1:
+    if len(payload) != 1:
         return None
     progress = payload["progress"]
-    step = record.envelope.step_json(record["stepId"], record["attemptId"])
     encoded = record.details
     if encoded is None or progress.get("details") is not encoded[0]:
-        return f'{record["timestampMs"]},{step},"payload":{{"progress":{compact_json(progress)}}}}}'
+        return None
     rows, text = encoded
     members = ",".join(
         f"{quote(key)}:{text if value is rows else compact_json(value)}"
         for key, value in progress.items()
     )
-    return f'{record["timestampMs"]},{step},"payload":{{"progress":{{{members}}}}}}}'
+    return f'{{"progress":{{{members}}}}}'
 
 
 def attempted(record: Any, head: int) -> str | None:
