@@ -240,10 +240,10 @@ def bounded_attributes(
     for key, value in attributes.items():
         if len(out) >= MAX_LIST:
             break
-        kind = type(value)
-        if kind is int or kind is bool:  # the common cases, without a further look
+        # The common cases, without a further look: integers, booleans, short ASCII strings.
+        if type(value) is int or type(value) is bool:  # noqa: SIM114 - mypy narrows each apart
             out[key if len(key) <= MAX_STRING and key.isascii() else bounded_str(key)] = value
-        elif kind is str and len(value) <= MAX_STRING and value.isascii():
+        elif type(value) is str and len(value) <= MAX_STRING and value.isascii():
             out[key if len(key) <= MAX_STRING and key.isascii() else bounded_str(key)] = value
         elif isinstance(value, str):
             out[bounded_str(key)] = bounded_str(value)
