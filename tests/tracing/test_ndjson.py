@@ -327,3 +327,100 @@ async def test_a_plans_constant_payloads_are_encoded_once_for_every_run(
     names = [json.loads(text)["name"] for text in lines]
     assert names.count("step.planned") == 6 and names.count("pipeline.started") == 3
     assert len(encoded) == len(set(encoded)) == 3  # two plan steps and one run start
+
+
+async def test_every_record_shape_is_the_compact_json_of_its_record(tmp_path: Path) -> None:
+    """Progress, attempt attributes with and without a duration, a failure, a skip, a failed
+    run and non-ASCII ids: each line is still `json.dumps` of its record."""
+    from tubeless.testing import capture_trace
+
+    def busy(inputs: Any, ctx: Any) -> int:
+        ctx.report_progress(1, 3, "one ✓", [{"id": "r", "name": "é", "depth": 0}])
+        ctx.report_progress(2.5)
+        ctx.report_progress(2, 3, "two", [{"id": "a", "depth": 1}, {"id": "b", "n": 2.5}])
+        ctx.report_progress(3, None, None, [{"id": str(i)} for i in range(130)])
+        ctx.report_attempt(2, {"k": "vé", "n": 1, "f": 0.5, "b": True, "none": None})
+        ctx.report_attempt(1, {"k": 1}, duration_ms=1.25)
+        ctx.log.info("hello %s", "wörld")
+        return 1
+
+    def broken(inputs: Any, ctx: Any) -> int:
+        raise ValueError("no ✗")
+
+    pipeline = define_pipeline(
+        id="shapes-é",
+        steps=[
+            step("bü", busy),
+            step("x", broken, depends_on=["bü"]),
+            step("after", lambda inputs, ctx: 2, depends_on=["x"]),
+        ],
+    )
+    path = tmp_path / "trace.ndjson"
+    with capture_trace() as trace, NdjsonSink(path) as sink:
+        run = await pipeline.run(trace=[sink, trace], correlation_id="c-ü")
+    assert run.status == "failed"
+    names = {r["name"] for r in trace.records}
+    assert {"step.failed", "step.skipped", "pipeline.log", "step.attempted"} <= names
+    expected = "".join(
+        json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n" for r in trace.records
+    )
+    assert path.read_text(encoding="utf-8") == expected
+
+
+async def test_a_finished_iterations_progress_row_is_encoded_once_for_all_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every later progress report shows a finished iteration's row again; its JSON is made
+    once, and each line is still the compact JSON of its record."""
+    import tubeless.tracing._bounds as bounds
+    import tubeless.tracing.records as records
+    from tubeless.pipeline import iterate_pipeline
+
+    encoded: list[str] = []
+
+    def counting(real: Any) -> Any:
+        def encode(value: Any) -> str:
+            rows = value if isinstance(value, list) else [value]
+            encoded.extend(
+                row["id"]
+                for row in rows
+                if isinstance(row, dict) and row.get("status") == "completed"
+            )
+            return str(real(value))
+
+        return encode
+
+    monkeypatch.setattr(records, "compact_json", counting(records.compact_json))
+    monkeypatch.setattr(bounds, "compact_json", counting(bounds.compact_json))
+    child = define_pipeline(id="child", steps=[step("add", lambda inputs, ctx: ctx.options + 1)])
+    parent = define_pipeline(
+        id="parent",
+        steps=[
+            iterate_pipeline(
+                "loop",
+                child,
+                max_iterations=20,
+                initial_state=lambda inputs, ctx: 0,
+                map_options=lambda state, inputs, ctx: state,
+                transition=lambda result, state, ctx: (
+                    {"kind": "finish", "result": result}
+                    if result >= 12
+                    else {"kind": "next", "state": result}
+                ),
+            )
+        ],
+    )
+    path = tmp_path / "t.ndjson"
+    with NdjsonSink(path) as sink:
+        run = await parent.run(trace=sink)
+    assert run.status == "completed", run.errors
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert all(line(json.loads(text)) == text for text in lines)
+    shown = [
+        row["id"]
+        for text in lines
+        for row in json.loads(text)["payload"].get("progress", {}).get("details", [])
+        if row.get("status") == "completed"
+    ]
+    assert len(shown) > 12 * 5  # the rows are shown again and again
+    assert sorted(encoded) == sorted(set(shown))  # and encoded once each

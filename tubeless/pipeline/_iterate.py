@@ -18,6 +18,7 @@ from tubeless.pipeline._failures import ChildRunFailedError
 from tubeless.pipeline._pipeline import Pipeline
 from tubeless.pipeline._results import RunStatus
 from tubeless.pipeline._step import NestedPipeline, Step
+from tubeless.tracing.records import ConstantPayload
 
 __all__ = ["iterate_pipeline"]
 
@@ -150,13 +151,11 @@ class _IterationGroups:
 
     def finished(self, index: int, status: RunStatus) -> None:
         self.done = index
+        # Shown again by every later report: a constant row, encoded once for all of them.
         self.recent.appendleft(
-            {
-                "id": f"iteration-{index}",
-                "name": f"{self.label} {index}",
-                "depth": 0,
-                "status": status,
-            }
+            ConstantPayload(
+                id=f"iteration-{index}", name=f"{self.label} {index}", depth=0, status=status
+            )
         )
 
     def report(self, ctx: StepContext, current: int | None, bound: int) -> None:

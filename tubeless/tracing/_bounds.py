@@ -25,6 +25,7 @@ __all__ = [
     "bounded_error",
     "bounded_list",
     "bounded_progress",
+    "bounded_progress_json",
     "bounded_snapshot",
     "bounded_str",
     "safe_text",
@@ -101,7 +102,23 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
         ``(kept, count)``: ``kept`` are shallow copies of the kept rows; ``count`` is the number
         of rows given when some were dropped (so ``count > len(kept)``), else ``None``.
     """
+    kept, count, _ = _bounded_details(rows)
+    return kept, count
+
+
+def _bounded_details(
+    rows: Iterable[Any], constant: type[Any] | None = None
+) -> tuple[list[dict[str, Any]], int | None, str | None]:
+    """:func:`bounded_details`, and the compact JSON of the kept rows when it was made.
+
+    Rows of the ``constant`` type (a dict nobody changes, with its JSON from ``json()``) are
+    kept as they are and not encoded again.
+    """
     rows = list(rows)
+    if constant is not None and len(rows) <= MAX_LIST and any(type(r) is constant for r in rows):
+        encoded = _constant_rows(rows, constant)
+        if encoded is not None:
+            return encoded[0], None, encoded[1]
     if len(rows) <= MAX_LIST:
         # The common case, at C speed: every row a mapping of plain JSON, the whole list
         # within the byte bound and storable as it is, so every row is kept.
@@ -113,7 +130,7 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
                 pass
             else:
                 if text.isascii() and len(text) <= MAX_DETAILS_BYTES:
-                    return copies, None
+                    return copies, None, text
     kept: list[dict[str, Any]] = []
     size = 2  # the brackets of the list; each row after the first adds a comma
     total = 0
@@ -143,7 +160,33 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
             continue
         size += added
         kept.append(copy)
-    return kept, (total if total > len(kept) else None)
+    return kept, (total if total > len(kept) else None), None
+
+
+def _constant_rows(
+    rows: list[Any], constant: type[Any]
+) -> tuple[list[dict[str, Any]], str] | None:
+    """Every row kept (constant ones as they are) and the list's JSON, or ``None`` when the
+    row-by-row walk must decide."""
+    kept: list[dict[str, Any]] = []
+    parts: list[str] = []
+    try:
+        for row in rows:
+            if type(row) is constant:
+                kept.append(row)
+                parts.append(row.json())
+            elif type(row) is dict or isinstance(row, Mapping):
+                copy = dict(row)
+                kept.append(copy)
+                parts.append(compact_json(copy))
+            else:
+                return None
+    except (TypeError, ValueError, RecursionError):
+        return None
+    text = f"[{','.join(parts)}]"
+    if text.isascii() and len(text) <= MAX_DETAILS_BYTES:
+        return kept, text
+    return None
 
 
 def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,15 +196,28 @@ def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
     :func:`bounded_details`; ``detailCount`` is the larger of the count given and the number of
     rows given, and is present only with ``details``.
     """
+    return bounded_progress_json(progress)[0]
+
+
+def bounded_progress_json(
+    progress: Mapping[str, Any], constant: type[Any] | None = None
+) -> tuple[dict[str, Any], tuple[list[dict[str, Any]], str] | None]:
+    """:func:`bounded_progress`, and its ``details`` list with that list's compact JSON when
+    bounding it already encoded it (so the record's encoder need not encode it again).
+
+    Detail rows of the ``constant`` type are kept as they are, with their own JSON."""
     out: dict[str, Any] = {}
+    encoded: tuple[list[dict[str, Any]], str] | None = None
     for key, value in progress.items():
         if value is None or key == "detailCount":
             continue
         if key == "message" and isinstance(value, str):
             out[key] = bounded_str(value)
         elif key == "details":
-            rows, original = bounded_details(value)
+            rows, original, text = _bounded_details(value, constant)
             out[key] = rows
+            if text is not None:
+                encoded = (rows, text)
             given = progress.get("detailCount")
             counts = [n for n in (original, given) if isinstance(n, int) and n > len(rows)]
             if counts:
@@ -172,7 +228,7 @@ def bounded_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = value
     if "completed" not in out:
         out["completed"] = 0
-    return out
+    return out, encoded
 
 
 def bounded_attributes(
@@ -184,7 +240,10 @@ def bounded_attributes(
     for key, value in attributes.items():
         if len(out) >= MAX_LIST:
             break
-        if type(value) is int or type(value) is bool:  # the common case, without a further look
+        # The common cases, without a further look: integers, booleans, short ASCII strings.
+        if type(value) is int or type(value) is bool:  # noqa: SIM114 - mypy narrows each apart
+            out[key if len(key) <= MAX_STRING and key.isascii() else bounded_str(key)] = value
+        elif type(value) is str and len(value) <= MAX_STRING and value.isascii():
             out[key if len(key) <= MAX_STRING and key.isascii() else bounded_str(key)] = value
         elif isinstance(value, str):
             out[bounded_str(key)] = bounded_str(value)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any, Final, Literal
 
+from tubeless.tracing import _tails
 from tubeless.tracing._bounds import (
     MAX_DETAILS_BYTES,
     MAX_LIST,
@@ -24,11 +25,13 @@ from tubeless.tracing._bounds import (
     bounded_error,
     bounded_list,
     bounded_progress,
+    bounded_progress_json,
     bounded_snapshot,
     bounded_str,
     safe_text,
 )
 from tubeless.tracing._json import compact_json
+from tubeless.tracing._tails import Tail
 
 __all__ = [
     "MAX_DETAILS_BYTES",
@@ -84,9 +87,13 @@ class TraceRecord(dict[str, Any]):
     Sinks must treat records as read-only: every sink of a run receives the same dict.
     """
 
-    __slots__ = ("envelope",)
+    __slots__ = ("details", "envelope", "tail")
 
     envelope: Envelope
+    tail: Tail | None
+    """How its fields after the timestamp are encoded, when a constructor knows their shape."""
+    details: tuple[list[dict[str, Any]], str] | None
+    """A progress record's ``details`` list and its JSON, when bounding it encoded it."""
 
 
 class ConstantPayload(dict[str, Any]):
@@ -127,6 +134,7 @@ class Envelope:
         "_iteration_json",
         "_prefixes",
         "_row_columns",
+        "_steps",
         "_template",
         "pipeline_id",
         "run_id",
@@ -166,13 +174,24 @@ class Envelope:
         self._iteration_json: str | None = None
         self._prefixes: dict[str, str] = {}
         self._row_columns: tuple[tuple[Any, ...], str | None, str | None] | None = None
+        self._steps: dict[Any, tuple[Any, str]] = {}
 
-    def _record(self, name: str, timestamp_ms: int) -> dict[str, Any]:
+    def _record(self, name: str, timestamp_ms: int, tail: Tail | None = None) -> TraceRecord:
         record = TraceRecord(self._template)
         record["name"] = name
         record["timestampMs"] = timestamp_ms
         record.envelope = self
+        record.tail = tail
         return record
+
+    def step_json(self, step_id: Any, attempt_id: Any) -> str:
+        """The JSON members ``"stepId":…,"attemptId":…``, encoded once per attempt."""
+        known = self._steps.get(attempt_id)
+        if known is not None and known[0] == step_id:
+            return known[1]
+        text = f'"stepId":{compact_json(step_id)},"attemptId":{compact_json(attempt_id)}'
+        self._steps[attempt_id] = (step_id, text)
+        return text
 
     def prefix_json(self, name: str) -> str:
         """The JSON text of a ``name`` record up to its timestamp's value, encoded once.
@@ -272,7 +291,9 @@ class Envelope:
         error: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """``pipeline.completed``: the terminal status and the first run error, if any."""
-        record = self._record("pipeline.completed", timestamp_ms)
+        record = self._record(
+            "pipeline.completed", timestamp_ms, _tails.pipeline_completed if error is None else None
+        )
         record["durationMs"] = duration_ms
         if error is not None:
             record["error"] = bounded_error(error)
@@ -287,13 +308,15 @@ class Envelope:
 
     def finalize_started(self, timestamp_ms: int) -> dict[str, Any]:
         """``pipeline.finalize.started``."""
-        record = self._record("pipeline.finalize.started", timestamp_ms)
+        record = self._record("pipeline.finalize.started", timestamp_ms, _tails.finalize_started)
         record["payload"] = {}
         return record
 
     def finalize_completed(self, timestamp_ms: int, *, duration_ms: float) -> dict[str, Any]:
         """``pipeline.finalize.completed``."""
-        record = self._record("pipeline.finalize.completed", timestamp_ms)
+        record = self._record(
+            "pipeline.finalize.completed", timestamp_ms, _tails.finalize_completed
+        )
         record["durationMs"] = duration_ms
         record["payload"] = {}
         return record
@@ -331,7 +354,11 @@ class Envelope:
         self, timestamp_ms: int, *, step_id: str, payload: Mapping[str, Any]
     ) -> dict[str, Any]:
         """``step.planned``: the plan step's wire payload (built once per plan)."""
-        record = self._record("step.planned", timestamp_ms)
+        record = self._record(
+            "step.planned",
+            timestamp_ms,
+            _tails.planned if type(payload) is ConstantPayload else None,
+        )
         record["stepId"] = step_id
         record["payload"] = payload
         return record
@@ -350,10 +377,16 @@ class Envelope:
         the handler; it is bounded here (see :func:`bounded_progress`), so ``details`` may be
         any iterable of rows and need not be cut beforehand.
         """
-        record = self._record("step.running", timestamp_ms)
+        if progress is None:
+            record = self._record("step.running", timestamp_ms, _tails.running)
+            payload: dict[str, Any] = {}
+        else:
+            record = self._record("step.running", timestamp_ms, _tails.running_progress)
+            bounded, record.details = bounded_progress_json(progress, ConstantPayload)
+            payload = {"progress": bounded}
         record["stepId"] = step_id
         record["attemptId"] = attempt_id
-        record["payload"] = {} if progress is None else {"progress": bounded_progress(progress)}
+        record["payload"] = payload
         return record
 
     def step_attempted(
@@ -367,7 +400,8 @@ class Envelope:
         duration_ms: float | None = None,
     ) -> dict[str, Any]:
         """``step.attempted``: attributes about work done within an attempt."""
-        record = self._record("step.attempted", timestamp_ms)
+        shaped = attempt_id is not None and duration_ms is None
+        record = self._record("step.attempted", timestamp_ms, _tails.attempted if shaped else None)
         record["stepId"] = step_id
         if attempt_id is not None:
             record["attemptId"] = attempt_id
@@ -391,7 +425,15 @@ class Envelope:
     ) -> dict[str, Any]:
         """``step.complete``, ``step.skipped``, ``step.failed`` or ``step.cancelled``."""
         name = _TERMINAL_NAMES[status]
-        record = self._record(name, timestamp_ms)
+        shaped = (
+            attempt_id is not None
+            and duration_ms is not None
+            and error is None
+            and reason is None
+            and message is None
+            and dependency_id is None
+        )
+        record = self._record(name, timestamp_ms, _tails.terminal if shaped else None)
         record["stepId"] = step_id
         if attempt_id is not None:
             record["attemptId"] = attempt_id
@@ -472,6 +514,11 @@ def _rest_json(record: TraceRecord, head: int) -> str:
     ``Envelope._record``); a :class:`ConstantPayload`, always the last field, is not encoded
     again.
     """
+    tail = record.tail
+    if tail is not None:
+        text = tail(record, head)
+        if text is not None:
+            return text
     timestamp = record["timestampMs"]
     payload = record.get("payload")
     if type(payload) is ConstantPayload:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
+from tubeless.tracing._tails import progress_payload, running_progress
 from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, json_problem, record_problem
 from tubeless.tracing.records import ConstantPayload, TraceRecord
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
@@ -144,6 +145,12 @@ def _row(record: Mapping[str, Any]) -> Row:
     if type(record) is TraceRecord:
         # The run's own columns come from its envelope, read once per run.
         head, item_key, iteration_json = record.envelope.row_columns()
+        if type(payload) is ConstantPayload:
+            payload_json = payload.json()
+        elif record.tail is running_progress:  # details already encoded when bounded
+            payload_json = progress_payload(record) or compact_json(payload)
+        else:
+            payload_json = compact_json(payload) if payload else "{}"
         return (
             *head,
             get("stepId"),
@@ -152,9 +159,7 @@ def _row(record: Mapping[str, Any]) -> Row:
             record["name"],
             record["timestampMs"],
             get("durationMs"),
-            payload.json()
-            if type(payload) is ConstantPayload
-            else compact_json(payload) if payload else "{}",
+            payload_json,
             None if error is None else compact_json(error),
             iteration_json,
         )
