@@ -19,8 +19,8 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 help:
 	@echo "make run [PROJECT=file] [ARGS='...']  tubeless run a project (default $(PROJECT))"
 	@echo "make plan [PROJECT=file]              print that project's plan without running it"
-	@echo "make test                             ruff, mypy, import contracts, pytest"
-	@echo "make lint                             ruff, mypy, import contracts"
+	@echo "make test                             ruff (check, format), mypy, import contracts, pytest"
+	@echo "make lint                             ruff (check, format), mypy, import contracts"
 	@echo "make bench                            on-demand benchmarks (never part of test)"
 	@echo "make schema                           regenerate schemas/project.schema.json, cases.schema.json"
 	@echo "PYTHON=$(PYTHON) creates .venv (needs Python >= 3.11)"
@@ -63,12 +63,14 @@ plan: $(VENV)/.stamp-run
 
 test: $(VENV)/.stamp-dev
 	$(BIN)/ruff check tubeless tests
+	$(BIN)/ruff format --check tubeless tests benchmarks examples
 	$(BIN)/mypy tubeless
 	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check tubeless tests
+	$(BIN)/ruff format --check tubeless tests benchmarks examples
 	$(BIN)/mypy tubeless
 	$(BIN)/lint-imports
 

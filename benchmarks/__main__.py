@@ -69,11 +69,20 @@ def _emit(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
     print(json.dumps(row), flush=True)
 
 
-def _agent_workload(name: str, turns: int, width: int, repeats: int, rows: list[dict[str, Any]],
-                    *, concurrency: int = 1, sync_tool: bool = False,
-                    plain_tuple: bool = False) -> float:
-    pipeline = agent(turns, width, concurrency=concurrency, sync_tool=sync_tool,
-                     plain_tuple=plain_tuple)
+def _agent_workload(
+    name: str,
+    turns: int,
+    width: int,
+    repeats: int,
+    rows: list[dict[str, Any]],
+    *,
+    concurrency: int = 1,
+    sync_tool: bool = False,
+    plain_tuple: bool = False,
+) -> float:
+    pipeline = agent(
+        turns, width, concurrency=concurrency, sync_tool=sync_tool, plain_tuple=plain_tuple
+    )
     ours, base = _paired_medians(
         lambda: pipeline.run_or_raise({}),
         lambda: baseline(turns, width, sync_tool=sync_tool),
@@ -81,12 +90,19 @@ def _agent_workload(name: str, turns: int, width: int, repeats: int, rows: list[
     )
     calls = turns * width
     per_call = ours / calls * 1e6
-    _emit(rows, {
-        "workload": name, "turns": turns, "calls": calls,
-        "us_per_call": round(per_call, 2), "us_per_turn": round(ours / turns * 1e6, 2),
-        "baseline_us_per_call": round(base / calls * 1e6, 2),
-        "ratio": round(ours / base, 2), "peak_rss_mib": round(_rss_mib(), 1),
-    })
+    _emit(
+        rows,
+        {
+            "workload": name,
+            "turns": turns,
+            "calls": calls,
+            "us_per_call": round(per_call, 2),
+            "us_per_turn": round(ours / turns * 1e6, 2),
+            "baseline_us_per_call": round(base / calls * 1e6, 2),
+            "ratio": round(ours / base, 2),
+            "peak_rss_mib": round(_rss_mib(), 1),
+        },
+    )
     return ours / turns
 
 
@@ -103,11 +119,17 @@ def _runs_workload(rows: list[dict[str, Any]], repeats: int) -> None:
             await baseline(1, 1)
 
     mine, theirs = _paired_medians(ours, base, repeats)
-    _emit(rows, {
-        "workload": "W3 single", "runs": runs, "us_per_run": round(mine / runs * 1e6, 2),
-        "baseline_us_per_run": round(theirs / runs * 1e6, 2), "ratio": round(mine / theirs, 2),
-        "peak_rss_mib": round(_rss_mib(), 1),
-    })
+    _emit(
+        rows,
+        {
+            "workload": "W3 single",
+            "runs": runs,
+            "us_per_run": round(mine / runs * 1e6, 2),
+            "baseline_us_per_run": round(theirs / runs * 1e6, 2),
+            "ratio": round(mine / theirs, 2),
+            "peak_rss_mib": round(_rss_mib(), 1),
+        },
+    )
 
 
 def _sink(kind: str, path: Path) -> Any:
@@ -134,8 +156,15 @@ def _records_per_run(pipeline: Any, kind: str, runs: int = 1) -> int:
         return len(read_trace(path))
 
 
-def _traced_workload(rows: list[dict[str, Any]], repeats: int, name: str, turns: int, width: int,
-                     concurrency: int, runs: int = 1) -> None:
+def _traced_workload(
+    rows: list[dict[str, Any]],
+    repeats: int,
+    name: str,
+    turns: int,
+    width: int,
+    concurrency: int,
+    runs: int = 1,
+) -> None:
     """Traced against untraced against the bare loop, alternately, per turn (W1, W2) or run (W3).
 
     One sink per kind stays open for every repetition (a process appending its runs to one
@@ -145,11 +174,13 @@ def _traced_workload(rows: list[dict[str, Any]], repeats: int, name: str, turns:
     with tempfile.TemporaryDirectory() as folder:
         sinks = {kind: _sink(kind, Path(folder) / f"trace.{kind}") for kind in ("ndjson", "sqlite")}
         try:
+
             def traced(kind: str) -> Callable[[], Awaitable[Any]]:
                 async def go() -> None:
                     for _ in range(runs):
                         run = await pipeline.run({}, trace=sinks[kind])
                         assert run.status == "completed"
+
                 return go
 
             async def untraced() -> None:
@@ -169,14 +200,19 @@ def _traced_workload(rows: list[dict[str, Any]], repeats: int, name: str, turns:
     records = _records_per_run(pipeline, "ndjson", runs)
     unit, count = ("run", runs) if runs > 1 else ("turn", turns)
     for kind, seconds in (("ndjson", ndjson), ("sqlite", sqlite)):
-        _emit(rows, {
-            "workload": f"{name} traced {kind}", f"us_per_{unit}": round(seconds / count * 1e6, 2),
-            f"untraced_us_per_{unit}": round(plain / count * 1e6, 2),
-            f"baseline_us_per_{unit}": round(bare / count * 1e6, 2),
-            "ratio": round(seconds / bare, 2), "ratio_to_untraced": round(seconds / plain, 2),
-            "records": records,
-            "extra_us_per_record": round((seconds - plain) / records * 1e6, 2),
-        })
+        _emit(
+            rows,
+            {
+                "workload": f"{name} traced {kind}",
+                f"us_per_{unit}": round(seconds / count * 1e6, 2),
+                f"untraced_us_per_{unit}": round(plain / count * 1e6, 2),
+                f"baseline_us_per_{unit}": round(bare / count * 1e6, 2),
+                "ratio": round(seconds / bare, 2),
+                "ratio_to_untraced": round(seconds / plain, 2),
+                "records": records,
+                "extra_us_per_record": round((seconds - plain) / records * 1e6, 2),
+            },
+        )
 
 
 def _tracing_workload(rows: list[dict[str, Any]], repeats: int) -> None:
@@ -190,8 +226,9 @@ def _tracing_workload(rows: list[dict[str, Any]], repeats: int) -> None:
                 paths = iter(Path(folder) / f"t{n}.{kind}" for n in range(1000))
                 last: list[Path] = []
 
-                async def traced(p: Any = pipeline, kind: str = kind, paths: Any = paths,
-                                 last: list[Path] = last) -> None:
+                async def traced(
+                    p: Any = pipeline, kind: str = kind, paths: Any = paths, last: list[Path] = last
+                ) -> None:
                     path = next(paths)
                     last[:] = [path]
                     sink = NdjsonSink(path) if kind == "ndjson" else SqliteSink(path)
@@ -205,11 +242,16 @@ def _tracing_workload(rows: list[dict[str, Any]], repeats: int) -> None:
                 from tubeless.tracing import read_trace
 
                 records = len(read_trace(last[0]))
-            _emit(rows, {
-                "workload": f"W5 {name} {kind}", "records": records,
-                "us_per_record": round((seconds - untraced) / records * 1e6, 2),
-                "total_ms": round(seconds * 1e3, 2), "untraced_ms": round(untraced * 1e3, 2),
-            })
+            _emit(
+                rows,
+                {
+                    "workload": f"W5 {name} {kind}",
+                    "records": records,
+                    "us_per_record": round((seconds - untraced) / records * 1e6, 2),
+                    "total_ms": round(seconds * 1e3, 2),
+                    "untraced_ms": round(untraced * 1e3, 2),
+                },
+            )
 
 
 class _CountingStore:
@@ -273,13 +315,17 @@ def _checkpoint_workload(rows: list[dict[str, Any]], repeats: int) -> None:
 
             seconds = _median_seconds(checkpointed, repeats)
             runs = next(keys)
-            _emit(rows, {
-                "workload": f"W8 W1 checkpoints {kind}", "turns": turns,
-                "ms_per_turn": round(seconds / turns * 1e3, 3),
-                "extra_ms_per_turn": round((seconds - untraced) / turns * 1e3, 3),
-                "writes_per_turn": round(store.writes / runs / turns, 2),
-                "untraced_us_per_turn": round(untraced / turns * 1e6, 2),
-            })
+            _emit(
+                rows,
+                {
+                    "workload": f"W8 W1 checkpoints {kind}",
+                    "turns": turns,
+                    "ms_per_turn": round(seconds / turns * 1e3, 3),
+                    "extra_ms_per_turn": round((seconds - untraced) / turns * 1e3, 3),
+                    "writes_per_turn": round(store.writes / runs / turns, 2),
+                    "untraced_us_per_turn": round(untraced / turns * 1e6, 2),
+                },
+            )
         with SqliteCheckpoints(Path(folder) / "floor.sqlite").acquire("k") as lease:
             start = time.perf_counter()
             for n in range(50):
@@ -289,11 +335,21 @@ def _checkpoint_workload(rows: list[dict[str, Any]], repeats: int) -> None:
     try:
         import langgraph  # noqa: F401
     except ImportError:
-        _emit(rows, {"workload": "W8 LangGraph SQLite checkpointer", "skipped":
-                     "langgraph is not installed"})
+        _emit(
+            rows,
+            {
+                "workload": "W8 LangGraph SQLite checkpointer",
+                "skipped": "langgraph is not installed",
+            },
+        )
     else:  # pragma: no cover - only where LangGraph is installed
-        _emit(rows, {"workload": "W8 LangGraph SQLite checkpointer", "skipped":
-                     "not measured by this release"})
+        _emit(
+            rows,
+            {
+                "workload": "W8 LangGraph SQLite checkpointer",
+                "skipped": "not measured by this release",
+            },
+        )
 
 
 def _import_workload(rows: list[dict[str, Any]], repeats: int) -> None:
@@ -303,14 +359,23 @@ def _import_workload(rows: list[dict[str, Any]], repeats: int) -> None:
     full: list[float] = []
     bare: list[float] = []
     for _ in range(repeats + 1):
-        for args, timings in (([sys.executable, "-c", code], full),
-                              ([sys.executable, "-c", "pass"], bare)):
+        for args, timings in (
+            ([sys.executable, "-c", code], full),
+            ([sys.executable, "-c", "pass"], bare),
+        ):
             start = time.perf_counter()
             subprocess.run(args, check=True, capture_output=True, cwd=ROOT)
             timings.append(time.perf_counter() - start)
     wall, empty = statistics.median(full[1:]), statistics.median(bare[1:])
-    _emit(rows, {"workload": "W9 import", "ms": round(wall * 1e3, 1),
-                 "net_ms": round((wall - empty) * 1e3, 1), "target_ms": 120})
+    _emit(
+        rows,
+        {
+            "workload": "W9 import",
+            "ms": round(wall * 1e3, 1),
+            "net_ms": round((wall - empty) * 1e3, 1),
+            "target_ms": 120,
+        },
+    )
 
 
 def _startup_workload(rows: list[dict[str, Any]], repeats: int) -> None:
@@ -358,16 +423,33 @@ def main() -> int:
     if wanted("W4"):
         per_turn = {}
         for turns in (250, 500, 1000, 2000, 4000):
-            per_turn[turns] = _agent_workload(f"W4 scaling {turns}", turns, 1, max(1, repeats // 2),
-                                              rows)
-        _emit(rows, {"workload": "W4 flatness", "ratio_4000_to_250":
-                     round(per_turn[4000] / per_turn[250], 2)})
+            per_turn[turns] = _agent_workload(
+                f"W4 scaling {turns}", turns, 1, max(1, repeats // 2), rows
+            )
+        _emit(
+            rows,
+            {
+                "workload": "W4 flatness",
+                "ratio_4000_to_250": round(per_turn[4000] / per_turn[250], 2),
+            },
+        )
         tupled = {}
         for turns in (250, 4000):
-            tupled[turns] = _agent_workload(f"W4 + tuple(outcomes) {turns}", turns, 1,
-                                            max(1, repeats // 2), rows, plain_tuple=True)
-        _emit(rows, {"workload": "W4 + tuple(outcomes) flatness", "ratio_4000_to_250":
-                     round(tupled[4000] / tupled[250], 2)})
+            tupled[turns] = _agent_workload(
+                f"W4 + tuple(outcomes) {turns}",
+                turns,
+                1,
+                max(1, repeats // 2),
+                rows,
+                plain_tuple=True,
+            )
+        _emit(
+            rows,
+            {
+                "workload": "W4 + tuple(outcomes) flatness",
+                "ratio_4000_to_250": round(tupled[4000] / tupled[250], 2),
+            },
+        )
     if wanted("W5"):
         _tracing_workload(rows, repeats)
     if wanted("W6"):
@@ -383,13 +465,33 @@ def main() -> int:
     print()
     print(f"{'workload':28} {'measure':>14} {'baseline':>12} {'ratio':>7}")
     for row in rows:
-        measure = next((f"{row[k]} {k}" for k in ("us_per_call", "us_per_turn", "us_per_run",
-                                                   "us_per_record", "ms_per_turn", "ms",
-                                                   "ratio_4000_to_250", "rows_per_s",
-                                                   "us_per_row", "skipped")
-                        if k in row), "")
-        base = next((str(row[k]) for k in ("baseline_us_per_call", "baseline_us_per_turn",
-                                           "baseline_us_per_run") if k in row), "")
+        measure = next(
+            (
+                f"{row[k]} {k}"
+                for k in (
+                    "us_per_call",
+                    "us_per_turn",
+                    "us_per_run",
+                    "us_per_record",
+                    "ms_per_turn",
+                    "ms",
+                    "ratio_4000_to_250",
+                    "rows_per_s",
+                    "us_per_row",
+                    "skipped",
+                )
+                if k in row
+            ),
+            "",
+        )
+        base = next(
+            (
+                str(row[k])
+                for k in ("baseline_us_per_call", "baseline_us_per_turn", "baseline_us_per_run")
+                if k in row
+            ),
+            "",
+        )
         print(f"{row['workload']:28} {measure:>28} {base:>10} {row.get('ratio', ''):>7}")
     print(f"\nmachine: {os.cpu_count()} cpus, python {sys.version.split()[0]}")
     return 0

@@ -52,17 +52,28 @@ def _reduce_tuple(state: Any, outcomes: Sequence[Any]) -> dict[str, Any]:
     return {"history": state["history"] + tuple(outcomes)}
 
 
-def agent(turns: int, width: int = 1, *, concurrency: int = 1, sync_tool: bool = False,
-          plain_tuple: bool = False) -> Pipeline:
+def agent(
+    turns: int,
+    width: int = 1,
+    *,
+    concurrency: int = 1,
+    sync_tool: bool = False,
+    plain_tuple: bool = False,
+) -> Pipeline:
     """A scripted agent doing ``turns`` turns of ``width`` ``upper`` calls, then finishing.
 
     ``plain_tuple`` makes the reducer ``state["history"] + tuple(outcomes)``.
     """
     tools = {
-        "upper": define_tool(description="Uppercase text.", input_schema=str, output_schema=str,
-                             run=upper_sync if sync_tool else upper),
-        "count": define_tool(description="Count characters.", input_schema=str,
-                             output_schema=int, run=count),
+        "upper": define_tool(
+            description="Uppercase text.",
+            input_schema=str,
+            output_schema=str,
+            run=upper_sync if sync_tool else upper,
+        ),
+        "count": define_tool(
+            description="Count characters.", input_schema=str, output_schema=int, run=count
+        ),
     }
     return define_agent(
         id=f"bench-{turns}x{width}",
@@ -102,8 +113,12 @@ async def baseline(turns: int, width: int = 1, *, sync_tool: bool = False) -> in
                 value = await asyncio.to_thread(upper_sync, argument)
             else:
                 value = await upper(argument)
-        return {"id": call["id"], "tool": call["tool"], "ok": True,
-                "value": _TEXT.validate_python(value)}
+        return {
+            "id": call["id"],
+            "tool": call["tool"],
+            "ok": True,
+            "value": _TEXT.validate_python(value),
+        }
 
     while True:
         ctx.turn += 1

@@ -22,8 +22,17 @@ from typing import Any
 
 FINGERPRINT = re.compile(r"^sha256:[a-f0-9]{64}$")
 
-ENVELOPE = ("version", "name", "runId", "pipelineId", "timestampMs", "parentRunId",
-            "correlationId", "itemKey", "iteration")
+ENVELOPE = (
+    "version",
+    "name",
+    "runId",
+    "pipelineId",
+    "timestampMs",
+    "parentRunId",
+    "correlationId",
+    "itemKey",
+    "iteration",
+)
 STEP_TERMINAL = (("stepId",), ("attemptId", "durationMs"))
 #: Record name -> (required record-specific fields, optional ones).
 RECORD_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -41,25 +50,78 @@ RECORD_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "pipeline.finalize.failed": (("durationMs", "error"), ()),
     "pipeline.completed": ((), ("durationMs", "error")),
 }
-SNAPSHOT_KEYS = ("identity", "metadata", "steps", "targetIds", "requiredFinalizerStepIds",
-                 "optionsValidated", "resultValidated")
+SNAPSHOT_KEYS = (
+    "identity",
+    "metadata",
+    "steps",
+    "targetIds",
+    "requiredFinalizerStepIds",
+    "optionsValidated",
+    "resultValidated",
+)
 SNAPSHOT_REQUIRED = ("identity", "steps", "targetIds", "optionsValidated", "resultValidated")
-STEP_KEYS = ("id", "metadata", "dependencies", "optionalDependencies", "skipAfterFailureOf",
-             "dryRun", "runtimeSkipPossible", "outputValidated", "cache", "agent",
-             "nestedPipeline", "remote")
-STEP_REQUIRED = ("id", "dependencies", "optionalDependencies", "skipAfterFailureOf", "dryRun",
-                 "runtimeSkipPossible", "outputValidated")
-NESTED_KEYS = ("mode", "pipelineId", "stepIds", "identity", "concurrency", "maxIterations",
-               "controls")
+STEP_KEYS = (
+    "id",
+    "metadata",
+    "dependencies",
+    "optionalDependencies",
+    "skipAfterFailureOf",
+    "dryRun",
+    "runtimeSkipPossible",
+    "outputValidated",
+    "cache",
+    "agent",
+    "nestedPipeline",
+    "remote",
+)
+STEP_REQUIRED = (
+    "id",
+    "dependencies",
+    "optionalDependencies",
+    "skipAfterFailureOf",
+    "dryRun",
+    "runtimeSkipPossible",
+    "outputValidated",
+)
+NESTED_KEYS = (
+    "mode",
+    "pipelineId",
+    "stepIds",
+    "identity",
+    "concurrency",
+    "maxIterations",
+    "controls",
+)
 AGENT_KEYS = ("limits", "capabilities", "resultSchemaFingerprint")
 CAPABILITY_KEYS = ("name", "description", "inputSchemaFingerprint", "identity")
 LIMIT_KEYS = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency")
-SKIP_REASONS = ("dry-run", "failed-dependency", "fail-fast", "filtered", "policy",
-                "unmet-dependency")
-SELECTION_KINDS = ("all", "exact", "not-selected", "target", "required-dependency",
-                   "failure-gate", "optional-only", "outside-target-closure")
-ERROR_KINDS = ("cancellation", "child", "definition", "finalization", "selection", "step",
-               "validation")
+SKIP_REASONS = (
+    "dry-run",
+    "failed-dependency",
+    "fail-fast",
+    "filtered",
+    "policy",
+    "unmet-dependency",
+)
+SELECTION_KINDS = (
+    "all",
+    "exact",
+    "not-selected",
+    "target",
+    "required-dependency",
+    "failure-gate",
+    "optional-only",
+    "outside-target-closure",
+)
+ERROR_KINDS = (
+    "cancellation",
+    "child",
+    "definition",
+    "finalization",
+    "selection",
+    "step",
+    "validation",
+)
 ERROR_PHASES = ("definition", "planning", "execution", "finalization")
 
 Found = list[str]
@@ -75,8 +137,10 @@ def original_fingerprint(value: Any) -> str:
 
 
 def _reduced(identity: Mapping[str, Any]) -> dict[str, Any]:
-    return {"version": identity["version"], "structuralFingerprint":
-            identity["structuralFingerprint"]}
+    return {
+        "version": identity["version"],
+        "structuralFingerprint": identity["structuralFingerprint"],
+    }
 
 
 def hashed_structure(snapshot: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,8 +167,15 @@ def hashed_structure(snapshot: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # -- small checks -----------------------------------------------------------------------------
-def _object(value: Any, where: str, found: Found, required: tuple[str, ...],
-            allowed: tuple[str, ...], *, ordered: bool = False) -> bool:
+def _object(
+    value: Any,
+    where: str,
+    found: Found,
+    required: tuple[str, ...],
+    allowed: tuple[str, ...],
+    *,
+    ordered: bool = False,
+) -> bool:
     if not isinstance(value, dict):
         found.append(f"{where}: expected an object")
         return False
@@ -125,18 +196,27 @@ def _is_int(value: Any, minimum: int = 0) -> bool:
 
 
 def _strings(value: Any, limit: int = 128) -> bool:
-    return isinstance(value, list) and len(value) <= limit and all(
-        isinstance(v, str) for v in value
+    return (
+        isinstance(value, list) and len(value) <= limit and all(isinstance(v, str) for v in value)
     )
 
 
 def _is_identity(value: Any, where: str, found: Found) -> None:
-    if _object(value, where, found, ("version", "structuralFingerprint", "definitionId"),
-               ("version", "structuralFingerprint", "definitionId", "implementationVersion")):
+    if _object(
+        value,
+        where,
+        found,
+        ("version", "structuralFingerprint", "definitionId"),
+        ("version", "structuralFingerprint", "definitionId", "implementationVersion"),
+    ):
         _check(value["version"] in (1, 2, 3), where, "version must be 1, 2 or 3", found)
         for key in ("structuralFingerprint", "definitionId"):
-            _check(isinstance(value.get(key), str) and bool(FINGERPRINT.match(value[key])),
-                   where, f"{key} is no sha256 fingerprint", found)
+            _check(
+                isinstance(value.get(key), str) and bool(FINGERPRINT.match(value[key])),
+                where,
+                f"{key} is no sha256 fingerprint",
+                found,
+            )
 
 
 def _no_floats_or_index_keys(value: Any, where: str, found: Found) -> None:
@@ -157,18 +237,28 @@ def _cause(value: Any, where: str, found: Found, *, depth_limit: int, string_lim
     depth = 0
     while value is not None:
         depth += 1
-        if not _object(value, where, found, ("message", "name"),
-                       ("message", "name", "sourceCode", "cause")):
+        if not _object(
+            value, where, found, ("message", "name"), ("message", "name", "sourceCode", "cause")
+        ):
             return
-        _check(isinstance(value["message"], str) and len(value["message"]) <= string_limit,
-               where, "cause message must be a bounded string", found)
+        _check(
+            isinstance(value["message"], str) and len(value["message"]) <= string_limit,
+            where,
+            "cause message must be a bounded string",
+            found,
+        )
         value = value.get("cause")
     _check(depth <= depth_limit, where, f"cause chain deeper than {depth_limit}", found)
 
 
 def _fan_out(value: Any, where: str, found: Found) -> None:
-    if not _object(value, where, found, ("failures", "failureCount", "omittedFailureCount"),
-                   ("failures", "failureCount", "omittedFailureCount", "schedulerError")):
+    if not _object(
+        value,
+        where,
+        found,
+        ("failures", "failureCount", "omittedFailureCount"),
+        ("failures", "failureCount", "omittedFailureCount", "schedulerError"),
+    ):
         return
     failures = value["failures"]
     if not isinstance(failures, list) or len(failures) > 32:
@@ -176,29 +266,45 @@ def _fan_out(value: Any, where: str, found: Found) -> None:
         return
     for i, failure in enumerate(failures):
         at = f"{where}.failures[{i}]"
-        if _object(failure, at, found, ("index", "key", "keyTruncated", "cancelled"),
-                   ("index", "key", "keyTruncated", "cancelled", "error")):
+        if _object(
+            failure,
+            at,
+            found,
+            ("index", "key", "keyTruncated", "cancelled"),
+            ("index", "key", "keyTruncated", "cancelled", "error"),
+        ):
             _check(_is_int(failure["index"]), at, "index must be an integer >= 0", found)
-            _check(isinstance(failure["key"], str) and len(failure["key"]) <= 1024, at,
-                   "key must be a string of at most 1024 characters", found)
+            _check(
+                isinstance(failure["key"], str) and len(failure["key"]) <= 1024,
+                at,
+                "key must be a string of at most 1024 characters",
+                found,
+            )
             for flag in ("keyTruncated", "cancelled"):
                 _check(isinstance(failure[flag], bool), at, f"{flag} must be a boolean", found)
             if "error" in failure:
                 _cause(failure["error"], at + ".error", found, depth_limit=8, string_limit=1024)
     count, omitted = value["failureCount"], value["omittedFailureCount"]
-    _check(_is_int(count) and _is_int(omitted) and omitted == count - len(failures), where,
-           "omittedFailureCount must be failureCount - len(failures)", found)
+    _check(
+        _is_int(count) and _is_int(omitted) and omitted == count - len(failures),
+        where,
+        "omittedFailureCount must be failureCount - len(failures)",
+        found,
+    )
 
 
 def _error(value: Any, where: str, found: Found) -> None:
-    keys = ("code", "kind", "phase", "message", "stack", "sourceCode", "cause", "issues",
-            "fanOut")
+    keys = ("code", "kind", "phase", "message", "stack", "sourceCode", "cause", "issues", "fanOut")
     if not _object(value, where, found, keys[:4], keys):
         return
     _check(value["kind"] in ERROR_KINDS, where, "unknown error kind", found)
     _check(value["phase"] in ERROR_PHASES, where, "unknown error phase", found)
-    _check(isinstance(value["message"], str) and len(value["message"]) <= 4096, where,
-           "message must be a string of at most 4096 characters", found)
+    _check(
+        isinstance(value["message"], str) and len(value["message"]) <= 4096,
+        where,
+        "message must be a string of at most 4096 characters",
+        found,
+    )
     if "cause" in value:
         _cause(value["cause"], where + ".cause", found, depth_limit=15, string_limit=4096)
     issues = value.get("issues", [])
@@ -206,9 +312,16 @@ def _error(value: Any, where: str, found: Found) -> None:
     for issue in issues if isinstance(issues, list) else ():
         if _object(issue, where + ".issues[]", found, ("message",), ("message", "path")):
             path = issue.get("path", [])
-            _check(isinstance(path, list) and all(
-                isinstance(p, str) or (type(p) in (int, float) and math.isfinite(p))
-                for p in path), where, "issue paths hold strings and finite numbers", found)
+            _check(
+                isinstance(path, list)
+                and all(
+                    isinstance(p, str) or (type(p) in (int, float) and math.isfinite(p))
+                    for p in path
+                ),
+                where,
+                "issue paths hold strings and finite numbers",
+                found,
+            )
     if "fanOut" in value:
         _fan_out(value["fanOut"], where + ".fanOut", found)
 
@@ -218,31 +331,53 @@ def _snapshot_step(entry: Any, where: str, found: Found) -> None:
     if not _object(entry, where, found, STEP_REQUIRED, STEP_KEYS, ordered=True):
         return
     for key in ("dependencies", "optionalDependencies", "skipAfterFailureOf"):
-        _check(_strings(entry[key], limit=10**6) and entry[key] == sorted(entry[key]), where,
-               f"{key} must be a sorted list of step ids", found)
+        _check(
+            _strings(entry[key], limit=10**6) and entry[key] == sorted(entry[key]),
+            where,
+            f"{key} must be a sorted list of step ids",
+            found,
+        )
     _check(entry["dryRun"] in ("run", "skip", "custom"), where, "dryRun", found)
     nested = entry.get("nestedPipeline")
-    if nested is not None and _object(nested, where + ".nestedPipeline", found,
-                                      ("mode", "pipelineId", "stepIds", "identity"), NESTED_KEYS,
-                                      ordered=True):
+    if nested is not None and _object(
+        nested,
+        where + ".nestedPipeline",
+        found,
+        ("mode", "pipelineId", "stepIds", "identity"),
+        NESTED_KEYS,
+        ordered=True,
+    ):
         _check(nested["mode"] in ("single", "for-each", "iterate"), where, "mode", found)
         _check(_strings(nested["stepIds"], limit=10**6), where, "stepIds", found)
         _is_identity(nested.get("identity"), where + ".nestedPipeline.identity", found)
-        _check(("maxIterations" in nested) == (nested["mode"] == "iterate"), where,
-               "maxIterations exactly for iterate", found)
+        _check(
+            ("maxIterations" in nested) == (nested["mode"] == "iterate"),
+            where,
+            "maxIterations exactly for iterate",
+            found,
+        )
     agent = entry.get("agent")
-    if agent is not None and _object(agent, where + ".agent", found, AGENT_KEYS, AGENT_KEYS,
-                                     ordered=True):
+    if agent is not None and _object(
+        agent, where + ".agent", found, AGENT_KEYS, AGENT_KEYS, ordered=True
+    ):
         limits = agent["limits"]
         if _object(limits, where + ".agent.limits", found, LIMIT_KEYS, LIMIT_KEYS):
             _check(all(_is_int(limits[k]) for k in LIMIT_KEYS), where, "integer limits", found)
-        _check(bool(FINGERPRINT.match(str(agent["resultSchemaFingerprint"]))), where,
-               "resultSchemaFingerprint", found)
+        _check(
+            bool(FINGERPRINT.match(str(agent["resultSchemaFingerprint"]))),
+            where,
+            "resultSchemaFingerprint",
+            found,
+        )
         for i, cap in enumerate(agent["capabilities"]):
             at = f"{where}.agent.capabilities[{i}]"
             if _object(cap, at, found, CAPABILITY_KEYS, CAPABILITY_KEYS, ordered=True):
-                _check(bool(FINGERPRINT.match(str(cap["inputSchemaFingerprint"]))), at,
-                       "inputSchemaFingerprint", found)
+                _check(
+                    bool(FINGERPRINT.match(str(cap["inputSchemaFingerprint"]))),
+                    at,
+                    "inputSchemaFingerprint",
+                    found,
+                )
                 _is_identity(cap["identity"], at + ".identity", found)
 
 
@@ -257,23 +392,41 @@ def snapshot_problems(snapshot: Any, identity: Any, where: str = "definitionSnap
         _snapshot_step(entry, f"{where}.steps[{i}]", found)
     for key in ("targetIds", "requiredFinalizerStepIds"):
         if key in snapshot:
-            _check(_strings(snapshot[key], limit=10**6) and snapshot[key] == sorted(snapshot[key]),
-                   where, f"{key} must be a sorted list", found)
-    _check(snapshot.get("requiredFinalizerStepIds") != [], where,
-           "requiredFinalizerStepIds is written although empty", found)
+            _check(
+                _strings(snapshot[key], limit=10**6) and snapshot[key] == sorted(snapshot[key]),
+                where,
+                f"{key} must be a sorted list",
+                found,
+            )
+    _check(
+        snapshot.get("requiredFinalizerStepIds") != [],
+        where,
+        "requiredFinalizerStepIds is written although empty",
+        found,
+    )
     _no_floats_or_index_keys(snapshot, where, found)
     if found:
         return found
     recomputed = original_fingerprint(hashed_structure(snapshot))
-    _check(recomputed == snapshot["identity"]["structuralFingerprint"], where,
-           f"structuralFingerprint does not recompute (got {recomputed})", found)
+    _check(
+        recomputed == snapshot["identity"]["structuralFingerprint"],
+        where,
+        f"structuralFingerprint does not recompute (got {recomputed})",
+        found,
+    )
     return found
 
 
 # -- payloads ---------------------------------------------------------------------------------
 def _started(p: dict[str, Any], found: Found) -> None:
-    keys = ("dryRun", "planOk", "stepCount", "targetIds", "definitionIdentity",
-            "definitionSnapshot")
+    keys = (
+        "dryRun",
+        "planOk",
+        "stepCount",
+        "targetIds",
+        "definitionIdentity",
+        "definitionSnapshot",
+    )
     if not _object(p, "payload", found, keys[:4], keys):
         return
     _check(_strings(p["targetIds"]), "payload", "targetIds", found)
@@ -286,25 +439,49 @@ def _started(p: dict[str, Any], found: Found) -> None:
 
 
 def _planned(p: dict[str, Any], found: Found) -> None:
-    keys = ("dependencies", "optionalDependencies", "skipAfterFailureOf", "dryRun",
-            "runtimeSkipPossible", "selected", "selectionReasons", "name", "description",
-            "nestedPipeline", "remote")
+    keys = (
+        "dependencies",
+        "optionalDependencies",
+        "skipAfterFailureOf",
+        "dryRun",
+        "runtimeSkipPossible",
+        "selected",
+        "selectionReasons",
+        "name",
+        "description",
+        "nestedPipeline",
+        "remote",
+    )
     if not _object(p, "payload", found, keys[:7], keys):
         return
     for key in keys[:3]:
         _check(_strings(p[key]), "payload", f"{key} must be a list of strings", found)
     reasons = p["selectionReasons"]
-    _check(isinstance(reasons, list) and len(reasons) <= 128 and all(
-        isinstance(r, dict) and r.get("kind") in SELECTION_KINDS for r in reasons),
-        "payload", "selectionReasons", found)
+    _check(
+        isinstance(reasons, list)
+        and len(reasons) <= 128
+        and all(isinstance(r, dict) and r.get("kind") in SELECTION_KINDS for r in reasons),
+        "payload",
+        "selectionReasons",
+        found,
+    )
     nested = p.get("nestedPipeline")
     nested_keys = ("mode", "pipelineId", "stepCount", "stepIds", "maxIterations")
-    if nested is not None and _object(nested, "payload.nestedPipeline", found, nested_keys[:4],
-                                      nested_keys):
-        _check(_strings(nested["stepIds"]) and _is_int(nested["stepCount"]), "payload",
-               "nestedPipeline stepIds/stepCount", found)
-        _check(("maxIterations" in nested) == (nested["mode"] == "iterate"), "payload",
-               "maxIterations exactly for iterate", found)
+    if nested is not None and _object(
+        nested, "payload.nestedPipeline", found, nested_keys[:4], nested_keys
+    ):
+        _check(
+            _strings(nested["stepIds"]) and _is_int(nested["stepCount"]),
+            "payload",
+            "nestedPipeline stepIds/stepCount",
+            found,
+        )
+        _check(
+            ("maxIterations" in nested) == (nested["mode"] == "iterate"),
+            "payload",
+            "maxIterations exactly for iterate",
+            found,
+        )
 
 
 def _running(p: dict[str, Any], found: Found) -> None:
@@ -316,18 +493,33 @@ def _running(p: dict[str, Any], found: Found) -> None:
         "details" in progress
     ):
         details = progress["details"]
-        _check(isinstance(details, list) and len(details) <= 128, "payload.progress",
-               "details: a list of at most 128 rows", found)
-        _check(progress.get("detailCount", len(details)) >= len(details), "payload.progress",
-               "detailCount below the number of rows", found)
+        _check(
+            isinstance(details, list) and len(details) <= 128,
+            "payload.progress",
+            "details: a list of at most 128 rows",
+            found,
+        )
+        _check(
+            progress.get("detailCount", len(details)) >= len(details),
+            "payload.progress",
+            "detailCount below the number of rows",
+            found,
+        )
 
 
 def _attempted(p: dict[str, Any], found: Found) -> None:
     if _object(p, "payload", found, ("attempt", "attributes"), ("attempt", "attributes")):
         attributes = p["attributes"]
-        _check(isinstance(attributes, dict) and all(
-            isinstance(v, (bool, str)) or (type(v) in (int, float) and math.isfinite(v))
-            for v in attributes.values()), "payload", "attributes", found)
+        _check(
+            isinstance(attributes, dict)
+            and all(
+                isinstance(v, (bool, str)) or (type(v) in (int, float) and math.isfinite(v))
+                for v in attributes.values()
+            ),
+            "payload",
+            "attributes",
+            found,
+        )
 
 
 def _status(expected: str, *extra: str) -> Callable[[dict[str, Any], Found], None]:
@@ -336,6 +528,7 @@ def _status(expected: str, *extra: str) -> Callable[[dict[str, Any], Found], Non
             _check(p["status"] == expected, "payload", f"status must be {expected!r}", found)
             if "reason" in extra:
                 _check(p.get("reason") in SKIP_REASONS, "payload", "skip reason", found)
+
     return check
 
 
@@ -351,8 +544,12 @@ def _empty(p: dict[str, Any], found: Found) -> None:
 def _completed(p: dict[str, Any], found: Found) -> None:
     keys = ("status", "dryRun", "errorCount", "finalized", "stepCount")
     if _object(p, "payload", found, keys, keys):
-        _check(p["status"] in ("completed", "failed", "cancelled"), "payload",
-               "status must be terminal", found)
+        _check(
+            p["status"] in ("completed", "failed", "cancelled"),
+            "payload",
+            "status must be terminal",
+            found,
+        )
 
 
 PAYLOADS: dict[str, Callable[[dict[str, Any], Found], None]] = {
@@ -380,12 +577,24 @@ def problems(record: Any) -> Found:
         return [f"unknown record name {name!r}"]
     required, optional = RECORD_FIELDS[name]
     allowed = (*ENVELOPE, *required, *optional, "payload")
-    if not _object(record, name, found, ("version", "name", "runId", "pipelineId",
-                                         "timestampMs", "payload", *required), allowed):
+    if not _object(
+        record,
+        name,
+        found,
+        ("version", "name", "runId", "pipelineId", "timestampMs", "payload", *required),
+        allowed,
+    ):
         return found
     _check(record["version"] == 3, name, "version must be 3", found)
-    for key in ("runId", "pipelineId", "parentRunId", "correlationId", "itemKey", "stepId",
-                "attemptId"):
+    for key in (
+        "runId",
+        "pipelineId",
+        "parentRunId",
+        "correlationId",
+        "itemKey",
+        "stepId",
+        "attemptId",
+    ):
         if key in record:
             _check(isinstance(record[key], str) and record[key] != "", name, key, found)
     _check(_is_int(record["timestampMs"]), name, "timestampMs must be an integer", found)
@@ -393,11 +602,19 @@ def problems(record: Any) -> Found:
         duration = record["durationMs"]
         _check(type(duration) in (int, float) and duration >= 0, name, "durationMs", found)
     iteration = record.get("iteration")
-    if iteration is not None and _object(iteration, "iteration", found,
-                                         ("runId", "stepId", "attemptId", "index"),
-                                         ("runId", "stepId", "attemptId", "index")):
-        _check(iteration["runId"] == record.get("parentRunId"), name,
-               "iteration.runId must equal parentRunId", found)
+    if iteration is not None and _object(
+        iteration,
+        "iteration",
+        found,
+        ("runId", "stepId", "attemptId", "index"),
+        ("runId", "stepId", "attemptId", "index"),
+    ):
+        _check(
+            iteration["runId"] == record.get("parentRunId"),
+            name,
+            "iteration.runId must equal parentRunId",
+            found,
+        )
         _check(_is_int(iteration["index"], 1), name, "iteration.index must be >= 1", found)
     if "error" in record:
         _error(record["error"], "error", found)

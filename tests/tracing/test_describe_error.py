@@ -20,8 +20,12 @@ def link(name: str, message: str, code: str | None = None, cause: Any = None) ->
 
 
 def error(message: str, cause: Any = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"code": codes.STEP_FAILED, "kind": "step", "phase": "execution",
-                           "message": message}
+    out: dict[str, Any] = {
+        "code": codes.STEP_FAILED,
+        "kind": "step",
+        "phase": "execution",
+        "message": message,
+    }
     if cause is not None:
         out["cause"] = cause
     return out
@@ -30,8 +34,9 @@ def error(message: str, cause: Any = None) -> dict[str, Any]:
 def child(message: str, inner: Any) -> dict[str, Any]:
     """What a failed child run adds: its wrapper and the summary of its first error."""
     summary = link(codes.STEP_FAILED, message, codes.STEP_FAILED, inner)
-    return link("ChildRunFailedError", f"Child pipeline c failed: {message}", codes.CHILD_FAILED,
-                summary)
+    return link(
+        "ChildRunFailedError", f"Child pipeline c failed: {message}", codes.CHILD_FAILED, summary
+    )
 
 
 @pytest.mark.parametrize(
@@ -52,26 +57,49 @@ def child(message: str, inner: Any) -> dict[str, Any]:
             id="coded-handler-error",
         ),
         pytest.param(
-            error("x", child("limit", link("LimitReachedError", "Agent max_turns=1 exceeded",
-                                           codes.AGENT_LIMIT_REACHED))),
+            error(
+                "x",
+                child(
+                    "limit",
+                    link(
+                        "LimitReachedError", "Agent max_turns=1 exceeded", codes.AGENT_LIMIT_REACHED
+                    ),
+                ),
+            ),
             "Agent max_turns=1 exceeded",
             id="tubeless-own-error",
         ),
         pytest.param(
-            error("bad", link("TemplateError", "bad template", codes.TEMPLATE_INVALID,
-                              link("ZeroDivisionError", "division by zero"))),
+            error(
+                "bad",
+                link(
+                    "TemplateError",
+                    "bad template",
+                    codes.TEMPLATE_INVALID,
+                    link("ZeroDivisionError", "division by zero"),
+                ),
+            ),
             "bad template; caused by: ZeroDivisionError: division by zero",
             id="tubeless-error-keeps-its-words",
         ),
         pytest.param(
-            error("x", link("OutputInvalidError", "Step s output failed: not an int",
-                            codes.STEP_OUTPUT_VALIDATION_FAILED,
-                            link("SchemaValidationError", "not an int"))),
+            error(
+                "x",
+                link(
+                    "OutputInvalidError",
+                    "Step s output failed: not an int",
+                    codes.STEP_OUTPUT_VALIDATION_FAILED,
+                    link("SchemaValidationError", "not an int"),
+                ),
+            ),
             "Step s output failed: not an int",
             id="cause-already-said",
         ),
-        pytest.param(error("RuntimeError", link("RuntimeError", "RuntimeError")), "RuntimeError",
-                     id="no-message"),
+        pytest.param(
+            error("RuntimeError", link("RuntimeError", "RuntimeError")),
+            "RuntimeError",
+            id="no-message",
+        ),
         pytest.param(error("plain"), "plain", id="no-cause"),
         pytest.param({"message": 3}, "unknown error", id="malformed"),
     ],

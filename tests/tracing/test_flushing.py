@@ -99,7 +99,10 @@ def _killed_mid_turn_2(tmp_path: Path, *traces: Path) -> None:
     args = [a for trace in traces for a in ("--trace", str(trace))]
     process = subprocess.Popen(
         [sys.executable, "-m", "tubeless", "run", str(_project(tmp_path)), *args, "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
@@ -115,7 +118,8 @@ def _killed_mid_turn_2(tmp_path: Path, *traces: Path) -> None:
 def _turn_tree(records: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
     """The records of turn ``index`` and of every run below it."""
     turns = {
-        r["runId"] for r in records
+        r["runId"]
+        for r in records
         if r["name"] == "pipeline.started" and r.get("iteration", {}).get("index") == index
     }
     assert len(turns) == 1, f"turn {index} is not in the {len(records)} records"
@@ -131,16 +135,13 @@ def _assert_finished(records: list[dict[str, Any]]) -> None:
     started = Counter(r["runId"] for r in records if r["name"] == "pipeline.started")
     completed = Counter(r["runId"] for r in records if r["name"] == "pipeline.completed")
     assert started and started == completed
-    running = {r["attemptId"] for r in records
-               if r["name"] == "step.running" and not r["payload"]}
+    running = {r["attemptId"] for r in records if r["name"] == "step.running" and not r["payload"]}
     ended = Counter(r["attemptId"] for r in records if r["name"] in TERMINAL and "attemptId" in r)
     assert running == set(ended) and set(ended.values()) == {1}
 
 
 @pytest.mark.parametrize("suffix", [".ndjson", ".sqlite"])
-def test_kill_9_after_a_turn_leaves_every_record_of_that_turn(
-    tmp_path: Path, suffix: str
-) -> None:
+def test_kill_9_after_a_turn_leaves_every_record_of_that_turn(tmp_path: Path, suffix: str) -> None:
     """Turn 1 (two calls) has finished and turn 2's call blocks: SIGKILL loses nothing of it."""
     trace = tmp_path / f"run{suffix}"
     _killed_mid_turn_2(tmp_path, trace)
@@ -166,12 +167,31 @@ def test_both_sinks_hold_the_same_records_after_a_kill_9(tmp_path: Path) -> None
 
 def _record(name: str = "step.running", run_id: str = "p:1") -> dict[str, Any]:
     if name == "pipeline.completed":
-        payload = {"status": "completed", "dryRun": False, "errorCount": 0, "finalized": True,
-                   "stepCount": 1}
-        return {"version": 3, "name": name, "runId": run_id, "pipelineId": "p",
-                "timestampMs": 1_700_000_000_000, "payload": payload}
-    return {"version": 3, "name": name, "runId": run_id, "pipelineId": "p",
-            "timestampMs": 1_700_000_000_000, "stepId": "s", "attemptId": "s:1", "payload": {}}
+        payload = {
+            "status": "completed",
+            "dryRun": False,
+            "errorCount": 0,
+            "finalized": True,
+            "stepCount": 1,
+        }
+        return {
+            "version": 3,
+            "name": name,
+            "runId": run_id,
+            "pipelineId": "p",
+            "timestampMs": 1_700_000_000_000,
+            "payload": payload,
+        }
+    return {
+        "version": 3,
+        "name": name,
+        "runId": run_id,
+        "pipelineId": "p",
+        "timestampMs": 1_700_000_000_000,
+        "stepId": "s",
+        "attemptId": "s:1",
+        "payload": {},
+    }
 
 
 def _timer_threads() -> list[threading.Thread]:
@@ -187,8 +207,11 @@ def test_a_turn_or_root_run_end_writes_through_at_once(tmp_path: Path, kind: str
     """A turn's or a root's ``pipeline.completed`` reaches the file before ``export`` returns."""
     path = tmp_path / f"t.{kind}"
     sink = _open(kind, path)
-    turn_end = {**_record("pipeline.completed", "p/turn:1"), "parentRunId": "p:1",
-                "iteration": {"runId": "p:1", "stepId": "agent", "attemptId": "a", "index": 1}}
+    turn_end = {
+        **_record("pipeline.completed", "p/turn:1"),
+        "parentRunId": "p:1",
+        "iteration": {"runId": "p:1", "stepId": "agent", "attemptId": "a", "index": 1},
+    }
     try:
         sink.export(_record())
         sink.export(turn_end)

@@ -67,10 +67,14 @@ def test_turn_facts_and_call_tools_are_the_same_live_and_stored() -> None:
     assert agent.agent and agent.turn_count == 2 and agent.turns is not None
     newest, first = agent.turns
     stored = [run for run in whole.runs if run.kind == "turn"]
-    assert [(t.index, t.decision, t.call_count, t.calls_admitted) for t in stored] == [
-        (first.index, first.decision, first.call_count, first.calls_admitted),
-        (newest.index, newest.decision, newest.call_count, newest.calls_admitted),
-    ] == [(1, "continue", 3, 3), (2, "finish", 0, 3)]
+    assert (
+        [(t.index, t.decision, t.call_count, t.calls_admitted) for t in stored]
+        == [
+            (first.index, first.decision, first.call_count, first.calls_admitted),
+            (newest.index, newest.decision, newest.call_count, newest.calls_admitted),
+        ]
+        == [(1, "continue", 3, 3), (2, "finish", 0, 3)]
+    )
     assert [(c.call_id, c.tool, c.run is not None) for c in first.calls.values()] == [
         ("length", "count", True),
         ("word-0", "uppercase", True),
@@ -111,9 +115,12 @@ def test_a_live_fold_frees_what_its_window_drops_without_the_cycle_collector() -
         result_schema=str,
         initial_state=lambda validated: {},
         decide=lambda state, ctx: (
-            {"kind": "continue", "calls": [{"id": f"c{i}", "tool": "count", "input": "ab"}
-                                           for i in range(3)]}
-            if ctx.turn < turns else {"kind": "finish", "result": "done"}
+            {
+                "kind": "continue",
+                "calls": [{"id": f"c{i}", "tool": "count", "input": "ab"} for i in range(3)],
+            }
+            if ctx.turn < turns
+            else {"kind": "finish", "result": "done"}
         ),
         reduce=lambda state, outcomes: state,
         tools={"count": count},

@@ -69,7 +69,8 @@ def _normal(value: Any, labels: Mapping[str, str]) -> Any:
     """Run ids (also inside attempt ids) replaced by labels, times by ``"<ms>"``."""
     if isinstance(value, Mapping):
         return {
-            k: "<ms>" if k in ("duration_ms", "started_at_ms") and v is not None
+            k: "<ms>"
+            if k in ("duration_ms", "started_at_ms") and v is not None
             else _normal(v, labels)
             for k, v in value.items()
         }
@@ -110,8 +111,9 @@ def _text(text: str, trees: list[RunTree]) -> str:
     """Text with run ids labelled and durations replaced by ``<d>``."""
     for run_id, label in sorted(_labels(trees).items(), key=lambda kv: -len(kv[0])):
         text = text.replace(run_id, label)
-    text = re.sub(r"(?<=  )\d+(?:\.\d)?m?s(?=  |$)|(?<=  )\d+m\d+s(?=  |$)", "<d>", text,
-                  flags=re.M)
+    text = re.sub(
+        r"(?<=  )\d+(?:\.\d)?m?s(?=  |$)|(?<=  )\d+m\d+s(?=  |$)", "<d>", text, flags=re.M
+    )
     return re.sub(r"started \S+", "started <iso>", text)
 
 
@@ -168,16 +170,32 @@ def _scripted_history(word_0: dict[str, Any] | None = None) -> dict[str, Any]:
         "capabilities": ["count", "uppercase"],
         "turns": [
             _turn(
-                "scripted-agent/turn#1", 1, "continue",
+                "scripted-agent/turn#1",
+                1,
+                "continue",
                 [
-                    _call("length", "count", "scripted-agent/tool/count#1", "completed",
-                          parent=parent),
-                    _call("word-0", "uppercase", "scripted-agent/tool/uppercase#1",
-                          "completed", parent=parent) | (word_0 or {}),
-                    _call("word-1", "uppercase", "scripted-agent/tool/uppercase#2",
-                          "completed", parent=parent),
+                    _call(
+                        "length", "count", "scripted-agent/tool/count#1", "completed", parent=parent
+                    ),
+                    _call(
+                        "word-0",
+                        "uppercase",
+                        "scripted-agent/tool/uppercase#1",
+                        "completed",
+                        parent=parent,
+                    )
+                    | (word_0 or {}),
+                    _call(
+                        "word-1",
+                        "uppercase",
+                        "scripted-agent/tool/uppercase#2",
+                        "completed",
+                        parent=parent,
+                    ),
                 ],
-                calls_admitted=3, state_version=0, next_state_version=1,
+                calls_admitted=3,
+                state_version=0,
+                next_state_version=1,
             ),
             _turn("scripted-agent/turn#2", 2, "finish", [], calls_admitted=3, state_version=1),
         ],
@@ -359,20 +377,59 @@ async def test_subagent_calls_link_their_agent_runs_which_hang_under_the_call_ru
     assert history == {
         "step_id": "agent",
         "termination": "finish",
-        "limits": {"max_turns": 3, "max_calls": 100, "max_decisions": 50, "max_depth": 1,
-                   "max_concurrency": 2},
+        "limits": {
+            "max_turns": 3,
+            "max_calls": 100,
+            "max_decisions": 50,
+            "max_depth": 1,
+            "max_concurrency": 2,
+        },
         "capabilities": ["process_word", "summarize"],
         "turns": [
-            _turn(t1, 1, "continue", [
-                # Pipeline-tool calls are named by the per-call records of the calls step.
-                _call("word-0", "process_word", "scripted-agent#1", "completed",
-                      parent=f"{t1}:attempt:2", child_agent_run_ids=["scripted-agent#1"]),
-                _call("word-1", "process_word", "scripted-agent#2", "completed",
-                      parent=f"{t1}:attempt:2", child_agent_run_ids=["scripted-agent#2"]),
-            ], calls_admitted=2, state_version=0, next_state_version=1),
-            _turn(t2, 2, "continue", [_call("summary", "summarize", "agent-summary#1",
-                                            "completed", parent=f"{t2}:attempt:2")],
-                  calls_admitted=3, state_version=1, next_state_version=2),
+            _turn(
+                t1,
+                1,
+                "continue",
+                [
+                    # Pipeline-tool calls are named by the per-call records of the calls step.
+                    _call(
+                        "word-0",
+                        "process_word",
+                        "scripted-agent#1",
+                        "completed",
+                        parent=f"{t1}:attempt:2",
+                        child_agent_run_ids=["scripted-agent#1"],
+                    ),
+                    _call(
+                        "word-1",
+                        "process_word",
+                        "scripted-agent#2",
+                        "completed",
+                        parent=f"{t1}:attempt:2",
+                        child_agent_run_ids=["scripted-agent#2"],
+                    ),
+                ],
+                calls_admitted=2,
+                state_version=0,
+                next_state_version=1,
+            ),
+            _turn(
+                t2,
+                2,
+                "continue",
+                [
+                    _call(
+                        "summary",
+                        "summarize",
+                        "agent-summary#1",
+                        "completed",
+                        parent=f"{t2}:attempt:2",
+                    )
+                ],
+                calls_admitted=3,
+                state_version=1,
+                next_state_version=2,
+            ),
             _turn(t3, 3, "finish", [], calls_admitted=3, state_version=2),
         ],
     }
@@ -392,16 +449,39 @@ async def test_subagent_calls_link_their_agent_runs_which_hang_under_the_call_ru
             "step_id": "agent",
             "termination": "finish",
             # Agent runs carry their definition snapshot even when they are child runs.
-            "limits": {"max_turns": 3, "max_calls": 100, "max_decisions": 3, "max_depth": 4,
-                       "max_concurrency": 2},
+            "limits": {
+                "max_turns": 3,
+                "max_calls": 100,
+                "max_decisions": 3,
+                "max_depth": 4,
+                "max_concurrency": 2,
+            },
             "capabilities": ["count", "uppercase"],
             "turns": [
-                _turn(t1, 1, "continue", [
-                    _call("length", "count", f"scripted-agent/tool/count#{n}", "completed",
-                          parent=parent),
-                    _call("word-0", "uppercase", f"scripted-agent/tool/uppercase#{n}",
-                          "completed", parent=parent),
-                ], calls_admitted=2, state_version=0, next_state_version=1),
+                _turn(
+                    t1,
+                    1,
+                    "continue",
+                    [
+                        _call(
+                            "length",
+                            "count",
+                            f"scripted-agent/tool/count#{n}",
+                            "completed",
+                            parent=parent,
+                        ),
+                        _call(
+                            "word-0",
+                            "uppercase",
+                            f"scripted-agent/tool/uppercase#{n}",
+                            "completed",
+                            parent=parent,
+                        ),
+                    ],
+                    calls_admitted=2,
+                    state_version=0,
+                    next_state_version=1,
+                ),
                 _turn(t2, 2, "finish", [], calls_admitted=2, state_version=1),
             ],
         }
@@ -410,7 +490,9 @@ async def test_subagent_calls_link_their_agent_runs_which_hang_under_the_call_ru
 async def test_an_agent_stopped_by_a_limit_terminates_with_limit() -> None:
     """max_turns=1 with a continuing decision: the turn's decide fails with the limit code."""
     agent = _tiny_agent(
-        "limited", continue_with(call("count", "a")), tools={"count": count},
+        "limited",
+        continue_with(call("count", "a")),
+        tools={"count": count},
         limits=LIMITS | {"max_turns": 1},
     )
     trees = run_trees(await _record(agent, {}))
@@ -422,8 +504,16 @@ async def test_an_agent_stopped_by_a_limit_terminates_with_limit() -> None:
         "limits": LIMITS | {"max_turns": 1},
         "capabilities": ["count"],
         "turns": [
-            _turn("limited/turn#1", 1, "continue", [], status="failed", call_count=1,
-                  state_version=0, error_code=codes.STEP_FAILED),
+            _turn(
+                "limited/turn#1",
+                1,
+                "continue",
+                [],
+                status="failed",
+                call_count=1,
+                state_version=0,
+                error_code=codes.STEP_FAILED,
+            ),
         ],
     }
     [turn] = trees[0].children
@@ -449,12 +539,26 @@ async def test_a_cancelled_agent_terminates_with_cancelled() -> None:
     history = _agent(trees)
     assert history["termination"] == "cancelled"
     assert history["turns"] == [
-        _turn("waiting/turn#1", 1, "continue",
-              [_call("wait-0", "wait", "waiting/tool/wait#1", "cancelled",
-                     error_code=codes.RUN_CANCELLED, source_code=codes.RUN_CANCELLED,
-                     parent="waiting/turn#1:attempt:2")],
-              status="cancelled", calls_admitted=1, state_version=0,
-              error_code=codes.RUN_CANCELLED),
+        _turn(
+            "waiting/turn#1",
+            1,
+            "continue",
+            [
+                _call(
+                    "wait-0",
+                    "wait",
+                    "waiting/tool/wait#1",
+                    "cancelled",
+                    error_code=codes.RUN_CANCELLED,
+                    source_code=codes.RUN_CANCELLED,
+                    parent="waiting/turn#1:attempt:2",
+                )
+            ],
+            status="cancelled",
+            calls_admitted=1,
+            state_version=0,
+            error_code=codes.RUN_CANCELLED,
+        ),
     ]
 
 
@@ -464,9 +568,7 @@ async def test_a_dry_run_of_an_agent_without_a_preview_is_skipped() -> None:
     trees = run_trees(await _record(agent, {}, dry_run=True))
 
     assert trees[0].status == "failed"  # finalization misses the agent's output
-    assert [(s.id, s.status, s.reason) for s in trees[0].steps] == [
-        ("agent", "skipped", "dry-run")
-    ]
+    assert [(s.id, s.status, s.reason) for s in trees[0].steps] == [("agent", "skipped", "dry-run")]
     history = _agent(trees)
     assert (history["termination"], history["turns"]) == ("skipped", [])
 
@@ -475,18 +577,24 @@ def test_a_trace_cut_off_mid_run_projects_running_runs_and_unfinished_steps() ->
     """Records up to the first tool run's completion: nothing above it has completed."""
     records = list(_recorded("scripted"))
     cut = next(
-        i for i, r in enumerate(records)
+        i
+        for i, r in enumerate(records)
         if r["name"] == "pipeline.completed" and r["pipelineId"].endswith("/tool/count")
     )
     trees = run_trees(records[: cut + 1])
     labels = _labels(trees)
 
     assert _outline(trees[0], labels) == (
-        "scripted-agent#1", "running", "agent:running",
+        "scripted-agent#1",
+        "running",
+        "agent:running",
         [
-            ("scripted-agent/turn#1", "running",
-             "decide:completed calls:running reduce:planned",
-             [("scripted-agent/tool/count#1", "completed", "tool:completed", [])]),
+            (
+                "scripted-agent/turn#1",
+                "running",
+                "decide:completed calls:running reduce:planned",
+                [("scripted-agent/tool/count#1", "completed", "tool:completed", [])],
+            ),
         ],
     )
     assert trees[0].duration_ms is None
@@ -496,10 +604,24 @@ def test_a_trace_cut_off_mid_run_projects_running_runs_and_unfinished_steps() ->
         "limits": SCRIPTED_LIMITS,
         "capabilities": ["count", "uppercase"],
         "turns": [
-            _turn("scripted-agent/turn#1", 1, "continue",
-                  [_call("length", "count", "scripted-agent/tool/count#1", "completed",
-                         parent="scripted-agent/turn#1:attempt:2")],
-                  status="running", call_count=3, calls_admitted=3, state_version=0),
+            _turn(
+                "scripted-agent/turn#1",
+                1,
+                "continue",
+                [
+                    _call(
+                        "length",
+                        "count",
+                        "scripted-agent/tool/count#1",
+                        "completed",
+                        parent="scripted-agent/turn#1:attempt:2",
+                    )
+                ],
+                status="running",
+                call_count=3,
+                calls_admitted=3,
+                state_version=0,
+            ),
         ],
     }
 
@@ -525,11 +647,17 @@ def test_old_traces_without_agent_telemetry_keep_unknowns_and_guess_nothing() ->
         "limits": None,
         "capabilities": None,
         "turns": [
-            _turn("scripted-agent/turn#1", 1, None, [
-                bare("length", "scripted-agent/tool/count#1"),
-                bare("word-0", "scripted-agent/tool/uppercase#1"),
-                bare("word-1", "scripted-agent/tool/uppercase#2"),
-            ], call_count=None),
+            _turn(
+                "scripted-agent/turn#1",
+                1,
+                None,
+                [
+                    bare("length", "scripted-agent/tool/count#1"),
+                    bare("word-0", "scripted-agent/tool/uppercase#1"),
+                    bare("word-1", "scripted-agent/tool/uppercase#2"),
+                ],
+                call_count=None,
+            ),
             _turn("scripted-agent/turn#2", 2, None, [], call_count=None),
         ],
     }
@@ -541,16 +669,24 @@ def test_per_call_attributions_name_pipeline_tools_and_calls_that_never_started(
     trees = run_trees(records)
     turn_1 = trees[0].children[0]
     at, calls = next(
-        (i, r) for i, r in enumerate(records)
-        if r["runId"] == turn_1.run_id and r.get("stepId") == "calls"
+        (i, r)
+        for i, r in enumerate(records)
+        if r["runId"] == turn_1.run_id
+        and r.get("stepId") == "calls"
         and r["name"] == "step.running"
     )
     extra = []
     for call_id in ("word-0", "word-1", "word-9"):
-        attributes = {"agent.runId": trees[0].run_id, "agent.turn": 1, "agent.callId": call_id,
-                      "agent.tool": "process_word", "agent.parentAttemptId": calls["attemptId"]}
-        extra.append(calls | {"name": "step.attempted",
-                              "payload": {"attempt": 1, "attributes": attributes}})
+        attributes = {
+            "agent.runId": trees[0].run_id,
+            "agent.turn": 1,
+            "agent.callId": call_id,
+            "agent.tool": "process_word",
+            "agent.parentAttemptId": calls["attemptId"],
+        }
+        extra.append(
+            calls | {"name": "step.attempted", "payload": {"attempt": 1, "attributes": attributes}}
+        )
     trees = run_trees([*records[: at + 1], *extra, *records[at + 1 :]])
 
     [turn] = _agent(trees)["turns"][:1]
@@ -593,8 +729,10 @@ async def test_roots_are_ordered_by_start() -> None:
         await scripted_agent.run({"question": "two"}, trace=trace, run_id="second")
     trees = run_trees(trace.records)
 
-    assert [(t.run_id, t.status) for t in trees] == [("first", "completed"),
-                                                      ("second", "completed")]
+    assert [(t.run_id, t.status) for t in trees] == [
+        ("first", "completed"),
+        ("second", "completed"),
+    ]
 
 
 async def test_a_reused_run_id_in_an_appended_file_stays_two_runs() -> None:
@@ -634,9 +772,15 @@ def test_a_parent_cycle_in_a_corrupt_file_loses_no_run() -> None:
     """a's parent is b and b's parent is a: one becomes the root, the other its child."""
 
     def started(run_id: str, parent: str, ts: int) -> dict[str, Any]:
-        return {"version": 3, "name": "pipeline.started", "runId": run_id, "pipelineId": "p",
-                "parentRunId": parent, "timestampMs": ts,
-                "payload": {"dryRun": False, "planOk": True, "stepCount": 0, "targetIds": []}}
+        return {
+            "version": 3,
+            "name": "pipeline.started",
+            "runId": run_id,
+            "pipelineId": "p",
+            "parentRunId": parent,
+            "timestampMs": ts,
+            "payload": {"dryRun": False, "planOk": True, "stepCount": 0, "targetIds": []},
+        }
 
     trees = run_trees([started("a", "b", 1), started("b", "a", 2), {"runId": 3}, "junk"])  # type: ignore[list-item]
 
@@ -738,8 +882,14 @@ def test_format_run_list_prints_one_line_per_root() -> None:
 
 def test_format_run_list_leaves_out_an_unknown_duration() -> None:
     """A running root has no duration; the start is printed in UTC."""
-    record = {"version": 3, "name": "pipeline.started", "runId": "r\x1b[2J", "pipelineId": "p",
-              "timestampMs": 0, "payload": {"dryRun": False}}
+    record = {
+        "version": 3,
+        "name": "pipeline.started",
+        "runId": "r\x1b[2J",
+        "pipelineId": "p",
+        "timestampMs": 0,
+        "payload": {"dryRun": False},
+    }
 
     assert format_run_list(run_trees([record])) == (
         "r [2J  p  running  started 1970-01-01T00:00:00.000Z\n"

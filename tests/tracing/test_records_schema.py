@@ -486,4 +486,3 @@ def test_progress_rows_that_json_cannot_encode_as_they_are() -> None:
     assert [row["id"] for row in kept] == ["a", "b"]
     assert isinstance(kept[1]["when"], str)
     assert count == 4
-

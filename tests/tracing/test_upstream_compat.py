@@ -76,7 +76,10 @@ def test_golden_fixtures_read_back_from_ndjson_and_sqlite(name: str, tmp_path: P
 def test_reader_projects_the_plain_run() -> None:
     [tree] = run_trees(read_trace(FIXTURES / "plain.ndjson"))
     assert _shape(tree) == (
-        "greeting", None, "completed", None,
+        "greeting",
+        None,
+        "completed",
+        None,
         (
             ("load", "completed", None, None, None),
             ("greet", "completed", None, None, None),
@@ -91,16 +94,31 @@ def test_reader_projects_the_plain_run() -> None:
 def test_reader_projects_the_fan_out_with_its_failed_item() -> None:
     [tree] = run_trees(read_trace(FIXTURES / "fanout.ndjson"))
     assert _shape(tree) == (
-        "shout-all", None, "failed", "TUBELESS_CHILD_FAILED",
+        "shout-all",
+        None,
+        "failed",
+        "TUBELESS_CHILD_FAILED",
         (
             ("words", "completed", None, None, None),
             ("shout", "failed", None, "TUBELESS_CHILD_FAILED", "NO_VOWELS"),
         ),
         (
-            ("shout-word", "red", "completed", None,
-             (("upper", "completed", None, None, None),), ()),
-            ("shout-word", "blue", "failed", "TUBELESS_STEP_FAILED",
-             (("upper", "failed", None, "TUBELESS_STEP_FAILED", "NO_VOWELS"),), ()),
+            (
+                "shout-word",
+                "red",
+                "completed",
+                None,
+                (("upper", "completed", None, None, None),),
+                (),
+            ),
+            (
+                "shout-word",
+                "blue",
+                "failed",
+                "TUBELESS_STEP_FAILED",
+                (("upper", "failed", None, "TUBELESS_STEP_FAILED", "NO_VOWELS"),),
+                (),
+            ),
         ),
     )
 
@@ -111,7 +129,11 @@ def test_reader_projects_the_agent_turns_calls_limits_and_tools() -> None:
     assert agent is not None
     assert agent.termination == "finish"
     assert dict(agent.limits or {}) == {
-        "max_turns": 3, "max_calls": 10, "max_decisions": 5, "max_depth": 2, "max_concurrency": 1,
+        "max_turns": 3,
+        "max_calls": 10,
+        "max_decisions": 5,
+        "max_depth": 2,
+        "max_concurrency": 1,
     }
     assert agent.capabilities == ("echo",)
     assert [
@@ -164,8 +186,11 @@ def test_golden_fixtures_match_our_record_schema() -> None:
         pytest.param(0.000001, "0.000001", id="six-places"),
         pytest.param(123.456, "123.456", id="plain-decimal"),
         pytest.param(1.5e300, "1.5e+300", id="large"),
-        pytest.param({"b": 1, "10": 2, "2": 3, "a": [True, None]},
-                     '{"2":3,"10":2,"b":1,"a":[true,null]}', id="index-keys-first"),
+        pytest.param(
+            {"b": 1, "10": 2, "2": 3, "a": [True, None]},
+            '{"2":3,"10":2,"b":1,"a":[true,null]}',
+            id="index-keys-first",
+        ),
         pytest.param({"01": 1, "1": 2}, '{"1":2,"01":1}', id="only-canonical-indexes"),
         pytest.param("é\n\u0001\ud800", '"é\\n\\u0001\\ud800"', id="string-escapes"),
     ],
@@ -260,9 +285,7 @@ REJECTED: list[Any] = [
     ),
     pytest.param(
         "plain.ndjson",
-        lambda rs: _first(rs, "step.planned", stepId="load")["payload"].pop(
-            "skipAfterFailureOf"
-        ),
+        lambda rs: _first(rs, "step.planned", stepId="load")["payload"].pop("skipAfterFailureOf"),
         "payload 'skipAfterFailureOf' must be a list of step ids, got None",
         id="gates-missing",
     ),
@@ -338,9 +361,7 @@ REJECTED: list[Any] = [
     ),
     pytest.param(
         "fanout.ndjson",
-        lambda rs: _first(rs, "step.failed", stepId="shout")["error"].update(
-            cause=_deep_cause(16)
-        ),
+        lambda rs: _first(rs, "step.failed", stepId="shout")["error"].update(cause=_deep_cause(16)),
         "error: 'cause' must be a cause chain of at most 15 levels",
         id="cause-16-deep",
     ),
@@ -429,14 +450,25 @@ def test_definition_id_is_the_original_one_where_the_definition_has_no_schemas()
     )
     kid = child.identity
     assert kid.definition_id == original_fingerprint(
-        {"version": 1, "structuralFingerprint": kid.structural_fingerprint,
-         "implementationVersion": "7", "children": [None]}
+        {
+            "version": 1,
+            "structuralFingerprint": kid.structural_fingerprint,
+            "implementationVersion": "7",
+            "children": [None],
+        }
     )
-    full_child = {"version": 1, "structuralFingerprint": kid.structural_fingerprint,
-                  "implementationVersion": "7", "definitionId": kid.definition_id}
+    full_child = {
+        "version": 1,
+        "structuralFingerprint": kid.structural_fingerprint,
+        "implementationVersion": "7",
+        "definitionId": kid.definition_id,
+    }
     assert parent.identity.definition_id == original_fingerprint(
-        {"version": 1, "structuralFingerprint": parent.identity.structural_fingerprint,
-         "children": [None, full_child]}
+        {
+            "version": 1,
+            "structuralFingerprint": parent.identity.structural_fingerprint,
+            "children": [None, full_child],
+        }
     )
 
 
@@ -469,8 +501,7 @@ def _indexes(path: Path) -> dict[str, list[str]]:
             )
         ]
         return {
-            name: [row[2] for row in conn.execute(f"PRAGMA index_info({name})")]
-            for name in names
+            name: [row[2] for row in conn.execute(f"PRAGMA index_info({name})")] for name in names
         }
 
 

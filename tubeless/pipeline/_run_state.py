@@ -370,7 +370,6 @@ class RunState:
         return run
 
 
-
 def attempt_id_of(run_id: str, n: int) -> str:
     """The id of the ``n``-th attempt opened in run ``run_id``."""
     return f"{run_id}:attempt:{n if n < 10 else _base36(n)}"
@@ -378,6 +377,7 @@ def attempt_id_of(run_id: str, n: int) -> str:
 
 def _elapsed(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
+
 
 def _base36(n: int) -> str:
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"

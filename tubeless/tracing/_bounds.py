@@ -163,9 +163,7 @@ def _bounded_details(
     return kept, (total if total > len(kept) else None), None
 
 
-def _constant_rows(
-    rows: list[Any], constant: type[Any]
-) -> tuple[list[dict[str, Any]], str] | None:
+def _constant_rows(rows: list[Any], constant: type[Any]) -> tuple[list[dict[str, Any]], str] | None:
     """Every row kept (constant ones as they are) and the list's JSON, or ``None`` when the
     row-by-row walk must decide."""
     kept: list[dict[str, Any]] = []

@@ -104,7 +104,7 @@ def attempted(record: Any, head: int) -> str | None:
     step = record.envelope.step_json(record["stepId"], record["attemptId"])
     attributes = compact_json(payload["attributes"])
     return (
-        f'{record["timestampMs"]},{step},'
+        f"{record['timestampMs']},{step},"
         f'"payload":{{"attempt":{attempt},"attributes":{attributes}}}}}'
     )
 

@@ -225,7 +225,9 @@ def read_ndjson(
     """
     records: list[dict[str, Any]] = []
     for number, record in iter_ndjson(
-        path, max_bytes=max_bytes, max_line_bytes=max_line_bytes,
+        path,
+        max_bytes=max_bytes,
+        max_line_bytes=max_line_bytes,
         allow_partial_tail=allow_partial_tail,
     ):
         if max_records is not None and len(records) == max_records:
