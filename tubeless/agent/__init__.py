@@ -25,6 +25,9 @@ One turn, with the module that owns each arrow::
 
 Traces: every ``agent.*`` attribute and the calls' progress rows go through one recorder
 (``_trace.agent_trace``); untraced runs get a null recorder that builds nothing.
+
+Checkpoints (``_journal``) and cassettes (``_tape``) hear the same turn at their commit points;
+a run with neither skips those hooks altogether (``_turn.hooked``, the turn's one flag).
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope
 from tubeless.agent._sources import REMOTES_ATTRIBUTE, connect_sources
 from tubeless.agent._state import freeze_state
-from tubeless.agent._tape import TAPE_SLOT, open_tape
+from tubeless.agent._tape import TAPE_SLOT, Tape, open_tape
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
 from tubeless.agent._trace import agent_trace
-from tubeless.agent._turn import TurnInput, TurnSpec, build_turn_pipeline
+from tubeless.agent._turn import TurnInput, TurnSpec, build_turn_pipeline, hooked
 from tubeless.durable._session import SESSION_SLOT
 from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict, thaw
@@ -293,8 +293,10 @@ def _compile(
     durable = DurableAgent(spec, implementation_version)
 
     async def first_turn(step_inputs: dict[str, Any], ctx: StepContext) -> TurnInput:
-        journal: Journal = ctx.slots.get(JOURNAL_SLOT, NO_JOURNAL)
-        resumed = journal.resumed_turn()
+        slots = ctx.slots
+        journal: Journal = slots.get(JOURNAL_SLOT, NO_JOURNAL)
+        tape: Tape = slots[TAPE_SLOT]
+        resumed = None if journal is NO_JOURNAL else journal.resumed_turn()
         if resumed is None:
             initial = await maybe_await(initial_state(ctx.options))
             state = freeze_state(initial, "Agent initial state")
@@ -308,12 +310,13 @@ def _compile(
             calls=calls,
             agent_input=ctx.options,
             agent_run_id=ctx.run_id,
-            scope=ctx.slots[SCOPE_SLOT],
+            scope=slots[SCOPE_SLOT],
             trace=agent_trace(ctx),
             journal=journal,
-            tape=ctx.slots[TAPE_SLOT],
+            tape=tape,
             # A child agent without servers of its own must not see its parent's tools.
-            live=ctx.slots.get(_LIVE_SLOT) if remote else None,
+            live=slots.get(_LIVE_SLOT) if remote else None,
+            hooked=hooked(journal, tape),
         )
 
     loop = iterate_pipeline(
@@ -330,19 +333,20 @@ def _compile(
     built: list[Pipeline] = []  # the agent's pipeline, for the identity a cassette records
 
     async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
-        parent: Scope | None = ctx.slots.get(SCOPE_SLOT)
-        depth = ctx.slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
+        slots = ctx.slots
+        parent: Scope | None = slots.get(SCOPE_SLOT)
+        depth = slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
         route = spec.id
         if parent is not None:
-            call = ctx.slots.get(EXECUTION_SLOT) or {}
+            call = slots.get(EXECUTION_SLOT) or {}
             route = f"{parent.route}/{call.get('turn')}/{call.get('call_id')}/{spec.id}"
         scope = Scope(Budget(ctx.run_id, depth, limits), parent, route)
         if parent is None:
             budgets = ROOT_BUDGETS.get()
             if budgets is not None:
                 budgets.append(scope.budget)
-        tape = open_tape(ctx.slots.get(TAPE_SLOT), spec.id, lambda: built[0].identity, ctx.options)
-        session = ctx.slots.get(SESSION_SLOT)
+        tape = open_tape(slots.get(TAPE_SLOT), spec.id, lambda: built[0].identity, ctx.options)
+        session = slots.get(SESSION_SLOT)
         try:
             if session is not None:
                 taped: dict[str, Any] = {TAPE_SLOT: tape}

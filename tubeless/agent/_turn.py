@@ -10,19 +10,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 from tubeless._callables import is_awaitable
 from tubeless.agent._approvals import dispatch_gated, gated_requests
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
-from tubeless.agent._journal import Journal
+from tubeless.agent._journal import NO_JOURNAL, Journal
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._sources import LiveTools
 from tubeless.agent._state import freeze_state
-from tubeless.agent._tape import Tape
+from tubeless.agent._tape import NO_TAPE, Tape
 from tubeless.agent._trace import AgentTrace
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
@@ -30,7 +30,7 @@ from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
 from tubeless.tracing._otel_spans import model_request_attributes
 
-__all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline"]
+__all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline", "hooked"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,8 +50,14 @@ class TurnSpec:
     """Whether any tool may need approval (otherwise batches skip that check entirely)."""
 
 
-class TurnInput(NamedTuple):
-    """The iteration state handed from one turn to the next (never validated or traced)."""
+@dataclass(kw_only=True, slots=True)
+class TurnInput:
+    """The iteration state handed from one turn to the next (never validated or traced).
+
+    A slotted class rather than a named tuple: a turn reads its fields some forty times, and
+    slot reads are the interpreter's fast attribute path (W1: 3.3 % fewer instructions). Nothing
+    changes one after it is made (not frozen: a frozen dataclass is slower to build).
+    """
 
     state: Any
     turn: int
@@ -69,6 +75,18 @@ class TurnInput(NamedTuple):
     """The agent's checkpoint journal (the null one when the run has no checkpoints)."""
     live: LiveTools | None = None
     """The tools as connected servers describe them (``None``: the definition's own)."""
+    hooked: bool = False
+    """Whether a journal or a tape listens (see :func:`hooked`); else their hooks are skipped."""
+
+
+def hooked(journal: Journal, tape: Tape) -> bool:
+    """Whether a turn must call its journal's and tape's hooks: one of them is not the null one.
+
+    The one exception to the null-object rule in the turn: a plain run skips the seventeen
+    no-op hook calls a one-call turn would make (W1: 4 % fewer instructions per turn, measured
+    with ``python -m benchmarks.count``), so checkpoints and cassettes cost plain runs nothing.
+    """
+    return journal is not NO_JOURNAL or tape is not NO_TAPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +115,7 @@ class DecisionContext:
 
     __slots__ = (
         "_agent_run_id",
-        "_idempotency_base",
+        "_journal",
         "_max_turns",
         "_scope",
         "_step",
@@ -123,7 +141,7 @@ class DecisionContext:
         scope: Scope | None = None,
         max_turns: int = 0,
         final: bool = False,
-        idempotency_base: str | None = None,
+        journal: Journal = NO_JOURNAL,
     ) -> None:
         self.final = final
         self._scope = scope
@@ -137,7 +155,7 @@ class DecisionContext:
         self.dry_run = step.dry_run
         self._step = step
         self._agent_run_id = agent_run_id
-        self._idempotency_base = agent_run_id if idempotency_base is None else idempotency_base
+        self._journal = journal
 
     @property
     def log(self) -> StepLogger:
@@ -151,7 +169,9 @@ class DecisionContext:
             {
                 "agent_run_id": self._agent_run_id,
                 "turn": self.turn,
-                "idempotency_key": f"{self._idempotency_base}/{self.turn}",
+                "idempotency_key": (
+                    f"{self._journal.idempotency_base(self._agent_run_id)}/{self.turn}"
+                ),
             }
         )
 
@@ -235,7 +255,7 @@ async def decide(
 ) -> _Finished | tuple[PreparedCall, ...]:
     """Ask for a decision; a finish ends the loop, a batch of calls is admitted."""
     t: TurnInput = ctx.options
-    decision: Continue | Finish | None = t.journal.resume_decision(t)
+    decision: Continue | Finish | None = t.journal.resume_decision(t) if t.hooked else None
     try:
         if decision is None:
             decision = parse_decision(await ask(spec, t, ctx))
@@ -269,10 +289,11 @@ async def ask(spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = F
     scope = t.scope
     if not final:
         scope.reserve("max_decisions", 1)
-        t.journal.reserved(t)
-    source = t.tape.source(
-        spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
-    )
+    source = spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
+    if t.hooked:
+        if not final:
+            t.journal.reserved(t)
+        source = t.tape.source(source)
     decision_ctx = DecisionContext(
         t.turn,
         t.state_version,
@@ -284,7 +305,7 @@ async def ask(spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = F
         scope,
         spec.limits.max_turns,
         final,
-        t.journal.idempotency_base(t.agent_run_id),
+        t.journal,
     )
     if not scope.try_enter(ctx.signal):
         await scope.enter(ctx.signal)
@@ -304,8 +325,9 @@ def finish(spec: TurnSpec, t: TurnInput, ctx: StepContext, decision: Finish) -> 
         finished = _Finished(spec.result_schema.validate(decision.result))
     except SchemaValidationError as exc:
         raise DecisionError(f"Agent finish result was rejected: {exc}", exc.issues) from None
-    t.journal.finished(t, decision.result)
-    t.tape.decided(t.turn, decision)
+    if t.hooked:
+        t.journal.finished(t, decision.result)
+        t.tape.decided(t.turn, decision)
     return finished
 
 
@@ -324,12 +346,13 @@ def admit(
             scope=t.agent_run_id,
             calls=count,
         )
-    if not t.journal.readmitted(t):
+    if not (t.hooked and t.journal.readmitted(t)):
         t.scope.check("max_calls", count)
     registry = spec.registry if t.live is None else t.live.registry
     prepared = prepare_calls(decision.calls, registry, scope=t.scope, dry_run=ctx.dry_run)
-    t.journal.accepted(t, decision, prepared)
-    t.tape.decided(t.turn, decision)
+    if t.hooked:
+        t.journal.accepted(t, decision, prepared)
+        t.tape.decided(t.turn, decision)
     return prepared
 
 
@@ -344,7 +367,12 @@ def calls(inputs: dict[str, Any], ctx: StepContext, spec: TurnSpec | None = None
     if isinstance(decided, _Finished):
         return ()
     t: TurnInput = ctx.options
-    charge(t, len(decided))
+    # Charged once: a resumed batch was charged before the run stopped.
+    if not t.hooked:
+        t.scope.reserve("max_calls", len(decided))
+    elif not t.journal.readmitted(t):
+        t.scope.reserve("max_calls", len(decided))
+        t.journal.admitted(t, len(decided))
     t.trace.dispatching(ctx, t, len(decided))
     if spec is not None:
         requests = gated_requests(
@@ -357,34 +385,8 @@ def calls(inputs: dict[str, Any], ctx: StepContext, spec: TurnSpec | None = None
             turn=t.turn,
         )
         if requests:
-            return dispatch_gated(
-                decided,
-                requests,
-                ctx,
-                scope=t.scope,
-                agent_run_id=t.agent_run_id,
-                turn=t.turn,
-                trace=t.trace,
-                tape=t.tape,
-                journal=t.journal,
-            )
-    return dispatch(
-        decided,
-        ctx,
-        scope=t.scope,
-        agent_run_id=t.agent_run_id,
-        turn=t.turn,
-        trace=t.trace,
-        tape=t.tape,
-        journal=t.journal,
-    )
-
-
-def charge(t: TurnInput, count: int) -> None:
-    """Charge an admitted batch to the call budgets (once: a resumed batch was charged)."""
-    if not t.journal.readmitted(t):
-        t.scope.reserve("max_calls", count)
-        t.journal.admitted(t, count)
+            return dispatch_gated(decided, requests, ctx, t)
+    return dispatch(decided, ctx, t)
 
 
 # -- step 3: reduce ----------------------------------------------------------------------------
@@ -416,7 +418,8 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
     """The transition to the next turn, with ``state`` committed."""
     admitted = t.calls + count
     t.trace.committed(ctx, t, admitted)
-    t.tape.committed(t.turn, state)
+    if t.hooked:
+        t.tape.committed(t.turn, state)
     following = TurnInput(
         state=state,
         turn=t.turn + 1,
@@ -429,6 +432,8 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
         tape=t.tape,
         journal=t.journal,
         live=t.live,
+        hooked=t.hooked,
     )
-    t.journal.reduced(following)
+    if t.hooked:
+        t.journal.reduced(following)
     return {"kind": "next", "state": following}
