@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
+from tubeless._cli._engine_options import engine_options
 from tubeless._cli._exit import EXIT_CANCELLED, EXIT_EXECUTION, EXIT_OK, CliLoadError
 
 if TYPE_CHECKING:
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from tubeless.pipeline import Pipeline
 
 __all__ = ["BatchProgress", "batch", "load_entry"]
-
-_ENGINES = ("local", "process", "ray")
 
 
 def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
@@ -151,33 +150,7 @@ class BatchProgress:
     metavar="FILE",
     help="Write rows to FILE (JSONL); a rerun skips the rows it holds as completed.",
 )
-@click.option(
-    "--concurrency",
-    "-c",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Rows in flight at once (process and ray: workers).",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(_ENGINES),
-    default="local",
-    show_default=True,
-    help="local: asyncio tasks here; process: worker processes; ray: Ray actors.",
-)
-@click.option(
-    "--ray-address",
-    default=None,
-    metavar="ADDR",
-    help="The Ray cluster (default: RAY_ADDRESS, else a local Ray for the batch).",
-)
-@click.option(
-    "--trace",
-    multiple=True,
-    metavar="PATH",
-    help="Record every row: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).",
-)
+@engine_options("Rows", "batch")
 @click.option(
     "--retry-failed",
     is_flag=True,

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
+from tubeless._cli._engine_options import engine_options
 from tubeless._cli._exit import EXIT_CANCELLED, EXIT_EXECUTION, EXIT_OK
-from tubeless._cli.batch import _ENGINES, load_entry, run_cli_batch
+from tubeless._cli.batch import load_entry, run_cli_batch
 
 __all__ = ["eval_"]
 
@@ -20,33 +21,7 @@ __all__ = ["eval_"]
 @click.argument("project", metavar="PROJECT")
 @click.argument("cases", metavar="CASES")
 @click.option("--junit", default=None, metavar="FILE", help="Write JUnit XML to FILE.")
-@click.option(
-    "--engine",
-    type=click.Choice(_ENGINES),
-    default="local",
-    show_default=True,
-    help="local: asyncio tasks here; process: worker processes; ray: Ray actors.",
-)
-@click.option(
-    "--concurrency",
-    "-c",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Cases in flight at once (process and ray: workers).",
-)
-@click.option(
-    "--ray-address",
-    default=None,
-    metavar="ADDR",
-    help="The Ray cluster (default: RAY_ADDRESS, else a local Ray for the run).",
-)
-@click.option(
-    "--trace",
-    multiple=True,
-    metavar="PATH",
-    help="Record every case: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).",
-)
+@engine_options("Cases", "run")
 @click.option(
     "--replay",
     default=None,

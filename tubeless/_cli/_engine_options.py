@@ -1,0 +1,58 @@
+"""The engine options ``tubeless batch`` and ``tubeless eval`` share, declared once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+
+__all__ = ["ENGINES", "engine_options"]
+
+ENGINES = ("local", "process", "ray")
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def engine_options(unit: str, whole: str) -> Callable[[_F], _F]:
+    """``--engine``, ``--concurrency``/``-c``, ``--ray-address`` and ``--trace``.
+
+    ``unit`` names what runs ("Rows", "Cases"), ``whole`` what they make up ("batch", "run").
+    """
+    options = (
+        click.option(
+            "--engine",
+            type=click.Choice(ENGINES),
+            default="local",
+            show_default=True,
+            help="local: asyncio tasks here; process: worker processes; ray: Ray actors.",
+        ),
+        click.option(
+            "--concurrency",
+            "-c",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help=f"{unit} in flight at once (process and ray: workers).",
+        ),
+        click.option(
+            "--ray-address",
+            default=None,
+            metavar="ADDR",
+            help=f"The Ray cluster (default: RAY_ADDRESS, else a local Ray for the {whole}).",
+        ),
+        click.option(
+            "--trace",
+            multiple=True,
+            metavar="PATH",
+            help=f"Record every {unit.lower()[:-1]}: .ndjson/.jsonl or .sqlite/.sqlite3/.db "
+            "(repeatable).",
+        ),
+    )
+
+    def apply(command: _F) -> _F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
