@@ -33,7 +33,14 @@ from tubeless.agent._turn import TurnInput, TurnSpec, build_turn_pipeline, hooke
 from tubeless.durable._session import SESSION_SLOT
 from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict, thaw
-from tubeless.pipeline import Pipeline, StepContext, define_pipeline, iterate_pipeline, step
+from tubeless.pipeline import (
+    DefinitionIdentity,
+    Pipeline,
+    StepContext,
+    define_pipeline,
+    iterate_pipeline,
+    step,
+)
 from tubeless.pipeline._identity import descriptor_fingerprint, schema_fingerprint
 from tubeless.pipeline._step import is_async_callable
 from tubeless.schema import Schema
@@ -332,6 +339,9 @@ def _compile(
     limits = spec.limits
     built: list[Pipeline] = []  # the agent's pipeline, for the identity a cassette records
 
+    def identity() -> DefinitionIdentity:
+        return built[0].identity
+
     async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
         slots = ctx.slots
         parent: Scope | None = slots.get(SCOPE_SLOT)
@@ -345,7 +355,7 @@ def _compile(
             budgets = ROOT_BUDGETS.get()
             if budgets is not None:
                 budgets.append(scope.budget)
-        tape = open_tape(slots.get(TAPE_SLOT), spec.id, lambda: built[0].identity, ctx.options)
+        tape = open_tape(slots.get(TAPE_SLOT), spec.id, identity, ctx.options)
         session = slots.get(SESSION_SLOT)
         try:
             if session is not None:
