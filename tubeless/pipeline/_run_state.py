@@ -49,8 +49,8 @@ class Attempt(NamedTuple):
 class RunState:
     """The mutable state of one run, and everything that records what happened to it.
 
-    The scheduler (:class:`tubeless.pipeline._execute._Run`) decides what runs; this class
-    turns each outcome into immutable reports, errors and trace records.
+    The scheduler (:class:`tubeless.pipeline._execute.Run`, a subclass) decides what runs; this
+    class turns each outcome into immutable reports, errors and trace records.
     """
 
     __slots__ = (
