@@ -66,7 +66,7 @@ test: $(VENV)/.stamp-dev
 	$(BIN)/ruff format --check tubeless tests benchmarks examples
 	$(BIN)/mypy tubeless
 	$(BIN)/lint-imports
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
 
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check tubeless tests
