@@ -31,6 +31,9 @@ def probe(fail: str | None, count: int) -> None:
 def probe_command() -> Iterator[None]:
     logger = logging.getLogger("tubeless.run")
     handlers, level = list(logger.handlers), logger.level
+    # Start from a logger no earlier `-v` run configured (another test may have run one here).
+    logger.handlers[:] = [h for h in handlers if type(h).__name__ != "_StderrHandler"]
+    logger.setLevel(logging.NOTSET)
     cli.add_command(probe)
     try:
         yield
