@@ -1,6 +1,6 @@
 """Issue 16: following one tool call from ``run()`` to its handler crosses few frames, so a
 traceback from a handler stays readable (13 untraced and 26 traced before the core was made
-readable; 12 and 18 after), and a plain turn makes no call to the journal or tape hooks."""
+readable; 12 and 18 after)."""
 
 from __future__ import annotations
 
@@ -55,56 +55,3 @@ async def test_a_traced_call_reaches_its_handler_within_18_frames_of_run(tmp_pat
     finally:
         sink.close()
     assert (run.status, depths) == ("completed", [18])
-
-
-_TURN_HOOKS = {
-    "Journal": (
-        "reserved",
-        "resume_decision",
-        "finished",
-        "accepted",
-        "readmitted",
-        "admitted",
-        "start_call",
-        "settled",
-        "reduced",
-        "idempotency_base",
-    ),
-    "Tape": ("source", "decided", "replayed_outcome", "outcome", "committed"),
-}
-
-
-async def test_a_run_without_checkpoints_or_cassette_calls_no_turn_hook(
-    monkeypatch: Any, tmp_path: Path
-) -> None:
-    """A plain turn skips the null journal's and tape's hooks (``_turn.hooked``), traced too;
-    a recording run still calls them."""
-    from tubeless.agent._journal import Journal
-    from tubeless.agent._tape import Tape
-    from tubeless.testing import record
-
-    called: list[str] = []
-    for cls in (Journal, Tape):
-        for name in _TURN_HOOKS[cls.__name__]:
-            original = getattr(cls, name)
-
-            def spy(self: Any, *args: Any, _name: str = name, _original: Any = original) -> Any:
-                called.append(_name)
-                return _original(self, *args)
-
-            monkeypatch.setattr(cls, name, spy)
-    agent = _agent([])
-    sink = open_sink(str(tmp_path / "trace.ndjson"))
-    try:
-        runs = [await agent.run({}), await agent.run({}, trace=sink)]
-    finally:
-        sink.close()
-    assert ([run.status for run in runs], called) == (["completed", "completed"], [])
-
-    with record(tmp_path / "run.cassette.jsonl"):
-        recorded = await agent.run({})
-    assert recorded.status == "completed"
-    # The tape records (its own methods); the null journal beside it is called at every point.
-    assert {"reserved", "resume_decision", "accepted", "start_call", "settled", "reduced"} <= set(
-        called
-    )

@@ -26,8 +26,8 @@ One turn, with the module that owns each arrow::
 Traces: every ``agent.*`` attribute and the calls' progress rows go through one recorder
 (``_trace.agent_trace``); untraced runs get a null recorder that builds nothing.
 
-Checkpoints (``_journal``) and cassettes (``_tape``) hear the same turn at their commit points;
-a run with neither skips those hooks altogether (``_turn.hooked``, the turn's one flag).
+Checkpoints (``_journal``) and cassettes (``_tape``) hear the turn at their commit points; runs
+without them get null objects that do nothing, as untraced runs get the null recorder.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from tubeless.agent._state import freeze_state
 from tubeless.agent._tape import TAPE_SLOT, Tape, open_tape
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
 from tubeless.agent._trace import agent_trace
-from tubeless.agent._turn import TurnInput, TurnSpec, build_turn_pipeline, hooked
+from tubeless.agent._turn import TurnInput, TurnSpec, build_turn_pipeline
 from tubeless.durable._session import SESSION_SLOT
 from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict, thaw
@@ -303,7 +303,7 @@ def _compile(
         slots = ctx.slots
         journal: Journal = slots.get(JOURNAL_SLOT, NO_JOURNAL)
         tape: Tape = slots[TAPE_SLOT]
-        resumed = None if journal is NO_JOURNAL else journal.resumed_turn()
+        resumed = journal.resumed_turn()
         if resumed is None:
             initial = await maybe_await(initial_state(ctx.options))
             state = freeze_state(initial, "Agent initial state")
@@ -323,7 +323,6 @@ def _compile(
             tape=tape,
             # A child agent without servers of its own must not see its parent's tools.
             live=slots.get(_LIVE_SLOT) if remote else None,
-            hooked=hooked(journal, tape),
         )
 
     loop = iterate_pipeline(

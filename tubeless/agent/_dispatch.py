@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEPTH_SLOT", "EXECUTION_SLOT", "dispatch", "outcomes_of"]
 
-#: Slot carrying ``{agent_run_id, turn, call_id, tool, parent_attempt_id}`` to a tool run.
+#: Slot carrying ``{agent_run_id, turn, call_id, tool, parent_attempt_id, idempotency_key}`` to
+#: a tool run.
 EXECUTION_SLOT = "tubeless.agent.execution"
 #: Slot carrying the delegation depth of agents started below a pipeline-tool call.
 DEPTH_SLOT = "tubeless.agent.depth"
@@ -151,12 +152,12 @@ async def _run_call(
 ) -> Mapping[str, Any]:
     """Run call ``index``: its outcome, or ``ChildRunFailedError`` for a fatal failure.
 
-    With a journal or a tape (``t.hooked``), the journal may know the outcome already (a
-    resumed run's), a replaying tape may supply it, and both hear the validated outcome.
+    The journal may know the outcome already (a resumed run's), a replaying tape may supply
+    it, and both hear the validated outcome (the null ones do nothing).
     """
     call = calls[index]
-    hooked = t.hooked
-    key_base = t.journal.idempotency_base(t.agent_run_id) if hooked else t.agent_run_id
+    journal, tape = t.journal, t.tape
+    key_base = journal.idempotency_base(t.agent_run_id)
     execution = FrozenDict._trusted(
         {
             "agent_run_id": t.agent_run_id,
@@ -167,19 +168,18 @@ async def _run_call(
             "idempotency_key": f"{key_base}/{t.turn}/{call.id}",
         }
     )
-    if hooked:
-        # The journal's commit point: the running intent, or an outcome known without running.
-        known = t.journal.start_call(index, call, execution, ctx)
-        if known is not None:
-            return await _known_outcome(known, index, call, ctx, t, progress)
+    # The journal's commit point: the running intent, or an outcome known without running.
+    known = journal.start_call(index, call, execution, ctx)
+    if known is not None:
+        return await _known_outcome(known, index, call, ctx, t, progress)
     slots: dict[str, Any] = {EXECUTION_SLOT: execution}
     if call.delegates:
         slots[DEPTH_SLOT] = t.scope.depth + 1
         slots[SCOPE_SLOT] = t.scope
-        slots[TAPE_SLOT] = t.tape.below(t.turn, call.id)
+        slots[TAPE_SLOT] = tape.below(t.turn, call.id)
     progress.start(index)
     t.trace.call(ctx, execution, call.tool)
-    outcome: Mapping[str, Any] | None = t.tape.replayed_outcome(t.turn, call.id) if hooked else None
+    outcome: Mapping[str, Any] | None = tape.replayed_outcome(t.turn, call.id)
     if outcome is None:
         ok, result = await run_child_value(
             ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
@@ -192,10 +192,8 @@ async def _run_call(
             except ChildRunFailedError as exc:
                 progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
                 raise
-        if hooked:
-            t.tape.outcome(t.turn, call.id, outcome)
-    if hooked:
-        t.journal.settled(index, call, outcome)
+        tape.outcome(t.turn, call.id, outcome)
+    journal.settled(index, call, outcome)
     progress.finish(index, "completed" if outcome["ok"] else "failed")
     progress.report(ctx)
     return outcome

@@ -2,9 +2,9 @@
 
 One :class:`Journal` per agent invocation, carried on :class:`~tubeless.agent._turn.TurnInput`.
 Runs without checkpoints get :data:`NO_JOURNAL`, whose methods do nothing (like the null trace
-recorder of ``_trace``), so no call site asks whether the run is durable; when the cassette tape
-is the null one too, the turn skips the hooks altogether (``_turn.hooked``: one flag, measured),
-and the lean path stays as fast as it was. A checkpointed run gets
+recorder of ``_trace``), so no call site asks whether the run is durable (they cost a plain
+one-call turn about 3 % of its instructions: below the 5 % that would justify a check at every
+call site). A checkpointed run gets
 ``_durable.CheckpointJournal``, which commits each point before the work it guards
 (DESIGN.md §11)::
 

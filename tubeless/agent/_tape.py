@@ -4,8 +4,7 @@ Every agent invocation carries one :class:`Tape` on its ``TurnInput`` (``t.tape`
 five points: ``source`` (where decisions come from), ``decided`` (an accepted decision),
 ``replayed_outcome`` / ``outcome`` (each call's validated outcome), ``committed`` (the reduced
 state) and ``finished`` / ``failed`` (how the invocation ended). Without a cassette it is
-:data:`NO_TAPE`, whose methods do nothing; a turn with neither a tape nor a journal does not
-call them at all (``_turn.hooked``).
+:data:`NO_TAPE`, whose methods do nothing, so such runs do the same work as before.
 
 A cassette is active while :func:`recording` or :func:`replaying` is (``tubeless.testing.record``
 and ``replay``, ``run --record`` and ``--replay``): a context variable the outermost agent

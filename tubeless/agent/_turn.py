@@ -22,7 +22,7 @@ from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._sources import LiveTools
 from tubeless.agent._state import freeze_state
-from tubeless.agent._tape import NO_TAPE, Tape
+from tubeless.agent._tape import Tape
 from tubeless.agent._trace import AgentTrace
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
@@ -30,7 +30,7 @@ from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
 from tubeless.tracing._otel_spans import model_request_attributes
 
-__all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline", "hooked"]
+__all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,18 +75,6 @@ class TurnInput:
     """The agent's checkpoint journal (the null one when the run has no checkpoints)."""
     live: LiveTools | None = None
     """The tools as connected servers describe them (``None``: the definition's own)."""
-    hooked: bool = False
-    """Whether a journal or a tape listens (see :func:`hooked`); else their hooks are skipped."""
-
-
-def hooked(journal: Journal, tape: Tape) -> bool:
-    """Whether a turn must call its journal's and tape's hooks: one of them is not the null one.
-
-    The one exception to the null-object rule in the turn: a plain run skips the seventeen
-    no-op hook calls a one-call turn would make (W1: 4 % fewer instructions per turn, measured
-    with ``python -m benchmarks.count``), so checkpoints and cassettes cost plain runs nothing.
-    """
-    return journal is not NO_JOURNAL or tape is not NO_TAPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +243,7 @@ async def decide(
 ) -> _Finished | tuple[PreparedCall, ...]:
     """Ask for a decision; a finish ends the loop, a batch of calls is admitted."""
     t: TurnInput = ctx.options
-    decision: Continue | Finish | None = t.journal.resume_decision(t) if t.hooked else None
+    decision: Continue | Finish | None = t.journal.resume_decision(t)
     try:
         if decision is None:
             decision = parse_decision(await ask(spec, t, ctx))
@@ -289,11 +277,10 @@ async def ask(spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = F
     scope = t.scope
     if not final:
         scope.reserve("max_decisions", 1)
-    source = spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
-    if t.hooked:
-        if not final:
-            t.journal.reserved(t)
-        source = t.tape.source(source)
+        t.journal.reserved(t)
+    source = t.tape.source(
+        spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
+    )
     decision_ctx = DecisionContext(
         t.turn,
         t.state_version,
@@ -325,9 +312,8 @@ def finish(spec: TurnSpec, t: TurnInput, ctx: StepContext, decision: Finish) -> 
         finished = _Finished(spec.result_schema.validate(decision.result))
     except SchemaValidationError as exc:
         raise DecisionError(f"Agent finish result was rejected: {exc}", exc.issues) from None
-    if t.hooked:
-        t.journal.finished(t, decision.result)
-        t.tape.decided(t.turn, decision)
+    t.journal.finished(t, decision.result)
+    t.tape.decided(t.turn, decision)
     return finished
 
 
@@ -346,13 +332,12 @@ def admit(
             scope=t.agent_run_id,
             calls=count,
         )
-    if not (t.hooked and t.journal.readmitted(t)):
+    if not t.journal.readmitted(t):
         t.scope.check("max_calls", count)
     registry = spec.registry if t.live is None else t.live.registry
     prepared = prepare_calls(decision.calls, registry, scope=t.scope, dry_run=ctx.dry_run)
-    if t.hooked:
-        t.journal.accepted(t, decision, prepared)
-        t.tape.decided(t.turn, decision)
+    t.journal.accepted(t, decision, prepared)
+    t.tape.decided(t.turn, decision)
     return prepared
 
 
@@ -368,9 +353,7 @@ def calls(inputs: dict[str, Any], ctx: StepContext, spec: TurnSpec | None = None
         return ()
     t: TurnInput = ctx.options
     # Charged once: a resumed batch was charged before the run stopped.
-    if not t.hooked:
-        t.scope.reserve("max_calls", len(decided))
-    elif not t.journal.readmitted(t):
+    if not t.journal.readmitted(t):
         t.scope.reserve("max_calls", len(decided))
         t.journal.admitted(t, len(decided))
     t.trace.dispatching(ctx, t, len(decided))
@@ -418,8 +401,7 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
     """The transition to the next turn, with ``state`` committed."""
     admitted = t.calls + count
     t.trace.committed(ctx, t, admitted)
-    if t.hooked:
-        t.tape.committed(t.turn, state)
+    t.tape.committed(t.turn, state)
     following = TurnInput(
         state=state,
         turn=t.turn + 1,
@@ -432,8 +414,6 @@ def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, A
         tape=t.tape,
         journal=t.journal,
         live=t.live,
-        hooked=t.hooked,
     )
-    if t.hooked:
-        t.journal.reduced(following)
+    t.journal.reduced(following)
     return {"kind": "next", "state": following}
