@@ -390,7 +390,4 @@ class _Explainer:
         return schema
 
     def _issue(self, pointer: str, message: str, *, key: bool = False) -> DocumentIssue:
-        line, column = self.doc.source.locate(pointer, key=key)
-        return DocumentIssue(
-            file=self.doc.file, line=line, column=column, pointer=pointer, message=message
-        )
+        return self.doc.issue(pointer, message, key=key)

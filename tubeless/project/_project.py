@@ -96,15 +96,6 @@ class CheckedProject:
     spec: ProjectSpec
 
 
-def _issue(
-    doc: LoadedDocument, pointer: str, message: str, code: str, *, key: bool = False
-) -> DocumentIssue:
-    line, column = doc.source.locate(pointer, key=key)
-    return DocumentIssue(
-        file=doc.file, line=line, column=column, pointer=pointer, message=message, code=code
-    )
-
-
 def _pydantic_issues(doc: LoadedDocument, error: pydantic.ValidationError) -> list[DocumentIssue]:
     issues = []
     for detail in error.errors(include_input=False, include_url=False):
@@ -113,7 +104,7 @@ def _pydantic_issues(doc: LoadedDocument, error: pydantic.ValidationError) -> li
             for part in detail["loc"]
             if not str(part).startswith(("function-", "union["))
         )
-        issues.append(_issue(doc, pointer, detail["msg"], DOCUMENT_INVALID))
+        issues.append(doc.issue(pointer, detail["msg"], DOCUMENT_INVALID))
     return issues
 
 
@@ -212,7 +203,7 @@ def check_project(path: str | os.PathLike[str]) -> CheckedProject:
         raise_issues(_pydantic_issues(doc, exc))
     _raise(
         [
-            _issue(doc, problem.pointer, problem.message, problem.code, key=problem.at_key)
+            doc.issue(problem.pointer, problem.message, problem.code, key=problem.at_key)
             for problem in check_semantics(spec)
         ],
         spec,
@@ -227,7 +218,7 @@ def _definition_issues(
     step when it names one, else at the entry."""
     if not isinstance(error, PipelineDefinitionError):
         assert isinstance(error, AgentDefinitionError), error
-        return [_issue(doc, pointer, error.message, error.code)]
+        return [doc.issue(pointer, error.message, error.code)]
     steps = {}
     parts = pointer.split("/")
     if len(parts) == 3 and parts[1] == "pipelines":
@@ -235,7 +226,7 @@ def _definition_issues(
         if pipeline is not None:
             steps = {step.id: f"{pointer}/steps/{i}" for i, step in enumerate(pipeline.steps)}
     return [
-        _issue(doc, steps.get(problem.step_id or "", pointer), problem.message, problem.code)
+        doc.issue(steps.get(problem.step_id or "", pointer), problem.message, problem.code)
         for problem in error.errors
     ]
 
@@ -263,7 +254,7 @@ def load_project(
     built = compiler.build_all()
     _raise(
         [
-            _issue(doc, pointer, message, code, key=pointer in compiler.at_key)
+            doc.issue(pointer, message, code, key=pointer in compiler.at_key)
             for pointer, message, code in compiler.issues
         ],
         cause=compiler.import_failures[0] if compiler.import_failures else None,

@@ -23,6 +23,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from tubeless.errors import DOCUMENT_INVALID
 from tubeless.project._issues import (
     DocumentIssue,
     SourceMap,
@@ -136,6 +137,15 @@ class LoadedDocument:
     """Plain JSON-like data: dict, list, str, int, float, bool and None only."""
     source: SourceMap
     """Pointer → location, for reporting later problems at the right line."""
+
+    def issue(
+        self, pointer: str, message: str, code: str = DOCUMENT_INVALID, *, key: bool = False
+    ) -> DocumentIssue:
+        """A problem with the value at ``pointer`` (its key, with ``key``), located in the file."""
+        line, column = self.source.locate(pointer, key=key)
+        return DocumentIssue(
+            file=self.file, line=line, column=column, pointer=pointer, message=message, code=code
+        )
 
 
 def load_document(path: str | os.PathLike[str]) -> LoadedDocument:

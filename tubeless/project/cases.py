@@ -25,9 +25,9 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from tubeless.errors import DOCUMENT_INVALID, REFERENCE_INVALID, ReferenceResolutionError
-from tubeless.project._issues import DocumentIssue, raise_issues
-from tubeless.project._yaml import LoadedDocument, load_document
+from tubeless.errors import REFERENCE_INVALID, ReferenceResolutionError
+from tubeless.project._issues import raise_issues
+from tubeless.project._yaml import load_document
 from tubeless.project.spec import ID_PATTERN, REFERENCE_PATTERN
 
 __all__ = ["CASE_ID_PATTERN", "Case", "CaseSpec", "Cases", "CasesSpec", "ExpectSpec", "load_cases"]
@@ -122,18 +122,6 @@ class Cases:
     cases: tuple[Case, ...]
 
 
-def _issue(doc: LoadedDocument, pointer: str, message: str) -> DocumentIssue:
-    line, column = doc.source.locate(pointer)
-    return DocumentIssue(
-        file=doc.file,
-        line=line,
-        column=column,
-        pointer=pointer,
-        message=message,
-        code=DOCUMENT_INVALID,
-    )
-
-
 def load_cases(path: str | os.PathLike[str]) -> Cases:
     """Load and check a cases file, and resolve its ``check`` references.
 
@@ -159,7 +147,7 @@ def load_cases(path: str | os.PathLike[str]) -> Cases:
     duplicates = []
     for index, case in enumerate(spec.cases):
         if case.id in seen:
-            duplicates.append(_issue(doc, f"/cases/{index}/id", f"duplicate case id {case.id!r}"))
+            duplicates.append(doc.issue(f"/cases/{index}/id", f"duplicate case id {case.id!r}"))
         seen.add(case.id)
     if duplicates:
         raise_issues(duplicates)
@@ -174,17 +162,7 @@ def load_cases(path: str | os.PathLike[str]) -> Cases:
                 check = resolver.resolve(case.expect.check, "callable")
             except ReferenceProblem as exc:
                 pointer = f"/cases/{index}/expect/check"
-                line, column = doc.source.locate(pointer)
-                problems.append(
-                    DocumentIssue(
-                        file=doc.file,
-                        line=line,
-                        column=column,
-                        pointer=pointer,
-                        message=str(exc),
-                        code=REFERENCE_INVALID,
-                    )
-                )
+                problems.append(doc.issue(pointer, str(exc), REFERENCE_INVALID))
         pointer = (
             f"/cases/{index}/input" if "input" in case.model_fields_set else (f"/cases/{index}")
         )
