@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tubeless.errors import AGENT_INVALID_STATE, TubelessError
-from tubeless.frozen import FreezeError, FrozenDict, freeze, growable
+from tubeless.frozen import FreezeError, freeze, growable
 
 __all__ = ["StateError", "freeze_state"]
 
@@ -31,9 +31,6 @@ def freeze_state(value: Any, where: str = "Agent state") -> Any:
     history grown with ``+ tuple(outcomes)`` is never walked again.
     """
     try:
-        frozen = freeze(value)
+        return growable(freeze(value))
     except FreezeError as exc:
         raise StateError(where, exc) from None
-    if type(frozen) is FrozenDict and tuple in map(type, dict.values(frozen)):
-        return growable(frozen)
-    return frozen
