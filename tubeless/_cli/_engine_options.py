@@ -17,7 +17,8 @@ _F = TypeVar("_F", bound=Callable[..., object])
 def engine_options(unit: str, whole: str) -> Callable[[_F], _F]:
     """``--engine``, ``--concurrency``/``-c``, ``--ray-address`` and ``--trace``.
 
-    ``unit`` names what runs ("Rows", "Cases"), ``whole`` what they make up ("batch", "run").
+    ``unit`` names one thing that runs ("row", "case"), ``whole`` what they make up ("batch",
+    "run").
     """
     options = (
         click.option(
@@ -33,7 +34,7 @@ def engine_options(unit: str, whole: str) -> Callable[[_F], _F]:
             type=click.IntRange(min=1),
             default=1,
             show_default=True,
-            help=f"{unit} in flight at once (process and ray: workers).",
+            help=f"{unit.capitalize()}s in flight at once (process and ray: workers).",
         ),
         click.option(
             "--ray-address",
@@ -45,8 +46,7 @@ def engine_options(unit: str, whole: str) -> Callable[[_F], _F]:
             "--trace",
             multiple=True,
             metavar="PATH",
-            help=f"Record every {unit.lower()[:-1]}: .ndjson/.jsonl or .sqlite/.sqlite3/.db "
-            "(repeatable).",
+            help=f"Record every {unit}: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).",
         ),
     )
 

@@ -150,7 +150,7 @@ class BatchProgress:
     metavar="FILE",
     help="Write rows to FILE (JSONL); a rerun skips the rows it holds as completed.",
 )
-@engine_options("Rows", "batch")
+@engine_options("row", "batch")
 @click.option(
     "--retry-failed",
     is_flag=True,

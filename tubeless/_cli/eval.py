@@ -21,7 +21,7 @@ __all__ = ["eval_"]
 @click.argument("project", metavar="PROJECT")
 @click.argument("cases", metavar="CASES")
 @click.option("--junit", default=None, metavar="FILE", help="Write JUnit XML to FILE.")
-@engine_options("Cases", "run")
+@engine_options("case", "run")
 @click.option(
     "--replay",
     default=None,
