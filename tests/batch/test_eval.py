@@ -85,7 +85,9 @@ def test_cases_pass_and_fail_with_a_table_and_junit(
     assert failed is not None
     assert failed.get("message", "").startswith("status: expected completed, got failed (")
     assert failures["wrong-result"] is not None
-    assert failures["wrong-result"].get("message") == "result: differs from the expected result"
+    assert (
+        failures["wrong-result"].get("message") == "result: differs at /square: expected 24, got 25"
+    )
 
 
 def test_the_shipped_cases_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

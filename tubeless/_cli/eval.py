@@ -1,7 +1,8 @@
 """``tubeless eval PROJECT CASES``: run a cases file and check every expectation (DESIGN.md §13).
 
 Prints a results table on stdout, writes JUnit XML with ``--junit``, exits 0 when every case
-passed, 6 otherwise, 7 when a signal cancelled the run.
+passed, 6 otherwise (a failure or an error), 7 when a signal cancelled the run. ``--hide-values``
+keeps expected and actual values out of both, for public CI logs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ __all__ = ["eval_"]
 @click.argument("project", metavar="PROJECT")
 @click.argument("cases", metavar="CASES")
 @click.option("--junit", default=None, metavar="FILE", help="Write JUnit XML to FILE.")
+@click.option(
+    "--hide-values",
+    is_flag=True,
+    help="Show where a result differs, not the expected and actual values (public CI logs).",
+)
 @engine_options("case", "run")
 @click.option(
     "--replay",
@@ -41,6 +47,7 @@ def eval_(
     project: str,
     cases: str,
     junit: str | None,
+    hide_values: bool,
     engine: str,
     concurrency: int,
     ray_address: str | None,
@@ -92,10 +99,12 @@ def eval_(
     results = [
         check_case(case, by_index[i]) for i, case in enumerate(loaded.cases) if i in by_index
     ]
-    for line in format_table(results):
+    for line in format_table(results, values=not hide_values):
         click.echo(line)
     if junit is not None:
-        junit_xml(results, suite=Path(cases).stem, entry=entry.id, path=junit)
+        junit_xml(
+            results, suite=Path(cases).stem, entry=entry.id, path=junit, values=not hide_values
+        )
     if code == EXIT_CANCELLED:
         ctx.exit(EXIT_CANCELLED)
     passed = len(results) == len(loaded.cases) and all(r.passed for r in results)

@@ -9,8 +9,9 @@ against the expectations of a cases file.
 from __future__ import annotations
 
 from tubeless.batch._engine import ENGINES, Engine, EngineName, EntrySource
-from tubeless.batch._eval import CaseResult, check_case, format_table, junit_xml, run_eval
+from tubeless.batch._eval import CaseResult, Finding, check_case, format_table, run_eval
 from tubeless.batch._inputs import InputRow, read_inputs, row_key
+from tubeless.batch._junit import junit_xml
 from tubeless.batch._row import RowOutcome
 from tubeless.batch._runner import BatchSummary, run_batch, run_outcomes, summarize
 
@@ -21,6 +22,7 @@ __all__ = [
     "Engine",
     "EngineName",
     "EntrySource",
+    "Finding",
     "InputRow",
     "RowOutcome",
     "check_case",

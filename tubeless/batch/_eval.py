@@ -2,23 +2,31 @@
 
 Cases run like any batch (same engines, concurrency and trace); a case passes when every
 expectation it gives holds. Without ``status`` or ``error_code`` a case expects ``completed``.
-The JUnit XML is one ``<testsuite>`` (the cases file) of one ``<testcase>`` per case, with a
-``<failure>`` for each failing case, the form GitHub and GitLab test reports read.
+
+A case that did not pass has findings. A *failure* is an expectation that did not hold (a
+``check`` that raised ``AssertionError`` included; a run that failed where success was
+expected is one too); an *error* kept the case from being judged: its ``check`` raised another
+exception, or the harness broke (the worker running it died, a bug of ours). A failed ``result``
+or ``result_contains`` names the JSON pointer of the first difference and carries the expected
+and actual values there, each as JSON bounded to :data:`SHOWN_CHARACTERS` characters; the table
+and the JUnit report show them unless ``--hide-values``.
 """
 
 from __future__ import annotations
 
 import os
-import xml.etree.ElementTree as ET
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
+from tubeless.agent._cassette import _MISSING as _ABSENT
+from tubeless.agent._cassette import first_difference, shown_value
 from tubeless.batch._engine import EngineName
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._row import RowOutcome
-from tubeless.errors import CASSETTE_INVALID, CASSETTE_MISMATCH, REPLAY_DIVERGED
+from tubeless.errors import BATCH_WORKER_DIED, CASSETTE_INVALID, CASSETTE_MISMATCH, REPLAY_DIVERGED
 
 if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken
@@ -26,17 +34,53 @@ if TYPE_CHECKING:
     from tubeless.tracing import TraceSink
 
 __all__ = [
+    "SHOWN_CHARACTERS",
     "CaseResult",
+    "Finding",
     "case_cassettes",
     "case_rows",
     "check_case",
     "format_table",
-    "junit_xml",
     "run_eval",
 ]
 
+#: A shown value is its JSON, cut after this many characters with an ellipsis (the bound of
+#: replay divergence messages too).
+SHOWN_CHARACTERS: Final = 200
+
 #: A row that failed with one of these did not replay its cassette as recorded.
 _CASSETTE_CODES = (REPLAY_DIVERGED, CASSETTE_INVALID, CASSETTE_MISMATCH)
+#: A row that failed with one of these never finished its run: no expectation can be judged.
+_HARNESS_CODES = (BATCH_WORKER_DIED,)
+
+#: Escaped in the table: controls (one finding stays one line, and no escape sequence reaches
+#: the terminal), bidi overrides, lone surrogates (they cannot be written as UTF-8) and the
+#: noncharacters U+FFFE and U+FFFF. Checks, results and inputs are the user's data.
+_UNPRINTABLE: Final = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finding:
+    """Why a case did not pass: an expectation that did not hold, or an error."""
+
+    message: str
+    """What went wrong, quoting nothing of the result: ``result: differs at /square``."""
+    error: bool = False
+    """The case could not be judged (a JUnit ``<error>``), rather than failed (``<failure>``)."""
+    type: str = "expectation"
+    """The JUnit ``type``: ``expectation``, the check's exception class, or the row's code."""
+    expected: str | None = None
+    """The expected value at the first difference, as bounded JSON (``(absent)``: no such key)."""
+    actual: str | None = None
+    """The actual value there, likewise."""
+
+    def text(self, *, values: bool = True) -> str:
+        """The finding as the table and the JUnit report show it."""
+        if values and self.expected is not None:
+            return f"{self.message}: expected {self.expected}, got {self.actual}"
+        return self.message
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,9 +88,30 @@ class CaseResult:
     """One case's verdict."""
 
     id: str
-    passed: bool
-    failures: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    """What went wrong, errors first, then failures in the order of the expectations."""
     row: Mapping[str, Any]
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings
+
+    @property
+    def verdict(self) -> Literal["pass", "fail", "error"]:
+        """``error`` when any finding is an error, ``fail`` when any is a failure."""
+        if not self.findings:
+            return "pass"
+        return "error" if self.findings[0].error else "fail"
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """The failures' texts, values shown."""
+        return tuple(f.text() for f in self.findings if not f.error)
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """The errors' texts."""
+        return tuple(f.text() for f in self.findings if f.error)
 
 
 def case_rows(cases: Sequence[Case]) -> list[InputRow]:
@@ -71,53 +136,98 @@ def case_cassettes(
 
 def check_case(case: Case, outcome: RowOutcome) -> CaseResult:
     """Check every expectation of ``case`` against its row."""
+    try:
+        findings = _judge(case, outcome)
+    except Exception as exc:  # a bug of ours is this case's error, not every case's crash
+        findings = [
+            Finding(
+                message=f"the harness failed: {type(exc).__name__}: {exc}",
+                error=True,
+                type=type(exc).__name__,
+            )
+        ]
+    findings.sort(key=lambda finding: not finding.error)  # stable: errors first
+    return CaseResult(id=case.spec.id, findings=tuple(findings), row=outcome.row)
+
+
+def _judge(case: Case, outcome: RowOutcome) -> list[Finding]:
     row = outcome.row
     expect = case.spec.expect
     given = case.expected
-    failures: list[str] = []
+    findings: list[Finding] = []
     status = row.get("status")
     error = row.get("error") or {}
+    code = error.get("code")
+    if code in _HARNESS_CODES and expect.error_code != code:
+        return [Finding(message=f"{code}: {error.get('message')}", error=True, type=str(code))]
     wanted_status = expect.status or ("failed" if "error_code" in given else "completed")
-    replayed = error.get("code") in _CASSETTE_CODES and expect.error_code != error.get("code")
+    replayed = code in _CASSETTE_CODES and expect.error_code != code
     if replayed:  # a divergence fails the case whatever else it expects
-        failures.append(f"{error.get('code')}: {error.get('message')}")
+        findings.append(Finding(message=f"{code}: {error.get('message')}"))
     if status != wanted_status:
-        detail = f" ({error.get('code')}: {error.get('message')})" if error and not replayed else ""
-        failures.append(f"status: expected {wanted_status}, got {status}{detail}")
-    if "error_code" in given and error.get("code") != expect.error_code:
-        failures.append(f"error_code: expected {expect.error_code}, got {error.get('code')}")
-    result = row.get("result")
-    if "result" in given and (status != "completed" or result != expect.result):
-        failures.append("result: differs from the expected result")
+        detail = f" ({code}: {error.get('message')})" if error and not replayed else ""
+        findings.append(Finding(message=f"status: expected {wanted_status}, got {status}{detail}"))
+    if "error_code" in given and code != expect.error_code:
+        findings.append(Finding(message=f"error_code: expected {expect.error_code}, got {code}"))
+    result = row.get("result", _ABSENT) if status == "completed" else _ABSENT
+    if "result" in given and (result is _ABSENT or result != expect.result):
+        found = first_difference(expect.result, result)
+        findings.append(_difference("result", found, expect.result, result))
     if "result_contains" in given and (
-        status != "completed" or not _contains(result, expect.result_contains)
+        result is _ABSENT or not _contains(result, expect.result_contains)
     ):
-        failures.append("result_contains: the result does not contain the expected part")
+        found = _first_missing(expect.result_contains, result)
+        findings.append(_difference("result_contains", found, expect.result_contains, result))
     if expect.max_turns is not None and row.get("turns", 0) > expect.max_turns:
-        failures.append(f"max_turns: expected at most {expect.max_turns}, got {row['turns']}")
+        findings.append(
+            Finding(message=f"max_turns: expected at most {expect.max_turns}, got {row['turns']}")
+        )
     if expect.max_calls is not None and row.get("calls", 0) > expect.max_calls:
-        failures.append(f"max_calls: expected at most {expect.max_calls}, got {row['calls']}")
+        findings.append(
+            Finding(message=f"max_calls: expected at most {expect.max_calls}, got {row['calls']}")
+        )
     for name, count in (expect.tools or {}).items():
         used = outcome.tools.get(name, 0)
         if used != count:
-            failures.append(f"tools.{name}: expected {count} calls, got {used}")
+            findings.append(Finding(message=f"tools.{name}: expected {count} calls, got {used}"))
     if case.check is not None:
-        summary = {
-            "status": status,
-            "error": error or None,
-            "turns": row.get("turns"),
-            "calls": row.get("calls"),
-            "tools": dict(outcome.tools),
-            "run_id": row.get("run_id"),
-            "duration_ms": row.get("duration_ms"),
-        }
-        try:
-            case.check(result, summary)
-        except AssertionError as exc:
-            failures.append(f"check: {exc}" if str(exc) else "check: assertion failed")
-        except Exception as exc:
-            failures.append(f"check raised {type(exc).__name__}: {exc}")
-    return CaseResult(id=case.spec.id, passed=not failures, failures=tuple(failures), row=row)
+        findings.extend(_check(case, outcome, None if result is _ABSENT else result))
+    return findings
+
+
+def _check(case: Case, outcome: RowOutcome, result: Any) -> list[Finding]:
+    """Call the case's ``check``: an ``AssertionError`` is a failure, anything else an error."""
+    row = outcome.row
+    summary = {
+        "status": row.get("status"),
+        "error": row.get("error") or None,
+        "turns": row.get("turns"),
+        "calls": row.get("calls"),
+        "tools": dict(outcome.tools),
+        "run_id": row.get("run_id"),
+        "duration_ms": row.get("duration_ms"),
+    }
+    try:
+        case.check(result, summary)
+    except AssertionError as exc:
+        return [Finding(message=f"check: {exc}" if str(exc) else "check: assertion failed")]
+    except Exception as exc:
+        name = type(exc).__name__
+        return [Finding(message=f"check raised {name}: {exc}", error=True, type=name)]
+    return []
+
+
+def _difference(
+    expectation: str, found: tuple[str, Any, Any] | None, expected: Any, actual: Any
+) -> Finding:
+    """The finding of a failed ``result``/``result_contains``: where, and the values there."""
+    pointer, want, got = found if found is not None else ("", expected, actual)
+    where = f" at {pointer}" if pointer else ""  # the root's pointer is the empty string
+    return Finding(
+        message=f"{expectation}: differs{where}",
+        expected=shown_value(want),
+        actual=shown_value(got),
+    )
 
 
 def _contains(value: Any, part: Any) -> bool:
@@ -131,64 +241,55 @@ def _contains(value: Any, part: Any) -> bool:
     return bool(value == part)
 
 
-def format_table(results: Sequence[CaseResult]) -> list[str]:
-    """The results table (plain text, one line per case, then the totals)."""
+def _first_missing(part: Any, value: Any, pointer: str = "") -> tuple[str, Any, Any] | None:
+    """Where ``value`` first fails to contain ``part`` (as :func:`_contains` judges it)."""
+    if isinstance(part, dict) and isinstance(value, dict):
+        for key, item in part.items():
+            where = f"{pointer}/{key.replace('~', '~0').replace('/', '~1')}"
+            if key not in value:
+                return where, item, _ABSENT
+            found = _first_missing(item, value[key], where)
+            if found is not None:
+                return found
+        return None
+    if isinstance(part, str) and isinstance(value, str):
+        return None if part in value else (pointer, part, value)
+    if isinstance(part, dict) or value is _ABSENT:
+        return pointer, part, value
+    return None if value == part else first_difference(part, value, pointer)
+
+
+def format_table(results: Sequence[CaseResult], *, values: bool = True) -> list[str]:
+    """The results table (plain text, one line per finding, then the totals).
+
+    Args:
+        values: Quote the expected and actual values (``--hide-values`` passes False).
+    """
     width = max([len("case"), *(len(r.id) for r in results)])
     lines = [f"{'case':<{width}}  result  turns  calls  duration  detail"]
+    verdicts = {"pass": "pass", "fail": "FAIL", "error": "ERROR"}
     for r in results:
         row = r.row
         duration = f"{float(row.get('duration_ms') or 0):.1f} ms"
+        details = [_printable(finding.text(values=values)) for finding in r.findings]
         lines.append(
-            f"{r.id:<{width}}  {'pass' if r.passed else 'FAIL':<6}  "
+            f"{r.id:<{width}}  {verdicts[r.verdict]:<6}  "
             f"{row.get('turns', 0):>5}  {row.get('calls', 0):>5}  {duration:>8}  "
-            f"{r.failures[0] if r.failures else ''}".rstrip()
+            f"{details[0] if details else ''}".rstrip()
         )
-        lines.extend(
-            f"{'':<{width}}  {'':<6}  {'':>5}  {'':>5}  {'':>8}  {more}" for more in r.failures[1:]
-        )
-    failed = sum(1 for r in results if not r.passed)
-    lines.append(f"{len(results) - failed} passed, {failed} failed")
+        lines.extend(f"{'':<{width}}  {'':<6}  {'':>5}  {'':>5}  {'':>8}  {d}" for d in details[1:])
+    failed = sum(1 for r in results if r.verdict == "fail")
+    errors = sum(1 for r in results if r.verdict == "error")
+    totals = f"{len(results) - failed - errors} passed, {failed} failed"
+    if errors:
+        totals += f", {errors} error{'s' if errors > 1 else ''}"
+    lines.append(totals)
     return lines
 
 
-def junit_xml(
-    results: Sequence[CaseResult], *, suite: str, entry: str, path: str | os.PathLike[str]
-) -> None:
-    """Write JUnit XML for ``results`` to ``path``."""
-    failed = sum(1 for r in results if not r.passed)
-    seconds = sum(float(r.row.get("duration_ms") or 0) for r in results) / 1000
-    root = ET.Element(
-        "testsuites",
-        name="tubeless eval",
-        tests=str(len(results)),
-        failures=str(failed),
-        errors="0",
-        time=f"{seconds:.3f}",
-    )
-    testsuite = ET.SubElement(
-        root,
-        "testsuite",
-        name=suite,
-        tests=str(len(results)),
-        failures=str(failed),
-        errors="0",
-        skipped="0",
-        time=f"{seconds:.3f}",
-    )
-    for r in results:
-        testcase = ET.SubElement(
-            testsuite,
-            "testcase",
-            name=r.id,
-            classname=entry,
-            time=f"{float(r.row.get('duration_ms') or 0) / 1000:.3f}",
-        )
-        if not r.passed:
-            failure = ET.SubElement(testcase, "failure", message=r.failures[0], type="expectation")
-            failure.text = "\n".join(r.failures)
-    tree = ET.ElementTree(root)
-    ET.indent(tree)
-    tree.write(Path(path), encoding="utf-8", xml_declaration=True)
+def _printable(text: str) -> str:
+    """``text`` with control, bidi and surrogate characters escaped (``\\x1b``, ``\\ud800``)."""
+    return _UNPRINTABLE.sub(lambda match: repr(match.group())[1:-1], text)
 
 
 async def run_eval(
