@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +127,7 @@ def test_init_in_a_real_process_writes_a_gitignore_and_says_how_to_get_pytest(
     )
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_init_gitignore_ignores_what_runs_write(tmp_path: Path) -> None:
     """git itself ignores a checkpoint file, its lease folder, traces and cassettes, and keeps
     the project's own files."""
@@ -146,7 +148,7 @@ def test_init_gitignore_ignores_what_runs_write(tmp_path: Path) -> None:
         (target / name).write_text("x")
     kept = ["project.yaml", "hello_app_agent.py", "test_hello_app_agent.py"]
     # Its own repository, and no user-wide excludes: only the generated file decides.
-    subprocess.run(["git", "init", "-q"], cwd=target, check=True, timeout=60)
+    subprocess.run(["git", "init", "-q"], cwd=target, check=True, capture_output=True, timeout=60)
     check = subprocess.run(
         ["git", "-c", "core.excludesFile=", "check-ignore", "--no-index", *written, *kept],
         cwd=target,
