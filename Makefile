@@ -6,6 +6,12 @@ PROJECT ?= projects/scripted-agent.yaml
 ARGS ?= --question "hello tubeless"
 PLAN_ARGS ?=
 
+# make passes a variable it does not use silently, so `make run EXAMPLE=...` ran the default
+# project: refuse that one (given on the command line) with the forms that work.
+ifeq ($(origin EXAMPLE),command line)
+$(error EXAMPLE= is not a variable of this Makefile: run a project with PROJECT=projects/<name>.yaml (make run PROJECT=projects/text-pipeline.yaml), or a Python example with .venv/bin/python -m examples.<name>)
+endif
+
 VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python

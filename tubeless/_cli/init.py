@@ -2,7 +2,8 @@
 
 The files are templates shipped in ``_init_files/``: a project YAML whose first line points
 editors at a copy of the meta-schema written beside it, a Python module with a tool, a decide
-callback and a reducer, and a pytest file using ``tubeless.testing``.
+callback and a reducer, and a pytest file using ``tubeless.testing``. A ``.gitignore`` keeps
+what runs write (checkpoints, traces, cassettes) out of commits; one that exists is left alone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,27 @@ _FILES = {
     "{module}.py": "module.py.tmpl",
     "test_{module}.py": "test_module.py.tmpl",
 }
+
+#: What tubeless runs write beside a project: data files that may hold inputs and outputs.
+_GITIGNORE = """\
+# Written by tubeless runs; they may hold inputs, outputs and state, so they stay out of commits.
+# Checkpoint files (--checkpoints) and SQLite traces, their write-ahead logs and lease folders
+*.sqlite
+*.sqlite-wal
+*.sqlite-shm
+*.sqlite.leases/
+# NDJSON traces (--trace runs.ndjson) and a folder of traces
+*.ndjson
+traces/
+# Cassettes (--record, --record-dir): commit one you replay in CI with `git add -f`
+*.cassette.jsonl
+cassettes/
+# tubeless serve's checkpoints, traces and token
+.tubeless/
+# Python and pytest
+__pycache__/
+.pytest_cache/
+"""
 
 
 def _slug(name: str) -> str:
@@ -41,9 +63,10 @@ def _render(template: str, values: dict[str, str]) -> str:
 def init(directory: Path, force: bool) -> None:
     """Write a first project into DIRECTORY (default: the current folder).
 
-    It writes project.yaml, a Python module with a tool, decide and reduce, a test file, and
-    schemas/project.schema.json for editors. Then: `tubeless run project.yaml --text "hi there"`
-    and `pytest`.
+    It writes project.yaml, a Python module with a tool, decide and reduce, a test file,
+    schemas/project.schema.json for editors, and a .gitignore for what runs write (an existing
+    .gitignore is kept). Then: `tubeless run project.yaml --text "hi there"` and `pytest`
+    (`pip install 'tubeless[test]'` installs it).
     """
     from tubeless.project import metaschema
 
@@ -68,7 +91,24 @@ def init(directory: Path, force: bool) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         click.echo(f"wrote {path}", err=True)
+    _write_gitignore(directory / ".gitignore")
     where = "" if directory == Path(".") else f"cd {directory} && "
+    # The generated tests need pytest, which `pip install tubeless` does not bring.
     click.echo(
-        f'next: {where}tubeless run project.yaml --text "hello tubeless" && pytest', err=True
+        f"next: {where}pip install 'tubeless[test]' && "
+        'tubeless run project.yaml --text "hello tubeless" && pytest',
+        err=True,
     )
+
+
+def _write_gitignore(path: Path) -> None:
+    """Write the .gitignore, or say what to add to the user's own (never overwritten, even with
+    ``--force``: it holds the user's rules, not ours)."""
+    if path.exists():
+        patterns = " ".join(
+            line for line in _GITIGNORE.splitlines() if line and not line.startswith("#")
+        )
+        click.echo(f"note: kept {path} as it is; the one init writes ignores {patterns}", err=True)
+        return
+    path.write_text(_GITIGNORE, encoding="utf-8")
+    click.echo(f"wrote {path}", err=True)
