@@ -756,3 +756,40 @@ def problems(record: Any) -> Found:
         _error(record["error"], "error", found)
     PAYLOADS[name](record["payload"], found)
     return [f"{name}: {problem}" for problem in found]
+
+
+# -- regenerating the golden fixtures ---------------------------------------------------------
+def refingerprint(records: list[dict[str, Any]]) -> int:
+    """Recompute, in place, the identity of every record carrying a definition snapshot (and
+    of the records naming the same identity), by the algorithm above; how many changed."""
+    changed = 0
+    for record in records:
+        snapshot = record["payload"].get("definitionSnapshot")
+        if snapshot is None:
+            continue
+        old = dict(snapshot["identity"])
+        new = dict(old)
+        new["structuralFingerprint"] = original_fingerprint(hashed_structure(snapshot))
+        new["definitionId"] = original_fingerprint(hashed_definition({**snapshot, "identity": new}))
+        if new == old:
+            continue
+        for other in records:
+            payload = other["payload"]
+            if payload.get("definitionIdentity") == old:
+                payload["definitionIdentity"] = dict(new)
+                changed += 1
+            if payload.get("definitionSnapshot", {}).get("identity") == old:
+                payload["definitionSnapshot"]["identity"] = dict(new)
+    return changed
+
+
+if __name__ == "__main__":  # python -m tests.tracing._upstream_shape FIXTURE.ndjson...
+    import sys
+    from pathlib import Path
+
+    for name in sys.argv[1:]:
+        path = Path(name)
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        count = refingerprint(lines)
+        path.write_text("".join(js_stringify(r) + "\n" for r in lines), encoding="utf-8")
+        print(f"{path}: {count} identities recomputed")

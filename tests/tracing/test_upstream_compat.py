@@ -542,9 +542,8 @@ def test_schemas_enter_the_definition_metadata_and_a_schema_change_changes_the_i
     assert snapshot_problems(snapshot, snapshot["identity"]) == []
     other = reshaped.definition_snapshot()
     assert snapshot_problems(other, other["identity"]) == []
-    assert other["metadata"]["resultSchemaFingerprint"] != (
-        snapshot["metadata"]["resultSchemaFingerprint"]
-    )
+    before = snapshot["metadata"]["resultSchemaFingerprint"]
+    assert other["metadata"]["resultSchemaFingerprint"] != before
     assert reshaped.identity.structural_fingerprint != shaped.identity.structural_fingerprint
     assert reshaped.identity.definition_id != shaped.identity.definition_id
     plain = _single_parent().definition_snapshot()
