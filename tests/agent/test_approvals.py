@@ -452,9 +452,13 @@ def test_an_unknown_approval_is_a_definition_error() -> None:
     )
 
 
-def _identity(approval: Any) -> Any:
+def _gated(approval: Any) -> Pipeline:
     agent: Pipeline = _agent(scripted(), {"send": _tool([], approval)})[0]
-    return agent.identity
+    return agent
+
+
+def _identity(approval: Any) -> Any:
+    return _gated(approval).identity
 
 
 def test_approval_never_keeps_the_identity_and_a_gate_changes_the_definition_id() -> None:
@@ -476,5 +480,9 @@ def test_approval_never_keeps_the_identity_and_a_gate_changes_the_definition_id(
     ).identity
     assert _identity("never") == plain
     gated = _identity("always")
-    assert gated.structural_fingerprint == plain.structural_fingerprint  # the original shape
+    assert gated.structural_fingerprint != plain.structural_fingerprint
     assert gated.definition_id != plain.definition_id
+    # The gate sits in the definition's metadata; the agent entry keeps the original shape.
+    snapshot = _gated("always").definition_snapshot()
+    assert snapshot["metadata"]["agentPolicies"] == {"agent": {"approvals": {"send": "always"}}}
+    assert "approval" not in str(snapshot["steps"])

@@ -144,8 +144,12 @@ async def test_on_limit_fail_keeps_the_identity_and_finish_changes_the_definitio
     ending = _agent(Seen(), {"max_turns": 3, "on_limit": "finish"}, []).identity
 
     assert fail == plain
-    assert ending.structural_fingerprint == plain.structural_fingerprint  # the original shape
+    assert ending.structural_fingerprint != plain.structural_fingerprint
     assert ending.definition_id != plain.definition_id
+    # The policy sits in the definition's metadata; the agent entry keeps the original shape.
+    snapshot = _agent(Seen(), {"max_turns": 3, "on_limit": "finish"}, []).definition_snapshot()
+    assert snapshot["metadata"]["agentPolicies"] == {"agent": {"onLimit": "finish"}}
+    assert "onLimit" not in str(snapshot["steps"])
 
 
 def test_an_unknown_on_limit_is_a_definition_error() -> None:

@@ -257,8 +257,22 @@ def test_schema_shape_change_gives_a_new_definition_id(before: Any, after: Any, 
             return base(c=step("c", noop, depends_on="b", output_schema=schema))
         return base(**{f"{where}_schema": schema})
 
-    assert build(before).identity.definition_id != build(after).identity.definition_id
-    assert build(before).identity == build(before).identity
+    first, second = build(before).identity, build(after).identity
+    assert first.definition_id != second.definition_id
+    # The schemas' fingerprints are the definition's metadata, inside the structure.
+    assert first.structural_fingerprint != second.structural_fingerprint
+    assert first.version == second.version == 3
+    assert build(before).identity == first
+
+
+def test_identity_version_3_comes_with_metadata_or_a_version_3_child() -> None:
+    assert base().identity.version == 1
+    assert base(options_schema=Out).identity.version == 3
+    assert base(finalize=require_outputs(["c"])).identity.version == 3  # a finalizer kind
+    assert with_child(child_pipeline()).identity.version == 1
+    shaped = define_pipeline(id="child", options_schema=Out, steps=[step("x", noop)])
+    assert with_child(shaped).identity.version == 3
+    assert "metadata" not in with_child(shaped).definition_snapshot()
 
 
 def test_implementation_version_changes_definition_id_but_not_structure() -> None:

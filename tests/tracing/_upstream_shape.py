@@ -2,11 +2,18 @@
 
 Written from the digest, not from our writer: every record kind's top-level fields and payload
 (§2.2, §2.3), the error object with its decoder limits, the fan-out diagnostics (§1.9), and the
-definition snapshot (§1.12) with keys exactly as listed, in that order, and a structural
-fingerprint that recomputes from the snapshot by the original algorithm:
-``"sha256:" + hex(sha256(JSON.stringify(x)))`` over ``{version, metadata?, steps, targetIds,
-requiredFinalizerStepIds?, optionsValidated, resultValidated}`` with nested child and capability
-identities reduced to ``{version, structuralFingerprint}``.
+definition snapshot (§1.12) with keys exactly as listed, in that order, and both fingerprints
+recomputed from the snapshot as the original's reader recomputes them (``"sha256:" +
+hex(sha256(JSON.stringify(x)))``):
+
+- the structural fingerprint over ``{version, metadata?, steps, targetIds,
+  requiredFinalizerStepIds?, optionsValidated, resultValidated}``, each step rebuilt afresh in
+  the original's key order (a composed step's entry ``{pipelineId, mode, maxIterations?,
+  controls?, stepIds, identity, concurrency?}``, not the snapshot's ``mode``-first order) with
+  nested child and capability identities reduced to ``{version, structuralFingerprint}``;
+- the definition id over ``{version, structuralFingerprint, implementationVersion?, children}``,
+  ``children`` derived from the snapshot: ``null`` per plain step, the child's full identity per
+  composed step, ``{child, capabilities}`` per agent step.
 
 ``problems(record)`` returns what is wrong, one sentence each (empty when the record is fine).
 """
@@ -143,27 +150,135 @@ def _reduced(identity: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _full(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """A child's full identity as the definition id hashes it (UPSTREAM §1.12 key order)."""
+    out = _reduced(identity)
+    if "implementationVersion" in identity:
+        out["implementationVersion"] = identity["implementationVersion"]
+    out["definitionId"] = identity["definitionId"]
+    return out
+
+
+def _present(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A fresh object with ``keys`` in this order, those ``source`` has (JS drops undefined)."""
+    return {key: source[key] for key in keys if key in source}
+
+
+def _hashed_controls(controls: Mapping[str, Any]) -> dict[str, Any]:
+    out = _present(controls, ("cache", "dryRun", "continueOnError", "maxConcurrency"))
+    for key in ("targets", "stepIds"):
+        if key in controls:
+            out[key] = sorted(controls[key])
+    return out
+
+
+def _hashed_nested(nested: Mapping[str, Any]) -> dict[str, Any]:
+    """``{pipelineId, mode, maxIterations (iterate), controls? (iterate), stepIds, identity?,
+    concurrency?}``, built afresh: not the snapshot's own order (``mode`` first)."""
+    out: dict[str, Any] = {"pipelineId": nested["pipelineId"], "mode": nested["mode"]}
+    if nested["mode"] == "iterate":
+        out["maxIterations"] = nested.get("maxIterations")  # the shape check requires it
+        if "controls" in nested:
+            out["controls"] = _hashed_controls(nested["controls"])
+    out["stepIds"] = nested["stepIds"]
+    if "identity" in nested:
+        out["identity"] = _reduced(nested["identity"])
+    if "concurrency" in nested:
+        out["concurrency"] = nested["concurrency"]
+    return out
+
+
+def _hashed_step(entry: Mapping[str, Any]) -> dict[str, Any]:
+    out = _present(
+        entry,
+        (
+            "id",
+            "metadata",
+            "dependencies",
+            "optionalDependencies",
+            "skipAfterFailureOf",
+            "dryRun",
+            "runtimeSkipPossible",
+            "outputValidated",
+        ),
+    )
+    if "cache" in entry:
+        out["cache"] = _present(entry["cache"], ("policy", "maxAgeMs"))
+    if "agent" in entry:
+        agent = dict(entry["agent"])
+        agent["capabilities"] = [
+            {**c, "identity": _reduced(c["identity"])} for c in agent["capabilities"]
+        ]
+        out["agent"] = agent
+    if "nestedPipeline" in entry:
+        out["nestedPipeline"] = _hashed_nested(entry["nestedPipeline"])
+    if "remote" in entry:
+        out["remote"] = _present(entry["remote"], ("engine", "target"))
+    return out
+
+
 def hashed_structure(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     """What the original hashes into ``structuralFingerprint``, rebuilt from a snapshot."""
-    steps = []
-    for entry in snapshot["steps"]:
-        entry = dict(entry)
-        if "nestedPipeline" in entry and "identity" in entry["nestedPipeline"]:
-            nested = dict(entry["nestedPipeline"])
-            nested["identity"] = _reduced(nested["identity"])
-            entry["nestedPipeline"] = nested
-        if "agent" in entry:
-            agent = dict(entry["agent"])
-            agent["capabilities"] = [
-                {**c, "identity": _reduced(c["identity"])} for c in agent["capabilities"]
-            ]
-            entry["agent"] = agent
-        steps.append(entry)
     out: dict[str, Any] = {"version": snapshot["identity"]["version"]}
     for key in SNAPSHOT_KEYS[1:]:
-        if key in snapshot:
-            out[key] = steps if key == "steps" else snapshot[key]
+        if key == "steps":
+            out["steps"] = [_hashed_step(entry) for entry in snapshot["steps"]]
+        elif key in snapshot:
+            out[key] = snapshot[key]
     return out
+
+
+def _child(entry: Mapping[str, Any]) -> Any:
+    nested = entry.get("nestedPipeline")
+    child = _full(nested["identity"]) if nested and "identity" in nested else None
+    if "agent" not in entry:
+        return child
+    return {
+        "child": child,
+        "capabilities": [_full(c["identity"]) for c in entry["agent"]["capabilities"]],
+    }
+
+
+def hashed_definition(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """What the original hashes into ``definitionId``: ``{version, structuralFingerprint,
+    implementationVersion?, children}`` (no cache versions: nothing here caches)."""
+    identity = snapshot["identity"]
+    out = _present(identity, ("version", "structuralFingerprint", "implementationVersion"))
+    out["children"] = [_child(entry) for entry in snapshot["steps"]]
+    return out
+
+
+def expected_version(snapshot: Mapping[str, Any]) -> int:
+    """3 with metadata or a version-3 child; 2 with an agent, an iteration or a version-2
+    child; otherwise 1."""
+    children: list[int] = []
+    metadata = "metadata" in snapshot
+    special = False
+    for entry in snapshot["steps"]:
+        metadata = metadata or "metadata" in entry
+        nested = entry.get("nestedPipeline")
+        if nested is not None:
+            special = special or nested["mode"] == "iterate"
+            children.append(nested["identity"]["version"])
+        if "agent" in entry:
+            special = True
+            children.extend(c["identity"]["version"] for c in entry["agent"]["capabilities"])
+    if metadata or 3 in children:
+        return 3
+    return 2 if special or 2 in children else 1
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _canonical(value: Any) -> bool:
+    """Whether every object in ``value`` lists its keys sorted, as JavaScript sorts strings."""
+    if isinstance(value, dict):
+        return list(value) == sorted(value, key=_utf16) and all(map(_canonical, value.values()))
+    if isinstance(value, list):
+        return all(map(_canonical, value))
+    return True
 
 
 # -- small checks -----------------------------------------------------------------------------
@@ -404,14 +519,35 @@ def snapshot_problems(snapshot: Any, identity: Any, where: str = "definitionSnap
         "requiredFinalizerStepIds is written although empty",
         found,
     )
+    if "metadata" in snapshot:
+        _check(
+            isinstance(snapshot["metadata"], dict) and _canonical(snapshot["metadata"]),
+            where,
+            "metadata must be an object with its keys sorted at every level",
+            found,
+        )
     _no_floats_or_index_keys(snapshot, where, found)
     if found:
         return found
-    recomputed = original_fingerprint(hashed_structure(snapshot))
+    version = expected_version(snapshot)
     _check(
-        recomputed == snapshot["identity"]["structuralFingerprint"],
+        snapshot["identity"]["version"] == version,
         where,
-        f"structuralFingerprint does not recompute (got {recomputed})",
+        f"identity version must be {version}",
+        found,
+    )
+    structural = original_fingerprint(hashed_structure(snapshot))
+    _check(
+        structural == snapshot["identity"]["structuralFingerprint"],
+        where,
+        f"structural fingerprint does not match (recomputed {structural})",
+        found,
+    )
+    definition = original_fingerprint(hashed_definition(snapshot))
+    _check(
+        definition == snapshot["identity"]["definitionId"],
+        where,
+        f"definition ID does not match (recomputed {definition})",
         found,
     )
     return found
@@ -620,3 +756,40 @@ def problems(record: Any) -> Found:
         _error(record["error"], "error", found)
     PAYLOADS[name](record["payload"], found)
     return [f"{name}: {problem}" for problem in found]
+
+
+# -- regenerating the golden fixtures ---------------------------------------------------------
+def refingerprint(records: list[dict[str, Any]]) -> int:
+    """Recompute, in place, the identity of every record carrying a definition snapshot (and
+    of the records naming the same identity), by the algorithm above; how many changed."""
+    changed = 0
+    for record in records:
+        snapshot = record["payload"].get("definitionSnapshot")
+        if snapshot is None:
+            continue
+        old = dict(snapshot["identity"])
+        new = dict(old)
+        new["structuralFingerprint"] = original_fingerprint(hashed_structure(snapshot))
+        new["definitionId"] = original_fingerprint(hashed_definition({**snapshot, "identity": new}))
+        if new == old:
+            continue
+        for other in records:
+            payload = other["payload"]
+            if payload.get("definitionIdentity") == old:
+                payload["definitionIdentity"] = dict(new)
+                changed += 1
+            if payload.get("definitionSnapshot", {}).get("identity") == old:
+                payload["definitionSnapshot"]["identity"] = dict(new)
+    return changed
+
+
+if __name__ == "__main__":  # python -m tests.tracing._upstream_shape FIXTURE.ndjson...
+    import sys
+    from pathlib import Path
+
+    for name in sys.argv[1:]:
+        path = Path(name)
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        count = refingerprint(lines)
+        path.write_text("".join(js_stringify(r) + "\n" for r in lines), encoding="utf-8")
+        print(f"{path}: {count} identities recomputed")

@@ -19,10 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pydantic
 import pytest
 
-from tests.tracing._upstream_shape import original_fingerprint, problems
-from tubeless import define_pipeline, from_pipeline, step
+from tests.tracing._upstream_shape import original_fingerprint, problems, snapshot_problems
+from tubeless import (
+    define_pipeline,
+    for_each_pipeline,
+    from_pipeline,
+    iterate_pipeline,
+    require_outputs,
+    step,
+)
+from tubeless.pipeline import Pipeline
 from tubeless.pipeline._identity import descriptor_fingerprint, js_json
 from tubeless.project import load_project
 from tubeless.testing import capture_trace
@@ -411,6 +420,134 @@ def test_shipped_projects_write_records_the_original_release_reads(path: Path) -
         assert found == [], f"dry_run={dry_run}"
         snapshots = [r for r in records if "definitionSnapshot" in r["payload"]]
         assert snapshots and snapshots[0] is records[0]
+
+
+def _double() -> Pipeline:
+    return define_pipeline(
+        id="double", options_schema=int, steps=[step("double", lambda i, ctx: ctx.options * 2)]
+    )
+
+
+def _fan_out_pipeline() -> Pipeline:
+    """The fan-out of docs/pipelines.md."""
+    return define_pipeline(
+        id="fan-out",
+        steps=[
+            for_each_pipeline(
+                "doubled",
+                _double(),
+                items=lambda inputs, ctx: ctx.options,
+                key=lambda item, index: f"item-{index}",
+                map_options=lambda item, index, inputs, ctx: item,
+                concurrency=3,
+            )
+        ],
+    )
+
+
+def _grow_pipeline() -> Pipeline:
+    """The iteration of docs/pipelines.md."""
+    return define_pipeline(
+        id="grow",
+        steps=[
+            iterate_pipeline(
+                "until-100",
+                _double(),
+                max_iterations=10,
+                initial_state=lambda inputs, ctx: 3,
+                map_options=lambda state, inputs, ctx: state,
+                transition=lambda result, state, ctx: (
+                    {"kind": "finish", "result": result}
+                    if result >= 100
+                    else {"kind": "next", "state": result}
+                ),
+            )
+        ],
+    )
+
+
+def _single_parent() -> Pipeline:
+    child = define_pipeline(id="child", steps=[step("x", _noop)], implementation_version="7")
+    return define_pipeline(
+        id="single-parent",
+        steps=[step("a", _noop), from_pipeline("b", child, depends_on="a")],
+    )
+
+
+class _Topic(pydantic.BaseModel):
+    topic: str = "tubeless"
+
+
+def _with_schemas(result: Any = dict[str, Any]) -> Pipeline:
+    """Options, result and output schemas, a required output, a composed step of them."""
+    child = define_pipeline(
+        id="shaped-child",
+        options_schema=_Topic,
+        result_schema=str,
+        steps=[step("say", lambda i, ctx: ctx.options.topic, output_schema=str)],
+    )
+    return define_pipeline(
+        id="shaped",
+        options_schema=_Topic,
+        result_schema=result,
+        implementation_version="shaped-1",
+        steps=[
+            step("load", lambda i, ctx: {"n": 1}, output_schema=dict[str, int]),
+            from_pipeline("child", child, depends_on="load"),
+        ],
+        finalize=require_outputs(["load"], lambda outputs, ctx: dict(outputs["load"])),
+    )
+
+
+BUILT: list[Any] = [
+    pytest.param(_fan_out_pipeline, [1, 2, 3], id="fan-out"),
+    pytest.param(_grow_pipeline, None, id="grow"),
+    pytest.param(_single_parent, None, id="single-parent"),
+    pytest.param(_with_schemas, {}, id="with-schemas"),
+]
+
+
+@pytest.mark.parametrize(("build", "value"), BUILT)
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_composed_and_schema_definitions_write_records_the_original_release_reads(
+    build: Any, value: Any, dry_run: bool
+) -> None:
+    """The original's reader recomputes both fingerprints of a composed step and of schemas."""
+    pipeline = build()
+    with capture_trace() as trace:
+        run = asyncio.run(pipeline.run(value, dry_run=dry_run, trace=trace))
+    assert run.ok, run.errors
+    records = list(trace.records)
+    found = [f"#{i} {p}" for i, record in enumerate(records) for p in problems(record)]
+    assert found == []
+    assert records[0]["payload"]["definitionSnapshot"]["identity"] == pipeline.identity.to_wire()
+
+
+def test_schemas_enter_the_definition_metadata_and_a_schema_change_changes_the_identity() -> None:
+    """Schema fingerprints sit in the snapshot's ``metadata`` (identity version 3), where the
+    original hashes and verifies them; a schema change changes both fingerprints."""
+    shaped, reshaped = _with_schemas(), _with_schemas(result=dict[str, str])
+    snapshot = shaped.definition_snapshot()
+    assert snapshot["identity"]["version"] == 3
+    assert list(snapshot)[:2] == ["identity", "metadata"]
+    assert sorted(snapshot["metadata"]) == [
+        "finalizer",
+        "optionsSchemaFingerprint",
+        "outputSchemaFingerprints",
+        "resultSchemaFingerprint",
+    ]
+    assert list(snapshot["metadata"]["outputSchemaFingerprints"]) == ["load"]
+    child = snapshot["steps"][1]["nestedPipeline"]["identity"]
+    assert child["version"] == 3  # the child has schemas of its own
+    assert snapshot_problems(snapshot, snapshot["identity"]) == []
+    other = reshaped.definition_snapshot()
+    assert snapshot_problems(other, other["identity"]) == []
+    before = snapshot["metadata"]["resultSchemaFingerprint"]
+    assert other["metadata"]["resultSchemaFingerprint"] != before
+    assert reshaped.identity.structural_fingerprint != shaped.identity.structural_fingerprint
+    assert reshaped.identity.definition_id != shaped.identity.definition_id
+    plain = _single_parent().definition_snapshot()
+    assert "metadata" not in plain and plain["identity"]["version"] == 1
 
 
 def test_agent_snapshot_has_tool_fingerprints_and_identities_and_child_step_ids() -> None:

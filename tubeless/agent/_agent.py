@@ -261,8 +261,8 @@ def _snapshot_metadata(spec: TurnSpec) -> dict[str, Any]:
 
     Descriptors enter as fingerprints, each tool with its pipeline's identity; the structural
     fingerprint reduces those identities to ``{version, structuralFingerprint}``. ``onLimit``
-    and tool approvals stay out of it (the original release reads this shape); the definition
-    id covers them through the metadata (``pipeline._identity._implementation``).
+    and tool approvals stay out of it (the original release reads this shape); the
+    definition's metadata carries them (``pipeline._identity._metadata``).
     """
     limits = spec.limits
     return {

@@ -2,21 +2,24 @@
 
 A fingerprint is ``"sha256:" + hex(sha256(JSON.stringify(x)))`` of an object built in a fixed
 key order; JSON descriptors are canonicalised (keys sorted) first. :func:`js_json` writes what
-JavaScript's ``JSON.stringify`` writes, so a reader of the original release recomputes the
-structural fingerprint from a traced definition snapshot and finds the same identity.
+JavaScript's ``JSON.stringify`` writes, so a reader of the original release recomputes both
+fingerprints from a traced definition snapshot and finds the same identity.
 
-- The **structural fingerprint** hashes ``{version, steps, targetIds, requiredFinalizerStepIds?,
-  optionsValidated, resultValidated}``: the steps in execution order (sorted dependency lists,
-  dry-run policy, whether a skip predicate and an output schema exist, agent metadata, the
-  nested child) with child and capability identities reduced to ``{version,
-  structuralFingerprint}``. The snapshot is the same structure with the pipeline's identity in
-  place of ``version`` and the full child and capability identities.
+- The **structural fingerprint** hashes ``{version, metadata?, steps, targetIds,
+  requiredFinalizerStepIds?, optionsValidated, resultValidated}``: the steps in execution order
+  (sorted dependency lists, dry-run policy, whether a skip predicate and an output schema exist,
+  agent metadata, the nested child), each rebuilt afresh in the original's key order, with child
+  and capability identities reduced to ``{version, structuralFingerprint}``. The snapshot is the
+  same structure in its own key order, with the pipeline's identity in place of ``version`` and
+  the full child and capability identities.
+- ``metadata`` holds what tubeless fingerprints beyond the original graph: the options, result
+  and step output schemas' fingerprints, a finalizer other than the last step's output and an
+  agent step's limit policy and tool approvals (the original's validators have no JSON form).
+  It is written with its keys sorted, so whether a reader canonicalises it or not, it hashes the
+  same; a definition with metadata has identity version 3 (the original's "graph metadata").
 - The **definition id** hashes ``{version, structuralFingerprint, implementationVersion?,
-  children, implementation?}``: ``children`` has ``null`` per plain step, the child's full
-  identity per composed step and ``{child, capabilities}`` per agent step. ``implementation`` is
-  ours: the fingerprints of the options, result and step output schemas and a finalizer other
-  than the last step's output, which the original (whose validators have no JSON form) cannot
-  hash. It is left out when empty, so a definition without schemas has the original's id.
+  children}``: ``children`` has ``null`` per plain step, the child's full identity per composed
+  step and ``{child, capabilities}`` per agent step, all of which the snapshot carries.
 
 Names, descriptions and handler code never enter either: bump ``implementation_version`` when
 behaviour changes.
@@ -225,14 +228,32 @@ def _step_snapshot(s: Step) -> dict[str, Any]:
     return snap
 
 
-def _hashed_step(snap: dict[str, Any]) -> dict[str, Any]:
-    """A snapshot step as the structural fingerprint hashes it: identities reduced in place."""
-    out = dict(snap)
-    nested = snap.get("nestedPipeline")
-    if nested is not None:
-        out["nestedPipeline"] = {**nested, "identity": _reduced(nested["identity"])}
+def _present(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A fresh object with those of ``keys`` that ``source`` has, in this order."""
+    return {key: source[key] for key in keys if key in source}
+
+
+_STEP_KEYS: Final = (
+    "id",
+    "metadata",
+    "dependencies",
+    "optionalDependencies",
+    "skipAfterFailureOf",
+    "dryRun",
+    "runtimeSkipPossible",
+    "outputValidated",
+)
+
+
+def _hashed_step(snap: Mapping[str, Any]) -> dict[str, Any]:
+    """A snapshot step as the structural fingerprint hashes it.
+
+    The original builds the entry afresh in its own key order (a composed step's
+    ``pipelineId`` before ``mode``), not in the snapshot's, with identities reduced.
+    """
+    out = _present(snap, _STEP_KEYS)
     agent = snap.get("agent")
-    if isinstance(agent, Mapping) and isinstance(agent.get("capabilities"), list):
+    if agent is not None:
         out["agent"] = {
             **agent,
             "capabilities": [
@@ -240,20 +261,31 @@ def _hashed_step(snap: dict[str, Any]) -> dict[str, Any]:
                 for c in agent["capabilities"]
             ],
         }
+    nested = snap.get("nestedPipeline")
+    if nested is not None:
+        entry: dict[str, Any] = {"pipelineId": nested["pipelineId"], "mode": nested["mode"]}
+        if nested["mode"] == "iterate":
+            entry["maxIterations"] = nested["maxIterations"]
+        entry["stepIds"] = nested["stepIds"]
+        entry["identity"] = _reduced(nested["identity"])
+        if "concurrency" in nested:
+            entry["concurrency"] = nested["concurrency"]
+        out["nestedPipeline"] = entry
     return out
 
 
-def _version(pipeline: Pipeline) -> int:
+def _version(pipeline: Pipeline, metadata: Mapping[str, Any]) -> int:
+    """3 with metadata or a version-3 child; 2 with an agent, an iteration or a version-2
+    child; 1 otherwise (UPSTREAM §1.12: earlier hashes stay reproducible)."""
+    found = {3} if metadata else set()
     for s in pipeline.order:
         if s.agent is not None or s.agent_snapshot is not None:
-            return 2
-        if s.nested is not None and (
-            s.nested.mode == "iterate" or s.nested.pipeline.identity.version >= 2
-        ):
-            return 2
-        if any(p.identity.version >= 2 for p in s.capabilities):
-            return 2
-    return 1
+            found.add(2)
+        if s.nested is not None:
+            found.add(2 if s.nested.mode == "iterate" else 1)
+            found.add(s.nested.pipeline.identity.version)
+        found.update(p.identity.version for p in s.capabilities)
+    return max(found, default=1)
 
 
 def _child_entry(s: Step) -> Any:
@@ -263,8 +295,13 @@ def _child_entry(s: Step) -> Any:
     return {"child": child, "capabilities": [_full(p.identity) for p in s.capabilities]}
 
 
-def _implementation(pipeline: Pipeline) -> dict[str, Any]:
-    """What our identity covers beyond the original structure (definition-id side only)."""
+def _metadata(pipeline: Pipeline) -> dict[str, Any]:
+    """What the identity covers beyond the original graph, keys sorted at every level.
+
+    The definition's ``metadata``, hashed into the structural fingerprint, which the original
+    release's reader recomputes from the snapshot, so a schema change changes the identity and
+    the reader still accepts the file.
+    """
     out: dict[str, Any] = {}
     if pipeline.options_schema is not None:
         out["optionsSchemaFingerprint"] = schema_fingerprint(pipeline.options_schema)
@@ -282,13 +319,15 @@ def _implementation(pipeline: Pipeline) -> dict[str, Any]:
     policies = {s.id: policy for s in pipeline.order if (policy := _agent_policy(s.agent))}
     if policies:
         out["agentPolicies"] = policies
-    return out
+    canonical: dict[str, Any] = _canonical(out)
+    return canonical
 
 
 def _agent_policy(agent: Mapping[str, Any] | None) -> dict[str, Any]:
     """An agent step's non-default limit policy and tool approvals (round 2), if any.
 
-    They are not in the definition snapshot, whose shape the original release reads.
+    The snapshot's ``agent`` entry keeps the original release's shape; they go to the
+    definition's metadata instead.
     """
     if agent is None:
         return {}
@@ -306,9 +345,11 @@ def _agent_policy(agent: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def compute_identity(pipeline: Pipeline) -> tuple[DefinitionIdentity, dict[str, Any]]:
     """The identity of ``pipeline`` and its definition snapshot (UPSTREAM §1.12 shape)."""
-    version = _version(pipeline)
-    steps = [_step_snapshot(s) for s in pipeline.order]
-    body: dict[str, Any] = {"steps": steps, "targetIds": sorted(pipeline.target_ids)}
+    metadata = _metadata(pipeline)
+    version = _version(pipeline, metadata)
+    body: dict[str, Any] = {"metadata": metadata} if metadata else {}
+    body["steps"] = steps = [_step_snapshot(s) for s in pipeline.order]
+    body["targetIds"] = sorted(pipeline.target_ids)
     required = sorted(pipeline.finalizer.required)
     if required:
         body["requiredFinalizerStepIds"] = required
@@ -321,9 +362,6 @@ def compute_identity(pipeline: Pipeline) -> tuple[DefinitionIdentity, dict[str, 
     if pipeline.implementation_version is not None:
         hashed["implementationVersion"] = pipeline.implementation_version
     hashed["children"] = [_child_entry(s) for s in pipeline.order]
-    implementation = _implementation(pipeline)
-    if implementation:
-        hashed["implementation"] = implementation
     identity = DefinitionIdentity(
         version=version,
         structural_fingerprint=structural,

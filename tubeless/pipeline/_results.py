@@ -28,13 +28,15 @@ class DefinitionIdentity:
     """The fingerprints that identify a pipeline definition (see ``docs/pipelines.md``)."""
 
     version: int
-    """Identity scheme version: 1 for plain graphs, 2 with iteration or agent steps."""
+    """Identity scheme version: 1 for plain graphs, 2 with iteration or agent steps, 3 with
+    definition metadata (schemas, a finalizer, agent policies) or a version-3 child."""
     structural_fingerprint: str
-    """``sha256:<hex>`` of the graph, agent metadata and child structures (UPSTREAM §1.12);
-    it recomputes from the traced definition snapshot. Handlers excluded."""
+    """``sha256:<hex>`` of the graph, agent metadata, child structures and the definition's
+    metadata (the schemas' fingerprints among them; UPSTREAM §1.12); it recomputes from the
+    traced definition snapshot. Handlers excluded."""
     definition_id: str
-    """``sha256:<hex>`` of the structure, ``implementation_version``, the schemas' fingerprints
-    and the full child identities."""
+    """``sha256:<hex>`` of the structure, ``implementation_version`` and the full child
+    identities; it recomputes from the traced definition snapshot too."""
     implementation_version: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
