@@ -9,9 +9,11 @@ state) and ``finished`` / ``failed`` (how the invocation ended). Without a casse
 A cassette is active while :func:`recording` or :func:`replaying` is (``tubeless.testing.record``
 and ``replay``, ``run --record`` and ``--replay``): a context variable the outermost agent
 invocation reads; agents below a call (child agents run as tools) get their tape through the
-run tree's :data:`TAPE_SLOT`. Routes name invocations: the top-level agent's id, then
-``<parent route>/<turn>/<call id>/<agent id>`` below a call; a route seen again in the same
-cassette gets ``#2``, ``#3``... in start order.
+run tree's :data:`TAPE_SLOT`. A tape is named by its invocation's route
+(``_scope.invocation_route``: the agent's id, ``<parent route>/<turn>/<call id>/<agent id>``
+below a call, ``#n`` for a repeat in the run), so checkpoints, approvals and cassettes name one
+invocation alike. One cassette may record several runs: a top-level route it holds already (a
+second run) gets the agent's next free ``#n``, and the routes below it follow.
 """
 
 from __future__ import annotations
@@ -107,17 +109,20 @@ class _Position:
 def open_tape(
     slot: Tape | _Position | None,
     agent_id: str,
+    route: str,
+    leaf: str,
     identity: Callable[[], DefinitionIdentity],
     agent_input: Any,
 ) -> Tape:
-    """The tape of an agent invocation; ``slot`` is :data:`TAPE_SLOT` of its run."""
+    """The tape of the invocation ``route`` of agent ``agent_id`` (``leaf``: the route's last
+    segment, the agent id with its ``#n``); ``slot`` is :data:`TAPE_SLOT` of its run."""
     if slot is None:
         session = _active.get()
         if session is None:
             return NO_TAPE
-        return session.open(agent_id, identity(), agent_input)
+        return session.open(route, agent_id, identity(), agent_input)
     if isinstance(slot, _Position):
-        return slot.session.tape(f"{slot.prefix}/{agent_id}")
+        return slot.session.tape(f"{slot.prefix}/{leaf}")
     return slot  # the null tape (no cassette), or an agent nested without a call between
 
 
@@ -125,16 +130,24 @@ class _Session:
     """One active cassette: routes handed out so far, and the tapes' common machinery."""
 
     def __init__(self) -> None:
-        self._routes: dict[str, int] = {}
+        self._routes: set[str] = set()
         self._lock = threading.Lock()  # runs on other threads' loops may share a cassette
 
-    def route(self, base: str) -> str:
+    def route(self, route: str, agent_id: str | None = None) -> str:
+        """``route`` when the cassette holds no tape of it yet; else (a later run recorded in
+        the same cassette) ``agent_id#n`` for the first free ``n``."""
         with self._lock:
-            seen = self._routes.get(base, 0) + 1
-            self._routes[base] = seen
-        return base if seen == 1 else f"{base}#{seen}"
+            if route in self._routes and agent_id is not None:
+                route, n = agent_id, 1
+                while route in self._routes:
+                    n += 1
+                    route = f"{agent_id}#{n}"
+            self._routes.add(route)
+        return route
 
-    def open(self, agent_id: str, identity: DefinitionIdentity, agent_input: Any) -> Tape:
+    def open(
+        self, route: str, agent_id: str, identity: DefinitionIdentity, agent_input: Any
+    ) -> Tape:
         raise NotImplementedError
 
     def tape(self, base: str) -> Tape:
@@ -154,8 +167,10 @@ class Recording(_Session):
         self._writer = CassetteWriter(path)
         self.path = self._writer.path
 
-    def open(self, agent_id: str, identity: DefinitionIdentity, agent_input: Any) -> Tape:
-        route = self.route(agent_id)
+    def open(
+        self, route: str, agent_id: str, identity: DefinitionIdentity, agent_input: Any
+    ) -> Tape:
+        route = self.route(route, agent_id)
         self.write(
             {
                 "kind": "header",
@@ -266,8 +281,10 @@ class Replaying(_Session):
         self.differences: list[str] = []
         self.divergence: ReplayDivergedError | None = None
 
-    def open(self, agent_id: str, identity: DefinitionIdentity, agent_input: Any) -> Tape:
-        route = self.route(agent_id)
+    def open(
+        self, route: str, agent_id: str, identity: DefinitionIdentity, agent_input: Any
+    ) -> Tape:
+        route = self.route(route, agent_id)
         header = self.cassette.headers.get(route)
         if header is None:
             held = ", ".join(repr(r) for r in self.cassette.headers) or "none"
