@@ -240,3 +240,24 @@ def test_show_takes_a_unique_prefix_and_an_unknown_key_lists_the_keys(
     assert not_deleted == Outcome(
         2, "", f"error: no checkpoint 'alpha' in {store}; it holds: alpha-1, alpha-2, beta\n"
     )
+
+
+def test_a_changed_definition_names_what_changed_and_the_restart_flag(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    store = tmp_path / "runs.sqlite"
+    assert tubeless(capsys, "run", SCRIPTED, "--checkpoints", store, "-q").code == 0
+    changed = tmp_path / "scripted-agent.yaml"
+    text = SCRIPTED.read_text().replace("python_path: [..]", f"python_path: [{ROOT}]")
+    changed.write_text(text.replace("max_calls: 100", "max_calls: 12"))
+
+    refused = tubeless(capsys, "run", changed, "--checkpoints", store, "-q")
+
+    assert refused.code == 6 and refused.out == ""
+    assert refused.err.endswith(
+        f"Checkpoint {KEY!r} was saved by a different definition of agent 'scripted-agent': "
+        "limits.max_calls: 100 -> 12; start it over with --restart (restart=True in Python), "
+        "or use another key\n"
+    )
+    restarted = tubeless(capsys, "run", changed, "--checkpoints", store, "--restart", "-q")
+    assert restarted == Outcome(0, ANSWER, f"checkpoint: {KEY} (restarting)\n")

@@ -338,8 +338,8 @@ def _compile(
     limits = spec.limits
     built: list[Pipeline] = []  # the agent's pipeline, for the identity a cassette records
 
-    def identity() -> DefinitionIdentity:
-        return built[0].identity
+    def definition() -> tuple[DefinitionIdentity, dict[str, Any]]:
+        return built[0].identity, durable.parts()
 
     async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
         slots = ctx.slots
@@ -352,7 +352,7 @@ def _compile(
             budgets = ROOT_BUDGETS.get()
             if budgets is not None:
                 budgets.append(scope.budget)
-        tape = open_tape(slots.get(TAPE_SLOT), spec.id, route, leaf, identity, ctx.options)
+        tape = open_tape(slots.get(TAPE_SLOT), spec.id, route, leaf, definition, ctx.options)
         session = slots.get(SESSION_SLOT)
         try:
             if session is not None:

@@ -380,7 +380,7 @@ async def run_durable(
             raise TubelessError(
                 str(failure["code"]),
                 f"{failure['message']} (saved by an earlier run of checkpoint {session.key!r}; "
-                "restart it to run again)",
+                "--restart runs it again, restart=True in Python)",
             )
         scope.budget.calls = entry["budget"]["calls"]
         scope.budget.decisions = entry["budget"]["decisions"]

@@ -35,6 +35,7 @@ from tubeless.agent._cassette import (
     read_cassette,
     shown_value,
 )
+from tubeless.agent._changes import changed_parts, said
 from tubeless.agent._decisions import Continue, Finish
 from tubeless.errors import (
     CASSETTE_INVALID,
@@ -111,16 +112,18 @@ def open_tape(
     agent_id: str,
     route: str,
     leaf: str,
-    identity: Callable[[], DefinitionIdentity],
+    definition: Callable[[], tuple[DefinitionIdentity, dict[str, Any]]],
     agent_input: Any,
 ) -> Tape:
     """The tape of the invocation ``route`` of agent ``agent_id`` (``leaf``: the route's last
-    segment, the agent id with its ``#n``); ``slot`` is :data:`TAPE_SLOT` of its run."""
+    segment, the agent id with its ``#n``); ``slot`` is :data:`TAPE_SLOT` of its run;
+    ``definition()`` gives the agent's identity and parts (``_changes``)."""
     if slot is None:
         session = _active.get()
         if session is None:
             return NO_TAPE
-        return session.open(route, agent_id, identity(), agent_input)
+        identity, parts = definition()
+        return session.open(route, agent_id, identity, parts, agent_input)
     if isinstance(slot, _Position):
         return slot.session.tape(f"{slot.prefix}/{leaf}")
     return slot  # the null tape (no cassette), or an agent nested without a call between
@@ -146,7 +149,12 @@ class _Session:
         return route
 
     def open(
-        self, route: str, agent_id: str, identity: DefinitionIdentity, agent_input: Any
+        self,
+        route: str,
+        agent_id: str,
+        identity: DefinitionIdentity,
+        parts: dict[str, Any],
+        agent_input: Any,
     ) -> Tape:
         raise NotImplementedError
 
@@ -168,7 +176,12 @@ class Recording(_Session):
         self.path = self._writer.path
 
     def open(
-        self, route: str, agent_id: str, identity: DefinitionIdentity, agent_input: Any
+        self,
+        route: str,
+        agent_id: str,
+        identity: DefinitionIdentity,
+        parts: dict[str, Any],
+        agent_input: Any,
     ) -> Tape:
         route = self.route(route, agent_id)
         self.write(
@@ -177,6 +190,7 @@ class Recording(_Session):
                 "format": FORMAT,
                 "route": route,
                 "definition": identity.to_wire(),
+                "parts": parts,
                 "implementation_version": identity.implementation_version,
                 "input_digest": self.data(lambda: digest(agent_input), route, "the input"),
                 "tubeless_version": __version__,
@@ -282,7 +296,12 @@ class Replaying(_Session):
         self.divergence: ReplayDivergedError | None = None
 
     def open(
-        self, route: str, agent_id: str, identity: DefinitionIdentity, agent_input: Any
+        self,
+        route: str,
+        agent_id: str,
+        identity: DefinitionIdentity,
+        parts: dict[str, Any],
+        agent_input: Any,
     ) -> Tape:
         route = self.route(route, agent_id)
         header = self.cassette.headers.get(route)
@@ -290,6 +309,9 @@ class Replaying(_Session):
             held = ", ".join(repr(r) for r in self.cassette.headers) or "none"
             raise self._mismatch(f"no recording of agent {route!r} (it holds {held})")
         changed = _changed(header.get("definition"), identity.to_wire())
+        recorded_parts = header.get("parts")
+        if changed and isinstance(recorded_parts, dict):  # a cassette that kept the parts
+            changed = said(changed_parts(recorded_parts, parts)) or changed
         if changed:
             text = f"agent {route!r} was recorded for another definition: {changed}"
             if not self.allow_changed_definition:
