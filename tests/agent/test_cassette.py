@@ -476,3 +476,41 @@ def test_first_difference_finds_a_difference_exactly_when_the_values_differ_and_
         pointer, old, new = found
         assert repr(_at(recorded, pointer)) == repr(old)
         assert repr(_at(live, pointer)) == repr(new)
+
+
+async def test_one_agent_run_twice_is_recorded_under_the_routes_its_checkpoint_uses(
+    tmp_path: Path,
+) -> None:
+    """A pipeline running ``shouter`` twice: ``shouter`` and ``shouter#2``, as in the
+    checkpoint; a second run recorded into the same cassette goes on with ``#3`` and ``#4``,
+    and replaying both runs in the same order finds each one's lines."""
+    from tubeless import define_pipeline, from_pipeline
+    from tubeless.durable import MemoryCheckpoints
+
+    def decide(state: Any, ctx: Any) -> Any:
+        if ctx.turn == 1:
+            return {"kind": "continue", "calls": [{"id": "a", "tool": "shout", "input": "hi"}]}
+        return {"kind": "finish", "result": state["seen"][0]}
+
+    def twice(choose: Any) -> Any:
+        agent = _agent(choose)
+        return define_pipeline(
+            id="twice",
+            options_schema=dict,
+            steps=[from_pipeline("first", agent), from_pipeline("second", agent)],
+        )
+
+    path = tmp_path / "run.cassette"
+    store = MemoryCheckpoints()
+    with record(path):
+        first = await twice(decide).run({"q": 1}, checkpoints=store, checkpoint_key="k")
+        second = await twice(decide).run({"q": 1})
+    assert (first.status, second.status) == ("completed", "completed")
+    headers = [line["route"] for line in _lines(path) if line["kind"] == "header"]
+    assert headers == ["shouter", "shouter#2", "shouter#3", "shouter#4"]
+    assert sorted(json.loads(store.list()[0].document)["agents"]) == ["shouter", "shouter#2"]
+
+    with replay(path) as cassette:
+        again = [await twice(_never).run({"q": 1}) for _ in range(2)]
+    assert [run.status for run in again] == ["completed", "completed"]
+    assert cassette.divergence is None

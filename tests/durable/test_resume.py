@@ -464,3 +464,32 @@ def test_a_dry_run_opens_no_storage() -> None:
     agent = make_agent(world)
     result = asyncio.run(agent.run("a", dry_run=True, checkpoints=world.store, checkpoint_key=KEY))
     assert result.dry_run and world.store.list() == []
+
+
+def test_a_change_inside_a_child_agent_is_named_through_the_tool_that_runs_it() -> None:
+    world = World()
+    world.crash_in = "charge"
+
+    def boss(child: Any) -> Any:
+        def decide(state: Any, ctx: Any) -> Any:
+            if state is None:
+                return {"kind": "continue", "calls": [{"id": "sub", "tool": "ask", "input": "a"}]}
+            return {"kind": "finish", "result": state}
+
+        return define_agent(
+            id="boss",
+            input_schema=str,
+            result_schema=str,
+            initial_state=lambda q: None,
+            decide=decide,
+            reduce=lambda state, outcomes: outcomes[0]["value"],
+            tools={"ask": pipeline_tool(child, description="Ask the payer.")},
+        )
+
+    run(boss(make_agent(world)), world.store)
+    assert world.crashed is not None
+    refused = run(boss(make_agent(world, description="Charge the card.")), world.crashed)
+    assert source_code(refused) == "TUBELESS_AGENT_CHECKPOINT_MISMATCH"
+    assert refused.errors[0].message.endswith(
+        "agent 'boss': tool 'ask' ('payer'): tool 'charge': description changed" + RESTART
+    )
