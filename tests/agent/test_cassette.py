@@ -228,10 +228,57 @@ async def test_a_changed_definition_is_refused_before_any_tool_runs(tmp_path: Pa
     assert run.status == "failed"
     assert deepest_source_code(run.errors[0]) == CASSETTE_MISMATCH
     text = run.errors[0].format()
+    assert (
+        "agent 'shouter' was recorded for another definition: implementation_version: None -> "
+        "'2'; record it again, or replay with --allow-changed-definition"
+    ) in text
+    assert ran == []
+
+
+async def test_a_changed_tool_description_is_named_not_shown_as_two_digests(
+    tmp_path: Path,
+) -> None:
+    path, _ = await _recorded(tmp_path)
+    ran: list[str] = []
+    tools = _tools(ran)
+    tools["shout"] = define_tool(
+        description="Shout the text, loudly.",
+        input_schema=str,
+        output_schema=dict,
+        run=lambda text, ctx: {"text": text.upper(), "length": len(text)},
+    )
+    tools["whisper"] = tools["shout"]
+
+    with replay(path):
+        run = await _agent(_never, ran, tools=tools, implementation_version="2").run({"q": 1})
+
+    assert deepest_source_code(run.errors[0]) == CASSETTE_MISMATCH
+    assert (
+        run.errors[0]
+        .format()
+        .endswith(
+            f"{path}: agent 'shouter' was recorded for another definition: implementation_version: "
+            "None -> '2', tool 'whisper' added, tool 'shout': description changed; record it "
+            "again, or replay with --allow-changed-definition"
+        )
+    )
+    assert ran == []
+
+
+async def test_a_cassette_recorded_without_parts_still_says_which_ids_changed(
+    tmp_path: Path,
+) -> None:
+    path, _ = await _recorded(tmp_path)
+    lines = _lines(path)
+    del lines[0]["parts"]  # as cassettes recorded before parts were kept
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    with replay(path):
+        run = await _agent(_never, implementation_version="2").run({"q": 1})
+
+    text = run.errors[0].format()
     assert "agent 'shouter' was recorded for another definition: definitionId" in text
     assert "implementationVersion None -> '2'" in text
-    assert "--allow-changed-definition" in text
-    assert ran == []
 
 
 async def test_allow_changed_definition_replays_and_reports_what_changed(tmp_path: Path) -> None:
@@ -241,8 +288,9 @@ async def test_allow_changed_definition_replays_and_reports_what_changed(tmp_pat
         run = await _agent(_never, implementation_version="2").run({"q": 1})
 
     assert (run.status, run.value) == ("completed", recorded.value)
-    assert len(cassette.differences) == 1
-    assert "implementationVersion None -> '2'" in cassette.differences[0]
+    assert cassette.differences == [
+        "agent 'shouter' was recorded for another definition: implementation_version: None -> '2'"
+    ]
 
 
 async def test_another_input_is_refused(tmp_path: Path) -> None:
@@ -428,3 +476,41 @@ def test_first_difference_finds_a_difference_exactly_when_the_values_differ_and_
         pointer, old, new = found
         assert repr(_at(recorded, pointer)) == repr(old)
         assert repr(_at(live, pointer)) == repr(new)
+
+
+async def test_one_agent_run_twice_is_recorded_under_the_routes_its_checkpoint_uses(
+    tmp_path: Path,
+) -> None:
+    """A pipeline running ``shouter`` twice: ``shouter`` and ``shouter#2``, as in the
+    checkpoint; a second run recorded into the same cassette goes on with ``#3`` and ``#4``,
+    and replaying both runs in the same order finds each one's lines."""
+    from tubeless import define_pipeline, from_pipeline
+    from tubeless.durable import MemoryCheckpoints
+
+    def decide(state: Any, ctx: Any) -> Any:
+        if ctx.turn == 1:
+            return {"kind": "continue", "calls": [{"id": "a", "tool": "shout", "input": "hi"}]}
+        return {"kind": "finish", "result": state["seen"][0]}
+
+    def twice(choose: Any) -> Any:
+        agent = _agent(choose)
+        return define_pipeline(
+            id="twice",
+            options_schema=dict,
+            steps=[from_pipeline("first", agent), from_pipeline("second", agent)],
+        )
+
+    path = tmp_path / "run.cassette"
+    store = MemoryCheckpoints()
+    with record(path):
+        first = await twice(decide).run({"q": 1}, checkpoints=store, checkpoint_key="k")
+        second = await twice(decide).run({"q": 1})
+    assert (first.status, second.status) == ("completed", "completed")
+    headers = [line["route"] for line in _lines(path) if line["kind"] == "header"]
+    assert headers == ["shouter", "shouter#2", "shouter#3", "shouter#4"]
+    assert sorted(json.loads(store.list()[0].document)["agents"]) == ["shouter", "shouter#2"]
+
+    with replay(path) as cassette:
+        again = [await twice(_never).run({"q": 1}) for _ in range(2)]
+    assert [run.status for run in again] == ["completed", "completed"]
+    assert cassette.divergence is None

@@ -33,8 +33,14 @@ def recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return cassette
 
 
-def _drifted_project(tmp_path: Path, *, implementation_version: str | None = None) -> Path:
-    """The recipe whose ``count`` tool (same description and schemas) counts one too many."""
+def _drifted_project(
+    tmp_path: Path,
+    *,
+    implementation_version: str | None = None,
+    description: str = "Count the characters of a piece of text.",
+) -> Path:
+    """The recipe whose ``count`` tool (same description and schemas unless told) counts one
+    too many."""
     # One module name per test: a module already imported from another file is refused.
     name = f"drifted_count_{uuid.uuid4().hex}"
     module = tmp_path / f"{name}.py"
@@ -42,7 +48,7 @@ def _drifted_project(tmp_path: Path, *, implementation_version: str | None = Non
         "from tubeless.agent import define_tool\n"
         "async def _count(text, ctx):\n"
         "    return len(text) + 1\n"
-        "count = define_tool(description='Count the characters of a piece of text.',\n"
+        f"count = define_tool(description={description!r},\n"
         "    input_schema=str, output_schema=int, run=_count, preview=_count)\n"
     )
     text = PROJECT.read_text()
@@ -152,11 +158,25 @@ def test_a_changed_definition_is_refused(
 
     assert (done.code, done.out) == (6, "")
     assert "TUBELESS_CASSETTE_MISMATCH" in done.err
-    assert (
-        f"{SHIPPED}: agent 'openai-agent' was recorded for another definition: definitionId"
-    ) in done.err
-    assert "implementationVersion 'openai-text-v2' -> 'openai-text-v3'" in done.err
-    assert "replay with --allow-changed-definition" in done.err
+    assert done.err.endswith(
+        f"{SHIPPED}: agent 'openai-agent' was recorded for another definition: "
+        "implementation_version: 'openai-text-v2' -> 'openai-text-v3'; record it again, or "
+        "replay with --allow-changed-definition\n"
+    )
+
+
+def test_a_changed_tool_description_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = _drifted_project(tmp_path, description="Count every character of a text.")
+
+    done = tubeless(capsys, *_run_args(project), "--replay", SHIPPED)
+
+    assert (done.code, done.out) == (6, "")
+    assert done.err.endswith(
+        "agent 'openai-agent' was recorded for another definition: tool 'count': description "
+        "changed; record it again, or replay with --allow-changed-definition\n"
+    )
 
 
 def test_allow_changed_definition_replays_and_warns_what_changed(
@@ -174,10 +194,10 @@ def test_allow_changed_definition_replays_and_warns_what_changed(
     )
 
     assert (done.code, done.out) == (0, RESULT)
-    assert done.err.startswith(
-        "warning: agent 'openai-agent' was recorded for another definition: definitionId"
+    assert done.err == (
+        "warning: agent 'openai-agent' was recorded for another definition: "
+        "implementation_version: 'openai-text-v2' -> 'openai-text-v3'; replayed anyway\n"
     )
-    assert done.err.endswith("; replayed anyway\n")
 
 
 def test_another_question_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -58,6 +58,7 @@ def make_agent(
     schema: Any = str,
     extra_tool: bool = False,
     crash_in_decide: int | None = None,
+    description: str = "Charge.",
 ) -> Any:
     def charge(text: str, ctx: Any) -> str:
         world.effect("charge", text, ctx)
@@ -83,7 +84,7 @@ def make_agent(
 
     tools = {
         "charge": define_tool(
-            description="Charge.",
+            description=description,
             input_schema=schema,
             output_schema=str,
             run=charge,
@@ -220,21 +221,30 @@ def test_a_failed_key_returns_its_saved_failure_until_restarted() -> None:
     assert world.decisions == decisions + 1
 
 
+RESTART = "; start it over with --restart (restart=True in Python), or use another key"
+
+
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        pytest.param(
-            {"version": "v2"},
-            "implementation_version changed ('v1' -> 'v2')",
-            id="implementation_version",
-        ),
+        pytest.param({"version": "v2"}, "implementation_version: 'v1' -> 'v2'", id="version"),
         pytest.param(
             {"limits": {"max_turns": 5, "max_decisions": 4}},
-            "limits changed (max_turns 4 -> 5)",
+            "limits.max_turns: 4 -> 5",
             id="limits",
         ),
-        pytest.param({"schema": int}, "tool 'charge' changed its input schema", id="tool-schema"),
-        pytest.param({"extra_tool": True}, "tools changed (added 'other')", id="tools"),
+        pytest.param({"schema": int}, "tool 'charge': input schema changed", id="tool-schema"),
+        pytest.param({"extra_tool": True}, "tool 'other' added", id="tools"),
+        pytest.param(
+            {"description": "Charge the card."},
+            "tool 'charge': description changed",
+            id="tool-description",
+        ),
+        pytest.param(
+            {"version": "v2", "limits": {"max_turns": 4, "max_decisions": 5}},
+            "implementation_version: 'v1' -> 'v2', limits.max_decisions: 4 -> 5",
+            id="two-changes",
+        ),
     ],
 )
 def test_a_changed_definition_is_refused_naming_what_changed(
@@ -247,8 +257,33 @@ def test_a_changed_definition_is_refused_naming_what_changed(
     saved = [s.document for s in world.crashed.list()]
     refused = run(make_agent(world, **change), world.crashed)
     assert source_code(refused) == "TUBELESS_AGENT_CHECKPOINT_MISMATCH"
-    assert said in refused.errors[0].message
+    assert refused.errors[0].message.endswith(
+        f"Checkpoint 'task-1' was saved by a different definition of agent 'payer': {said}{RESTART}"
+    )
     assert [s.document for s in world.crashed.list()] == saved
+
+
+def test_a_checkpoint_saved_without_its_parts_still_names_the_restart_flag() -> None:
+    """A document written before definitions kept their parts: the definition ids, and the
+    real flag."""
+    world = World()
+    world.crash_in = "charge"
+    run(make_agent(world), world.store)
+    assert world.crashed is not None
+    [stored] = world.crashed.list()
+    document = json.loads(stored.document)
+    before = document["agents"]["payer"]["definition"]
+    old_id = before["definitionId"]
+    del before["parts"]
+    with world.crashed.acquire(KEY) as lease:
+        lease.write(json.dumps(document, sort_keys=True, separators=(",", ":")))
+    changed = make_agent(world, description="Charge the card.")
+    refused = run(changed, world.crashed)
+    assert source_code(refused) == "TUBELESS_AGENT_CHECKPOINT_MISMATCH"
+    new_id = changed.identity.definition_id
+    assert refused.errors[0].message.endswith(
+        f"agent 'payer': the definition changed ({old_id} -> {new_id}){RESTART}"
+    )
 
 
 def test_another_input_under_the_same_key_is_a_mismatch() -> None:
@@ -429,3 +464,32 @@ def test_a_dry_run_opens_no_storage() -> None:
     agent = make_agent(world)
     result = asyncio.run(agent.run("a", dry_run=True, checkpoints=world.store, checkpoint_key=KEY))
     assert result.dry_run and world.store.list() == []
+
+
+def test_a_change_inside_a_child_agent_is_named_through_the_tool_that_runs_it() -> None:
+    world = World()
+    world.crash_in = "charge"
+
+    def boss(child: Any) -> Any:
+        def decide(state: Any, ctx: Any) -> Any:
+            if state is None:
+                return {"kind": "continue", "calls": [{"id": "sub", "tool": "ask", "input": "a"}]}
+            return {"kind": "finish", "result": state}
+
+        return define_agent(
+            id="boss",
+            input_schema=str,
+            result_schema=str,
+            initial_state=lambda q: None,
+            decide=decide,
+            reduce=lambda state, outcomes: outcomes[0]["value"],
+            tools={"ask": pipeline_tool(child, description="Ask the payer.")},
+        )
+
+    run(boss(make_agent(world)), world.store)
+    assert world.crashed is not None
+    refused = run(boss(make_agent(world, description="Charge the card.")), world.crashed)
+    assert source_code(refused) == "TUBELESS_AGENT_CHECKPOINT_MISMATCH"
+    assert refused.errors[0].message.endswith(
+        "agent 'boss': tool 'ask' ('payer'): tool 'charge': description changed" + RESTART
+    )

@@ -54,6 +54,32 @@ def test_a_held_key_fails_fast_and_other_keys_do_not(make: Factory, tmp_path: Pa
 
 
 @pytest.mark.parametrize("make", STORES)
+def test_a_store_says_who_holds_a_key_while_it_is_held(make: Factory, tmp_path: Path) -> None:
+    """``holder(key)``: this process's pid and host while its lease is open, then nobody; the
+    SQLite store's refusal names the holder too, and probing never takes the key away."""
+    import socket
+
+    from tubeless.durable._store import LeaseHolder
+
+    store = make(tmp_path)
+    me = LeaseHolder(pid=os.getpid(), host=socket.gethostname())
+    assert store.holder("k") is None  # type: ignore[attr-defined]
+    lease = store.acquire("k")
+    assert store.holder("k") == me  # type: ignore[attr-defined]
+    assert store.holder("k") == me  # type: ignore[attr-defined]  # the probe kept nothing
+    if isinstance(store, SqliteCheckpoints):
+        with pytest.raises(CheckpointError) as caught:
+            SqliteCheckpoints(store.path).acquire("k")
+        assert caught.value.message == (
+            f"Checkpoint key 'k' is in use by another run (in {store.path}, held by pid "
+            f"{me.pid} on {me.host}); wait for it to finish, or stop it"
+        )
+    lease.close()
+    assert store.holder("k") is None  # type: ignore[attr-defined]
+    store.acquire("k").close()  # free again, after every probe
+
+
+@pytest.mark.parametrize("make", STORES)
 @pytest.mark.parametrize("key", ["", "   ", "x" * 4097])
 def test_blank_and_oversized_keys_are_refused(make: Factory, tmp_path: Path, key: str) -> None:
     """Keys are nonblank and at most 4096 characters."""

@@ -266,3 +266,44 @@ def test_cancelling_while_the_approver_waits_keeps_the_request_pending() -> None
     assert saved["status"] == "waiting"
     assert [r["call_id"] for r in saved["approvals"]["pending"]] == ["go"]
     assert saved["approvals"]["decisions"] == []
+
+
+def test_two_invocations_of_one_agent_each_need_their_own_approval() -> None:
+    """A pipeline that runs agent ``gate`` twice: the second invocation is ``gate#2`` in the
+    checkpoint, in its approval request and in its decision; the first one's approval never
+    answers for it."""
+    from tubeless import define_pipeline, from_pipeline
+
+    world = World()
+    agent = make_agent(world)
+    pipeline = define_pipeline(
+        id="twice",
+        options_schema=str,
+        steps=[
+            from_pipeline("first", agent),
+            from_pipeline("second", agent, depends_on=["first"]),
+        ],
+        finalize="second",
+    )
+    first = run(pipeline, world.store)
+    assert first.errors[0].source_code == APPROVAL_REQUIRED
+    [request] = document(world.store)["approvals"]["pending"]
+    assert request["route"] == "gate"
+    approve_saved(world.store)
+
+    second = run(pipeline, world.store)
+
+    assert second.errors[0].source_code == APPROVAL_REQUIRED
+    saved = document(world.store)
+    [request] = saved["approvals"]["pending"]
+    assert (saved["status"], request["route"], request["call_id"]) == ("waiting", "gate#2", "go")
+    assert sorted(saved["agents"]) == ["gate", "gate#2"]
+    assert world.ran.count(("launch", "rocket")) == 1  # the second launch waits for its own
+    approve_saved(world.store)
+
+    third = run(pipeline, world.store)
+
+    assert third.status == "completed" and third.value == ["X", "launched rocket"]
+    assert world.ran.count(("launch", "rocket")) == 2
+    decisions = document(world.store)["approvals"]["decisions"]
+    assert [d["route"] for d in decisions] == ["gate", "gate#2"]

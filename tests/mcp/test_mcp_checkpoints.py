@@ -93,7 +93,7 @@ def test_a_resumed_run_against_changed_server_tools_is_refused_naming_the_change
     assert run.errors[0].cause is not None
     assert run.errors[0].cause.deepest().message == (
         f"Checkpoint 'k' was saved by a different definition of agent 'mcp-durable': "
-        f"{changed}; restart the key to start over, or use another key"
+        f"{changed}; start it over with --restart (restart=True in Python), or use another key"
     )
     assert log.read_text().count("call echo") == 1  # nothing ran against the changed server
     # The refusal left the checkpoint as it was: the original server resumes it.

@@ -134,16 +134,58 @@ def checkpoints() -> None:
     """List, show or delete the checkpoints of a checkpoint file (run --checkpoints PATH)."""
 
 
+#: How many keys an "unknown key" error lists.
+_MAX_LISTED_KEYS = 10
+
+
+def _status(row: dict[str, Any]) -> str:
+    """The status a person reads: who holds a live key, and whether a dead run's key resumes."""
+    held = row.get("held_by")
+    if held is not None:
+        from tubeless.durable._store import LeaseHolder
+
+        return f"{row['status']} ({LeaseHolder(pid=held['pid'], host=held['host'])})"
+    if row.get("interrupted"):
+        return "interrupted: the same command resumes it"
+    return str(row["status"])
+
+
+def _local_time(updated_at_ms: int) -> str:
+    """Epoch milliseconds as this machine's local date and time."""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(updated_at_ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _line(row: dict[str, Any]) -> str:
+    waiting = f"pending={','.join(row['pending'])}  " if row.get("pending") else ""
+    return (
+        f"{row['key']}  {row['entry']}  {_status(row)}  turn={row['turn']}  "
+        f"calls={row['calls']}  {waiting}updated {_local_time(row['updated_at_ms'])}"
+    )
+
+
+def _unknown(key: str, path: str, keys: list[str]) -> CliLoadError:
+    """``no checkpoint KEY``, listing the keys the file holds."""
+    if not keys:
+        return CliLoadError(f"no checkpoint {key!r} in {path}; it holds none")
+    listed = ", ".join(keys[:_MAX_LISTED_KEYS])
+    more = len(keys) - _MAX_LISTED_KEYS
+    suffix = f" (and {more} more)" if more > 0 else ""
+    return CliLoadError(f"no checkpoint {key!r} in {path}; it holds: {listed}{suffix}")
+
+
 @checkpoints.command("list")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_(path: str, as_json: bool) -> None:
-    """One line per key: status, turn, calls, last update."""
+    """One line per key: status (a live run's holder, or a dead run's key that resumes),
+    turn, calls, last update."""
     from tubeless.durable._summary import summary
 
     store = _open(path)
     try:
-        rows = [summary(stored) for stored in store.list()]
+        rows = [summary(stored, store) for stored in store.list()]
     finally:
         store.close()
     if as_json:
@@ -152,11 +194,7 @@ def list_(path: str, as_json: bool) -> None:
     if not rows:
         click.echo("no checkpoints")
     for row in rows:
-        waiting = f"pending={','.join(row['pending'])}  " if row["pending"] else ""
-        _echo(
-            f"{row['key']}  {row['entry']}  {row['status']}  turn={row['turn']}  "
-            f"calls={row['calls']}  {waiting}updated_at_ms={row['updated_at_ms']}"
-        )
+        _echo(_line(row))
 
 
 @checkpoints.command("show")
@@ -170,24 +208,33 @@ def list_(path: str, as_json: bool) -> None:
     help="Also print state, call inputs, outcomes and results (private data).",
 )
 def show(path: str, key: str, as_json: bool, values: bool) -> None:
-    """One key: every agent's phase, turn, budgets and calls."""
+    """One key: every agent's phase, turn, budgets and calls.
+
+    KEY may be the start of a key that begins no other key of PATH.
+    """
     from tubeless.durable._summary import describe
 
     store = _open(path)
     try:
-        found = [stored for stored in store.list() if stored.key == key]
+        stored = store.list()
+        found = [s for s in stored if s.key == key] or [s for s in stored if s.key.startswith(key)]
+        if not found:
+            raise _unknown(key, path, [s.key for s in stored])
+        if len(found) > 1:
+            listed = ", ".join(s.key for s in found[:_MAX_LISTED_KEYS])
+            more = len(found) - _MAX_LISTED_KEYS
+            suffix = f" (and {more} more)" if more > 0 else ""
+            raise CliLoadError(
+                f"checkpoint {key!r} is ambiguous: {len(found)} keys in {path} begin with it: "
+                f"{listed}{suffix}"
+            )
+        shown = describe(found[0], values=values, store=store)
     finally:
         store.close()
-    if not found:
-        raise CliLoadError(f"no checkpoint {key!r} in {path}")
-    shown = describe(found[0], values=values)
     if as_json:
         click.echo(json.dumps(shown, ensure_ascii=False))
         return
-    _echo(
-        f"{shown['key']}  {shown['entry']}  {shown['status']}  turn={shown['turn']}  "
-        f"calls={shown['calls']}  updated_at_ms={shown['updated_at_ms']}"
-    )
+    _echo(_line({**shown, "pending": ()}))  # the waiting calls have lines of their own
     for agent in shown["agents"]:
         budget = agent["budget"]
         _echo(
@@ -215,8 +262,8 @@ def delete(path: str, key: str) -> None:
     store = _open(path)
     try:
         removed = store.delete(key)
+        if not removed:  # never a prefix: deleting is not undone
+            raise _unknown(key, path, [stored.key for stored in store.list()])
     finally:
         store.close()
-    if not removed:
-        raise CliLoadError(f"no checkpoint {key!r} in {path}")
     _echo(f"deleted {key}")

@@ -23,7 +23,7 @@ from tubeless.agent._durable_checks import DurableAgent
 from tubeless.agent._journal import JOURNAL_SLOT, NO_JOURNAL, Journal
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
-from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope
+from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope, invocation_route
 from tubeless.agent._sources import REMOTES_ATTRIBUTE, connect_sources
 from tubeless.agent._state import freeze_state
 from tubeless.agent._tape import TAPE_SLOT, Tape, open_tape
@@ -338,23 +338,21 @@ def _compile(
     limits = spec.limits
     built: list[Pipeline] = []  # the agent's pipeline, for the identity a cassette records
 
-    def identity() -> DefinitionIdentity:
-        return built[0].identity
+    def definition() -> tuple[DefinitionIdentity, dict[str, Any]]:
+        return built[0].identity, durable.parts()
 
     async def run_agent(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
         slots = ctx.slots
         parent: Scope | None = slots.get(SCOPE_SLOT)
         depth = slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
-        route = spec.id
-        if parent is not None:
-            call = slots.get(EXECUTION_SLOT) or {}
-            route = f"{parent.route}/{call.get('turn')}/{call.get('call_id')}/{spec.id}"
+        # The route is computed here once: the checkpoint, approvals and the tape all use it.
+        route, leaf = invocation_route(slots, parent, spec.id, slots.get(EXECUTION_SLOT) or {})
         scope = Scope(Budget(ctx.run_id, depth, limits), parent, route)
         if parent is None:
             budgets = ROOT_BUDGETS.get()
             if budgets is not None:
                 budgets.append(scope.budget)
-        tape = open_tape(slots.get(TAPE_SLOT), spec.id, identity, ctx.options)
+        tape = open_tape(slots.get(TAPE_SLOT), spec.id, route, leaf, definition, ctx.options)
         session = slots.get(SESSION_SLOT)
         try:
             if session is not None:

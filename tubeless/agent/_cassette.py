@@ -2,16 +2,17 @@
 
 One JSON object per line, each with a ``kind``::
 
-    header    {kind, format, route, definition, implementation_version, input_digest,
-               tubeless_version}                    one per top-level agent invocation
+    header    {kind, format, route, definition, parts?, implementation_version,
+               input_digest, tubeless_version}      one per top-level agent invocation
     decision  {kind, route, turn, decision}         every accepted decision
     outcome   {kind, route, turn, call_id, outcome} every validated outcome
     state     {kind, route, turn, state}            the state reduced at the end of the turn
     result    {kind, route, ok, result | error}     how the invocation ended
 
-A cassette holds the run's decisions, outcomes and states: it is a data file (mode 0600, like a
-checkpoint), never a trace, and never holds a credential (nothing below the decision level, so
-no request, header or key, is ever seen here).
+``parts`` (``_changes``; absent from cassettes recorded before it existed) lets a refused
+replay name what changed. A cassette holds the run's decisions, outcomes and states: it is a
+data file (mode 0600, like a checkpoint), never a trace, and never holds a credential (nothing
+below the decision level, so no request, header or key, is ever seen here).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Every agent of a checkpointed run keeps one entry in the run's document, by route: the root
 agent (or an agent step of a pipeline) by its id, a child agent that runs as a tool by
-``<parent route>/<turn>/<call id>/<child id>``. An entry holds the definition it was saved by,
-the budgets consumed, the turn, the state and the phase::
+``<parent route>/<turn>/<call id>/<child id>``, a repeated one with ``#n``
+(``_scope.invocation_route``, computed once per invocation). An entry holds the definition it
+was saved by, the budgets consumed, the turn, the state and the phase::
 
     decide     the decision of ``turn`` was reserved (asked again on resume)
     calls      ``decision``: {admitted, calls: [{id, tool, input, replay, status, outcome?}]}
@@ -27,7 +28,6 @@ import pydantic_core
 from tubeless._callables import maybe_await
 from tubeless.agent._approvals import ApprovalWaiting
 from tubeless.agent._decisions import Call, Continue
-from tubeless.agent._dispatch import EXECUTION_SLOT
 from tubeless.agent._durable_approvals import checkpoint_approver
 from tubeless.agent._durable_checks import (
     DurableAgent,
@@ -96,7 +96,7 @@ def _restored_outcome(saved: Mapping[str, Any], call: PreparedCall) -> Mapping[s
 class Book:
     """The document of one checkpointed run, shared by every agent of its run tree."""
 
-    __slots__ = ("claimed", "document", "encoder", "journals", "session")
+    __slots__ = ("document", "encoder", "journals", "session")
 
     def __init__(self, session: CheckpointSession) -> None:
         self.session = session
@@ -119,7 +119,6 @@ class Book:
             "agents": {},
         }
         self.journals: dict[str, CheckpointJournal] = {}
-        self.claimed: set[str] = set()
         self.encoder = DocumentEncoder(
             _LARGE, {"agents": "values", "decision": "record", "calls": "records"}
         )
@@ -130,15 +129,6 @@ class Book:
             session.data = Book(session)
         book: Book = session.data
         return book
-
-    def claim(self, base: str) -> str:
-        """A route for one agent invocation, unique within this run."""
-        route, n = base, 1
-        while route in self.claimed:
-            n += 1
-            route = f"{base}#{n}"
-        self.claimed.add(route)
-        return route
 
     def commit(self) -> None:
         for journal in self.journals.values():
@@ -375,13 +365,7 @@ async def run_durable(
     """Run one checkpointed agent invocation: return or raise what it saved, or resume it."""
     spec = durable.spec
     book = Book.of(session)
-    parent = ctx.slots.get(JOURNAL_SLOT)
-    if isinstance(parent, CheckpointJournal):
-        execution = ctx.slots.get(EXECUTION_SLOT) or {}
-        base = f"{parent.route}/{execution.get('turn')}/{execution.get('call_id')}/{spec.id}"
-    else:
-        base = spec.id
-    route = book.claim(base)
+    route = scope.route  # unique in the run tree (``invocation_route``)
     definition = durable.definition()
     digest = input_digest(ctx.options)
     saved = book.document["agents"].get(route)
@@ -396,7 +380,7 @@ async def run_durable(
             raise TubelessError(
                 str(failure["code"]),
                 f"{failure['message']} (saved by an earlier run of checkpoint {session.key!r}; "
-                "restart it to run again)",
+                "--restart runs it again, restart=True in Python)",
             )
         scope.budget.calls = entry["budget"]["calls"]
         scope.budget.decisions = entry["budget"]["decisions"]

@@ -4,7 +4,8 @@ A saved entry must be well formed and must have been saved by the same definitio
 ``implementation_version``, limits, tools (each tool's input schema and pipeline), result
 schema, delegation depth and input, and, for tools a server supplies (MCP), the same tools as
 that server described them (name, description, input schema); otherwise
-``TUBELESS_AGENT_CHECKPOINT_MISMATCH`` says what changed.
+``TUBELESS_AGENT_CHECKPOINT_MISMATCH`` says what changed (part by part, ``_changes``, for an
+entry saved with its parts) and how to start over (``--restart``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
+from tubeless.agent._changes import changed_parts, definition_parts, said
 from tubeless.errors import CHECKPOINT_INVALID, CHECKPOINT_MISMATCH, CheckpointError
 from tubeless.frozen import FreezeError, canonical_json, freeze
 from tubeless.pipeline import Pipeline
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from tubeless.agent._turn import TurnSpec
 
 __all__ = [
+    "RESTART",
     "DurableAgent",
     "check_saved",
     "checked_servers",
@@ -33,10 +36,15 @@ __all__ = [
 ]
 
 
+#: How a refused checkpoint ends: the way to start the key over, on the command line and in
+#: Python.
+RESTART = "start it over with --restart (restart=True in Python), or use another key"
+
+
 class DurableAgent:
     """What a checkpoint of one agent definition is compared with (computed once)."""
 
-    __slots__ = ("_definition", "implementation_version", "pipeline", "spec")
+    __slots__ = ("_definition", "_parts", "implementation_version", "pipeline", "spec")
 
     def __init__(self, spec: TurnSpec, implementation_version: str | None) -> None:
         self.spec = spec
@@ -44,6 +52,7 @@ class DurableAgent:
         self.pipeline: Pipeline | None = None
         """The agent's pipeline (set once ``define_agent`` built it)."""
         self._definition: dict[str, Any] | None = None
+        self._parts: dict[str, Any] | None = None
 
     def definition(self) -> dict[str, Any]:
         if self._definition is None:
@@ -61,8 +70,16 @@ class DurableAgent:
                     for name, entry in spec.registry.items()
                 },
                 "result": descriptor_fingerprint(spec.result_json_schema),
+                "parts": self.parts(),
             }
         return self._definition
+
+    def parts(self) -> dict[str, Any]:
+        """The definition's parts (``_changes``), which checkpoints and cassettes keep."""
+        if self._parts is None:
+            assert self.pipeline is not None
+            self._parts = definition_parts(self.pipeline)
+        return self._parts
 
 
 def input_digest(value: Any) -> str | None:
@@ -78,7 +95,21 @@ def input_digest(value: Any) -> str | None:
 
 
 def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
-    """What differs between a saved definition and the current one, said for people."""
+    """What differs between a saved definition and the current one, said for people: part by
+    part when the entry kept its parts, else the first difference its identity shows."""
+    first = _first_change(saved, now)
+    if first is None:
+        return None
+    parts = saved.get("parts")
+    if isinstance(parts, Mapping):
+        changes = changed_parts(parts, now["parts"])
+        if changes:
+            return said(changes)
+    return first
+
+
+def _first_change(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """The first difference a saved identity shows (entries saved without their parts)."""
     if saved.get("implementationVersion") != now["implementationVersion"]:
         return (
             f"implementation_version changed ({saved.get('implementationVersion')!r} -> "
@@ -163,7 +194,7 @@ def checked_servers(
         raise CheckpointError(
             CHECKPOINT_MISMATCH,
             f"Checkpoint {key!r} was saved by a different definition of agent {route!r}: "
-            f"{what}; restart the key to start over, or use another key",
+            f"{what}; {RESTART}",
         )
     return dict(definition)
 
@@ -211,6 +242,6 @@ def check_saved(
         raise CheckpointError(
             CHECKPOINT_MISMATCH,
             f"Checkpoint {key!r} was saved by a different definition of agent {route!r}: "
-            f"{what}; restart the key to start over, or use another key",
+            f"{what}; {RESTART}",
         )
     return saved  # type: ignore[no-any-return]  # checked above

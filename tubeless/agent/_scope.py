@@ -9,14 +9,25 @@ in between, so concurrent siblings cannot both pass a check meant for one. Nothi
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
+from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Literal
+from typing import Any, Literal
 
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.pipeline import CancelToken, RunCancelledError
+from tubeless.pipeline._execute import TREE_SLOT
 
-__all__ = ["ROOT_BUDGETS", "SCOPE_SLOT", "Budget", "PermitPool", "Scope"]
+__all__ = [
+    "ROOT_BUDGETS",
+    "SCOPE_SLOT",
+    "Budget",
+    "PermitPool",
+    "Routes",
+    "Scope",
+    "invocation_route",
+]
 
 #: The run-environment slot that carries the innermost agent scope down a run tree.
 SCOPE_SLOT = "tubeless.agent.scope"
@@ -25,6 +36,51 @@ SCOPE_SLOT = "tubeless.agent.scope"
 ROOT_BUDGETS: ContextVar[list[Budget] | None] = ContextVar(
     "tubeless.agent.root_budgets", default=None
 )
+
+
+class Routes:
+    """The routes handed out in one run tree: a route seen again gets ``#2``, ``#3``... in
+    start order, so every agent invocation of the tree has its own."""
+
+    __slots__ = ("_lock", "_taken")
+
+    def __init__(self) -> None:
+        self._taken: set[str] = set()
+        self._lock = threading.Lock()  # runs on other threads' loops may share a tree
+
+    def claim(self, base: str) -> str:
+        """``base``, or ``base#n`` for the first ``n`` not handed out yet."""
+        with self._lock:
+            route, n = base, 1
+            while route in self._taken:
+                n += 1
+                route = f"{base}#{n}"
+            self._taken.add(route)
+        return route
+
+
+#: Where a run tree keeps its :class:`Routes` (in the tree's shared dict, ``TREE_SLOT``).
+_ROUTES = "tubeless.agent.routes"
+
+
+def invocation_route(
+    slots: Mapping[str, Any], parent: Scope | None, agent_id: str, below: Mapping[str, Any]
+) -> tuple[str, str]:
+    """The route of an agent invocation, computed once and used for its checkpoint entry, its
+    approval requests, its cassette tape and its children's routes; and its last segment.
+
+    The root of a delegation tree is named by its agent id; a child started by a call is
+    ``<parent route>/<turn>/<call id>/<agent id>`` (``below`` is the call's execution). A route
+    the tree handed out already gets ``#n``: a pipeline that runs one agent twice, or a call
+    whose pipeline does, has two invocations, each with its own entry and approvals.
+    """
+    prefix = "" if parent is None else f"{parent.route}/{below.get('turn')}/{below.get('call_id')}/"
+    tree = slots.get(TREE_SLOT)
+    if tree is None:  # a run started without run_root (no tree to be unique in)
+        return prefix + agent_id, agent_id
+    routes: Routes = tree.setdefault(_ROUTES, Routes())  # atomic for a dict and a str key
+    route = routes.claim(prefix + agent_id)
+    return route, route[len(prefix) :]
 
 
 class Budget:
@@ -132,8 +188,8 @@ class Scope:
     def __init__(self, budget: Budget, parent: Scope | None, route: str = "") -> None:
         self.budget = budget
         self.route = route
-        """Where this invocation stands in the tree: the root agent's id, then, per delegation,
-        ``/<turn>/<call id>/<agent id>`` (approvals, checkpoints and cassettes use it)."""
+        """Where this invocation stands in the tree (:func:`invocation_route`): approvals,
+        checkpoints and cassettes name it by this."""
         self.chain: tuple[Budget, ...] = (budget,) if parent is None else (*parent.chain, budget)
         self.pool: PermitPool = PermitPool() if parent is None else parent.pool
 

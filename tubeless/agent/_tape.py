@@ -9,9 +9,11 @@ state) and ``finished`` / ``failed`` (how the invocation ended). Without a casse
 A cassette is active while :func:`recording` or :func:`replaying` is (``tubeless.testing.record``
 and ``replay``, ``run --record`` and ``--replay``): a context variable the outermost agent
 invocation reads; agents below a call (child agents run as tools) get their tape through the
-run tree's :data:`TAPE_SLOT`. Routes name invocations: the top-level agent's id, then
-``<parent route>/<turn>/<call id>/<agent id>`` below a call; a route seen again in the same
-cassette gets ``#2``, ``#3``... in start order.
+run tree's :data:`TAPE_SLOT`. A tape is named by its invocation's route
+(``_scope.invocation_route``: the agent's id, ``<parent route>/<turn>/<call id>/<agent id>``
+below a call, ``#n`` for a repeat in the run), so checkpoints, approvals and cassettes name one
+invocation alike. One cassette may record several runs: a top-level route it holds already (a
+second run) gets the agent's next free ``#n``, and the routes below it follow.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tubeless.agent._cassette import (
     read_cassette,
     shown_value,
 )
+from tubeless.agent._changes import changed_parts, said
 from tubeless.agent._decisions import Continue, Finish
 from tubeless.errors import (
     CASSETTE_INVALID,
@@ -107,17 +110,22 @@ class _Position:
 def open_tape(
     slot: Tape | _Position | None,
     agent_id: str,
-    identity: Callable[[], DefinitionIdentity],
+    route: str,
+    leaf: str,
+    definition: Callable[[], tuple[DefinitionIdentity, dict[str, Any]]],
     agent_input: Any,
 ) -> Tape:
-    """The tape of an agent invocation; ``slot`` is :data:`TAPE_SLOT` of its run."""
+    """The tape of the invocation ``route`` of agent ``agent_id`` (``leaf``: the route's last
+    segment, the agent id with its ``#n``); ``slot`` is :data:`TAPE_SLOT` of its run;
+    ``definition()`` gives the agent's identity and parts (``_changes``)."""
     if slot is None:
         session = _active.get()
         if session is None:
             return NO_TAPE
-        return session.open(agent_id, identity(), agent_input)
+        identity, parts = definition()
+        return session.open(route, agent_id, identity, parts, agent_input)
     if isinstance(slot, _Position):
-        return slot.session.tape(f"{slot.prefix}/{agent_id}")
+        return slot.session.tape(f"{slot.prefix}/{leaf}")
     return slot  # the null tape (no cassette), or an agent nested without a call between
 
 
@@ -125,16 +133,29 @@ class _Session:
     """One active cassette: routes handed out so far, and the tapes' common machinery."""
 
     def __init__(self) -> None:
-        self._routes: dict[str, int] = {}
+        self._routes: set[str] = set()
         self._lock = threading.Lock()  # runs on other threads' loops may share a cassette
 
-    def route(self, base: str) -> str:
+    def route(self, route: str, agent_id: str | None = None) -> str:
+        """``route`` when the cassette holds no tape of it yet; else (a later run recorded in
+        the same cassette) ``agent_id#n`` for the first free ``n``."""
         with self._lock:
-            seen = self._routes.get(base, 0) + 1
-            self._routes[base] = seen
-        return base if seen == 1 else f"{base}#{seen}"
+            if route in self._routes and agent_id is not None:
+                route, n = agent_id, 1
+                while route in self._routes:
+                    n += 1
+                    route = f"{agent_id}#{n}"
+            self._routes.add(route)
+        return route
 
-    def open(self, agent_id: str, identity: DefinitionIdentity, agent_input: Any) -> Tape:
+    def open(
+        self,
+        route: str,
+        agent_id: str,
+        identity: DefinitionIdentity,
+        parts: dict[str, Any],
+        agent_input: Any,
+    ) -> Tape:
         raise NotImplementedError
 
     def tape(self, base: str) -> Tape:
@@ -154,14 +175,22 @@ class Recording(_Session):
         self._writer = CassetteWriter(path)
         self.path = self._writer.path
 
-    def open(self, agent_id: str, identity: DefinitionIdentity, agent_input: Any) -> Tape:
-        route = self.route(agent_id)
+    def open(
+        self,
+        route: str,
+        agent_id: str,
+        identity: DefinitionIdentity,
+        parts: dict[str, Any],
+        agent_input: Any,
+    ) -> Tape:
+        route = self.route(route, agent_id)
         self.write(
             {
                 "kind": "header",
                 "format": FORMAT,
                 "route": route,
                 "definition": identity.to_wire(),
+                "parts": parts,
                 "implementation_version": identity.implementation_version,
                 "input_digest": self.data(lambda: digest(agent_input), route, "the input"),
                 "tubeless_version": __version__,
@@ -266,13 +295,23 @@ class Replaying(_Session):
         self.differences: list[str] = []
         self.divergence: ReplayDivergedError | None = None
 
-    def open(self, agent_id: str, identity: DefinitionIdentity, agent_input: Any) -> Tape:
-        route = self.route(agent_id)
+    def open(
+        self,
+        route: str,
+        agent_id: str,
+        identity: DefinitionIdentity,
+        parts: dict[str, Any],
+        agent_input: Any,
+    ) -> Tape:
+        route = self.route(route, agent_id)
         header = self.cassette.headers.get(route)
         if header is None:
             held = ", ".join(repr(r) for r in self.cassette.headers) or "none"
             raise self._mismatch(f"no recording of agent {route!r} (it holds {held})")
         changed = _changed(header.get("definition"), identity.to_wire())
+        recorded_parts = header.get("parts")
+        if changed and isinstance(recorded_parts, dict):  # a cassette that kept the parts
+            changed = said(changed_parts(recorded_parts, parts)) or changed
         if changed:
             text = f"agent {route!r} was recorded for another definition: {changed}"
             if not self.allow_changed_definition:

@@ -6,7 +6,13 @@ import threading
 import time
 from collections.abc import Sequence
 
-from tubeless.durable._store import LeaseBase, StoredCheckpoint, check_key
+from tubeless.durable._store import (
+    LeaseBase,
+    LeaseHolder,
+    StoredCheckpoint,
+    check_key,
+    this_holder,
+)
 from tubeless.errors import CHECKPOINT_LOCKED, CheckpointError
 
 __all__ = ["MemoryCheckpoints"]
@@ -31,6 +37,11 @@ class MemoryCheckpoints:
     def list(self) -> Sequence[StoredCheckpoint]:
         with self._lock:
             return [self._documents[key] for key in sorted(self._documents)]
+
+    def holder(self, key: str) -> LeaseHolder | None:
+        """This process while a lease on ``key`` is open, else ``None``."""
+        with self._lock:
+            return this_holder() if key in self._held else None
 
     def delete(self, key: str) -> bool:
         with self.acquire(key), self._lock:

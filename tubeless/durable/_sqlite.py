@@ -3,13 +3,18 @@
 The file is created 0600 and must stay private (one hard link, no group or other access); it
 runs in WAL mode with ``synchronous=FULL``, so a write has reached the disk when it returns.
 Leases are ``flock`` locks on one file per key in ``<path>.leases/``: the kernel drops them
-when the process dies, so a killed run's key can be resumed at once.
+when the process dies, so a killed run's key can be resumed at once. The holder writes its pid
+and host into the lock file (``{"pid": N, "host": "H"}``), so :meth:`SqliteCheckpoints.holder`
+can say who holds a key: it probes the lock without waiting, and trusts the file's words only
+while the lock is held (a killed holder leaves them behind, unlocked).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import sqlite3
 import stat
@@ -18,7 +23,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tubeless.durable._store import LeaseBase, StoredCheckpoint, check_key
+from tubeless.durable._store import (
+    LeaseBase,
+    LeaseHolder,
+    StoredCheckpoint,
+    check_key,
+    this_holder,
+)
 from tubeless.errors import CHECKPOINT_INVALID, CHECKPOINT_LOCKED, CheckpointError
 
 __all__ = ["SqliteCheckpoints"]
@@ -34,6 +45,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     updated_at_ms INTEGER NOT NULL
 ) WITHOUT ROWID
 """
+#: How often ``acquire`` tries again when the lock is taken but names no holder: a
+#: ``checkpoints list`` probing it holds it for an instant (a real holder names itself at once).
+_PROBED_RETRIES = 20
+_PROBED_WAIT_S = 0.005
+_HOLDER_BYTES = 4096
+
 _UPSERT = (
     "INSERT INTO checkpoints (key, document, updated_at_ms) VALUES (?, ?, ?) "
     "ON CONFLICT(key) DO UPDATE SET document = excluded.document, "
@@ -111,20 +128,49 @@ class SqliteCheckpoints:
             raise _invalid(self.path, f"unsupported checkpoint file version {version}")
 
     # -- the protocol ----------------------------------------------------------------------------
+    def _lock_file(self, key: str) -> Path:
+        name = hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+        return self._leases / f"{name}.lock"
+
     def acquire(self, key: str) -> LeaseBase:
         check_key(key)
-        name = hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
-        fd = os.open(self._leases / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise CheckpointError(
-                CHECKPOINT_LOCKED,
-                f"Checkpoint key {key!r} is in use by another run (in {self.path}); wait for it "
-                "to finish, or stop it",
-            ) from None
+        fd = os.open(self._lock_file(key), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        for attempt in range(_PROBED_RETRIES):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                if holder is not None or attempt + 1 == _PROBED_RETRIES:
+                    os.close(fd)
+                    held = f", {holder}" if holder is not None else ""
+                    raise CheckpointError(
+                        CHECKPOINT_LOCKED,
+                        f"Checkpoint key {key!r} is in use by another run (in {self.path}{held}); "
+                        "wait for it to finish, or stop it",
+                    ) from None
+                time.sleep(_PROBED_WAIT_S)  # probed, or its holder has not named itself yet
+        with contextlib.suppress(OSError):  # the lock is what counts; its holder is only shown
+            me = this_holder()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": me.pid, "host": me.host}).encode("utf-8"), 0)
         return LeaseBase(self, key, fd)
+
+    def holder(self, key: str) -> LeaseHolder | None:
+        """Who holds ``key``'s lease now (``None``: nobody), probed without waiting."""
+        try:
+            fd = os.open(self._lock_file(key), os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None  # never leased by this file's runs
+        try:
+            try:
+                # A shared lock conflicts with a holder's exclusive one, and is let go at once.
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _read_holder(fd) or LeaseHolder(pid=None, host=None)
+            return None
+        finally:
+            os.close(fd)  # releases the probe's shared lock
 
     def list(self) -> Sequence[StoredCheckpoint]:
         rows = self._query("SELECT key, document, updated_at_ms FROM checkpoints ORDER BY key", ())
@@ -155,6 +201,8 @@ class SqliteCheckpoints:
 
     def _release(self, key: str, token: object) -> None:
         assert isinstance(token, int)
+        with contextlib.suppress(OSError):
+            os.ftruncate(token, 0)  # no holder named once it is let go
         os.close(token)  # closing the descriptor releases the flock
 
     def _write(self, key: str, document: str) -> None:
@@ -168,3 +216,17 @@ class SqliteCheckpoints:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise _invalid(self.path, f"cannot write the checkpoint ({exc})") from None
+
+
+def _read_holder(fd: int) -> LeaseHolder | None:
+    """The holder a lock file names, if it names one."""
+    try:
+        found = json.loads(os.pread(fd, _HOLDER_BYTES, 0) or b"null")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict):
+        return None
+    pid, host = found.get("pid"), found.get("host")
+    return LeaseHolder(
+        pid=pid if type(pid) is int else None, host=host if isinstance(host, str) else None
+    )

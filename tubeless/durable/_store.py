@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self, runtime_checkable
@@ -13,8 +15,11 @@ __all__ = [
     "CheckpointStore",
     "Lease",
     "LeaseBase",
+    "LeaseHolder",
     "StoredCheckpoint",
     "check_key",
+    "holder_of",
+    "this_holder",
 ]
 
 #: The longest key a store accepts (DESIGN.md §11).
@@ -29,6 +34,40 @@ class StoredCheckpoint:
     document: str
     updated_at_ms: int
     """When the document was last written (milliseconds since the epoch)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaseHolder:
+    """Who holds a key's lease now: a process, by id and host (``None`` when it did not say)."""
+
+    pid: int | None
+    host: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"pid": self.pid, "host": self.host}
+
+    def __str__(self) -> str:
+        if self.pid is None:
+            return "held by a process that did not say which"
+        return f"held by pid {self.pid} on {self.host or 'an unknown host'}"
+
+
+def this_holder() -> LeaseHolder:
+    """This process, as a lease holder."""
+    return LeaseHolder(pid=os.getpid(), host=socket.gethostname())
+
+
+def holder_of(store: object, key: str) -> tuple[bool, LeaseHolder | None]:
+    """Whether ``store`` can tell who holds ``key`` now, and who does (``None``: nobody).
+
+    A store may offer ``holder(key)`` (the SQLite and memory stores do); for one that does not,
+    a run that stopped cannot be told from a live one.
+    """
+    probe = getattr(store, "holder", None)
+    if not callable(probe):
+        return False, None
+    found = probe(key)
+    return True, found if isinstance(found, LeaseHolder) else None
 
 
 @runtime_checkable

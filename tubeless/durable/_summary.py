@@ -12,7 +12,7 @@ from typing import Any
 
 from tubeless.durable._decide import pending_of
 from tubeless.durable._session import decode
-from tubeless.durable._store import StoredCheckpoint
+from tubeless.durable._store import StoredCheckpoint, holder_of
 
 __all__ = ["describe", "summary"]
 
@@ -34,23 +34,35 @@ def _calls(entry: Mapping[str, Any]) -> int:
     return calls if isinstance(calls, int) else 0
 
 
-def summary(stored: StoredCheckpoint) -> dict[str, Any]:
-    """``{key, entry, status, turn, calls, pending, updated_at_ms}`` of one stored checkpoint
-    (``pending``: the call ids waiting for approval)."""
+def summary(stored: StoredCheckpoint, store: object = None) -> dict[str, Any]:
+    """``{key, entry, status, turn, calls, pending, updated_at_ms, held_by, interrupted}`` of
+    one stored checkpoint.
+
+    ``pending``: the call ids waiting for approval. ``held_by``: ``{pid, host}`` of the run
+    that holds the key now, or ``None``. ``interrupted``: the document says ``running`` but no
+    run holds the key (its run died: the same command resumes it); only known when ``store``
+    can say who holds a key.
+    """
     document = decode(stored.document, f"checkpoint {stored.key!r}")
     root = _root(document)
+    status = document.get("status", "running")
+    known, holder = holder_of(store, stored.key) if store is not None else (False, None)
     return {
         "key": stored.key,
         "entry": document.get("entry"),
-        "status": document.get("status", "running"),
+        "status": status,
         "turn": root.get("turn", 0),
         "calls": _calls(root),
         "pending": [str(p.get("call_id")) for p in pending_of(document)],
         "updated_at_ms": stored.updated_at_ms,
+        "held_by": None if holder is None else holder.to_dict(),
+        "interrupted": known and holder is None and status == "running",
     }
 
 
-def describe(stored: StoredCheckpoint, *, values: bool = False) -> dict[str, Any]:
+def describe(
+    stored: StoredCheckpoint, *, values: bool = False, store: object = None
+) -> dict[str, Any]:
     """The summary, every agent's entry and the requests waiting for approval (``pending``);
     with ``values``, state, inputs and outcomes too."""
     document = decode(stored.document, f"checkpoint {stored.key!r}")
@@ -91,4 +103,4 @@ def describe(stored: StoredCheckpoint, *, values: bool = False) -> dict[str, Any
         agents.append(shown)
     fields = ("route", "turn", "call_id", "tool", "digest") + (("input",) if values else ())
     pending = [{k: p.get(k) for k in fields} for p in pending_of(document)]
-    return {**summary(stored), "agents": agents, "pending": pending}
+    return {**summary(stored, store), "agents": agents, "pending": pending}

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPROVER_SLOT",
     "DEFAULT_CONTROLS",
+    "TREE_SLOT",
     "UNVALIDATED",
     "Controls",
     "Run",
@@ -42,6 +43,9 @@ __all__ = [
 
 #: The slot carrying ``run(approver=...)`` down the run tree; only the agent harness reads it.
 APPROVER_SLOT = "tubeless.approver"
+#: The slot carrying a dict shared by every run of one run tree, where upper layers keep what
+#: must be unique across the tree (the agent harness: the route of each agent invocation).
+TREE_SLOT = "tubeless.tree"
 
 _PUBLISHED = frozenset({"completed", "policy"})
 _GATE_FAILED = frozenset({"failed", "cancelled"})
@@ -95,11 +99,11 @@ async def run_root(
     else:
         sinks = list(trace)
     fanout = TraceFanout(sinks) if sinks else None
-    slots: dict[str, Any] | None = None
+    slots: dict[str, Any] = {TREE_SLOT: {}}
     if approver is not None:
-        slots = {APPROVER_SLOT: approver}
+        slots[APPROVER_SLOT] = approver
     if session is not None:
-        slots = {**(slots or {}), SESSION_SLOT: session}
+        slots[SESSION_SLOT] = session
     env = RunEnvironment(fanout, slots, correlation_id=correlation_id)
     try:
         return await execute(
