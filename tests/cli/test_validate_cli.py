@@ -265,7 +265,7 @@ def test_a_named_file_that_does_not_look_like_a_project_is_skipped_with_a_note(
     """The folder rule applies to named files too (more cases in test_validate_files.py)."""
     ci = write(tmp_path / "ci.yml", "on: push\n")
     assert invoke("--allow-empty", ci) == Outcome(
-        0, "", f"skipped: {ci}: not a project file (no top-level version: and project:)\n"
+        0, "", f"skipped: {ci}: not a project file (no top-level project key)\n"
     )
 
 

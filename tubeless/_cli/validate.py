@@ -6,10 +6,12 @@ project, so the command is safe on untrusted pull requests. ``--resolve`` goes t
 :func:`tubeless.project.load_project` instead, which also imports every reference and compiles
 the agents and pipelines.
 
-What a project file is has one rule, for folders, named files and the pre-commit hook alike: a
-``.yaml`` / ``.yml`` file whose top level has both ``version:`` and ``project:`` keys (a text
-sniff, :func:`_looks_like_project`). A named file that does not follow it is skipped with a note;
-a run that finds no project file at all exits 2 unless ``--allow-empty`` is given.
+What a project file is has one rule, for folders, named files and the pre-commit hook alike
+(:mod:`tubeless.project._files`): a ``.yaml`` / ``.yml`` file whose top level has any project key,
+or whose ``yaml-language-server`` header names the project schema, and that is not an eval cases
+file; so a project with a misspelt key is checked, never passed over. A named file that does not
+follow it is skipped with a note; a run that finds no project file at all exits 2 unless
+``--allow-empty`` is given.
 
 Every file is checked, whatever the earlier ones gave; the exit code comes from
 :func:`tubeless._cli._exit.exit_code_for` (the ``validate`` column of DESIGN.md §6), and a file
@@ -25,8 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -46,20 +47,6 @@ __all__ = ["validate"]
 
 Format = Literal["text", "json", "github"]
 
-#: How much of a file is read to decide whether a YAML file found in a directory is a project
-#: (a project is at most 1 MiB; see ``tubeless.project._yaml.MAX_BYTES``).
-_SNIFF_BYTES: Final = 1024 * 1024 + 1
-_SUFFIXES: Final = (".yaml", ".yml")
-#: The rule, as the "no project files" error states it.
-_RULE: Final = "a project file is a .yaml/.yml file whose top level has version: and project:"
-
-
-def _top_level_key(name: str) -> re.Pattern[str]:
-    """A block-style mapping key at the start of a line (column 1 means the top level)."""
-    return re.compile(rf"^(?P<q>[\"']?){name}(?P=q)[ \t]*:(?:[ \t]|$)", re.MULTILINE)
-
-
-_PROJECT_KEYS: Final = (_top_level_key("version"), _top_level_key("project"))
 #: C0 and C1 controls, DEL, the bidi controls that can reorder what a terminal shows, and lone
 #: surrogates (a ``"\udcff"`` key, or a file name that is not UTF-8), which no output can encode.
 _UNPRINTABLE: Final = re.compile(
@@ -134,11 +121,13 @@ def validate(
     Without --resolve nothing is imported or run from the projects, so this is safe on
     untrusted pull requests.
 
-    A project file is a *.yaml or *.yml file whose top level has both a version: and a project:
-    key at the start of a line. A DIR is searched recursively for them (hidden folders such as
-    .git are skipped; other YAML files, such as CI configs, are passed over) and they are checked
-    in sorted order. A FILE that is not a project file is skipped with a note on stderr; a FILE
-    that does not exist is an error.
+    A project file is a *.yaml or *.yml file whose top level has a project key (version: 1,
+    project:, agents:, pipelines:, python_path:, mcp_servers:, allow_modules:) at the start of a
+    line, or whose yaml-language-server header names the project schema; eval cases files (cases:
+    or entry: and no project-only key) are not. A DIR is searched recursively for them (hidden
+    folders such as .git are skipped; other YAML files, such as CI configs, are passed over) and
+    they are checked in sorted order. A FILE that is not a project file is skipped with a note
+    on stderr; a FILE that does not exist is an error.
 
     Exit status: 0 when every file is valid, 4 when a file is invalid, 2 when a file is missing
     or unreadable (this outranks 4) or when no project file is found at all (unless
@@ -166,11 +155,13 @@ def validate(
 def _files(paths: Sequence[str]) -> tuple[list[str], list[str]]:
     """The files to check, in argument order (each directory's in sorted order), once each; and
     the directories in which none was found."""
+    from tubeless.project._files import projects_in
+
     found: dict[str, None] = {}
     empty_folders: list[str] = []
     for path in paths:
         if os.path.isdir(path):
-            projects = list(_projects_in(path))
+            projects = list(projects_in(path))
             if not projects:
                 empty_folders.append(path)
             found.update(dict.fromkeys(projects))
@@ -185,48 +176,15 @@ def _named_file_is_checked(path: str) -> bool:
     Anything that is not a regular file (missing, a special file) is left to the check, which
     reports it; so is a file that cannot be read.
     """
+    from tubeless.project._files import not_a_project
+
     if not os.path.isfile(path):
         return True
-    if not path.endswith(_SUFFIXES):
-        reason = "not a .yaml/.yml file"
-    elif not _looks_like_project(path):
-        reason = "no top-level version: and project:"
-    else:
+    reason = not_a_project(path)
+    if reason is None:
         return True
     click.echo(_printable(f"skipped: {path}: not a project file ({reason})"), err=True)
     return False
-
-
-def _projects_in(folder: str) -> Iterator[str]:
-    candidates: list[str] = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [name for name in dirs if not name.startswith(".")]
-        candidates.extend(os.path.join(root, name) for name in files if name.endswith(_SUFFIXES))
-    for path in sorted(candidates):
-        if _looks_like_project(path):
-            yield path
-
-
-def _looks_like_project(path: str) -> bool:
-    """Whether a regular YAML file has top-level ``version:`` and ``project:`` keys (a plain
-    text scan: nothing is parsed, so a project with a syntax error is still found and reported).
-
-    Named pipes, devices and sockets found in a folder are skipped: reading one could block or
-    never end (a file named on the command line is refused instead, by the loader).
-    """
-    try:
-        # O_NONBLOCK: opening a named pipe must not wait for a writer.
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return True  # let the check report why it cannot be read
-    with open(descriptor, "rb", closefd=True) as stream:
-        try:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-                return False
-            text = stream.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
-        except OSError:
-            return True
-    return all(key.search(text) for key in _PROJECT_KEYS)
 
 
 # -- checking -----------------------------------------------------------------------------------
@@ -285,8 +243,10 @@ def _definition_problems(
 # -- reporting ----------------------------------------------------------------------------------
 def _report_nothing_found(paths: Sequence[str], output_format: Format) -> None:
     """The error for a run whose paths hold no project file (each format stays well formed)."""
+    from tubeless.project._files import RULE
+
     message = _printable(
-        f"{', '.join(paths)}: no project files found ({_RULE}); pass --allow-empty to accept this"
+        f"{', '.join(paths)}: no project files found ({RULE}); pass --allow-empty to accept this"
     )
     if output_format == "json":
         click.echo(json.dumps({"ok": False, "files": []}, indent=2))
