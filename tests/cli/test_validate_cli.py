@@ -465,6 +465,47 @@ def test_an_agent_definition_error_exits_4_under_resolve_without_a_traceback(
     assert "Traceback" not in outcome.err
 
 
+def test_python_path_folders_are_checked_without_resolve_and_without_importing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28, item 14: a missing folder, a file, and a folder shadowing the standard library
+    are found by plain validate (a look at the file system, no import), as run finds them."""
+    write(tmp_path / "lib" / "json.py", "raise SystemExit('imported')\n")
+    write(tmp_path / "notes.txt", "not a folder\n")
+    project = write(
+        tmp_path / "project.yaml", VALID.replace("[REPO]", "[REPO, nosuch, notes.txt, lib]")
+    )
+    column = len("python_path: [REPO, ".replace("REPO", str(ROOT))) + 1
+    problems = [
+        (column, 1, "python_path folder nosuch does not exist"),
+        (column + 8, 2, "python_path folder notes.txt is not a folder"),
+        (
+            column + 19,
+            3,
+            "lib/json.py shadows the standard library module 'json' (imports of 'json' get "
+            "this file); rename it",
+        ),
+    ]
+    expected = "".join(
+        f"error: {project}:3:{col} /python_path/{index}: {message}\n"
+        for col, index, message in problems
+    )
+
+    assert invoke(project) == Outcome(4, "", expected)
+    assert not [
+        name
+        for name, module in sys.modules.items()
+        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path))
+    ]
+    assert invoke("--resolve", project) == Outcome(4, "", expected)
+    assert tubeless_process("validate", project) == Outcome(4, "", expected)
+    assert [
+        error["code"] for error in json.loads(invoke("--json", project).out)["files"][0]["errors"]
+    ] == ["TUBELESS_REFERENCE_INVALID"] * 3
+    assert main(["run", str(project)]) == 2  # DESIGN.md §6: a reference problem under run
+    assert capsys.readouterr().err == expected
+
+
 # -- validate imports nothing -------------------------------------------------------------------
 @pytest.fixture
 def trap(tmp_path: Path) -> Iterator[Path]:

@@ -31,9 +31,12 @@ from tubeless.errors import (
     DOCUMENT_INVALID,
     REFERENCE_INVALID,
     TEMPLATE_INVALID,
+    AgentDefinitionError,
     DocumentError,
+    PipelineDefinitionError,
     ReferenceResolutionError,
     TemplateError,
+    is_definition_code,
 )
 from tubeless.project import check_project, load_project
 from tubeless.testing import finish, scripted
@@ -42,18 +45,29 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "projects").glob("*.yaml"))
 HANG_GUARD = 30  # seconds; hang guards only, never timing assertions (DESIGN.md §9)
 MEMORY_BOUND = 20 * 1024 * 1024
-LOCATED = (DocumentError, TemplateError, ReferenceResolutionError)
+# check_project also finds step-graph problems (a mutation can make a dependency cycle).
+LOCATED = (
+    DocumentError,
+    TemplateError,
+    ReferenceResolutionError,
+    PipelineDefinitionError,
+    AgentDefinitionError,
+)
 CODES = {DOCUMENT_INVALID, TEMPLATE_INVALID, REFERENCE_INVALID}
+
+
+def known_code(code: str) -> bool:
+    return code in CODES or is_definition_code(code)
 
 
 def assert_located(error: BaseException, path: Path, text_lines: int | None = None) -> None:
     """Every issue names the file, a line and column from 1 and a JSON pointer."""
     assert isinstance(error, LOCATED), repr(error)
-    assert error.code in CODES
+    assert known_code(error.code)
     assert error.issues, "a located error carries its issues"
     for issue in error.issues:
         assert issue.file == str(path)
-        assert issue.code in CODES
+        assert known_code(issue.code)
         assert issue.line >= 1 and issue.column >= 1, issue.format()
         if text_lines is not None:
             assert issue.line <= text_lines + 1, issue.format()
@@ -277,7 +291,7 @@ def test_a_mutated_project_is_valid_or_refused_with_located_issues(
     report = json.loads(out)
     assert report["ok"] is not refused
     for problem in report["files"][0]["errors"]:
-        assert problem["code"] in CODES
+        assert known_code(problem["code"])
         assert problem["line"] >= 1 and problem["column"] >= 1
     assert not (trap_folder / "IMPORTED").exists()
     assert not (trap_folder / "projects" / "MARKER").exists()
