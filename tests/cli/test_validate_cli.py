@@ -298,6 +298,30 @@ def test_usage_errors_exit_1(args: list[str], capsys: pytest.CaptureFixture[str]
     assert "Usage: tubeless validate [OPTIONS] FILE_OR_DIR..." in err
 
 
+def test_a_yaml_1_1_refusal_is_reported_with_the_file_s_other_problems(tmp_path: Path) -> None:
+    """Issue 28, item 15: `on:`, `yes` and `010` no longer hide the meta-schema's problems."""
+    bad = write(
+        tmp_path / "bad.yaml",
+        INVALID.replace("  helper:\n", "  helper:\n    name: yes\n").replace(
+            "{max_turns: 0}", "{max_turns: 0, max_calls: 010}"
+        )
+        + "    tools: {on: examples.text:count}\n",
+    )
+
+    outcome = invoke(bad)
+
+    assert (outcome.code, outcome.out) == (4, "")
+    assert [line.split(": ", 2)[1] for line in outcome.err.splitlines()] == [
+        f"{bad}:5:11 /agents/helper/name",
+        f"{bad}:10:25 /agents/helper/limits/max_turns",
+        f"{bad}:10:39 /agents/helper/limits/max_calls",
+        f"{bad}:11:5 /agents/helper/tool",
+        f"{bad}:12:13 /agents/helper/tools",
+    ]
+    assert "'yes' is a boolean in YAML 1.1" in outcome.err.splitlines()[0]
+    assert "found null" not in outcome.err
+
+
 # -- formats ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("flag", [["--json"], ["--format", "json"]], ids=["json", "format-json"])
 def test_json_output_is_one_object_with_every_file_and_every_error(

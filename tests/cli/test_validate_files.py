@@ -295,6 +295,42 @@ def test_github_annotations_keep_absolute_paths_outside_the_current_directory(
     assert annotated_files("../elsewhere/x.yaml") == ["../elsewhere/x.yaml"]
 
 
+def test_github_annotations_are_relative_to_github_workspace_when_it_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, item 15: a step with `working-directory: sub` still annotates the file of the
+    pull request (GitHub resolves `file=` against the workspace, not the step's folder)."""
+    workspace = tmp_path.resolve() / "workspace"
+    inside = write(workspace / "sub" / "projects" / "x.yaml", INVALID)
+    outside = write(tmp_path.resolve() / "elsewhere" / "y.yaml", INVALID)
+    monkeypatch.chdir(workspace / "sub")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(workspace))
+
+    assert annotated_files("projects/x.yaml") == ["sub/projects/x.yaml"]
+    assert annotated_files("./projects") == ["sub/projects/x.yaml"]
+    assert annotated_files(inside) == ["sub/projects/x.yaml"]
+    assert annotated_files(outside) == [str(outside)]
+    assert annotated_files("../../elsewhere/y.yaml") == ["../../elsewhere/y.yaml"]
+
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(workspace) + "/")
+    assert annotated_files("projects/x.yaml") == ["sub/projects/x.yaml"]
+    monkeypatch.setenv("GITHUB_WORKSPACE", "")  # unset in effect: the current directory
+    assert annotated_files("projects/x.yaml") == ["projects/x.yaml"]
+
+
+def test_github_workspace_through_a_symlink_still_finds_the_file_inside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = tmp_path.resolve() / "real"
+    write(real / "projects" / "x.yaml", INVALID)
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(real)
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path / "link"))
+
+    assert annotated_files("projects/x.yaml") == ["projects/x.yaml"]
+    assert annotated_files(tmp_path / "link" / "projects" / "x.yaml") == ["projects/x.yaml"]
+
+
 # -- a closed stdout ------------------------------------------------------------------------------
 #: Buffered streams, as users have them: with PYTHONUNBUFFERED a failed write leaves nothing
 #: behind for the interpreter's final flush, which would hide a second BrokenPipeError.

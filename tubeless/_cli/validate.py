@@ -313,25 +313,31 @@ def _annotation(file: str, problem: _Problem) -> str:
 
 def _repository_path(file: str) -> str:
     """``file`` as GitHub attaches annotations to it: normalised, without ``./``, and relative
-    to the current directory (the repository root in a workflow step) when it is inside it.
+    to the repository root when it is inside it.
 
-    An absolute path elsewhere, or a relative one that leaves the current directory, stays as it
-    is (normalised): GitHub shows it in the log without attaching it to a file.
+    The root is ``$GITHUB_WORKSPACE`` when it is set (a step with ``working-directory:`` runs
+    in a folder below it, and GitHub reads ``file=`` from the root), else the current directory.
+    A file outside the root stays as it was given (normalised): GitHub shows it in the log
+    without attaching it to a file.
     """
     path = os.path.normpath(file)
-    if not os.path.isabs(path):
+    root = os.environ.get("GITHUB_WORKSPACE") or None
+    if root is None and not os.path.isabs(path):
         return path
-    cwd = os.getcwd()
-    # getcwd() has its symlinks resolved: compare with the file's folder resolved too, but keep
-    # the file's own name (a symlinked project is annotated under the name it was given).
-    resolved = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-    for candidate in (path, resolved):
-        try:
-            relative = os.path.relpath(candidate, cwd)
-        except ValueError:  # another drive on Windows
-            continue
-        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
-            return relative
+    absolute = os.path.abspath(path)
+    # Symlinks: getcwd() has them resolved and the workspace may not; compare with the file's
+    # folder resolved too, but keep the file's own name (a symlinked project is annotated under
+    # the name it was given).
+    resolved = os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(path))
+    roots = [os.getcwd()] if root is None else [os.path.abspath(root), os.path.realpath(root)]
+    for base in roots:
+        for candidate in (absolute, resolved):
+            try:
+                relative = os.path.relpath(candidate, base)
+            except ValueError:  # another drive on Windows
+                continue
+            if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+                return relative
     return path
 
 

@@ -199,9 +199,10 @@ def check_project(path: str | os.PathLike[str]) -> CheckedProject:
         AgentDefinitionError: When the only problems are agents the harness would reject.
         OSError: When the file cannot be read.
     """
-    doc = load_document(path)
-    issues = check_schema(doc, metaschema.load())
-    _raise(issues)
+    # The loader's problems of single values (a YAML 1.1 form, a tag, ...) are reported with the
+    # meta-schema's, in one file order, rather than hiding them.
+    doc = load_document(path, keep_going=True)
+    _raise([*doc.issues, *check_schema(doc, metaschema.load())])
     try:
         spec = ProjectSpec.model_validate(doc.data)
     except pydantic.ValidationError as exc:

@@ -6,6 +6,14 @@ arbitrary Python objects: the text goes through PyYAML's safe parser and compose
 (:mod:`tubeless.project._yaml_events`, which enforces the bounds on the event stream before
 anything is built), and the node graph is converted by hand. Numbers are bounded before they
 are converted.
+
+Two kinds of problems: those that leave no document to check (a syntax error, a bound, not
+UTF-8, a top level that is not a mapping) are raised at once; those of single values and keys
+(a YAML 1.1 form, a tag, a duplicate or non-string key, a number too long) are collected while
+the rest of the document is read. ``load_document(..., keep_going=True)`` returns them with the
+document, and remembers which values and mappings they made unreadable, so that the meta-schema
+check reports every other problem of the file with them, in file order, without judging a value
+the loader already refused (DESIGN.md §5: all problems in file order).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from tubeless.project._issues import (
     join_pointer,
     position,
     raise_issues,
+    sort_issues,
 )
 from tubeless.project._yaml12 import Ambiguous, core_scalar
 from tubeless.project._yaml_events import (
@@ -137,6 +146,20 @@ class LoadedDocument:
     """Plain JSON-like data: dict, list, str, int, float, bool and None only."""
     source: SourceMap
     """Pointer → location, for reporting later problems at the right line."""
+    issues: tuple[DocumentIssue, ...] = ()
+    """The problems of values and keys the loader refused (``keep_going=True`` only)."""
+    unread_values: frozenset[str] = frozenset()
+    """Pointers of values the loader refused (``None`` stands in for a refused scalar)."""
+    unread_keys: frozenset[str] = frozenset()
+    """Pointers of mappings one of whose keys the loader refused (the entry is left out)."""
+
+    def was_refused(self, pointer: str) -> bool:
+        """Whether the value at ``pointer`` was refused by the loader, or is inside one that
+        was (a later check has nothing to say about it that the loader has not said)."""
+        return any(
+            pointer == refused or pointer.startswith(refused + "/")
+            for refused in self.unread_values
+        )
 
     def issue(
         self, pointer: str, message: str, code: str = DOCUMENT_INVALID, *, key: bool = False
@@ -148,11 +171,18 @@ class LoadedDocument:
         )
 
 
-def load_document(path: str | os.PathLike[str]) -> LoadedDocument:
+def load_document(path: str | os.PathLike[str], *, keep_going: bool = False) -> LoadedDocument:
     """Read and parse the project file at ``path`` (at most 1 MiB + 1 byte is ever read).
 
+    Args:
+        path: The file.
+        keep_going: Return the problems of single values and keys in
+            :attr:`LoadedDocument.issues` instead of raising them, so that a later check can
+            report its own problems with them.
+
     Raises:
-        DocumentError: With every problem found, located (``TUBELESS_DOCUMENT_INVALID``).
+        DocumentError: With every problem found, located (``TUBELESS_DOCUMENT_INVALID``); with
+            ``keep_going``, only for problems that leave no document to check.
         OSError: When the file is missing, unreadable, or not a regular file (a named pipe or
             a device would block or never end).
     """
@@ -167,7 +197,7 @@ def load_document(path: str | os.PathLike[str]) -> LoadedDocument:
         if status.st_size > MAX_BYTES:
             fail(file, 1, 1, "", _TOO_LARGE.format(f"{status.st_size:,} bytes"))
         data = stream.read(MAX_BYTES + 1)
-    return parse_document(data, file=file)
+    return parse_document(data, file=file, keep_going=keep_going)
 
 
 def _file_kind(mode: int) -> str:
@@ -181,11 +211,13 @@ def _file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a plain file")
 
 
-def parse_document(data: bytes | str, *, file: str) -> LoadedDocument:
+def parse_document(data: bytes | str, *, file: str, keep_going: bool = False) -> LoadedDocument:
     """Parse one project document from ``data``; ``file`` names it in messages.
 
     Raises:
-        DocumentError: With every problem found, located (``TUBELESS_DOCUMENT_INVALID``).
+        DocumentError: With every problem found, located (``TUBELESS_DOCUMENT_INVALID``); with
+            ``keep_going``, only for problems that leave no document to check (the others are
+            returned in :attr:`LoadedDocument.issues`).
     """
     text = _decode(data, file)
     bad = _NON_PRINTABLE.search(text)
@@ -206,10 +238,16 @@ def parse_document(data: bytes | str, *, file: str) -> LoadedDocument:
         fail(file, *_mark(root), "", _NOT_MAPPING.format(_kind(root)))
     converter = _Converter(file)
     value = converter.convert(root, "", report=True)
-    if converter.issues:
+    if converter.issues and not keep_going:
         raise_issues(converter.issues)
-    source = SourceMap(values=converter.values, keys=converter.keys)
-    return LoadedDocument(file=file, data=value, source=source)
+    return LoadedDocument(
+        file=file,
+        data=value,
+        source=SourceMap(values=converter.values, keys=converter.keys),
+        issues=tuple(sort_issues(converter.issues)),
+        unread_values=frozenset(converter.unread_values),
+        unread_keys=frozenset(converter.unread_keys),
+    )
 
 
 def _decode(data: bytes | str, file: str) -> str:
@@ -259,6 +297,9 @@ class _Converter:
         self.issues: list[DocumentIssue] = []
         self.values: dict[str, tuple[int, int]] = {}
         self.keys: dict[str, tuple[int, int]] = {}
+        # Recorded for every use of an aliased node, reported or not: each use is unreadable.
+        self.unread_values: set[str] = set()
+        self.unread_keys: set[str] = set()
         self._seen: set[int] = set()
         self._constructor = SafeConstructor()
 
@@ -268,11 +309,11 @@ class _Converter:
         self.values.setdefault(pointer, _mark(node))
         if isinstance(node, MappingNode):
             if node.tag != _MAP:
-                self._bad_tag(node, pointer, report)
+                self._bad_tag(node, pointer, report, self.unread_values)
             return self._mapping(node, pointer, report)
         if isinstance(node, SequenceNode):
             if node.tag != _SEQ:
-                self._bad_tag(node, pointer, report)
+                self._bad_tag(node, pointer, report, self.unread_values)
             items = enumerate(node.value)
             return [
                 self.convert(item, join_pointer(pointer, i), report=report) for i, item in items
@@ -280,7 +321,13 @@ class _Converter:
         assert isinstance(node, ScalarNode)
         return self._scalar(node, pointer, report)
 
-    def _problem(self, report: bool, node: Node, pointer: str, message: str) -> None:
+    def _problem(
+        self, report: bool, node: Node, pointer: str, message: str, unread: set[str] | None
+    ) -> None:
+        """A problem with ``node``; ``unread`` records ``pointer`` as a refused value (or a
+        mapping with a refused key), ``None`` when the data is whole (a duplicate key)."""
+        if unread is not None:
+            unread.add(pointer)
         if report:
             self.issues.append(at(self.file, *_mark(node), pointer, message))
 
@@ -289,14 +336,15 @@ class _Converter:
         first_seen: dict[str, int] = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
-                self._problem(report, key_node, pointer, _MERGE_KEY)
+                self._problem(report, key_node, pointer, _MERGE_KEY, self.unread_keys)
                 continue
             key = self._key(key_node, pointer, report)
             if key is None:
                 continue
             child = join_pointer(pointer, key)
             if key in first_seen:
-                self._problem(report, key_node, child, _DUPLICATE.format(key, first_seen[key]))
+                message = _DUPLICATE.format(key, first_seen[key])
+                self._problem(report, key_node, child, message, None)
                 continue
             first_seen[key] = key_node.start_mark.line + 1
             self.keys.setdefault(child, _mark(key_node))
@@ -308,7 +356,7 @@ class _Converter:
             try:
                 core = _plain_core(node)
             except Ambiguous as exc:
-                self._problem(report, node, pointer, str(exc))
+                self._problem(report, node, pointer, str(exc), self.unread_keys)
                 return None
             if isinstance(core, str):
                 return core
@@ -320,16 +368,17 @@ class _Converter:
         elif node.tag in _SCALAR_KINDS:
             fix = f"quote it: '{node.value}': ..."
         else:
-            self._bad_tag(node, pointer, report)
+            self._bad_tag(node, pointer, report, self.unread_keys)
             return None
-        self._problem(report, node, pointer, _KEY_NOT_TEXT.format(_kind(node)) + fix)
+        message = _KEY_NOT_TEXT.format(_kind(node)) + fix
+        self._problem(report, node, pointer, message, self.unread_keys)
         return None
 
     def _scalar(self, node: ScalarNode, pointer: str, report: bool) -> Any:
         try:
             core = _plain_core(node)
         except Ambiguous as exc:
-            self._problem(report, node, pointer, str(exc))
+            self._problem(report, node, pointer, str(exc), self.unread_values)
             return None
         if core is not _UNSET and (isinstance(core, (str, bool)) or core is None):
             return core
@@ -341,12 +390,12 @@ class _Converter:
                 node.end_mark,
             )
             if len(node.value) > MAX_NUMBER_CHARS:
-                self._problem(
-                    report, node, pointer, _LONG_NUMBER.format(_short(node.value), len(node.value))
-                )
+                message = _LONG_NUMBER.format(_short(node.value), len(node.value))
+                self._problem(report, node, pointer, message, self.unread_values)
                 return None
             if isinstance(core, float) and not math.isfinite(core):
-                self._problem(report, node, pointer, _NOT_FINITE.format(_short(node.value)))
+                message = _NOT_FINITE.format(_short(node.value))
+                self._problem(report, node, pointer, message, self.unread_values)
                 return None
             return core
         if node.tag == _STR:
@@ -355,28 +404,30 @@ class _Converter:
             return None
         construct = _SCALARS.get(node.tag)
         if construct is None:
-            self._bad_tag(node, pointer, report)
+            self._bad_tag(node, pointer, report, self.unread_values)
             return None
         if node.tag != _BOOL and len(node.value) > MAX_NUMBER_CHARS:
             message = _LONG_NUMBER.format(_short(node.value), len(node.value))
-            self._problem(report, node, pointer, message)
+            self._problem(report, node, pointer, message, self.unread_values)
             return None
         try:
             value = construct(self._constructor, node)
         except (ValueError, KeyError, OverflowError, yaml.YAMLError):
             kind, tag = _SCALAR_KINDS[node.tag], _tag_name(node.tag)
-            self._problem(report, node, pointer, _BAD_VALUE.format(_short(node.value), kind, tag))
+            message = _BAD_VALUE.format(_short(node.value), kind, tag)
+            self._problem(report, node, pointer, message, self.unread_values)
             return None
         if isinstance(value, float) and not math.isfinite(value):
-            self._problem(report, node, pointer, _NOT_FINITE.format(_short(node.value)))
+            message = _NOT_FINITE.format(_short(node.value))
+            self._problem(report, node, pointer, message, self.unread_values)
             return None
         return value
 
-    def _bad_tag(self, node: Node, pointer: str, report: bool) -> None:
+    def _bad_tag(self, node: Node, pointer: str, report: bool, unread: set[str]) -> None:
         name = _tag_name(node.tag)
         if node.tag in _SCALAR_KINDS or node.tag in {_MAP, _SEQ}:
             message = f"the tag {name} does not fit {_kind(node)}; remove the tag"
         else:
             danger = " (such tags can run code when loaded)" if "python/" in node.tag else ""
             message = _BAD_TAG.format(name, danger)
-        self._problem(report, node, pointer, message)
+        self._problem(report, node, pointer, message, unread)
