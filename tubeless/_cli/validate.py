@@ -95,7 +95,8 @@ class _Outcome:
     type=click.Choice(["text", "json", "github"]),
     default=None,
     help="text (default): 'ok: FILE' on stdout, 'error: FILE:LINE:COL POINTER: MESSAGE' on "
-    "stderr; json: one object on stdout; github: ::error annotations on stdout.",
+    "stderr; json: one object on stdout; github: ::error annotations on stdout, their paths "
+    "relative to $GITHUB_WORKSPACE when it is set.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option(
