@@ -265,7 +265,7 @@ def test_a_named_file_that_does_not_look_like_a_project_is_skipped_with_a_note(
     """The folder rule applies to named files too (more cases in test_validate_files.py)."""
     ci = write(tmp_path / "ci.yml", "on: push\n")
     assert invoke("--allow-empty", ci) == Outcome(
-        0, "", f"skipped: {ci}: not a project file (no top-level version: and project:)\n"
+        0, "", f"skipped: {ci}: not a project file (no top-level project key)\n"
     )
 
 
@@ -296,6 +296,30 @@ def test_usage_errors_exit_1(args: list[str], capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     assert "Usage: tubeless validate [OPTIONS] FILE_OR_DIR..." in err
+
+
+def test_a_yaml_1_1_refusal_is_reported_with_the_file_s_other_problems(tmp_path: Path) -> None:
+    """Issue 28, item 15: `on:`, `yes` and `010` no longer hide the meta-schema's problems."""
+    bad = write(
+        tmp_path / "bad.yaml",
+        INVALID.replace("  helper:\n", "  helper:\n    name: yes\n").replace(
+            "{max_turns: 0}", "{max_turns: 0, max_calls: 010}"
+        )
+        + "    tools: {on: examples.text:count}\n",
+    )
+
+    outcome = invoke(bad)
+
+    assert (outcome.code, outcome.out) == (4, "")
+    assert [line.split(": ", 2)[1] for line in outcome.err.splitlines()] == [
+        f"{bad}:5:11 /agents/helper/name",
+        f"{bad}:10:25 /agents/helper/limits/max_turns",
+        f"{bad}:10:39 /agents/helper/limits/max_calls",
+        f"{bad}:11:5 /agents/helper/tool",
+        f"{bad}:12:13 /agents/helper/tools",
+    ]
+    assert "'yes' is a boolean in YAML 1.1" in outcome.err.splitlines()[0]
+    assert "found null" not in outcome.err
 
 
 # -- formats ----------------------------------------------------------------------------------
@@ -463,6 +487,47 @@ def test_an_agent_definition_error_exits_4_under_resolve_without_a_traceback(
     assert outcome.err.startswith(f"error: {project}")
     assert "[TUBELESS_AGENT_INVALID_DEFINITION] Pipeline 'words' has no input schema" in outcome.err
     assert "Traceback" not in outcome.err
+
+
+def test_python_path_folders_are_checked_without_resolve_and_without_importing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28, item 14: a missing folder, a file, and a folder shadowing the standard library
+    are found by plain validate (a look at the file system, no import), as run finds them."""
+    write(tmp_path / "lib" / "json.py", "raise SystemExit('imported')\n")
+    write(tmp_path / "notes.txt", "not a folder\n")
+    project = write(
+        tmp_path / "project.yaml", VALID.replace("[REPO]", "[REPO, nosuch, notes.txt, lib]")
+    )
+    column = len("python_path: [REPO, ".replace("REPO", str(ROOT))) + 1
+    problems = [
+        (column, 1, "python_path folder nosuch does not exist"),
+        (column + 8, 2, "python_path folder notes.txt is not a folder"),
+        (
+            column + 19,
+            3,
+            "lib/json.py shadows the standard library module 'json' (imports of 'json' get "
+            "this file); rename it",
+        ),
+    ]
+    expected = "".join(
+        f"error: {project}:3:{col} /python_path/{index}: {message}\n"
+        for col, index, message in problems
+    )
+
+    assert invoke(project) == Outcome(4, "", expected)
+    assert not [
+        name
+        for name, module in sys.modules.items()
+        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path))
+    ]
+    assert invoke("--resolve", project) == Outcome(4, "", expected)
+    assert tubeless_process("validate", project) == Outcome(4, "", expected)
+    assert [
+        error["code"] for error in json.loads(invoke("--json", project).out)["files"][0]["errors"]
+    ] == ["TUBELESS_REFERENCE_INVALID"] * 3
+    assert main(["run", str(project)]) == 2  # DESIGN.md §6: a reference problem under run
+    assert capsys.readouterr().err == expected
 
 
 # -- validate imports nothing -------------------------------------------------------------------

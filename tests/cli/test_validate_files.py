@@ -18,8 +18,22 @@ import yaml
 from tests.cli.test_validate_cli import INVALID, ROOT, VALID, Outcome, invoke, write
 from tubeless._cli import main
 
-RULE = "(a project file is a .yaml/.yml file whose top level has version: and project:)"
-NOT_A_PROJECT = "not a project file (no top-level version: and project:)"
+RULE = (
+    "(a project file is a .yaml/.yml file whose top level has a project key: version: 1, "
+    "project:, agents:, pipelines:, python_path:, mcp_servers: or allow_modules:, or whose "
+    "yaml-language-server header names the project schema; eval cases files are not)"
+)
+NOT_A_PROJECT = "not a project file (no top-level project key)"
+CASES_FILE = "not a project file (an eval cases file: cases: or entry:, no project-only key)"
+
+CASES = """\
+# yaml-language-server: $schema=../schemas/cases.schema.json
+version: 1
+entry: helper
+python_path: [..]
+cases:
+  - {id: hello, input: {question: hi}}
+"""
 
 
 def no_projects(*paths: str | Path) -> str:
@@ -109,7 +123,7 @@ def test_a_missing_named_file_is_an_error_whatever_its_name(tmp_path: Path) -> N
         )
 
 
-def test_the_pre_commit_hook_passes_on_input_fixtures_next_to_projects(
+def test_the_pre_commit_hook_passes_on_fixtures_and_cases_and_fails_on_a_broken_project(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The hook's entry, given the files its `files:` pattern selects, as pre-commit runs it."""
@@ -119,23 +133,129 @@ def test_the_pre_commit_hook_passes_on_input_fixtures_next_to_projects(
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "projects" / "good.yaml", VALID)
     write(tmp_path / "projects" / "inputs" / "q.yaml", "question: What is tubeless?\n")
+    write(tmp_path / "projects" / "evals" / "good.cases.yaml", CASES)
     write(tmp_path / "projects" / "broken.yaml", INVALID)
+    write(tmp_path / "projects" / "typo.yaml", VALID.replace("project:", "projet:"))
     selected = sorted(
         path.relative_to(tmp_path).as_posix()
         for path in tmp_path.rglob("*")
         if path.is_file() and re.search(hook["files"], path.relative_to(tmp_path).as_posix())
     )
-    assert selected == ["projects/broken.yaml", "projects/good.yaml", "projects/inputs/q.yaml"]
-    skipped = f"skipped: projects/inputs/q.yaml: {NOT_A_PROJECT}"
+    assert selected == [
+        "projects/broken.yaml",
+        "projects/evals/good.cases.yaml",
+        "projects/good.yaml",
+        "projects/inputs/q.yaml",
+        "projects/typo.yaml",
+    ]
+    skipped = [
+        f"skipped: projects/evals/good.cases.yaml: {CASES_FILE}",
+        f"skipped: projects/inputs/q.yaml: {NOT_A_PROJECT}",
+    ]
 
-    assert main([*entry, "projects/good.yaml", "projects/inputs/q.yaml"]) == 0
-    assert capsys.readouterr().err.splitlines() == [skipped]
+    assert main([*entry, "projects/good.yaml", *selected[1:2], *selected[3:4]]) == 0
+    assert capsys.readouterr().err.splitlines() == skipped
     assert main([*entry, "projects/inputs/q.yaml"]) == 0  # a commit of fixtures only
-    assert capsys.readouterr().err.splitlines() == [skipped]
+    assert capsys.readouterr().err.splitlines() == skipped[1:]
+    assert main([*entry, "projects/good.yaml", "projects/typo.yaml"]) == 4
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: projects/typo.yaml:2:1 /projet: unknown key 'projet'; did you mean 'project'?"
+    )
     assert main([*entry, *selected]) == 4
-    first, *rest = capsys.readouterr().err.splitlines()
-    assert first == skipped
-    assert rest[0].startswith("error: projects/broken.yaml:9:25 ")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:2] == skipped
+    assert lines[2].startswith("error: projects/broken.yaml:9:25 ")
+    assert lines[-1].startswith("error: projects/typo.yaml:2:1 ")
+
+
+# -- a broken project is never skipped (issue 28, item 13) -------------------------------------
+def test_a_project_with_a_misspelt_project_key_is_checked_in_a_folder_and_by_name(
+    tmp_path: Path,
+) -> None:
+    """`tubeless run` refuses it (exit 4), so validate must not pass it over."""
+    good = write(tmp_path / "folder" / "good.yaml", VALID)
+    typo = write(tmp_path / "folder" / "typo.yaml", VALID.replace("project:", "projet:"))
+    errors = (
+        f"error: {typo}:1:1 /: missing required property 'project' (Who the project is and "
+        "what runs by default)\n"
+        f"error: {typo}:2:1 /projet: unknown key 'projet'; did you mean 'project'?\n"
+    )
+
+    assert invoke(tmp_path / "folder") == Outcome(4, f"ok: {good}\n", errors)
+    assert invoke(good, typo) == Outcome(4, f"ok: {good}\n", errors)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("versoin: 1\nproject: {id: demo}\n", id="project"),
+        pytest.param("version: 1\nprojects: {id: demo}\n", id="version-1"),
+        pytest.param("version: '1'\n", id="version-quoted-1"),
+        pytest.param("agents: {}\n", id="agents"),
+        pytest.param("pipelines: {}\n", id="pipelines"),
+        pytest.param("python_path: [.]\n", id="python_path"),
+        pytest.param("mcp_servers: {}\n", id="mcp_servers"),
+        pytest.param("allow_modules: []\n", id="allow_modules"),
+        pytest.param('"agents": {}\n', id="quoted-key"),
+        pytest.param(
+            "# yaml-language-server: $schema=../schemas/project.schema.json\nverison: 1\n",
+            id="schema-header",
+        ),
+        pytest.param(
+            "$schema: https://tubeless.dev/schemas/project.schema.json\nverison: 1\n",
+            id="schema-key",
+        ),
+        pytest.param("version: 1\nentry: x\nagents: {}\n", id="cases-keys-with-agents"),
+    ],
+)
+def test_one_project_key_or_the_project_schema_header_makes_a_file_a_project(
+    tmp_path: Path, text: str
+) -> None:
+    named = write(tmp_path / "named" / "p.yaml", text)
+    found = write(tmp_path / "folder" / "p.yaml", text)
+    for path, where in ((named, named), (found, found.parent)):
+        outcome = invoke(where)
+        assert (outcome.code, outcome.out) == (4, ""), outcome
+        assert outcome.err.startswith(f"error: {path}:"), outcome
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        pytest.param(CASES, CASES_FILE, id="cases-file"),
+        pytest.param("version: 1\ncases: []\n", CASES_FILE, id="cases-without-header"),
+        pytest.param("python_path: [.]\nentry: x\n", CASES_FILE, id="entry"),
+        pytest.param(
+            "version: '3.8'\nservices: {web: {image: nginx}}\n",
+            "not a project file (no top-level project key; version: '3.8' is not a project's 1)",
+            id="docker-compose",
+        ),
+        pytest.param(
+            "version: 2\nbuild: {os: ubuntu-22.04}\n",
+            "not a project file (no top-level project key; version: 2 is not a project's 1)",
+            id="readthedocs",
+        ),
+        pytest.param("question: What is tubeless?\n", NOT_A_PROJECT, id="input-fixture"),
+        pytest.param("on: push\njobs: {}\n", NOT_A_PROJECT, id="ci-config"),
+        pytest.param("steps:\n  agents: {}\n", NOT_A_PROJECT, id="nested-project-key"),
+    ],
+)
+def test_eval_cases_and_other_yaml_are_not_projects(tmp_path: Path, text: str, reason: str) -> None:
+    good = write(tmp_path / "good.yaml", VALID)
+    other = write(tmp_path / "other.yaml", text)
+    assert invoke(tmp_path) == Outcome(0, f"ok: {good}\n", "")
+    assert invoke(good, other) == Outcome(0, f"ok: {good}\n", f"skipped: {other}: {reason}\n")
+
+
+def test_the_repository_projects_folder_holds_eval_cases_that_are_skipped() -> None:
+    """projects/evals/*.cases.yaml share version: and python_path: with projects."""
+    cases = sorted((ROOT / "projects").rglob("*.cases.yaml"))
+    assert cases
+    outcome = invoke(*cases)
+    assert outcome.code == 2
+    assert outcome.err.splitlines()[: len(cases)] == [
+        f"skipped: {path}: {CASES_FILE}" for path in cases
+    ]
 
 
 # -- GitHub annotation paths --------------------------------------------------------------------
@@ -173,6 +293,42 @@ def test_github_annotations_keep_absolute_paths_outside_the_current_directory(
     assert annotated_files(outside) == [str(outside)]
     assert annotated_files(f"{root}//elsewhere/./x.yaml") == [str(outside)]
     assert annotated_files("../elsewhere/x.yaml") == ["../elsewhere/x.yaml"]
+
+
+def test_github_annotations_are_relative_to_github_workspace_when_it_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, item 15: a step with `working-directory: sub` still annotates the file of the
+    pull request (GitHub resolves `file=` against the workspace, not the step's folder)."""
+    workspace = tmp_path.resolve() / "workspace"
+    inside = write(workspace / "sub" / "projects" / "x.yaml", INVALID)
+    outside = write(tmp_path.resolve() / "elsewhere" / "y.yaml", INVALID)
+    monkeypatch.chdir(workspace / "sub")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(workspace))
+
+    assert annotated_files("projects/x.yaml") == ["sub/projects/x.yaml"]
+    assert annotated_files("./projects") == ["sub/projects/x.yaml"]
+    assert annotated_files(inside) == ["sub/projects/x.yaml"]
+    assert annotated_files(outside) == [str(outside)]
+    assert annotated_files("../../elsewhere/y.yaml") == ["../../elsewhere/y.yaml"]
+
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(workspace) + "/")
+    assert annotated_files("projects/x.yaml") == ["sub/projects/x.yaml"]
+    monkeypatch.setenv("GITHUB_WORKSPACE", "")  # unset in effect: the current directory
+    assert annotated_files("projects/x.yaml") == ["projects/x.yaml"]
+
+
+def test_github_workspace_through_a_symlink_still_finds_the_file_inside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = tmp_path.resolve() / "real"
+    write(real / "projects" / "x.yaml", INVALID)
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(real)
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path / "link"))
+
+    assert annotated_files("projects/x.yaml") == ["projects/x.yaml"]
+    assert annotated_files(tmp_path / "link" / "projects" / "x.yaml") == ["projects/x.yaml"]
 
 
 # -- a closed stdout ------------------------------------------------------------------------------

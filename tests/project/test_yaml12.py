@@ -3,6 +3,7 @@ forms YAML 1.1 reads differently are refused with a located error that says how 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tubeless.errors import DocumentError
+from tubeless.project import check_project
 from tubeless.project._yaml import parse_document
 from tubeless.project._yaml12 import Ambiguous, core_scalar
 
@@ -111,3 +113,64 @@ def test_core_scalar_either_reads_or_explains(text: str) -> None:
         core_scalar(text)
     except Ambiguous as exc:
         assert repr(text) in str(exc)
+
+
+# -- refusals join the other problems (issue 28, item 15) ---------------------------------------
+MIXED = """\
+version: 1
+project: {id: demo}
+agents:
+  helper:
+    name: yes
+    input: {schema: examples.text:Question}
+    result: {schema: {type: string}}
+    initial_state: examples.scripted_agent:initial_state
+    decide: examples.scripted_agent:decide
+    limits: {max_turns: 0, max_calls: 010}
+    tool: {}
+    tools:
+      on: examples.text:count
+      count: examples.text.count
+"""
+MIXED_ISSUES = [
+    (5, 11, "/agents/helper/name", "'yes' is a boolean in YAML 1.1 but a string in YAML 1.2"),
+    (10, 25, "/agents/helper/limits/max_turns", "expected an integer >= 1, found 0"),
+    (10, 39, "/agents/helper/limits/max_calls", "'010' is octal in YAML 1.1"),
+    (11, 5, "/agents/helper/tool", "unknown key 'tool'; did you mean 'tools'?"),
+    (13, 7, "/agents/helper/tools", "'on' is a boolean in YAML 1.1"),
+    (14, 14, "/agents/helper/tools/count", "expected a string matching 'package.module:attr"),
+]
+
+
+def test_yaml_1_1_refusals_are_reported_with_every_other_problem_in_file_order(
+    tmp_path: Path,
+) -> None:
+    """A refused value is not judged again by the meta-schema (no "found null" for it)."""
+    path = tmp_path / "p.yaml"
+    path.write_text(MIXED, encoding="utf-8")
+
+    with pytest.raises(DocumentError) as caught:
+        check_project(path)
+
+    found = [(i.line, i.column, i.pointer, i.message) for i in caught.value.issues]
+    assert len(found) == len(MIXED_ISSUES), found
+    for (line, column, pointer, message), expected in zip(found, MIXED_ISSUES, strict=True):
+        assert (line, column, pointer) == expected[:3]
+        assert message.startswith(expected[3]), message
+    assert str(caught.value).endswith(" (and 5 more problems)")
+
+
+def test_a_refused_key_leaves_its_mapping_s_other_entries_judged(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "version: 1\nproject: {id: demo}\nagents:\n  yes: {}\n  helper: {decide: 1}\n",
+        encoding="utf-8",
+    )
+
+    with pytest.raises(DocumentError) as caught:
+        check_project(path)
+
+    pointers = [(i.line, i.pointer) for i in caught.value.issues]
+    assert pointers[0] == (4, "/agents")
+    assert (5, "/agents/helper") in pointers  # its missing required keys
+    assert (5, "/agents/helper/decide") in pointers

@@ -6,10 +6,12 @@ project, so the command is safe on untrusted pull requests. ``--resolve`` goes t
 :func:`tubeless.project.load_project` instead, which also imports every reference and compiles
 the agents and pipelines.
 
-What a project file is has one rule, for folders, named files and the pre-commit hook alike: a
-``.yaml`` / ``.yml`` file whose top level has both ``version:`` and ``project:`` keys (a text
-sniff, :func:`_looks_like_project`). A named file that does not follow it is skipped with a note;
-a run that finds no project file at all exits 2 unless ``--allow-empty`` is given.
+What a project file is has one rule, for folders, named files and the pre-commit hook alike
+(:mod:`tubeless.project._files`): a ``.yaml`` / ``.yml`` file whose top level has any project key,
+or whose ``yaml-language-server`` header names the project schema, and that is not an eval cases
+file; so a project with a misspelt key is checked, never passed over. A named file that does not
+follow it is skipped with a note; a run that finds no project file at all exits 2 unless
+``--allow-empty`` is given.
 
 Every file is checked, whatever the earlier ones gave; the exit code comes from
 :func:`tubeless._cli._exit.exit_code_for` (the ``validate`` column of DESIGN.md §6), and a file
@@ -25,8 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -46,20 +47,6 @@ __all__ = ["validate"]
 
 Format = Literal["text", "json", "github"]
 
-#: How much of a file is read to decide whether a YAML file found in a directory is a project
-#: (a project is at most 1 MiB; see ``tubeless.project._yaml.MAX_BYTES``).
-_SNIFF_BYTES: Final = 1024 * 1024 + 1
-_SUFFIXES: Final = (".yaml", ".yml")
-#: The rule, as the "no project files" error states it.
-_RULE: Final = "a project file is a .yaml/.yml file whose top level has version: and project:"
-
-
-def _top_level_key(name: str) -> re.Pattern[str]:
-    """A block-style mapping key at the start of a line (column 1 means the top level)."""
-    return re.compile(rf"^(?P<q>[\"']?){name}(?P=q)[ \t]*:(?:[ \t]|$)", re.MULTILINE)
-
-
-_PROJECT_KEYS: Final = (_top_level_key("version"), _top_level_key("project"))
 #: C0 and C1 controls, DEL, the bidi controls that can reorder what a terminal shows, and lone
 #: surrogates (a ``"\udcff"`` key, or a file name that is not UTF-8), which no output can encode.
 _UNPRINTABLE: Final = re.compile(
@@ -108,7 +95,8 @@ class _Outcome:
     type=click.Choice(["text", "json", "github"]),
     default=None,
     help="text (default): 'ok: FILE' on stdout, 'error: FILE:LINE:COL POINTER: MESSAGE' on "
-    "stderr; json: one object on stdout; github: ::error annotations on stdout.",
+    "stderr; json: one object on stdout; github: ::error annotations on stdout, their paths "
+    "relative to $GITHUB_WORKSPACE when it is set.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option(
@@ -134,11 +122,13 @@ def validate(
     Without --resolve nothing is imported or run from the projects, so this is safe on
     untrusted pull requests.
 
-    A project file is a *.yaml or *.yml file whose top level has both a version: and a project:
-    key at the start of a line. A DIR is searched recursively for them (hidden folders such as
-    .git are skipped; other YAML files, such as CI configs, are passed over) and they are checked
-    in sorted order. A FILE that is not a project file is skipped with a note on stderr; a FILE
-    that does not exist is an error.
+    A project file is a *.yaml or *.yml file whose top level has a project key (version: 1,
+    project:, agents:, pipelines:, python_path:, mcp_servers:, allow_modules:) at the start of a
+    line, or whose yaml-language-server header names the project schema; eval cases files (cases:
+    or entry: and no project-only key) are not. A DIR is searched recursively for them (hidden
+    folders such as .git are skipped; other YAML files, such as CI configs, are passed over) and
+    they are checked in sorted order. A FILE that is not a project file is skipped with a note
+    on stderr; a FILE that does not exist is an error.
 
     Exit status: 0 when every file is valid, 4 when a file is invalid, 2 when a file is missing
     or unreadable (this outranks 4) or when no project file is found at all (unless
@@ -166,11 +156,13 @@ def validate(
 def _files(paths: Sequence[str]) -> tuple[list[str], list[str]]:
     """The files to check, in argument order (each directory's in sorted order), once each; and
     the directories in which none was found."""
+    from tubeless.project._files import projects_in
+
     found: dict[str, None] = {}
     empty_folders: list[str] = []
     for path in paths:
         if os.path.isdir(path):
-            projects = list(_projects_in(path))
+            projects = list(projects_in(path))
             if not projects:
                 empty_folders.append(path)
             found.update(dict.fromkeys(projects))
@@ -185,48 +177,15 @@ def _named_file_is_checked(path: str) -> bool:
     Anything that is not a regular file (missing, a special file) is left to the check, which
     reports it; so is a file that cannot be read.
     """
+    from tubeless.project._files import not_a_project
+
     if not os.path.isfile(path):
         return True
-    if not path.endswith(_SUFFIXES):
-        reason = "not a .yaml/.yml file"
-    elif not _looks_like_project(path):
-        reason = "no top-level version: and project:"
-    else:
+    reason = not_a_project(path)
+    if reason is None:
         return True
     click.echo(_printable(f"skipped: {path}: not a project file ({reason})"), err=True)
     return False
-
-
-def _projects_in(folder: str) -> Iterator[str]:
-    candidates: list[str] = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [name for name in dirs if not name.startswith(".")]
-        candidates.extend(os.path.join(root, name) for name in files if name.endswith(_SUFFIXES))
-    for path in sorted(candidates):
-        if _looks_like_project(path):
-            yield path
-
-
-def _looks_like_project(path: str) -> bool:
-    """Whether a regular YAML file has top-level ``version:`` and ``project:`` keys (a plain
-    text scan: nothing is parsed, so a project with a syntax error is still found and reported).
-
-    Named pipes, devices and sockets found in a folder are skipped: reading one could block or
-    never end (a file named on the command line is refused instead, by the loader).
-    """
-    try:
-        # O_NONBLOCK: opening a named pipe must not wait for a writer.
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return True  # let the check report why it cannot be read
-    with open(descriptor, "rb", closefd=True) as stream:
-        try:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-                return False
-            text = stream.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
-        except OSError:
-            return True
-    return all(key.search(text) for key in _PROJECT_KEYS)
 
 
 # -- checking -----------------------------------------------------------------------------------
@@ -285,8 +244,10 @@ def _definition_problems(
 # -- reporting ----------------------------------------------------------------------------------
 def _report_nothing_found(paths: Sequence[str], output_format: Format) -> None:
     """The error for a run whose paths hold no project file (each format stays well formed)."""
+    from tubeless.project._files import RULE
+
     message = _printable(
-        f"{', '.join(paths)}: no project files found ({_RULE}); pass --allow-empty to accept this"
+        f"{', '.join(paths)}: no project files found ({RULE}); pass --allow-empty to accept this"
     )
     if output_format == "json":
         click.echo(json.dumps({"ok": False, "files": []}, indent=2))
@@ -353,25 +314,31 @@ def _annotation(file: str, problem: _Problem) -> str:
 
 def _repository_path(file: str) -> str:
     """``file`` as GitHub attaches annotations to it: normalised, without ``./``, and relative
-    to the current directory (the repository root in a workflow step) when it is inside it.
+    to the repository root when it is inside it.
 
-    An absolute path elsewhere, or a relative one that leaves the current directory, stays as it
-    is (normalised): GitHub shows it in the log without attaching it to a file.
+    The root is ``$GITHUB_WORKSPACE`` when it is set (a step with ``working-directory:`` runs
+    in a folder below it, and GitHub reads ``file=`` from the root), else the current directory.
+    A file outside the root stays as it was given (normalised): GitHub shows it in the log
+    without attaching it to a file.
     """
     path = os.path.normpath(file)
-    if not os.path.isabs(path):
+    root = os.environ.get("GITHUB_WORKSPACE") or None
+    if root is None and not os.path.isabs(path):
         return path
-    cwd = os.getcwd()
-    # getcwd() has its symlinks resolved: compare with the file's folder resolved too, but keep
-    # the file's own name (a symlinked project is annotated under the name it was given).
-    resolved = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-    for candidate in (path, resolved):
-        try:
-            relative = os.path.relpath(candidate, cwd)
-        except ValueError:  # another drive on Windows
-            continue
-        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
-            return relative
+    absolute = os.path.abspath(path)
+    # Symlinks: getcwd() has them resolved and the workspace may not; compare with the file's
+    # folder resolved too, but keep the file's own name (a symlinked project is annotated under
+    # the name it was given).
+    resolved = os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(path))
+    roots = [os.getcwd()] if root is None else [os.path.abspath(root), os.path.realpath(root)]
+    for base in roots:
+        for candidate in (absolute, resolved):
+            try:
+                relative = os.path.relpath(candidate, base)
+            except ValueError:  # another drive on Windows
+                continue
+            if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+                return relative
     return path
 
 

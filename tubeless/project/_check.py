@@ -64,6 +64,10 @@ def _closed_pattern_properties(
         yield ValidationError("keys match none of the patterns")
 
 
+#: What cannot be judged of a mapping one of whose keys the loader refused: the entry is left
+#: out of the data, so a required key or the branch it would have chosen may be missing (a
+#: ``<<: *defaults`` merge key, say). Its other keys and values are still checked.
+_WHOLE_MAPPING = frozenset({"required", "dependentRequired", "minProperties", "anyOf", "oneOf"})
 _PATTERN_PROPERTIES = Draft202012Validator.VALIDATORS["patternProperties"]
 _Validator = extend(  # type: ignore[no-untyped-call]  # jsonschema's stubs leave extend untyped
     Draft202012Validator, {"patternProperties": _closed_pattern_properties}
@@ -71,7 +75,11 @@ _Validator = extend(  # type: ignore[no-untyped-call]  # jsonschema's stubs leav
 
 
 def check_schema(doc: LoadedDocument, schema: Mapping[str, Any]) -> list[DocumentIssue]:
-    """Every meta-schema violation in ``doc``, located, in file order, without duplicates."""
+    """Every meta-schema violation in ``doc``, located, in file order, without duplicates.
+
+    Values the loader refused (:attr:`LoadedDocument.unread_values`) are not judged again: the
+    loader's problem (in :attr:`LoadedDocument.issues`) already says how to write them.
+    """
     explainer = _Explainer(doc, schema)
     issues: list[DocumentIssue] = []
     for error in _Validator(dict(schema)).iter_errors(doc.data):
@@ -145,6 +153,10 @@ class _Explainer:
     def explain(self, error: ValidationError) -> list[DocumentIssue]:
         pointer = join_pointer("", *error.absolute_path)
         kind = error.validator
+        if self.doc.was_refused(pointer) or (
+            pointer in self.doc.unread_keys and kind in _WHOLE_MAPPING
+        ):
+            return []  # the loader's own problem says what is wrong there
         instance: Any = error.instance
         value: Any = error.validator_value
         schema = self._resolve(error.schema)

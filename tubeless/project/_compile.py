@@ -226,8 +226,6 @@ class Compiler:
 
     # -- entries ----------------------------------------------------------------------------
     def build_all(self) -> dict[str, Pipeline]:
-        for index, message in self.resolver.folder_problems():
-            self.issues.append((f"/python_path/{index}", message, REFERENCE_INVALID))
         self.resolver.activate()
         for entry_id in composition_order(self.spec):
             if entry_id in self.spec.agents:

@@ -28,6 +28,7 @@ from tubeless.project import metaschema
 from tubeless.project._check import check_schema
 from tubeless.project._compile import Compiler
 from tubeless.project._issues import DocumentIssue, raise_issues, sort_issues
+from tubeless.project._references import Resolver
 from tubeless.project._semantics import check_semantics
 from tubeless.project._yaml import LoadedDocument, load_document
 from tubeless.project.spec import ProjectSpec
@@ -192,22 +193,32 @@ def check_project(path: str | os.PathLike[str]) -> CheckedProject:
     Raises:
         DocumentError: Every structural problem, located (``TUBELESS_DOCUMENT_INVALID``).
         TemplateError: When the only problems are invalid templates.
+        ReferenceResolutionError: When the only problems are ``python_path`` folders that are
+            missing, are not folders, or shadow a standard-library module.
+        PipelineDefinitionError: When the only problems are in a pipeline's step graph.
+        AgentDefinitionError: When the only problems are agents the harness would reject.
         OSError: When the file cannot be read.
     """
-    doc = load_document(path)
-    issues = check_schema(doc, metaschema.load())
-    _raise(issues)
+    # The loader's problems of single values (a YAML 1.1 form, a tag, ...) are reported with the
+    # meta-schema's, in one file order, rather than hiding them.
+    doc = load_document(path, keep_going=True)
+    _raise([*doc.issues, *check_schema(doc, metaschema.load())])
     try:
         spec = ProjectSpec.model_validate(doc.data)
     except pydantic.ValidationError as exc:
         raise_issues(_pydantic_issues(doc, exc))
-    _raise(
-        [
-            doc.issue(problem.pointer, problem.message, problem.code, key=problem.at_key)
-            for problem in check_semantics(spec)
-        ],
-        spec,
-    )
+    issues = [
+        doc.issue(problem.pointer, problem.message, problem.code, key=problem.at_key)
+        for problem in check_semantics(spec)
+    ]
+    # The python_path folders are a look at the file system, not an import: checked here, so
+    # that plain `validate` finds a missing one as `run` does.
+    resolver = Resolver(Path(doc.file).resolve().parent, spec.python_path, spec.allow_modules)
+    issues += [
+        doc.issue(f"/python_path/{index}", message, REFERENCE_INVALID)
+        for index, message in resolver.folder_problems()
+    ]
+    _raise(issues, spec)
     return CheckedProject(document=doc, spec=spec)
 
 
