@@ -571,3 +571,71 @@ def test_run_help_with_several_entries_and_no_default(
     text = " ".join(capsys.readouterr().out.split())
     assert "--input JSON" in text
     assert "has several entries and no default; choose one of one, other" in text
+
+
+def _builtin_options() -> list[tuple[str, bool]]:
+    """Every spelling of every built-in option of ``run``, and whether it takes a value: read
+    from the options themselves, so that a new option is covered the day it is added."""
+    import click
+
+    from tubeless._cli._run_options import builtin_params
+
+    return [
+        (name, not (param.is_flag or param.count))
+        for param in builtin_params(None, is_agent=None)
+        if isinstance(param, click.Option)
+        for name in (*param.opts, *param.secondary_opts)
+    ]
+
+
+@pytest.mark.parametrize(("option", "takes_value"), _builtin_options())
+def test_an_unknown_id_after_any_built_in_option_is_an_unknown_id(
+    option: str, takes_value: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run p.yaml --otel nosuch`: --otel is a real flag of run, so 'nosuch' is the id (exit 2),
+    not `No such option '--otel'` (the resolution's own list of options had drifted)."""
+    value = ["value"] if takes_value else []
+    outcome = tubeless(capsys, "run", SCRIPTED, option, *value, "nosuch")
+    assert outcome.code == 2, outcome.err
+    assert outcome.err.splitlines() == [
+        "error: project 'scripted-agent' has no entry 'nosuch'; choose from scripted-agent"
+    ]
+
+
+def test_an_input_property_named_like_any_built_in_option_gets_no_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Properties `key`, `restart`, `record`, `deny_all` would shadow (or be shadowed by) the
+    built-in options of the same name: they get no flag and `--help` says why."""
+    project = _project(
+        tmp_path,
+        """\
+        version: 1
+        project: {id: clash}
+        python_path: [.]
+        pipelines:
+          clash:
+            input:
+              schema:
+                type: object
+                properties:
+                  key: {type: string}
+                  restart: {type: boolean}
+                  record: {type: string}
+                  deny_all: {type: boolean}
+                  topic: {type: string}
+            steps:
+              - {id: echo, run: "helpers:echo"}
+        """,
+        """\
+        def echo(inputs, ctx):
+            return dict(ctx.options)
+        """,
+    )
+    outcome = tubeless(capsys, "run", project, "--help")
+    assert outcome.code == 0, outcome.err
+    assert " ".join(outcome.out.split()).endswith(
+        "Input properties without a flag, set them with --input or --input-file: "
+        "key (--key is a built-in option); restart (--restart is a built-in option); "
+        "record (--record is a built-in option); deny_all (--deny-all is a built-in option)."
+    )
