@@ -271,6 +271,15 @@ def test_usage_errors_exit_1(args: list[str | Path]) -> None:
 
 
 # -- inspect ----------------------------------------------------------------------------------
+#: The input JSON Schema of the shipped examples (examples.text:Question), as one line of compact
+#: JSON cut to 200 characters.
+QUESTION_SCHEMA = (
+    '{"description":"The example agents\' input: ``question`` defaults to \\"hello tubeless\\".",'
+    '"properties":{"question":{"description":"The text to work on.","title":"Question",'
+    '"type":"string"}},"title":"Q…'
+)
+
+
 def test_inspect_text_for_the_scripted_agent() -> None:
     outcome = tubeless("inspect", SCRIPTED)
     expected = "\n".join(
@@ -279,6 +288,7 @@ def test_inspect_text_for_the_scripted_agent() -> None:
             "Pipeline scripted-agent",
             "Name: Scripted agent",
             "Description: Counts characters and uppercases words with scripted decisions.",
+            f"Input: {QUESTION_SCHEMA}",
             "Targets: agent",
             "Steps: agent",
             identity_line(SCRIPTED, "scripted-agent"),
@@ -312,8 +322,13 @@ def test_inspect_text_for_the_text_pipeline() -> None:
         Pipeline text-pipeline
         Name: Text pipeline
         Description: Counts characters and uppercases every word.
+        Input: {QUESTION_SCHEMA}
         Targets: count, report
-        Steps: words, count, uppercase, report
+        Steps:
+          words
+          count
+          uppercase (depends_on: words)
+          report (depends_on: count; optional_depends_on: uppercase)
         {identity_line(TEXT, "text-pipeline")}
 
         Pipeline text-pipeline: plan (ok=true, dryRun=false, steps=4)
@@ -360,6 +375,19 @@ def test_inspect_json_for_the_scripted_agent() -> None:
             "name": "Scripted agent",
             "description": "Counts characters and uppercases words with scripted decisions.",
             "target_ids": ["agent"],
+            "input_json_schema": {
+                "description": "The example agents' input: ``question`` defaults to "
+                '"hello tubeless".',
+                "properties": {
+                    "question": {
+                        "description": "The text to work on.",
+                        "title": "Question",
+                        "type": "string",
+                    }
+                },
+                "title": "Question",
+                "type": "object",
+            },
             "step_ids": ["agent"],
             "identity": {
                 "version": Is(entry.identity.version),
@@ -498,6 +526,74 @@ def test_graph_mermaid_all_edge_styles_and_escaping(tmp_path: Path) -> None:
     )
     plain = tubeless("graph", project)
     assert plain.out.splitlines()[1] == '  step0["Load #quot;Rows#quot; #35;1 #38; #60;raw#62;"]'
+
+
+def test_inspect_text_shows_every_dependency_of_each_step(tmp_path: Path) -> None:
+    """Required, optional and failure-gate dependencies per step, in execution order; a
+    pipeline without an input schema says so."""
+    # A module name of its own: the graph test imports look_edges from another folder.
+    (tmp_path / "look_deps.py").write_text(EDGES_MODULE, encoding="utf-8")
+    project = tmp_path / "edges.yaml"
+    project.write_text(EDGES_PROJECT.replace("look_edges:", "look_deps:"), encoding="utf-8")
+    lines = tubeless("inspect", project).out.splitlines()
+    assert lines[1:10] == [
+        "Pipeline edges",
+        "Input: none (any input is accepted)",
+        "Targets: audit",
+        "Steps:",
+        "  source",
+        "  hint",
+        "  validate",
+        "  publish (depends_on: source; optional_depends_on: hint, validate; "
+        "skip_after_failure_of: validate)",
+        "  audit (skip_after_failure_of: publish)",
+    ]
+
+
+def test_inspect_shows_the_entry_input_schema_compact_and_cut_to_200(tmp_path: Path) -> None:
+    (tmp_path / "look_inputs.py").write_text(EDGES_MODULE, encoding="utf-8")
+    project = tmp_path / "inputs.yaml"
+    project.write_text(
+        textwrap.dedent(
+            """\
+            version: 1
+            project: {id: inputs}
+            python_path: [.]
+            pipelines:
+              small:
+                input:
+                  schema:
+                    type: object
+                    properties: {n: {type: integer, default: 3}}
+                    required: [n]
+                steps: [{id: only, run: look_inputs:handler}]
+              large:
+                input:
+                  schema:
+                    type: object
+                    properties: {text: {type: string, description: "%s"}}
+                steps: [{id: only, run: look_inputs:handler}]
+            """
+            % ("x" * 300)
+        ),
+        encoding="utf-8",
+    )
+    small_outcome = tubeless("inspect", project, "small")
+    small = small_outcome.out.splitlines()
+    assert small_outcome.code == 0, small_outcome.err
+    assert small[2] == (
+        'Input: {"type":"object","properties":{"n":{"type":"integer","default":3}},'
+        '"required":["n"]}'
+    )
+    large = tubeless("inspect", project, "large").out.splitlines()[2].removeprefix("Input: ")
+    assert len(large) == 200 and large.endswith("x…")
+    assert large.startswith('{"type":"object","properties":{"text":{"type":"string"')
+    data = json.loads(tubeless("inspect", project, "small", "--json").out)
+    assert data["input_json_schema"] == {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "default": 3}},
+        "required": ["n"],
+    }
 
 
 def test_graph_of_the_scripted_agent_in_three_formats() -> None:
