@@ -686,6 +686,75 @@ def test_list_json() -> None:
     assert outcome.out == json.dumps(expected, indent=2) + "\n"
 
 
+def _folder_of_projects(folder: Path, module: str) -> Path:
+    """Two projects (one in a subfolder), a CI file that is no project, and a hidden folder;
+    their handlers are in ``module`` (one name per test: a module is imported once)."""
+    (folder / f"{module}.py").write_text(EDGES_MODULE, encoding="utf-8")
+    (folder / "b.yaml").write_text(
+        "version: 1\n"
+        "project: {id: b, default: second}\n"
+        "python_path: [.]\n"
+        "pipelines:\n"
+        f"  first: {{name: First, steps: [{{id: s, run: {module}:handler}}]}}\n"
+        f"  second: {{steps: [{{id: s, run: {module}:handler}}]}}\n",
+        encoding="utf-8",
+    )
+    (folder / "nested").mkdir()
+    (folder / "nested" / "a.yml").write_text(
+        "version: 1\n"
+        "project: {id: a}\n"
+        "python_path: [..]\n"
+        "pipelines:\n"
+        f"  only: {{steps: [{{id: s, run: {module}:handler}}]}}\n",
+        encoding="utf-8",
+    )
+    (folder / "ci.yaml").write_text("on: push\njobs: {}\n", encoding="utf-8")
+    (folder / ".hidden").mkdir()
+    (folder / ".hidden" / "c.yaml").write_text((folder / "b.yaml").read_text(), encoding="utf-8")
+    return folder
+
+
+def test_list_of_a_folder_lists_every_project_grouped_by_file(tmp_path: Path) -> None:
+    folder = _folder_of_projects(tmp_path, "look_folder_listed")
+    outcome = tubeless("list", folder)
+    assert outcome == Outcome(
+        0,
+        f"{folder / 'b.yaml'}:\n"
+        "  first\tpipeline\tFirst\n"
+        "  second\tpipeline (default)\n"
+        "\n"
+        f"{folder / 'nested' / 'a.yml'}:\n"
+        "  only\tpipeline\n",
+        "",
+    )
+    data = json.loads(tubeless("list", folder, "--json").out)
+    assert [(project["id"], project["path"]) for project in data] == [
+        ("b", str((folder / "b.yaml").resolve())),
+        ("a", str((folder / "nested" / "a.yml").resolve())),
+    ]
+    assert data[0]["pipelines"] == ["first", "second"]
+
+
+def test_list_of_a_folder_reports_a_broken_project_and_lists_the_others(tmp_path: Path) -> None:
+    folder = _folder_of_projects(tmp_path, "look_folder_broken")
+    (folder / "broken.yaml").write_text("version: 1\nproject: {id: broken, nmae: x}\n")
+    outcome = tubeless("list", folder)
+    assert outcome.code == 4
+    assert outcome.err == (
+        f"error: {folder / 'broken.yaml'}:2:23 /project/nmae: unknown key 'nmae'; "
+        "did you mean 'name'?\n"
+    )
+    assert outcome.out.splitlines()[0] == f"{folder / 'b.yaml'}:"
+    assert outcome.out.splitlines()[-1] == "  only\tpipeline"
+
+
+def test_list_of_a_folder_without_projects_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "ci.yaml").write_text("on: push\n", encoding="utf-8")
+    assert tubeless("list", tmp_path) == Outcome(
+        2, "", f"error: {tmp_path}: no project files found\n"
+    )
+
+
 # -- nothing runs -----------------------------------------------------------------------------
 MARKER_MODULE = """\
 import pathlib
