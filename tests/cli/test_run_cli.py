@@ -639,3 +639,100 @@ def test_an_input_property_named_like_any_built_in_option_gets_no_flag(
         "key (--key is a built-in option); restart (--restart is a built-in option); "
         "record (--record is a built-in option); deny_all (--deny-all is a built-in option)."
     )
+
+
+_DECIDERS = """\
+def initial_state(validated):
+    return {}
+
+
+def word_len(value, ctx):
+    return len(value)
+
+
+def returns_none(state, ctx):
+    {"kind": "finish", "result": 1}
+
+
+def returns_text(state, ctx):
+    return "finish"
+
+
+def gives_a_reason(state, ctx):
+    return {"kind": "finish", "result": 1, "reason": "SECRET-REASON"}
+
+
+def misspells_a_tool(state, ctx):
+    return {"kind": "continue", "calls": [{"id": "a", "tool": "word_length", "input": "x"}]}
+
+
+def raises(state, ctx):
+    return {}["answer"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("decide", "line"),
+    [
+        pytest.param(
+            "returns_none",
+            "TUBELESS_CHILD_FAILED (TUBELESS_AGENT_INVALID_DECISION): agent a, turn 1: Agent "
+            "decision must be a plain dict; decide returned None (missing return?)",
+            id="none",
+        ),
+        pytest.param(
+            "returns_text",
+            "TUBELESS_CHILD_FAILED (TUBELESS_AGENT_INVALID_DECISION): agent a, turn 1: Agent "
+            "decision must be a plain dict; decide returned str",
+            id="str",
+        ),
+        pytest.param(
+            "gives_a_reason",
+            "TUBELESS_CHILD_FAILED (TUBELESS_AGENT_INVALID_DECISION): agent a, turn 1: Agent "
+            "decision must finish(result) or continue with a nonempty calls array; a finish "
+            "decision has only 'kind' and 'result', found the extra key 'reason'",
+            id="extra-key",
+        ),
+        pytest.param(
+            "misspells_a_tool",
+            "TUBELESS_CHILD_FAILED (TUBELESS_AGENT_INVALID_DECISION): agent a, turn 1: Unknown "
+            "agent tool: 'word_length'; did you mean 'word_len'? (tools: word_len)",
+            id="unknown-tool",
+        ),
+        pytest.param(
+            "raises",
+            "TUBELESS_CHILD_FAILED (TUBELESS_STEP_FAILED): agent a, turn 1: decide raised "
+            "KeyError: 'answer'",
+            id="exception",
+        ),
+    ],
+)
+def test_a_decision_error_says_what_decide_gave(
+    decide: str, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a user writing their first decide sees: the type returned, the extra key by name,
+    the tool they meant, and that the exception came from decide; never a value."""
+    project = _project(
+        tmp_path,
+        f"""\
+        version: 1
+        project: {{id: deciders}}
+        python_path: [.]
+        agents:
+          a:
+            input: {{schema: {{type: object}}}}
+            result: {{schema: {{}}}}
+            initial_state: "helpers:initial_state"
+            decide: "helpers:{decide}"
+            tools:
+              word_len:
+                description: The length of a word.
+                run: "helpers:word_len"
+                input: {{schema: {{type: string}}}}
+                output: {{schema: {{type: integer}}}}
+        """,
+        _DECIDERS,
+    )
+    outcome = tubeless(capsys, "run", project, "-q")
+    assert (outcome.code, outcome.out) == (6, "")
+    assert outcome.err.splitlines() == [f"error: {line}"]
