@@ -265,6 +265,167 @@ async def test_call_ids_may_repeat_across_turns() -> None:
     assert started == [("echo", "a"), ("echo", "b")]
 
 
+# -- what an invalid decision says it found ----------------------------------------------------
+_FIX = "Agent decision must finish(result) or continue with a nonempty calls array"
+_CALL = "Each call requires a nonblank id (up to 256 characters), tool, and input"
+
+
+@pytest.mark.parametrize(
+    ("decision", "message"),
+    [
+        pytest.param(
+            None,
+            "Agent decision must be a plain dict; decide returned None (missing return?)",
+            id="none",
+        ),
+        pytest.param(
+            "finish", "Agent decision must be a plain dict; decide returned str", id="str"
+        ),
+        pytest.param(
+            OrderedDict(kind="finish", result="x"),
+            "Agent decision must be a plain dict; decide returned OrderedDict",
+            id="dict-subclass",
+        ),
+        pytest.param({1: "x"}, f"{_FIX}; found a key of type int", id="int-key"),
+        pytest.param({"result": "x"}, f"{_FIX}; 'kind' is missing", id="missing-kind"),
+        pytest.param(
+            {"kind": None, "result": "x"}, f"{_FIX}; 'kind' is None, not a string", id="kind-none"
+        ),
+        pytest.param(
+            {"kind": "Finish", "result": "x"},
+            f"{_FIX}; 'kind' must be 'finish' or 'continue'",
+            id="kind-unknown",
+        ),
+        pytest.param(
+            {"kind": "finish"},
+            f"{_FIX}; a finish decision needs 'result' (None is a valid result)",
+            id="finish-missing-result",
+        ),
+        pytest.param(
+            {"kind": "finish", "result": "x", "reason": SECRET},
+            f"{_FIX}; a finish decision has only 'kind' and 'result', found the extra key 'reason'",
+            id="finish-extra-key",
+        ),
+        pytest.param(
+            {"kind": "finish", "result": "x", "reason": "r", "calls": [], "note": "n", "why": "w"},
+            f"{_FIX}; a finish decision has only 'kind' and 'result', found the extra keys "
+            "'calls', 'note', 'reason' and 1 more",
+            id="finish-extra-keys",
+        ),
+        pytest.param(
+            {"kind": "continue"}, f"{_FIX}; a continue decision needs 'calls'", id="no-calls"
+        ),
+        pytest.param(
+            {"kind": "continue", "calls": [VALID_CALL], "result": "x"},
+            f"{_FIX}; a continue decision has only 'kind' and 'calls', found the extra key "
+            "'result'",
+            id="continue-extra-key",
+        ),
+        pytest.param(
+            {"kind": "continue", "calls": VALID_CALL},
+            f"{_FIX}; 'calls' is dict, not a list",
+            id="calls-a-dict",
+        ),
+        pytest.param(
+            {"kind": "continue", "calls": []}, f"{_FIX}; 'calls' is empty", id="calls-empty"
+        ),
+        pytest.param(_batch(VALID_CALL, None), f"{_CALL}; call 2 is None", id="call-none"),
+        pytest.param(
+            _batch(VALID_CALL, {"id": "b", "tool": "echo"}),
+            f"{_CALL}; call 2 lacks 'input'",
+            id="call-missing-input",
+        ),
+        pytest.param(
+            _batch({**VALID_CALL, "timeout": SECRET}),
+            f"{_CALL}; call 1 has the extra key 'timeout'",
+            id="call-extra-key",
+        ),
+        pytest.param(
+            _batch(VALID_CALL, {"id": 2, "tool": "echo", "input": "x"}),
+            f"{_CALL}; the id of call 2 is int",
+            id="id-int",
+        ),
+        pytest.param(
+            _batch(call("echo", "x", id=" ")), f"{_CALL}; the id of call 1 is blank", id="id-blank"
+        ),
+        pytest.param(
+            _batch(call("echo", "x", id="i" * 257)),
+            f"{_CALL}; the id of call 1 has 257 characters",
+            id="id-long",
+        ),
+        pytest.param(
+            _batch(VALID_CALL, {"id": "b", "tool": None, "input": "x"}),
+            f"{_CALL}; the tool of call 2 is None",
+            id="tool-none",
+        ),
+        pytest.param(
+            _batch(call("", "x", id="b")), f"{_CALL}; the tool of call 1 is blank", id="tool-blank"
+        ),
+        pytest.param(
+            _batch(VALID_CALL, call("Echo", "x", id="b")),
+            "Unknown agent tool: 'Echo'; did you mean 'echo'? (tools: echo, number)",
+            id="tool-wrong-case",
+        ),
+        pytest.param(
+            _batch(call("lookup", "x", id="b")),
+            "Unknown agent tool: 'lookup' (tools: echo, number)",
+            id="tool-unknown",
+        ),
+    ],
+)
+async def test_an_invalid_decision_says_what_it_found_without_values(
+    decision: Any, message: str
+) -> None:
+    """The type found (never the value), the missing or extra keys by name, the closest tool."""
+    agent = _agent(scripted(decision), tools=_recording_tools([]))
+
+    run = await agent.run({})
+
+    _assert_invalid_decision(run)
+    assert _message(run) == message
+    assert SECRET not in run.errors[0].format()
+
+
+async def test_the_message_names_dry_run_when_the_dry_run_source_returned_it() -> None:
+    agent = _agent(scripted(finish("live")), tools={}, dry_run=lambda state, ctx: None)
+
+    run = await agent.run({}, dry_run=True)
+
+    _assert_invalid_decision(run)
+    assert _message(run) == (
+        "Agent decision must be a plain dict; dry_run returned None (missing return?)"
+    )
+
+
+async def test_an_unknown_tool_of_an_agent_without_tools_says_it_has_none() -> None:
+    agent = _agent(scripted(_batch(call("lookup", "x", id="b"))), tools={})
+
+    run = await agent.run({})
+
+    assert _message(run) == ("Unknown agent tool: 'lookup' (the agent has no tools)")
+
+
+async def test_the_tool_list_of_an_unknown_tool_is_bounded() -> None:
+    tools = {f"tool_{index:02}": tool for index in range(30) for tool in [_echo_tool()]}
+    agent = _agent(scripted(_batch(call("nothing_alike", "x", id="b"))), tools=tools)
+
+    run = await agent.run({})
+
+    message = _message(run)
+    shown = ", ".join(f"tool_{index:02}" for index in range(20))
+    assert message == f"Unknown agent tool: 'nothing_alike' (tools: {shown} and 10 more)"
+
+
+def _message(run: PipelineRun) -> str:
+    error = _original(run, DecisionError)
+    assert isinstance(error, DecisionError)
+    return error.message
+
+
+def _echo_tool() -> Any:
+    return _recording_tools([])["echo"]
+
+
 # -- ordering: names first, then arguments, once each ----------------------------------------
 
 

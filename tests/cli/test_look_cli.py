@@ -271,6 +271,15 @@ def test_usage_errors_exit_1(args: list[str | Path]) -> None:
 
 
 # -- inspect ----------------------------------------------------------------------------------
+#: The input JSON Schema of the shipped examples (examples.text:Question), as one line of compact
+#: JSON cut to 200 characters.
+QUESTION_SCHEMA = (
+    '{"description":"The example agents\' input: ``question`` defaults to \\"hello tubeless\\".",'
+    '"properties":{"question":{"description":"The text to work on.","title":"Question",'
+    '"type":"string"}},"title":"Q…'
+)
+
+
 def test_inspect_text_for_the_scripted_agent() -> None:
     outcome = tubeless("inspect", SCRIPTED)
     expected = "\n".join(
@@ -279,6 +288,7 @@ def test_inspect_text_for_the_scripted_agent() -> None:
             "Pipeline scripted-agent",
             "Name: Scripted agent",
             "Description: Counts characters and uppercases words with scripted decisions.",
+            f"Input: {QUESTION_SCHEMA}",
             "Targets: agent",
             "Steps: agent",
             identity_line(SCRIPTED, "scripted-agent"),
@@ -312,8 +322,13 @@ def test_inspect_text_for_the_text_pipeline() -> None:
         Pipeline text-pipeline
         Name: Text pipeline
         Description: Counts characters and uppercases every word.
+        Input: {QUESTION_SCHEMA}
         Targets: count, report
-        Steps: words, count, uppercase, report
+        Steps:
+          words
+          count
+          uppercase (depends_on: words)
+          report (depends_on: count; optional_depends_on: uppercase)
         {identity_line(TEXT, "text-pipeline")}
 
         Pipeline text-pipeline: plan (ok=true, dryRun=false, steps=4)
@@ -360,6 +375,19 @@ def test_inspect_json_for_the_scripted_agent() -> None:
             "name": "Scripted agent",
             "description": "Counts characters and uppercases words with scripted decisions.",
             "target_ids": ["agent"],
+            "input_json_schema": {
+                "description": "The example agents' input: ``question`` defaults to "
+                '"hello tubeless".',
+                "properties": {
+                    "question": {
+                        "description": "The text to work on.",
+                        "title": "Question",
+                        "type": "string",
+                    }
+                },
+                "title": "Question",
+                "type": "object",
+            },
             "step_ids": ["agent"],
             "identity": {
                 "version": Is(entry.identity.version),
@@ -500,6 +528,74 @@ def test_graph_mermaid_all_edge_styles_and_escaping(tmp_path: Path) -> None:
     assert plain.out.splitlines()[1] == '  step0["Load #quot;Rows#quot; #35;1 #38; #60;raw#62;"]'
 
 
+def test_inspect_text_shows_every_dependency_of_each_step(tmp_path: Path) -> None:
+    """Required, optional and failure-gate dependencies per step, in execution order; a
+    pipeline without an input schema says so."""
+    # A module name of its own: the graph test imports look_edges from another folder.
+    (tmp_path / "look_deps.py").write_text(EDGES_MODULE, encoding="utf-8")
+    project = tmp_path / "edges.yaml"
+    project.write_text(EDGES_PROJECT.replace("look_edges:", "look_deps:"), encoding="utf-8")
+    lines = tubeless("inspect", project).out.splitlines()
+    assert lines[1:10] == [
+        "Pipeline edges",
+        "Input: none (any input is accepted)",
+        "Targets: audit",
+        "Steps:",
+        "  source",
+        "  hint",
+        "  validate",
+        "  publish (depends_on: source; optional_depends_on: hint, validate; "
+        "skip_after_failure_of: validate)",
+        "  audit (skip_after_failure_of: publish)",
+    ]
+
+
+def test_inspect_shows_the_entry_input_schema_compact_and_cut_to_200(tmp_path: Path) -> None:
+    (tmp_path / "look_inputs.py").write_text(EDGES_MODULE, encoding="utf-8")
+    project = tmp_path / "inputs.yaml"
+    project.write_text(
+        textwrap.dedent(
+            """\
+            version: 1
+            project: {id: inputs}
+            python_path: [.]
+            pipelines:
+              small:
+                input:
+                  schema:
+                    type: object
+                    properties: {n: {type: integer, default: 3}}
+                    required: [n]
+                steps: [{id: only, run: look_inputs:handler}]
+              large:
+                input:
+                  schema:
+                    type: object
+                    properties: {text: {type: string, description: "%s"}}
+                steps: [{id: only, run: look_inputs:handler}]
+            """
+            % ("x" * 300)
+        ),
+        encoding="utf-8",
+    )
+    small_outcome = tubeless("inspect", project, "small")
+    small = small_outcome.out.splitlines()
+    assert small_outcome.code == 0, small_outcome.err
+    assert small[2] == (
+        'Input: {"type":"object","properties":{"n":{"type":"integer","default":3}},'
+        '"required":["n"]}'
+    )
+    large = tubeless("inspect", project, "large").out.splitlines()[2].removeprefix("Input: ")
+    assert len(large) == 200 and large.endswith("x…")
+    assert large.startswith('{"type":"object","properties":{"text":{"type":"string"')
+    data = json.loads(tubeless("inspect", project, "small", "--json").out)
+    assert data["input_json_schema"] == {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "default": 3}},
+        "required": ["n"],
+    }
+
+
 def test_graph_of_the_scripted_agent_in_three_formats() -> None:
     assert tubeless("graph", SCRIPTED) == Outcome(0, SCRIPTED_MERMAID, "")
     dot = tubeless("graph", SCRIPTED, "--format", "dot")
@@ -588,6 +684,75 @@ def test_list_json() -> None:
         "pipelines": ["agent-summary"],
     }
     assert outcome.out == json.dumps(expected, indent=2) + "\n"
+
+
+def _folder_of_projects(folder: Path, module: str) -> Path:
+    """Two projects (one in a subfolder), a CI file that is no project, and a hidden folder;
+    their handlers are in ``module`` (one name per test: a module is imported once)."""
+    (folder / f"{module}.py").write_text(EDGES_MODULE, encoding="utf-8")
+    (folder / "b.yaml").write_text(
+        "version: 1\n"
+        "project: {id: b, default: second}\n"
+        "python_path: [.]\n"
+        "pipelines:\n"
+        f"  first: {{name: First, steps: [{{id: s, run: {module}:handler}}]}}\n"
+        f"  second: {{steps: [{{id: s, run: {module}:handler}}]}}\n",
+        encoding="utf-8",
+    )
+    (folder / "nested").mkdir()
+    (folder / "nested" / "a.yml").write_text(
+        "version: 1\n"
+        "project: {id: a}\n"
+        "python_path: [..]\n"
+        "pipelines:\n"
+        f"  only: {{steps: [{{id: s, run: {module}:handler}}]}}\n",
+        encoding="utf-8",
+    )
+    (folder / "ci.yaml").write_text("on: push\njobs: {}\n", encoding="utf-8")
+    (folder / ".hidden").mkdir()
+    (folder / ".hidden" / "c.yaml").write_text((folder / "b.yaml").read_text(), encoding="utf-8")
+    return folder
+
+
+def test_list_of_a_folder_lists_every_project_grouped_by_file(tmp_path: Path) -> None:
+    folder = _folder_of_projects(tmp_path, "look_folder_listed")
+    outcome = tubeless("list", folder)
+    assert outcome == Outcome(
+        0,
+        f"{folder / 'b.yaml'}:\n"
+        "  first\tpipeline\tFirst\n"
+        "  second\tpipeline (default)\n"
+        "\n"
+        f"{folder / 'nested' / 'a.yml'}:\n"
+        "  only\tpipeline\n",
+        "",
+    )
+    data = json.loads(tubeless("list", folder, "--json").out)
+    assert [(project["id"], project["path"]) for project in data] == [
+        ("b", str((folder / "b.yaml").resolve())),
+        ("a", str((folder / "nested" / "a.yml").resolve())),
+    ]
+    assert data[0]["pipelines"] == ["first", "second"]
+
+
+def test_list_of_a_folder_reports_a_broken_project_and_lists_the_others(tmp_path: Path) -> None:
+    folder = _folder_of_projects(tmp_path, "look_folder_broken")
+    (folder / "broken.yaml").write_text("version: 1\nproject: {id: broken, nmae: x}\n")
+    outcome = tubeless("list", folder)
+    assert outcome.code == 4
+    assert outcome.err == (
+        f"error: {folder / 'broken.yaml'}:2:23 /project/nmae: unknown key 'nmae'; "
+        "did you mean 'name'?\n"
+    )
+    assert outcome.out.splitlines()[0] == f"{folder / 'b.yaml'}:"
+    assert outcome.out.splitlines()[-1] == "  only\tpipeline"
+
+
+def test_list_of_a_folder_without_projects_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "ci.yaml").write_text("on: push\n", encoding="utf-8")
+    assert tubeless("list", tmp_path) == Outcome(
+        2, "", f"error: {tmp_path}: no project files found\n"
+    )
 
 
 # -- nothing runs -----------------------------------------------------------------------------

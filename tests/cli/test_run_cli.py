@@ -571,3 +571,168 @@ def test_run_help_with_several_entries_and_no_default(
     text = " ".join(capsys.readouterr().out.split())
     assert "--input JSON" in text
     assert "has several entries and no default; choose one of one, other" in text
+
+
+def _builtin_options() -> list[tuple[str, bool]]:
+    """Every spelling of every built-in option of ``run``, and whether it takes a value: read
+    from the options themselves, so that a new option is covered the day it is added."""
+    import click
+
+    from tubeless._cli._run_options import builtin_params
+
+    return [
+        (name, not (param.is_flag or param.count))
+        for param in builtin_params(None, is_agent=None)
+        if isinstance(param, click.Option)
+        for name in (*param.opts, *param.secondary_opts)
+    ]
+
+
+@pytest.mark.parametrize(("option", "takes_value"), _builtin_options())
+def test_an_unknown_id_after_any_built_in_option_is_an_unknown_id(
+    option: str, takes_value: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run p.yaml --otel nosuch`: --otel is a real flag of run, so 'nosuch' is the id (exit 2),
+    not `No such option '--otel'` (the resolution's own list of options had drifted)."""
+    value = ["value"] if takes_value else []
+    outcome = tubeless(capsys, "run", SCRIPTED, option, *value, "nosuch")
+    assert outcome.code == 2, outcome.err
+    assert outcome.err.splitlines() == [
+        "error: project 'scripted-agent' has no entry 'nosuch'; choose from scripted-agent"
+    ]
+
+
+def test_an_input_property_named_like_any_built_in_option_gets_no_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Properties `key`, `restart`, `record`, `deny_all` would shadow (or be shadowed by) the
+    built-in options of the same name: they get no flag and `--help` says why."""
+    project = _project(
+        tmp_path,
+        """\
+        version: 1
+        project: {id: clash}
+        python_path: [.]
+        pipelines:
+          clash:
+            input:
+              schema:
+                type: object
+                properties:
+                  key: {type: string}
+                  restart: {type: boolean}
+                  record: {type: string}
+                  deny_all: {type: boolean}
+                  topic: {type: string}
+            steps:
+              - {id: echo, run: "helpers:echo"}
+        """,
+        """\
+        def echo(inputs, ctx):
+            return dict(ctx.options)
+        """,
+    )
+    outcome = tubeless(capsys, "run", project, "--help")
+    assert outcome.code == 0, outcome.err
+    assert " ".join(outcome.out.split()).endswith(
+        "Input properties without a flag, set them with --input or --input-file: "
+        "key (--key is a built-in option); restart (--restart is a built-in option); "
+        "record (--record is a built-in option); deny_all (--deny-all is a built-in option)."
+    )
+
+
+_DECIDERS = """\
+def initial_state(validated):
+    return {}
+
+
+def word_len(value, ctx):
+    return len(value)
+
+
+def returns_none(state, ctx):
+    {"kind": "finish", "result": 1}
+
+
+def returns_text(state, ctx):
+    return "finish"
+
+
+def gives_a_reason(state, ctx):
+    return {"kind": "finish", "result": 1, "reason": "SECRET-REASON"}
+
+
+def misspells_a_tool(state, ctx):
+    return {"kind": "continue", "calls": [{"id": "a", "tool": "word_length", "input": "x"}]}
+
+
+def raises(state, ctx):
+    return {}["answer"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("decide", "line"),
+    [
+        pytest.param(
+            "returns_none",
+            "TUBELESS_CHILD_FAILED (TUBELESS_AGENT_INVALID_DECISION): agent a, turn 1: Agent "
+            "decision must be a plain dict; decide returned None (missing return?)",
+            id="none",
+        ),
+        pytest.param(
+            "returns_text",
+            "TUBELESS_CHILD_FAILED (TUBELESS_AGENT_INVALID_DECISION): agent a, turn 1: Agent "
+            "decision must be a plain dict; decide returned str",
+            id="str",
+        ),
+        pytest.param(
+            "gives_a_reason",
+            "TUBELESS_CHILD_FAILED (TUBELESS_AGENT_INVALID_DECISION): agent a, turn 1: Agent "
+            "decision must finish(result) or continue with a nonempty calls array; a finish "
+            "decision has only 'kind' and 'result', found the extra key 'reason'",
+            id="extra-key",
+        ),
+        pytest.param(
+            "misspells_a_tool",
+            "TUBELESS_CHILD_FAILED (TUBELESS_AGENT_INVALID_DECISION): agent a, turn 1: Unknown "
+            "agent tool: 'word_length'; did you mean 'word_len'? (tools: word_len)",
+            id="unknown-tool",
+        ),
+        pytest.param(
+            "raises",
+            "TUBELESS_CHILD_FAILED (TUBELESS_STEP_FAILED): agent a, turn 1: decide raised "
+            "KeyError: 'answer'",
+            id="exception",
+        ),
+    ],
+)
+def test_a_decision_error_says_what_decide_gave(
+    decide: str, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a user writing their first decide sees: the type returned, the extra key by name,
+    the tool they meant, and that the exception came from decide; never a value."""
+    project = _project(
+        tmp_path,
+        f"""\
+        version: 1
+        project: {{id: deciders}}
+        python_path: [.]
+        agents:
+          a:
+            input: {{schema: {{type: object}}}}
+            result: {{schema: {{}}}}
+            initial_state: "helpers:initial_state"
+            decide: "helpers:{decide}"
+            tools:
+              word_len:
+                description: The length of a word.
+                run: "helpers:word_len"
+                input: {{schema: {{type: string}}}}
+                output: {{schema: {{type: integer}}}}
+        """,
+        _DECIDERS,
+    )
+    outcome = tubeless(capsys, "run", project, "-q")
+    assert (outcome.code, outcome.out) == (6, "")
+    assert outcome.err.splitlines() == [f"error: {line}"]

@@ -17,26 +17,13 @@ from typing import Any, Literal
 
 import click
 
+from tubeless._cli._run_options import OPTION_NAMES
+
 __all__ = ["BUILTIN_FLAGS", "DerivedFlag", "InputRejected", "derive_flags", "unflagged"]
 
-#: Built-in flags of ``tubeless run``; a property with one of these names gets no flag.
-BUILTIN_FLAGS = frozenset(
-    {
-        "input",
-        "input-file",
-        "dry-run",
-        "target",
-        "step",
-        "max-concurrency",
-        "continue-on-error",
-        "trace",
-        "otel",
-        "quiet",
-        "run-id",
-        "correlation-id",
-        "help",
-    }
-)
+#: Built-in flags of ``tubeless run`` (without their ``--``), read from its options: a property
+#: with one of these names gets no flag (it would shadow the option, or be shadowed by it).
+BUILTIN_FLAGS = frozenset(name[2:] for name in OPTION_NAMES if name.startswith("--"))
 
 Kind = Literal["string", "integer", "number", "boolean", "choice"]
 

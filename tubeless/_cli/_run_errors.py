@@ -8,6 +8,7 @@ the user wrote the project (lines wrapped here)::
         KeyError: 'b'
     TUBELESS_CHILD_FAILED (TUBELESS_AGENT_LIMIT_REACHED): agent a: turn 3 asked to continue
         with 4 calls but max_turns=3
+    TUBELESS_CHILD_FAILED (TUBELESS_STEP_FAILED): agent a, turn 2: decide raised KeyError: 'x'
     TUBELESS_OPTIONS_VALIDATION_FAILED: input rejected: text: Field required (pass --text or
         --input)
     TUBELESS_FINALIZATION_FAILED: finalize: KeyError: 'x'
@@ -34,6 +35,7 @@ from tubeless.errors import (
     FINAL_RESULT_VALIDATION_FAILED,
     FINALIZATION_FAILED,
     OPTIONS_VALIDATION_FAILED,
+    TubelessError,
     without_period,
 )
 
@@ -223,7 +225,23 @@ def _story(frames: list[_Frame], flags: Mapping[str, str] | None) -> tuple[str, 
         return path.text(), _input_rejected(leaf, flags)
     if getattr(leaf, "code", None) in (FINALIZATION_FAILED, FINAL_RESULT_VALIDATION_FAILED):
         return path.text(), _described(leaf) + _unpublished(frames[-1])
+    if agent is not None and _raised_by_decide(frames[-1], agent):
+        # The turn's decide step calls user code: say whose exception it is.
+        source = "dry_run" if getattr(frames[-1].run, "dry_run", False) is True else "decide"
+        return path.text(), f"{source} raised {_described(leaf)}"
     return path.text(), _described(leaf)
+
+
+def _raised_by_decide(frame: _Frame, agent: _Agent) -> bool:
+    """Whether ``frame`` is a turn whose decide step failed with an exception of user code
+    (``decide``, or ``dry_run`` in a dry run), not one tubeless raised about the decision."""
+    exc = getattr(frame.error, "exception", None)
+    return (
+        _pipeline_id(frame) == f"{agent.id}/turn"
+        and getattr(frame.error, "step_id", None) == "decide"
+        and isinstance(exc, BaseException)
+        and not isinstance(exc, TubelessError)
+    )
 
 
 def _unpublished(frame: _Frame) -> str:

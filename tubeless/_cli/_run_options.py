@@ -1,7 +1,9 @@
 """The options every ``tubeless run`` entry command has, beside the flags derived from its input.
 
-``VALUE_OPTIONS`` lists those that take a value, so the project path and the entry id can be
-found among the arguments before the entry's own command exists (``run`` and completion).
+The project path and the entry id are found among the arguments before the entry's own command
+exists (``run`` and completion), so the names of these options, and which of them take a value,
+are read here from the options themselves (:data:`OPTION_NAMES`, :data:`VALUE_OPTIONS`): a list
+kept by hand drifted from them once (``run p.yaml --otel nosuch`` was "No such option").
 """
 
 from __future__ import annotations
@@ -15,25 +17,7 @@ from tubeless._cli._cassette import cassette_params
 if TYPE_CHECKING:
     from tubeless import Pipeline
 
-__all__ = ["VALUE_OPTIONS", "builtin_params", "nonblank"]
-
-#: The built-in options that take a value.
-VALUE_OPTIONS = frozenset(
-    {
-        "--input",
-        "--input-file",
-        "--target",
-        "--step",
-        "--max-concurrency",
-        "--trace",
-        "--run-id",
-        "--correlation-id",
-        "--record",
-        "--replay",
-        "--checkpoints",
-        "--key",
-    }
-)
+__all__ = ["OPTION_NAMES", "VALUE_OPTIONS", "builtin_params", "nonblank"]
 
 
 def nonblank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -157,3 +141,23 @@ def builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cli
             )
         )
     return params
+
+
+def _names() -> tuple[frozenset[str], frozenset[str]]:
+    """Every spelling of the built-in options (``--help``/``-h`` included), and those taking a
+    value; from the options of an entry not yet known, which has every one of them."""
+    names: set[str] = {"--help", "-h"}
+    valued: set[str] = set()
+    for param in builtin_params(None, is_agent=None):
+        if not isinstance(param, click.Option):
+            continue
+        spellings = (*param.opts, *param.secondary_opts)
+        names.update(spellings)
+        if not (param.is_flag or param.count):
+            valued.update(spellings)
+    return frozenset(names), frozenset(valued)
+
+
+#: Every spelling of every built-in option of an entry command (``--quiet``, ``-q``, ``--help``).
+#: VALUE_OPTIONS: those of them that take a value (the next argument is theirs).
+OPTION_NAMES, VALUE_OPTIONS = _names()

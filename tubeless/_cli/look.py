@@ -8,6 +8,7 @@ and reporting packages are imported inside the commands so that ``tubeless --hel
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -133,7 +134,7 @@ def _finalization_notes(pipeline: Any, plan: Any) -> list[str]:
     return []
 
 
-@click.command("inspect", short_help="Show an entry: steps, identity, plan, limits and tools.")
+@click.command("inspect", short_help="Show an entry: input, steps, identity, plan, limits, tools.")
 @_project_argument
 @_id_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -144,8 +145,9 @@ def _finalization_notes(pipeline: Any, plan: Any) -> list[str]:
     "schemas (without it nothing is started or contacted).",
 )
 def inspect(project: str, entry_id: str | None, as_json: bool, connect: bool) -> None:
-    """Show an entry of PROJECT: targets, steps, identity and default plan, and for an agent
-    its limits, tools (descriptions and input schemas) and result descriptor."""
+    """Show an entry of PROJECT: its input schema, targets, steps and their dependencies,
+    identity and default plan, and for an agent its limits, tools (descriptions and input
+    schemas) and result descriptor."""
     from tubeless.reporting.inspect_text import format_inspect, inspect_dict
 
     chosen, kind, pipeline = _entry(project, entry_id)
@@ -232,26 +234,86 @@ def graph(
     click.echo(text, nl=False)
 
 
-@click.command("list", short_help="List the agents and pipelines of a project.")
-@_project_argument
+@click.command("list", short_help="List the entries of a project, or of each one in a folder.")
+@click.argument("project", metavar="PROJECT|DIR", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the project inventory as JSON.")
-def list_(project: str, as_json: bool) -> None:
+@click.pass_context
+def list_(ctx: click.Context, project: str, as_json: bool) -> None:
     """List the entries of PROJECT: one line each, `ID<TAB>KIND[<TAB>NAME]`, the default
-    entry followed by ` (default)`."""
+    entry followed by ` (default)`.
+
+    For a DIR, every project file in it (searched as `tubeless validate DIR` does) is listed in
+    sorted order: its path and a colon, then its entries indented by two spaces, a blank line
+    between projects. A project that cannot be loaded gets its `error:` lines on stderr and the
+    others are still listed; the exit code is that of the worst failure (2 before 4 before 3).
+    With --json a DIR prints a list of inventories.
+    """
+    if os.path.isdir(project):
+        _list_folder(ctx, project, as_json)
+        return
     loaded = _load(project)
     if as_json:
-        _echo_json(
-            {
-                "id": loaded.id,
-                "name": loaded.name,
-                "description": loaded.description,
-                "default": loaded.default,
-                "path": str(loaded.path.resolve()),
-                "agents": list(loaded.agents),
-                "pipelines": list(loaded.pipelines),
-            }
-        )
+        _echo_json(_inventory(loaded))
         return
+    for line in _entry_lines(loaded):
+        click.echo(line)
+
+
+def _project_files(folder: str) -> list[str]:
+    """The project files in ``folder``, in sorted order: the rule of ``tubeless validate DIR``
+    (this is the one place ``list`` decides which files are projects)."""
+    from tubeless._cli.validate import _projects_in
+
+    return list(_projects_in(folder))
+
+
+def _list_folder(ctx: click.Context, folder: str, as_json: bool) -> None:
+    from tubeless._cli._exit import EXIT_LOAD, EXIT_VALIDATION, exit_code_for, report_error
+
+    files = _project_files(folder)
+    if not files:
+        raise CliLoadError(f"{folder}: no project files found")
+    debug = getattr(ctx.obj, "debug", False) is True
+    inventories: list[dict[str, Any]] = []
+    codes: list[int] = []
+    printed = False
+    for path in files:
+        try:
+            loaded = _load(path)
+        except Exception as exc:  # one broken project must not hide the others
+            report_error(exc, debug=debug)
+            codes.append(exit_code_for(exc, command="list"))
+            continue
+        if as_json:
+            inventories.append(_inventory(loaded))
+            continue
+        if printed:
+            click.echo("")
+        printed = True
+        click.echo(f"{path}:")
+        for line in _entry_lines(loaded):
+            click.echo(f"  {line}")
+    if as_json:
+        _echo_json(inventories)
+    if codes:
+        worst = [code for code in (EXIT_LOAD, EXIT_VALIDATION) if code in codes]
+        ctx.exit(worst[0] if worst else max(codes))
+
+
+def _inventory(loaded: Project) -> dict[str, Any]:
+    return {
+        "id": loaded.id,
+        "name": loaded.name,
+        "description": loaded.description,
+        "default": loaded.default,
+        "path": str(loaded.path.resolve()),
+        "agents": list(loaded.agents),
+        "pipelines": list(loaded.pipelines),
+    }
+
+
+def _entry_lines(loaded: Project) -> list[str]:
+    lines: list[str] = []
     for entry_id, pipeline in loaded.entries.items():
         fields = [entry_id, "agent" if entry_id in loaded.agents else "pipeline"]
         if pipeline.name:
@@ -259,4 +321,5 @@ def list_(project: str, as_json: bool) -> None:
         line = "\t".join(fields)
         if entry_id == loaded.default:
             line += " (default)"
-        click.echo(line)
+        lines.append(line)
+    return lines

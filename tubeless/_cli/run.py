@@ -26,7 +26,7 @@ from tubeless._cli._complete import RunCommand
 from tubeless._cli._exit import EXIT_CANCELLED, CliLoadError
 from tubeless._cli._flags import DerivedFlag, derive_flags, unflagged
 from tubeless._cli._run_input import build_input
-from tubeless._cli._run_options import VALUE_OPTIONS, builtin_params
+from tubeless._cli._run_options import OPTION_NAMES, VALUE_OPTIONS, builtin_params
 
 if TYPE_CHECKING:
     from tubeless import Pipeline, PipelineRun
@@ -150,20 +150,7 @@ def _refuse_unknown_option(option: str, project: Project) -> None:
     """``run p.yaml --txt hi``: report ``--txt`` (a usage error), not an entry named ``hi``."""
     if not option.startswith("--") or "=" in option:
         return
-    known = {
-        "--help",
-        "-h",
-        *VALUE_OPTIONS,
-        "--dry-run",
-        "--continue-on-error",
-        "--quiet",
-        "--replay-outcomes",
-        "--show-values",
-        "--allow-changed-definition",
-        "--approve-all",
-        "--deny-all",
-        "--restart",
-    }
+    known = set(OPTION_NAMES)
     for entry in project.entries.values():
         for flag in derive_flags(_input_schema(entry)):
             known.add(f"--{flag.option}")

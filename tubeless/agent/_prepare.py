@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tubeless.agent._decisions import Call, DecisionError, shown
+from tubeless.agent._decisions import Call, DecisionError, shown, unknown_tool
 from tubeless.agent._scope import Scope
 from tubeless.agent._tools import Tool
 from tubeless.pipeline import Pipeline
@@ -78,7 +78,7 @@ def prepare_calls(
     for call in calls:
         compiled = registry.get(call.tool)
         if compiled is None:
-            raise DecisionError(f"Unknown agent tool: {shown(call.tool)}")
+            raise unknown_tool(call.tool, registry)
         resolved.append(compiled)
     prepared: list[PreparedCall] = []
     for call, compiled in zip(calls, resolved, strict=True):

@@ -246,7 +246,8 @@ async def decide(
     decision: Continue | Finish | None = t.journal.resume_decision(t)
     try:
         if decision is None:
-            decision = parse_decision(await ask(spec, t, ctx))
+            source = "dry_run" if ctx.dry_run and spec.dry_run is not None else "decide"
+            decision = parse_decision(await ask(spec, t, ctx), source=source)
         if isinstance(decision, Finish):
             return finish(spec, t, ctx, decision)
         return admit(spec, t, ctx, decision)

@@ -1,5 +1,6 @@
-"""What ``tubeless inspect`` prints: an entry's targets, steps, identity, default plan and, for
-agents, limits, tool inventory and result descriptor (text or a JSON-ready dict)."""
+"""What ``tubeless inspect`` prints: an entry's input schema, targets, steps and their
+dependencies, identity, default plan and, for agents, limits, tool inventory and result
+descriptor (text or a JSON-ready dict)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from tubeless.agent._sources import remotes
+from tubeless.frozen import thaw
 from tubeless.pipeline import DefinitionIdentity, Pipeline, Step
 from tubeless.reporting.graph import agent_tools
 from tubeless.reporting.plan_text import format_plan
 
-__all__ = ["EntryKind", "format_inspect", "inspect_dict"]
+__all__ = ["EntryKind", "format_inspect", "input_json_schema", "inspect_dict"]
 
 EntryKind = Literal["agent", "pipeline"]
 
@@ -45,11 +47,18 @@ def format_inspect(
         lines.append(f"Name: {pipeline.name}")
     if pipeline.description:
         lines.append(f"Description: {_one_line(pipeline.description)}")
+    schema = input_json_schema(pipeline)
+    shown = _INPUT_NOTES[schema] if isinstance(schema, str) else _compact(schema)
+    lines.append(f"Input: {shown}")
     lines.append(f"Targets: {', '.join(pipeline.target_ids) or 'none'}")
-    lines.append(f"Steps: {', '.join(pipeline.step_ids) or 'none'}")
+    plan = pipeline.plan()
+    if kind == "agent":  # one step, the turn loop: what it does is described below the plan
+        lines.append(f"Steps: {', '.join(pipeline.step_ids) or 'none'}")
+    else:
+        lines.extend(_step_lines(plan))
     lines.append(f"Identity: {_identity_text(pipeline.identity)}")
     lines.append("")
-    lines.extend(format_plan(pipeline.plan()).splitlines())
+    lines.extend(format_plan(plan).splitlines())
     for s in _agent_steps(pipeline):
         lines.append("")
         lines.extend(_agent_lines(s, strict, live))
@@ -68,6 +77,7 @@ def inspect_dict(
     ``agent`` describes the first agent step (every agent has exactly one), or is ``None``.
     """
     agents = _agent_steps(pipeline)
+    schema = input_json_schema(pipeline)
     return {
         "entry": entry_id,
         "kind": kind,
@@ -75,11 +85,53 @@ def inspect_dict(
         "name": pipeline.name,
         "description": pipeline.description,
         "target_ids": list(pipeline.target_ids),
+        "input_json_schema": None if isinstance(schema, str) else schema,
         "step_ids": list(pipeline.step_ids),
         "identity": _identity_dict(pipeline.identity),
         "plan": pipeline.plan().to_dict(definition=True),
         "agent": _agent_dict(agents[0], live) if agents else None,
     }
+
+
+#: What the ``Input:`` line says for an entry without an input JSON Schema to show.
+_INPUT_NOTES = {
+    "none": "none (any input is accepted)",
+    "unavailable": "(its schema has no JSON Schema form)",
+}
+#: Each dependency kind of a step, by the key a project writes it with.
+_DEPENDENCIES = (
+    ("depends_on", "dependencies"),
+    ("optional_depends_on", "optional_dependencies"),
+    ("skip_after_failure_of", "skip_after_failure_of"),
+)
+
+
+def input_json_schema(pipeline: Pipeline) -> dict[str, Any] | Literal["none", "unavailable"]:
+    """The entry's input JSON Schema as plain data; ``"none"`` when the entry has no input
+    schema (any input is accepted), ``"unavailable"`` when its schema cannot be expressed."""
+    schema = pipeline.options_schema
+    if schema is None:
+        return "none"
+    try:
+        generated = thaw(schema.json_schema())
+    except Exception:  # a type pydantic cannot express as JSON Schema still runs
+        return "unavailable"
+    return generated if isinstance(generated, dict) else "unavailable"
+
+
+def _step_lines(plan: Any) -> list[str]:
+    """``Steps:`` and one line per step, in execution order, with what it waits for."""
+    if not plan.steps:
+        return ["Steps: none"]
+    lines = ["Steps:"]
+    for planned in plan.steps:
+        kinds = [
+            f"{key}: {', '.join(ids)}"
+            for key, attribute in _DEPENDENCIES
+            if (ids := getattr(planned, attribute))
+        ]
+        lines.append(f"  {planned.id} ({'; '.join(kinds)})" if kinds else f"  {planned.id}")
+    return lines
 
 
 def _agent_steps(pipeline: Pipeline) -> list[Step]:
