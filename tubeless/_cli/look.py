@@ -262,9 +262,9 @@ def list_(ctx: click.Context, project: str, as_json: bool) -> None:
 def _project_files(folder: str) -> list[str]:
     """The project files in ``folder``, in sorted order: the rule of ``tubeless validate DIR``
     (this is the one place ``list`` decides which files are projects)."""
-    from tubeless._cli.validate import _projects_in
+    from tubeless.project._files import projects_in
 
-    return list(_projects_in(folder))
+    return list(projects_in(folder))
 
 
 def _list_folder(ctx: click.Context, folder: str, as_json: bool) -> None:
