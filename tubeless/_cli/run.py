@@ -259,11 +259,15 @@ def _execute(
         and sys.stderr.isatty()
         and needs_approvals(entry)
     )
-    approver = choose_approver(
-        approve_all=options["approve_all"], deny_all=options["deny_all"], interactive=prompting
-    )
-    # A prompt and the live view would draw over each other: prompts get plain report lines.
+    # A prompt and the live view would draw over each other: prompts get plain report lines,
+    # held while a prompt is open.
     reporter = _reporter(report_stream, quiet=options["quiet"], live=False if prompting else None)
+    approver = choose_approver(
+        approve_all=options["approve_all"],
+        deny_all=options["deny_all"],
+        interactive=prompting,
+        report=reporter if hasattr(reporter, "hold") else None,
+    )
     token = CancelToken()
     # Installed before anything opens and kept until every sink is closed (DESIGN.md §6).
     signals = RunSignals(token, reporter)

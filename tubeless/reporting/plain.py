@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TextIO
@@ -178,6 +179,9 @@ class PlainReporter:
         # When the last progress line of a root step or a call run was printed.
         self._printed: dict[Step | Run, float] = {}
         self._errors = 0
+        # Lines come from the loop and from worker threads (progress); a prompt holds them.
+        self._lock = threading.Lock()
+        self._held: list[str] | None = None
 
     @property
     def dropped(self) -> int:
@@ -216,6 +220,21 @@ class PlainReporter:
 
     def close(self) -> None:
         """Flush; the stream belongs to the caller and stays open."""
+        self.flush()
+
+    def hold(self) -> None:
+        """Keep every line from now until :meth:`release` (a prompt is open on the stream)."""
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def release(self) -> None:
+        """Print the lines kept since :meth:`hold`, in order, and print as lines come again."""
+        with self._lock:
+            held, self._held = self._held, None
+            if held:
+                with contextlib.suppress(Exception):  # a reporter must never fail a run
+                    self._stream.write("".join(held))
         self.flush()
 
     def cancelling(self, reason: str) -> None:
@@ -328,7 +347,11 @@ class PlainReporter:
         return f"\x1b[{code}m{text}\x1b[0m" if self._color else text
 
     def _line(self, text: str) -> None:
-        self._stream.write(text + "\n")
+        with self._lock:
+            if self._held is not None:
+                self._held.append(text + "\n")
+            else:
+                self._stream.write(text + "\n")
 
 
 def _pipeline(run: Run) -> str:
