@@ -209,7 +209,7 @@ class LiveModel:
                     status="waiting" if waiting else step.status,
                     duration_ms=step.duration_ms,
                     started_ms=step.started_ms,
-                    detail=_step_detail(step),
+                    detail="approval needed" if waiting else _step_detail(step),
                 )
             )
             if step.turns:
