@@ -201,6 +201,11 @@ def test_deny_all_shows_each_denied_call_in_the_report_and_trace_show(
         "    call d1  draft  completed  <d>",
         "    call go  launch  denied  TUBELESS_TOOL_DENIED",
     ]
+    model = LiveModel()
+    for record in read_trace(project.parent / "trace.ndjson"):
+        model.feed(record)
+    calls = [(row.label, row.call_id, row.status, row.detail) for row in model.rows()[3:]]
+    assert calls == [("draft", "d1", "completed", None), ("launch", "go", "denied", "denied")]
 
 
 def test_a_denial_reason_shows_in_the_report_and_never_in_the_trace(

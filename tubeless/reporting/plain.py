@@ -225,7 +225,9 @@ class PlainReporter:
                 if run.call is None and record.get("stepId") == "decide":
                     self._decided(run)
                 elif run.call is None and record.get("stepId") == "calls":
-                    self._marked(run, _mapping(_mapping(record.get("payload")).get("attributes")))
+                    attributes = _mapping(_mapping(record.get("payload")).get("attributes"))
+                    if "agent.callStatus" in attributes:
+                        self._marked(run, attributes)
             elif name == "pipeline.completed":
                 if run.call is None:
                     self._turn_ended(run)
