@@ -83,7 +83,7 @@ def _document(store: Path) -> dict[str, object]:
 
 WAITING_ERR = (
     f"checkpoint: {KEY} (new)\n"
-    "error: TUBELESS_APPROVAL_REQUIRED: checkpoint 'k1' is waiting for approval of 1 call; "
+    "waiting: TUBELESS_APPROVAL_REQUIRED: checkpoint 'k1' is waiting for approval of 1 call; "
     "nothing of its batch ran\n"
     "waiting: call 'go' to tool 'launch' (agent gate, turn 1)\n"
     "  approve: tubeless approve {store} k1 go\n"

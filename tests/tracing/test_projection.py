@@ -130,6 +130,8 @@ def _call(call_id: str, tool: str | None, run: str | None, status: str, **extra:
         "source_code": None,
         "parent_attempt_id": extra.pop("parent", None),
         "child_agent_run_ids": [],
+        "marked": None,
+        "reason_given": False,
         **extra,
     }
 
@@ -168,6 +170,8 @@ def _scripted_history(word_0: dict[str, Any] | None = None) -> dict[str, Any]:
         "termination": "finish",
         "limits": SCRIPTED_LIMITS,
         "capabilities": ["count", "uppercase"],
+        "resumed_turn": None,
+        "checkpoint_key": None,
         "turns": [
             _turn(
                 "scripted-agent/turn#1",
@@ -385,6 +389,8 @@ async def test_subagent_calls_link_their_agent_runs_which_hang_under_the_call_ru
             "max_concurrency": 2,
         },
         "capabilities": ["process_word", "summarize"],
+        "resumed_turn": None,
+        "checkpoint_key": None,
         "turns": [
             _turn(
                 t1,
@@ -457,6 +463,8 @@ async def test_subagent_calls_link_their_agent_runs_which_hang_under_the_call_ru
                 "max_concurrency": 2,
             },
             "capabilities": ["count", "uppercase"],
+            "resumed_turn": None,
+            "checkpoint_key": None,
             "turns": [
                 _turn(
                     t1,
@@ -503,6 +511,8 @@ async def test_an_agent_stopped_by_a_limit_terminates_with_limit() -> None:
         "termination": "limit",
         "limits": LIMITS | {"max_turns": 1},
         "capabilities": ["count"],
+        "resumed_turn": None,
+        "checkpoint_key": None,
         "turns": [
             _turn(
                 "limited/turn#1",
@@ -603,6 +613,8 @@ def test_a_trace_cut_off_mid_run_projects_running_runs_and_unfinished_steps() ->
         "termination": "running",
         "limits": SCRIPTED_LIMITS,
         "capabilities": ["count", "uppercase"],
+        "resumed_turn": None,
+        "checkpoint_key": None,
         "turns": [
             _turn(
                 "scripted-agent/turn#1",
@@ -646,6 +658,8 @@ def test_old_traces_without_agent_telemetry_keep_unknowns_and_guess_nothing() ->
         "termination": "completed",  # no recorded finish decision
         "limits": None,
         "capabilities": None,
+        "resumed_turn": None,
+        "checkpoint_key": None,
         "turns": [
             _turn(
                 "scripted-agent/turn#1",

@@ -4,7 +4,9 @@ On a terminal (stdin and stderr both TTYs) each request is shown on stderr — t
 arguments (control characters made safe, long arguments cut) — and answered with click's
 ``[y/N]`` prompt; requests are asked one at a time, in the order they come. The prompt blocks in a
 daemon thread, so the run's other calls, signals and the trace go on while a person reads; a
-cancelled run stops waiting at once and never runs the call. Without a terminal or a flag there
+cancelled run stops waiting at once and never runs the call. The report's lines that fall due
+while a prompt is open are held and printed once it is answered (or abandoned), so none is
+written into the prompt's line. Without a terminal or a flag there
 is no approver, and a call that needs approval fails the run with
 ``TUBELESS_APPROVAL_REQUIRED`` before any call of its batch starts.
 """
@@ -16,17 +18,31 @@ import json
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
 if TYPE_CHECKING:
     from tubeless import Pipeline
 
-__all__ = ["TerminalApprover", "choose_approver", "needs_approvals", "prompt_abandoned"]
+__all__ = [
+    "HeldReport",
+    "TerminalApprover",
+    "choose_approver",
+    "needs_approvals",
+    "prompt_abandoned",
+]
 
 #: Arguments longer than this are cut on the prompt (the digest still covers all of them).
 SHOWN_ARGUMENTS = 2000
+
+
+class HeldReport(Protocol):
+    """A report that can keep its lines while a prompt is open (the plain reporter)."""
+
+    def hold(self) -> None: ...
+
+    def release(self) -> None: ...
 
 
 def needs_approvals(pipeline: Pipeline, seen: set[int] | None = None) -> bool:
@@ -47,9 +63,10 @@ def needs_approvals(pipeline: Pipeline, seen: set[int] | None = None) -> bool:
 
 
 def choose_approver(
-    *, approve_all: bool, deny_all: bool, interactive: bool
+    *, approve_all: bool, deny_all: bool, interactive: bool, report: HeldReport | None = None
 ) -> Callable[[Mapping[str, Any]], Any] | None:
-    """The approver for the given flags (``None``: no approver)."""
+    """The approver for the given flags (``None``: no approver); ``report`` is held while a
+    terminal prompt is open."""
     if approve_all and deny_all:
         raise click.UsageError("Give --approve-all or --deny-all, not both.")
     if approve_all:
@@ -57,7 +74,7 @@ def choose_approver(
     if deny_all:
         return lambda request: False
     if interactive:
-        return TerminalApprover()
+        return TerminalApprover(report)
     return None
 
 
@@ -82,9 +99,14 @@ def prompt_abandoned(approver: Any) -> bool:
 
 
 class TerminalApprover:
-    """Asks a person on the terminal, one request at a time."""
+    """Asks a person on the terminal, one request at a time.
 
-    def __init__(self) -> None:
+    Args:
+        report: The run's report on the same terminal, held while a prompt is open.
+    """
+
+    def __init__(self, report: HeldReport | None = None) -> None:
+        self._report = report
         self._turn = asyncio.Lock()
         self.asking = threading.Event()
         """Set while a prompt's thread waits for an answer."""
@@ -99,11 +121,17 @@ class TerminalApprover:
                 f"(turn {request['turn']}, {terminal_safe(str(request['route']))})\n"
                 f"  arguments:\n{_shown(request)}\n"
             )
-            return await _ask_in_thread(text, self.asking)
+            return await _ask_in_thread(text, self.asking, self._report)
 
 
-async def _ask_in_thread(text: str, asking: threading.Event) -> bool:
-    """``click.confirm`` in a daemon thread: a cancelled run never waits for the answer."""
+async def _ask_in_thread(
+    text: str, asking: threading.Event, report: HeldReport | None = None
+) -> bool:
+    """``click.confirm`` in a daemon thread: a cancelled run never waits for the answer.
+
+    ``report`` is held from before the prompt is drawn until it is answered, or until the run
+    stops waiting for it.
+    """
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[bool] = loop.create_future()
 
@@ -125,11 +153,17 @@ async def _ask_in_thread(text: str, asking: threading.Event) -> bool:
             value = exc
         finally:
             asking.clear()
+            if report is not None:
+                report.release()  # after the answer's newline, before the run goes on
         loop.call_soon_threadsafe(settle, value)
 
+    if report is not None:
+        report.hold()
     asking.set()
     threading.Thread(target=ask, name="tubeless-approval", daemon=True).start()
     try:
         return await answer
     finally:
+        if report is not None:
+            report.release()  # also when the run stopped waiting (a signal)
         sys.stderr.flush()

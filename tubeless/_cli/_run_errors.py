@@ -16,7 +16,8 @@ the user wrote the project (lines wrapped here)::
 A delegated agent or pipeline adds `` > agent <id>, ...`` (or `` > pipeline <id>[, item <key>
 | iteration <i>], ...`` for a child pipeline, of a fan-out or an iteration). The
 codes stay those of the run's error; the library's messages are not changed, only not shown
-where a location says the same. Cancellations and planning errors keep their plain form.
+where a location says the same. Turns are numbered as the agent counts them: a resumed agent's
+first turn is the one it resumed at. Cancellations and planning errors keep their plain form.
 
 Runs are read by duck typing (``pipeline_id``, ``run_id``, ``item_key``, ``steps``, ``errors``)
 so that this module never imports the pipeline package; the one import it makes (the shared
@@ -175,6 +176,8 @@ class _Agent:
     id: str
     run_id: str | None
     turn: int | None = None
+    first_turn: int = 1
+    """The turn a resumed agent went on from: its first iteration is that turn."""
 
 
 def _story(frames: list[_Frame], flags: Mapping[str, str] | None) -> tuple[str, str]:
@@ -196,12 +199,16 @@ def _story(frames: list[_Frame], flags: Mapping[str, str] | None) -> tuple[str, 
                 continue  # a handler tool's run: its one step is the handler
         if _is_agent(frame, below):
             run_id = getattr(frame.run, "run_id", None)
+            first = getattr(getattr(frame.error, "exception", None), "first_turn", None)
             agent = _Agent(id=pipeline_id, run_id=run_id)
+            if isinstance(first, int) and not isinstance(first, bool):
+                agent.first_turn = first
             if isinstance(run_id, str):
                 agents[run_id] = pipeline_id
             path.start(f"agent {pipeline_id}")
         elif agent is not None and pipeline_id == f"{agent.id}/turn":
-            agent.turn = _turn_number(frame)
+            number = _turn_number(frame)
+            agent.turn = None if number is None else number + agent.first_turn - 1
             path.add(f"turn {'?' if agent.turn is None else agent.turn}")
             if step == "reduce":
                 path.add("reduce")

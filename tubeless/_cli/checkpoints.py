@@ -110,7 +110,7 @@ def report_waiting(run_record: Any, path: str) -> int | None:
     if not found or not isinstance(waits[0], ApprovalWaiting):
         return None
     first = found[0]
-    click.echo(f"error: {first.code}: {first.message}", err=True)
+    click.echo(f"waiting: {first.code}: {first.message}", err=True)  # not an error: exit 8
     pending = [request for waiting in found for request in waiting.pending]
     ids = [str(request["call_id"]) for request in pending]
     for request in pending:

@@ -246,11 +246,15 @@ def _execute(
         and sys.stderr.isatty()
         and needs_approvals(entry)
     )
-    approver = choose_approver(
-        approve_all=options["approve_all"], deny_all=options["deny_all"], interactive=prompting
-    )
-    # A prompt and the live view would draw over each other: prompts get plain report lines.
+    # A prompt and the live view would draw over each other: prompts get plain report lines,
+    # held while a prompt is open.
     reporter = _reporter(report_stream, quiet=options["quiet"], live=False if prompting else None)
+    approver = choose_approver(
+        approve_all=options["approve_all"],
+        deny_all=options["deny_all"],
+        interactive=prompting,
+        report=reporter if hasattr(reporter, "hold") else None,
+    )
     token = CancelToken()
     # Installed before anything opens and kept until every sink is closed (DESIGN.md §6).
     signals = RunSignals(token, reporter)
@@ -271,6 +275,8 @@ def _execute(
                     options["restart"],
                 )
                 options = {**options, "checkpoint_store": store, "key": key}
+                if hasattr(reporter, "use_denial_reasons"):
+                    reporter.use_denial_reasons(_denial_reasons(store, key, entry.id))
             for target in options["trace"]:
                 sinks.append(open_sink(target))
             if options["otel"]:
@@ -318,6 +324,26 @@ def _execute(
         return code
     finally:
         signals.restore()
+
+
+def _denial_reasons(store: Any, key: str, route: str) -> dict[tuple[int, str], str]:
+    """The reasons given with ``tubeless deny`` for calls of the agent ``route``, by (turn, call
+    id): the report shows them, the trace never holds them (free text a person typed)."""
+    try:
+        with store.acquire(key) as lease:
+            text = lease.read()
+        decisions = (json.loads(text or "{}").get("approvals") or {}).get("decisions") or ()
+        return {
+            (d["turn"], d["call_id"]): d["reason"]
+            for d in decisions
+            if d.get("route") == route
+            and d.get("approved") is False
+            and isinstance(d.get("reason"), str)
+            and isinstance(d.get("turn"), int)
+            and isinstance(d.get("call_id"), str)
+        }
+    except Exception:  # the report does without them; the run reads the file itself
+        return {}
 
 
 def _warn_undelivered(sink: Any) -> None:

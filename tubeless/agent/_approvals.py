@@ -318,7 +318,14 @@ async def dispatch_gated(
 
     # A checkpointed run answers from its saved decisions first, commits what is still pending
     # before asking, and stops waiting (ApprovalWaiting) when nobody can answer now.
-    approver = t.journal.approver(tuple(requests.values()), ctx.slots.get(APPROVER_SLOT))
+    try:
+        approver = t.journal.approver(tuple(requests.values()), ctx.slots.get(APPROVER_SLOT))
+    except ApprovalWaiting as exc:
+        for request in exc.pending:  # the trace says which calls wait (none of the batch ran)
+            t.trace.call_status(
+                ctx, t.agent_run_id, t.turn, request["call_id"], request["tool"], "waiting"
+            )
+        raise
     if approver is None:
         first = next(iter(requests.values()))
         raise ApprovalError(
@@ -363,9 +370,24 @@ async def dispatch_gated(
     ctx.signal.raise_if_cancelled()
     approved = tuple(calls[index] for index, yes in answers.items() if yes)
     t.trace.approvals(ctx, t.agent_run_id, t.turn, len(answers), len(answers) - len(approved))
+    reasons = approver.reason if isinstance(approver, RecordedApprovals) else lambda r: None
+    for index, yes in answers.items():
+        if not yes:
+            call = calls[index]
+            given = bool(reasons(requests[index]))
+            t.trace.call_status(
+                ctx,
+                t.agent_run_id,
+                t.turn,
+                call.id,
+                call.tool,
+                "denied",
+                ok=False,
+                code=TOOL_DENIED,
+                reason_given=given,
+            )
     approved_outcomes = await run(approved) if approved else ()
     by_id = {o["id"]: o for o in (*free_outcomes, *approved_outcomes)}
-    reasons = approver.reason if isinstance(approver, RecordedApprovals) else lambda r: None
     return outcomes_of(
         [
             by_id[call.id]

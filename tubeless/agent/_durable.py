@@ -38,6 +38,7 @@ from tubeless.agent._durable_checks import (
 from tubeless.agent._journal import JOURNAL_SLOT, Journal, Resumed
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
 from tubeless.agent._tools import ToolContext, ToolError
+from tubeless.agent._trace import CallStatus, agent_trace
 from tubeless.durable._encode import DocumentEncoder
 from tubeless.durable._session import DOCUMENT_VERSION, CheckpointSession
 from tubeless.errors import (
@@ -49,7 +50,8 @@ from tubeless.errors import (
 )
 from tubeless.frozen import FreezeError, FrozenDict, freeze
 from tubeless.pipeline import StepContext
-from tubeless.pipeline._failures import is_cancellation
+from tubeless.pipeline._failures import ChildRunFailedError, is_cancellation
+from tubeless.pipeline._iterate import ITERATION_START_SLOT
 from tubeless.pipeline._pipeline import original_exception
 from tubeless.schema import Schema
 
@@ -62,6 +64,27 @@ __all__ = ["CheckpointJournal", "run_durable"]
 _FAILED = "TUBELESS_AGENT_EXECUTION_FAILED"
 #: Entry fields holding values that never change once set: encoded once (``DocumentEncoder``).
 _LARGE = frozenset({"state", "definition", "result", "input", "outcome"})
+
+
+def _traced(
+    ctx: StepContext,
+    execution: Mapping[str, Any],
+    call: PreparedCall,
+    status: CallStatus,
+    outcome: Mapping[str, Any] | None,
+) -> None:
+    """The trace's word on a call a resumed turn settles without running it, or runs again."""
+    error = None if outcome is None or outcome["ok"] else outcome["error"]
+    agent_trace(ctx).call_status(
+        ctx,
+        execution["agent_run_id"],
+        execution["turn"],
+        call.id,
+        call.tool,
+        status,
+        ok=None if outcome is None else bool(outcome["ok"]),
+        code=None if error is None else str(error["code"]),
+    )
 
 
 def _jsonable_outcome(call: PreparedCall, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -279,14 +302,17 @@ class CheckpointJournal(Journal):
         saved = self._saved(index, call)
         status = saved["status"]
         if status == "completed":
-            return _restored_outcome(saved["outcome"], call)
+            restored = _restored_outcome(saved["outcome"], call)
+            _traced(ctx, execution, call, "restored", restored)
+            return restored
         if status == "running":
             tool = self.registry[call.tool].tool
             if tool.replay == "safe":
+                _traced(ctx, execution, call, "rerun", None)
                 return None  # runs again, with the same idempotency key
             if tool._reconcile is not None:
                 return self._reconcile(tool._reconcile, call, execution, ctx)
-            return FrozenDict(
+            interrupted = FrozenDict(
                 {
                     "id": call.id,
                     "tool": call.tool,
@@ -300,6 +326,8 @@ class CheckpointJournal(Journal):
                     ),
                 }
             )
+            _traced(ctx, execution, call, "interrupted", interrupted)
+            return interrupted
         saved["status"] = "running"
         self._commit()
         return None
@@ -315,11 +343,14 @@ class CheckpointJournal(Journal):
             value = await maybe_await(reconcile(call.value, ToolContext(ctx, execution)))
         except ToolError as exc:
             error = FrozenDict({"code": exc.code, "message": exc.message})
-            return FrozenDict({"id": call.id, "tool": call.tool, "ok": False, "error": error})
+            failed = FrozenDict({"id": call.id, "tool": call.tool, "ok": False, "error": error})
+            _traced(ctx, execution, call, "reconciled", failed)
+            return failed
         schema = call.pipeline.get_step("tool").output_schema
         if schema is not None:
             value = schema.validate(value)
         outcome = {"id": call.id, "tool": call.tool, "ok": True, "value": value}
+        _traced(ctx, execution, call, "reconciled", outcome)
         try:
             return FrozenDict._trusted({**outcome, "value": freeze(value)})
         except FreezeError:
@@ -398,14 +429,19 @@ async def run_durable(
         }
         book.document["agents"][route] = entry
     journal = CheckpointJournal(book, route, entry, scope.budget, spec, resumed)
-    if resumed:
+    slots: dict[str, Any] = {SCOPE_SLOT: scope, JOURNAL_SLOT: journal}
+    first_turn = entry.get("turn") if resumed else None
+    if isinstance(first_turn, int):
         _report_resume(ctx, session, entry)
+        # The turns' progress counts from the agent's own turn number, not from 1.
+        slots[ITERATION_START_SLOT] = (ctx.run_id, ctx.step_id, first_turn)
     book.journals[route] = journal
     try:
-        return await iterate(
-            step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, JOURNAL_SLOT: journal})
-        )
+        return await iterate(step_inputs, ctx.derive(gate=scope, **slots))
     except BaseException as exc:
+        if isinstance(first_turn, int) and isinstance(exc, ChildRunFailedError):
+            # Read by the CLI's error line, which says turns as the agent numbers them.
+            exc.first_turn = first_turn  # type: ignore[attr-defined]
         if session.poisoned:
             raise  # a write failed: nothing more can be written
         if is_cancellation(exc) or isinstance(original_exception(exc), ApprovalWaiting):

@@ -1,5 +1,21 @@
 """What an agent records about itself: ``agent.*`` attempt attributes and the calls' progress.
 
+A call that has no run of its own, or whose run alone would not tell its story, is attributed on
+the turn's ``calls`` step like a dispatched call (``agent.callId``, ``agent.tool``,
+``agent.parentAttemptId``) plus ``agent.callStatus`` (see :data:`CallStatus`):
+
+- ``waiting``: it needs approval and the checkpointed run stopped for it (exit 8), unrun;
+- ``denied``: the approver said no; ``agent.callErrorCode`` is ``TUBELESS_TOOL_DENIED`` and
+  ``agent.reasonGiven`` says whether a person gave a reason. The reason itself is free text a
+  person typed, which the agent reads in its outcome: like every outcome it stays out of the
+  trace (the checkpoint keeps it, and the report on the user's terminal shows it);
+- after a resume, a call that was ``running`` when the run stopped: ``interrupted`` (the
+  ``TUBELESS_AGENT_CALL_INTERRUPTED`` outcome), ``reconciled`` (its tool's ``reconcile`` hook
+  settled it: ``agent.callOk``, and ``agent.callErrorCode`` when it raised a ``ToolError``) or
+  ``rerun`` (a ``replay="safe"`` tool: its run follows); and ``restored``, a call completed
+  before the run stopped whose saved outcome is reused (``agent.callOk``,
+  ``agent.callErrorCode``).
+
 Traced runs get :data:`TRACED`, untraced ones :data:`UNTRACED`, a null recorder whose methods do
 nothing; :func:`agent_trace` chooses once per agent invocation (and per tool call), so no call
 site asks whether the run is traced. Nothing is computed for a record nobody keeps.
@@ -17,10 +33,12 @@ if TYPE_CHECKING:
     from tubeless.agent._turn import TurnInput
     from tubeless.pipeline import StepContext
 
-__all__ = ["TRACED", "UNTRACED", "AgentTrace", "agent_trace"]
+__all__ = ["TRACED", "UNTRACED", "AgentTrace", "CallStatus", "agent_trace"]
 
 #: How a call's progress row ends.
 CallEnd = Literal["completed", "failed", "cancelled"]
+#: ``agent.callStatus``: how a call stands besides (or instead of) its own run.
+CallStatus = Literal["waiting", "denied", "interrupted", "reconciled", "rerun", "restored"]
 
 _MAX_SHOWN_CALLS = 32
 
@@ -91,6 +109,35 @@ class AgentTrace:
             },
         )
 
+    def call_status(
+        self,
+        ctx: StepContext,
+        agent_run_id: str,
+        turn: int,
+        call_id: str,
+        tool: str,
+        status: CallStatus,
+        *,
+        ok: bool | None = None,
+        code: str | None = None,
+        reason_given: bool | None = None,
+    ) -> None:
+        """A call's ``agent.callStatus`` (see the module docstring), on the calls step."""
+        ctx.report_attempt(
+            1,
+            {
+                "agent.runId": agent_run_id,
+                "agent.turn": turn,
+                "agent.callId": call_id,
+                "agent.tool": tool,
+                "agent.parentAttemptId": ctx.attempt_id,
+                "agent.callStatus": status,
+                "agent.callOk": ok,
+                "agent.callErrorCode": code,
+                "agent.reasonGiven": reason_given,
+            },
+        )
+
     def progress(self, calls: tuple[PreparedCall, ...]) -> Progress:
         """The progress rows of a batch."""
         return Progress(calls)
@@ -119,6 +166,21 @@ class _Untraced(AgentTrace):
         pass
 
     def call(self, ctx: StepContext, execution: Mapping[str, Any], tool: str) -> None:
+        pass
+
+    def call_status(
+        self,
+        ctx: StepContext,
+        agent_run_id: str,
+        turn: int,
+        call_id: str,
+        tool: str,
+        status: CallStatus,
+        *,
+        ok: bool | None = None,
+        code: str | None = None,
+        reason_given: bool | None = None,
+    ) -> None:
         pass
 
     def progress(self, calls: tuple[PreparedCall, ...]) -> Progress:

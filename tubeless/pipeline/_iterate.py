@@ -20,7 +20,12 @@ from tubeless.pipeline._results import RunStatus
 from tubeless.pipeline._step import NestedPipeline, Step
 from tubeless.tracing.records import ConstantPayload
 
-__all__ = ["iterate_pipeline"]
+__all__ = ["ITERATION_START_SLOT", "iterate_pipeline"]
+
+#: ``(run id, step id, n)``: the iterate step ``step id`` of run ``run id`` continues an earlier
+#: iteration, so its progress calls its first iteration ``n`` (a resumed agent's turn number).
+#: Relations keep counting from 1: ``iteration.index`` and ``itemKey`` are the wire's own.
+ITERATION_START_SLOT = "tubeless.iteration_start"
 
 _MAX_SAFE_INT = 2**53 - 1
 _RECENT_ITERATIONS = 31
@@ -78,7 +83,7 @@ def iterate_pipeline(
 
     async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
         state = await maybe_await(initial_state(inputs, ctx))
-        groups = _IterationGroups(label) if ctx.tracing else _UNTRACED
+        groups = _IterationGroups(label, _first_number(ctx)) if ctx.tracing else _UNTRACED
         for index in range(1, max_iterations + 1):
             groups.report(ctx, index, max_iterations)
             raw = map_options(state, inputs, ctx)
@@ -127,13 +132,20 @@ def iterate_pipeline(
     )
 
 
+def _first_number(ctx: StepContext) -> int:
+    start = ctx.slots.get(ITERATION_START_SLOT)
+    if isinstance(start, tuple) and start[:2] == (ctx.run_id, ctx.step_id):
+        return int(start[2])
+    return 1
+
+
 class _IterationGroups:
     """Progress rows of an iteration: the current one, at most 31 recent ones, then a count.
 
     Untraced iterations get ``_UNTRACED``, the null object that keeps and reports nothing.
     """
 
-    __slots__ = ("done", "label", "recent")
+    __slots__ = ("done", "label", "offset", "recent")
 
     def iteration(self, ctx: StepContext, index: int) -> dict[str, Any] | None:
         """The child run's ``iteration`` relation (traced runs only)."""
@@ -144,8 +156,9 @@ class _IterationGroups:
             "index": index,
         }
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, first: int = 1) -> None:
         self.label = label
+        self.offset = first - 1  # shown numbers; ids stay iteration-<index>
         self.done = 0
         self.recent: deque[dict[str, Any]] = deque(maxlen=_RECENT_ITERATIONS)
 
@@ -154,7 +167,10 @@ class _IterationGroups:
         # Shown again by every later report: a constant row, encoded once for all of them.
         self.recent.appendleft(
             ConstantPayload(
-                id=f"iteration-{index}", name=f"{self.label} {index}", depth=0, status=status
+                id=f"iteration-{index}",
+                name=f"{self.label} {index + self.offset}",
+                depth=0,
+                status=status,
             )
         )
 
@@ -164,7 +180,7 @@ class _IterationGroups:
             rows.append(
                 {
                     "id": f"iteration-{current}",
-                    "name": f"{self.label} {current}",
+                    "name": f"{self.label} {current + self.offset}",
                     "depth": 0,
                     "status": "running",
                 }
@@ -173,7 +189,7 @@ class _IterationGroups:
         earlier = self.done - len(self.recent)
         if earlier > 0:
             rows.append({"id": "earlier", "label": f"{earlier} earlier iterations", "depth": 0})
-        shown = current if current is not None else self.done
+        shown = (current if current is not None else self.done) + self.offset
         ctx.report_progress(self.done, None, f"{self.label} {shown} of at most {bound}", rows)
 
 

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 
 from tubeless.tracing.fold import MAX_CALLS, MAX_TURNS, TraceFold
 from tubeless.tracing.projection import describe_error, terminal_safe
-from tubeless.tracing.runs import Call, Run, Step, as_int
+from tubeless.tracing.runs import Call, Run, Step, as_int, waiting_error
 
 __all__ = ["MAX_AGENT_ROWS", "MAX_GROUPS", "LiveModel", "Row", "RowKind"]
 
@@ -43,7 +43,7 @@ MAX_AGENT_ROWS: Final = 1 + MAX_GROUPS + 1 + MAX_GROUPS + 1
 
 RowKind = Literal["step", "turn", "call", "more"]
 
-_FIRST: Final = frozenset({"pending", "running", "failed"})
+_FIRST: Final = frozenset({"pending", "running", "failed", "waiting", "interrupted"})
 _ENDED_BADLY: Final = frozenset({"failed", "cancelled"})
 
 
@@ -59,7 +59,8 @@ class Row:
     """The step name, ``turn <i>``, the call's tool, or ``N more calls``."""
     status: str
     """``planned``, ``pending``, ``running``, ``completed``, ``skipped``, ``failed``,
-    ``cancelled``, or ``more``."""
+    ``cancelled``, ``waiting`` (for approval), ``denied``, ``interrupted`` (a call running when
+    a resumed run had stopped), or ``more``."""
     tool: str | None = None
     """The tool (registry alias) of a call."""
     call_id: str | None = None
@@ -100,8 +101,17 @@ class LiveModel:
     def __init__(self) -> None:
         self._fold = TraceFold(scope="root")
         self._errors = 0
+        self._reasons: Mapping[tuple[int, str], str] = {}
         #: Set when cancellation was asked for (a signal) and the run has not ended yet.
         self.cancelling = False
+
+    def use_denial_reasons(self, reasons: Mapping[tuple[int, str], str]) -> None:
+        """The reasons people gave for denying calls of the root agent, by (turn, call id)."""
+        self._reasons = reasons
+
+    def _reasons_of(self, turn: Run) -> Mapping[str, str]:
+        number = turn.turn
+        return {c: r for (t, c), r in self._reasons.items() if t == number}
 
     # -- feeding ---------------------------------------------------------------------------------
     def feed(self, record: Mapping[str, Any]) -> None:
@@ -131,9 +141,12 @@ class LiveModel:
 
     @property
     def status(self) -> str:
-        """``waiting`` (no root yet), ``running``, ``finalizing``, then the run's status."""
+        """``starting`` (no root yet), ``running``, ``finalizing``, then the run's status
+        (``waiting`` for a run that stopped for approval)."""
         root = self._fold.root
         if root is None:
+            return "starting"
+        if root.waiting:
             return "waiting"
         if root.status != "running":
             return root.status
@@ -181,20 +194,22 @@ class LiveModel:
     def rows(self) -> list[Row]:
         """The rows to draw now (see the module docstring for the layout and bounds)."""
         out: list[Row] = []
+        root_waits = self._fold.root is not None and self._fold.root.waits
         steps = list(self._steps.values())
         shown = steps
         if len(steps) > MAX_GROUPS:  # plan order reads best; past the cap, what matters first
             shown = sorted(steps, key=lambda s: s.status not in _FIRST)[:MAX_GROUPS]
         for step in shown:
+            waiting = step.status == "failed" and root_waits and waiting_error(step.error)
             out.append(
                 Row(
                     depth=0,
                     kind="step",
                     label=terminal_safe(step.name or step.id),
-                    status=step.status,
+                    status="waiting" if waiting else step.status,
                     duration_ms=step.duration_ms,
                     started_ms=step.started_ms,
-                    detail=_step_detail(step),
+                    detail="approval needed" if waiting else _step_detail(step),
                 )
             )
             if step.turns:
@@ -213,15 +228,17 @@ class LiveModel:
             if turn.failed_calls:
                 detail = f"{detail or str(turn.call_total) + ' calls'}, {turn.failed_calls} failed"
             error = _error_text(turn.error) if turn.status in _ENDED_BADLY else None
+            if turn.waiting:
+                error = "approval needed"
             if error:
                 detail = error
-            index = turn.index or step.turn_count - position  # else its place among the turns
+            index = turn.turn or step.turn_count - position  # else its place among the turns
             out.append(
                 Row(
                     depth=1,
                     kind="turn",
                     label=f"{word} {index}",
-                    status=turn.status,
+                    status="waiting" if turn.waiting else turn.status,
                     duration_ms=turn.duration_ms,
                     started_ms=turn.started_ms,
                     detail=detail,
@@ -230,7 +247,8 @@ class LiveModel:
             if turn is expanded:
                 calls = sorted(turn.calls.values(), key=lambda c: (_status(c) not in _FIRST, c.seq))
                 visible = calls[:MAX_GROUPS]
-                out.extend(_call_row(call) for call in visible)
+                reasons = self._reasons_of(turn)
+                out.extend(_call_row(call, reasons) for call in visible)
                 if turn.call_total > len(visible):
                     out.append(_more(2, turn.call_total - len(visible), "call"))
         earlier = step.turn_count - len(newest)
@@ -259,20 +277,28 @@ def _decision(turn: Run) -> str | None:
 def _status(call: Call) -> str:
     run = call.run
     if run is None:
-        return "pending"
+        return call.settled or "pending"
+    if run.waiting:
+        return "waiting"
     return "skipped" if run.status == "completed" and run.skipped is not None else run.status
 
 
-def _call_row(call: Call) -> Row:
+def _call_row(call: Call, reasons: Mapping[str, str]) -> Row:
     run = call.run
     detail = None
     if run is not None:
-        if run.status in _ENDED_BADLY:
+        if run.waiting:
+            detail = "approval needed"
+        elif run.status in _ENDED_BADLY:
             detail = _error_text(run.error)
         elif run.skipped is not None:
             detail = _text(run.skipped.reason) or "skipped"
         if detail is None and run.progress is not None:
             detail = _progress_text(run.progress)  # the tool's own report
+        if detail is None and call.marked == "rerun":
+            detail = "run again: running when the run stopped"
+    elif call.marked is not None:
+        detail = _marked_detail(call, reasons.get(call.call_id))
     tool = terminal_safe(call.tool or (None if run is None else run.pipeline_id) or "?")
     return Row(
         depth=2,
@@ -285,6 +311,25 @@ def _call_row(call: Call) -> Row:
         started_ms=None if run is None else run.started_ms,
         detail=detail,
     )
+
+
+def _marked_detail(call: Call, reason: str | None) -> str | None:
+    """What a call settled without a run says: approval, denial (with the person's reason when
+    the view was handed it), or how a resumed turn settled it."""
+    code = _text(call.error_code)
+    if call.marked == "waiting":
+        return "approval needed"
+    if call.marked == "denied":
+        if reason:
+            return f"denied: {terminal_safe(reason)}"
+        return "denied (a reason is in the checkpoint)" if call.reason_given else "denied"
+    if call.marked == "interrupted":
+        return f"{code}: running when the run stopped"
+    if call.marked == "reconciled":
+        return "reconciled" + (f": {code}" if code and not call.ok else "")
+    if call.marked == "restored":
+        return "done before the run stopped" + (f": {code}" if code and not call.ok else "")
+    return None
 
 
 def _more(depth: int, count: int, noun: str) -> Row:

@@ -48,6 +48,9 @@ _UNICODE: Final = {
     "failed": "✗",
     "skipped": "\u2013",
     "cancelled": "\u2013",
+    "waiting": "…",
+    "denied": "\u2013",
+    "interrupted": "✗",
     "more": "…",
 }
 _ASCII: Final = {
@@ -58,6 +61,9 @@ _ASCII: Final = {
     "failed": "fail",
     "skipped": "-",
     "cancelled": "-",
+    "waiting": "...",
+    "denied": "-",
+    "interrupted": "fail",
     "more": "...",
 }
 _STYLES: Final = {
@@ -66,11 +72,19 @@ _STYLES: Final = {
     "failed": "red",
     "skipped": "yellow",
     "cancelled": "yellow",
+    "waiting": "yellow",
+    "denied": "yellow",
+    "interrupted": "red",
     "more": "dim",
     "planned": "dim",
     "pending": "dim",
 }
-_RUN_STYLES: Final = {"completed": "green", "failed": "red", "cancelled": "yellow"}
+_RUN_STYLES: Final = {
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+    "waiting": "yellow",
+}
 
 
 class LiveView:
@@ -154,6 +168,12 @@ class LiveView:
             pass
         self.flush()
 
+    def use_denial_reasons(self, reasons: Mapping[tuple[int, str], str]) -> None:
+        """The reasons people gave for denying calls of the root agent, by (turn, call id):
+        shown in the denied calls' rows (the trace only says that a reason was given)."""
+        with self._lock:
+            self.model.use_denial_reasons(reasons)
+
     def cancelling(self, reason: str) -> None:
         """Show ``cancelling…`` in the frame until the run ends (the CLI calls this on a signal).
 
@@ -212,7 +232,7 @@ class LiveView:
             timing = format_duration(now_ms - row.started_ms)
         else:
             timing = ""
-        detail_style = "red" if row.status == "failed" else "dim"
+        detail_style = "red" if row.status in ("failed", "interrupted") else "dim"
         return (
             label,
             Text(row.call_id or "", style="dim"),

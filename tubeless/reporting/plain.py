@@ -33,15 +33,28 @@ Line formats (``<sym>`` is ASCII, or Unicode on a terminal):
 - cancelling (when the CLI receives a first SIGINT or SIGTERM) ``<signal> received; cancelling
   the run (again to stop waiting)``.
 - agent turn (printed when the turn has decided): ``    turn <i>: <n> call(s)`` or ``    turn
-  <i>: finish``; a turn that fails or is cancelled adds ``    fail turn <i>: <failure>`` or
-  ``    - turn <i>: cancelled: <message>``. The agent step's own progress reports ("Turn 2 of at
-  most 3") are not printed: the turn lines say the same.
+  <i>: finish``, where ``<i>`` is the agent's own turn number (a resumed agent goes on from the
+  turn it resumed at); a turn that fails or is cancelled adds ``    fail turn <i>: <failure>``
+  or ``    - turn <i>: cancelled: <message>``. The agent step's own progress reports ("Turn 2 of
+  at most 3") are not printed: the turn lines say the same. A resumed agent first says
+  ``    resumed at turn <i> of at most <max_turns> (checkpoint <key>)``.
+- waiting for approval (a checkpointed run that stops, exit 8) is not a failure: each call that
+  waits ``      waiting <tool> [<call id>]: approval needed``, then ``    waiting turn <i>: <n>
+  call(s) need(s) approval``, ``  waiting <step> (<duration>)`` and the end line ``Pipeline
+  <id>: waiting after <duration> (status=waiting, steps=<n>, errors=0)``.
 - tool progress (a tool's ``ctx.report_progress``, throttled per call like a step's): ``      ...
   <tool> [<call id>] <completed>/<total or ?>[ <message>]``.
 - tool call (printed when the call's run ends): ``      ok <tool> [<call id>] (<duration>)``,
   ``      fail <tool> [<call id>]: <code>: <failure>`` (the tool's own code when it raised a
   ``ToolError``), ``      - <tool> [<call id>]: cancelled: <message>``, or ``      - <tool>
-  [<call id>] (<reason>)`` when its step was skipped (a dry run without a preview).
+  [<call id>] (<reason>)`` when its step was skipped (a dry run without a preview). A call
+  that ran again after a resume adds ``; run again after the run stopped`` to its duration.
+- calls settled without running: ``      denied <tool> [<call id>][: <reason>]`` (the reason a
+  person gave, when the reporter was handed it: the trace never holds it); after a resume,
+  ``      interrupted <tool> [<call id>]: TUBELESS_AGENT_CALL_INTERRUPTED (running when the run
+  stopped)``, ``      ok <tool> [<call id>] (reconciled: running when the run stopped)`` (or
+  ``fail ... : <code> (reconciled: ...)``), and ``      ok <tool> [<call id>] (done before the
+  run stopped)`` for an outcome saved before.
 
 Only the root agent's turns and calls are shown: a call that delegates to another agent or
 pipeline is one call line. Handler logs (``pipeline.log``) are not printed here (the CLI shows
@@ -58,13 +71,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TextIO
 
 from tubeless.tracing.fold import TraceFold
 from tubeless.tracing.projection import describe_error, format_duration, terminal_safe
-from tubeless.tracing.runs import Call, Run, Step
+from tubeless.tracing.runs import Call, Run, Step, waiting_error
 
 __all__ = ["PlainReporter", "color_enabled", "stream_is_terminal", "unicode_enabled"]
 
@@ -78,6 +92,8 @@ _CODES: Final = (_CYAN, _GREEN, _RED, _YELLOW, _DIM)
 _FINALIZE: Final = frozenset(
     {"pipeline.finalize.started", "pipeline.finalize.completed", "pipeline.finalize.failed"}
 )
+_STOPPED: Final = "running when the run stopped"
+_BEFORE: Final = "done before the run stopped"
 _STEP_LINES: Final = frozenset(
     {"step.running", "step.complete", "step.skipped", "step.failed", "step.cancelled"}
 )
@@ -155,6 +171,8 @@ class PlainReporter:
         color: ANSI colour (default: :func:`color_enabled`).
         progress_interval_s: The least time between two progress lines of one step.
         clock: Monotonic seconds, for the progress throttle.
+        denial_reasons: The reasons people gave for denying calls of the root agent, by (turn,
+            call id): the trace says only that a reason was given.
     """
 
     def __init__(
@@ -165,19 +183,28 @@ class PlainReporter:
         color: bool | None = None,
         progress_interval_s: float = 0.75,
         clock: Callable[[], float] = time.monotonic,
+        denial_reasons: Mapping[tuple[int, str], str] | None = None,
     ) -> None:
         self._stream = stream
+        self._reasons = denial_reasons or {}
         sym = _UNICODE if (unicode_enabled(stream) if unicode is None else unicode) else _ASCII
         self._color = color_enabled(stream) if color is None else color
         self._start, self._ok, self._fail, self._skip, self._more = (
             self._paint(text, code) for text, code in zip(sym, _CODES, strict=True)
         )
+        # Words, not symbols: what a person decided, or must decide, reads plainly either way.
+        self._wait = self._paint("waiting", _YELLOW)
+        self._denied = self._paint("denied", _YELLOW)
+        self._interrupted = self._paint("interrupted", _RED)
         self._interval = progress_interval_s
         self._clock = clock
         self._fold = TraceFold(scope="root")
         # When the last progress line of a root step or a call run was printed.
         self._printed: dict[Step | Run, float] = {}
         self._errors = 0
+        # Lines come from the loop and from worker threads (progress); a prompt holds them.
+        self._lock = threading.Lock()
+        self._held: list[str] | None = None
 
     @property
     def dropped(self) -> int:
@@ -197,6 +224,10 @@ class PlainReporter:
             elif name == "step.attempted":
                 if run.call is None and record.get("stepId") == "decide":
                     self._decided(run)
+                elif run.call is None and record.get("stepId") == "calls":
+                    attributes = _mapping(_mapping(record.get("payload")).get("attributes"))
+                    if "agent.callStatus" in attributes:
+                        self._marked(run, attributes)
             elif name == "pipeline.completed":
                 if run.call is None:
                     self._turn_ended(run)
@@ -216,6 +247,26 @@ class PlainReporter:
 
     def close(self) -> None:
         """Flush; the stream belongs to the caller and stays open."""
+        self.flush()
+
+    def use_denial_reasons(self, reasons: Mapping[tuple[int, str], str]) -> None:
+        """The reasons people gave for denying calls of the root agent, by (turn, call id),
+        shown on the denied calls' lines (the CLI reads them from the checkpoint)."""
+        self._reasons = reasons
+
+    def hold(self) -> None:
+        """Keep every line from now until :meth:`release` (a prompt is open on the stream)."""
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def release(self) -> None:
+        """Print the lines kept since :meth:`hold`, in order, and print as lines come again."""
+        with self._lock:
+            held, self._held = self._held, None
+            if held:
+                with contextlib.suppress(Exception):  # a reporter must never fail a run
+                    self._stream.write("".join(held))
         self.flush()
 
     def cancelling(self, reason: str) -> None:
@@ -244,9 +295,21 @@ class PlainReporter:
             else:
                 self._line(f"  {self._fail} finalize: {_failure(step.error)}")
         elif name in _STEP_LINES:
-            self._step_record(name, run.steps[record["stepId"]])
+            self._step_record(name, run.steps[record["stepId"]], run)
+        elif name == "step.attempted":
+            attributes = _mapping(_mapping(record.get("payload")).get("attributes"))
+            if "agent.resumedTurn" in attributes:
+                self._resumed(run, record.get("stepId"), attributes)
 
-    def _step_record(self, name: str, step: Step) -> None:
+    def _resumed(self, run: Run, step_id: Any, attributes: Mapping[str, Any]) -> None:
+        turn = _number(attributes.get("agent.resumedTurn")) or "?"
+        meta = _mapping((run.agents or {}).get(step_id)) if isinstance(step_id, str) else {}
+        bound = _number(_mapping(meta.get("limits")).get("maxTurns"))
+        key = _text(attributes.get("agent.checkpointKey"))
+        text = f"    resumed at turn {turn}" + (f" of at most {bound}" if bound else "")
+        self._line(text + (f" (checkpoint {key})" if key else ""))
+
+    def _step_record(self, name: str, step: Step, run: Run) -> None:
         label = terminal_safe(step.name or step.id)
         if name == "step.running":
             if step.progress is None:  # an attempt starting, not a progress report
@@ -260,6 +323,8 @@ class PlainReporter:
             self._line(f"  {self._ok} {label} ({_duration(step.duration_ms)})")
         elif name == "step.skipped":
             self._line(f"  {self._skip} {label} ({_skip_text(step)})")
+        elif name == "step.failed" and run.waits and waiting_error(step.error):
+            self._line(f"  {self._wait} {label} ({_duration(step.duration_ms)})")
         elif name == "step.failed":
             self._line(f"  {self._fail} {label}: {_failure(step.error)}")
         else:
@@ -286,11 +351,14 @@ class PlainReporter:
         status = _text(payload.get("status")) or "?"
         steps = _number(payload.get("stepCount")) or "?"
         errors = _number(payload.get("errorCount")) or "?"
+        done = "done in"
+        if run.waiting:  # recorded as failed (the wire has no waiting); nothing failed
+            status, errors, done = "waiting", "0", "waiting after"
         text = (
-            f"Pipeline {_pipeline(run)}: done in {_duration(run.duration_ms)} "
+            f"Pipeline {_pipeline(run)}: {done} {_duration(run.duration_ms)} "
             f"(status={status}, steps={steps}, errors={errors})"
         )
-        color = {"completed": _GREEN, "cancelled": _YELLOW}.get(status, _RED)
+        color = {"completed": _GREEN, "cancelled": _YELLOW, "waiting": _YELLOW}.get(status, _RED)
         self._line(self._paint(text, color))
         self.flush()
 
@@ -303,16 +371,56 @@ class PlainReporter:
     def _turn_ended(self, turn: Run) -> None:
         if turn.kind != "turn":
             return
-        if turn.status == "failed":
+        if turn.waiting:
+            count = turn.waiting_calls
+            need = (
+                "approval needed"
+                if not count
+                else f"{count} call needs approval"
+                if count == 1
+                else f"{count} calls need approval"
+            )
+            self._line(f"    {self._wait} turn {_index(turn)}: {need}")
+        elif turn.status == "failed":
             self._line(f"    {self._fail} turn {_index(turn)}: {_failure(turn.error)}")
         elif turn.status == "cancelled":
             message = _message(turn.error)
             self._line(f"    {self._skip} turn {_index(turn)}: cancelled: {message}")
 
+    def _marked(self, turn: Run, attributes: Mapping[str, Any]) -> None:
+        """A call's ``agent.callStatus``: the line of a call settled without a run."""
+        call_id = attributes.get("agent.callId")
+        call = turn.calls.get(call_id) if isinstance(call_id, str) else None
+        if call is None or call.marked != attributes.get("agent.callStatus"):
+            return
+        label = _call_label(None, call)
+        code = terminal_safe(call.error_code or "ERROR")
+        marked = call.marked
+        if marked == "waiting":
+            self._line(f"      {self._wait} {label}: approval needed")
+        elif marked == "denied":
+            reason = self._reasons.get((turn.turn or 0, call.call_id))
+            if reason:
+                self._line(f"      {self._denied} {label}: {terminal_safe(reason)}")
+            elif call.reason_given:
+                self._line(f"      {self._denied} {label} (a reason is in the checkpoint)")
+            else:
+                self._line(f"      {self._denied} {label}")
+        elif marked == "interrupted":
+            self._line(f"      {self._interrupted} {label}: {code} ({_STOPPED})")
+        elif marked in ("reconciled", "restored"):
+            why = f"reconciled: {_STOPPED}" if marked == "reconciled" else _BEFORE
+            if call.ok:
+                self._line(f"      {self._ok} {label} ({why})")
+            else:
+                self._line(f"      {self._fail} {label}: {code} ({why})")
+
     def _call_ended(self, run: Run, call: Call) -> None:
         self._printed.pop(run, None)
         label = _call_label(run, call)
-        if run.status == "failed":
+        if run.waiting:  # a delegated agent stopped for approval
+            self._line(f"      {self._wait} {label}: approval needed")
+        elif run.status == "failed":
             error = _mapping(run.error)
             code = _text(error.get("sourceCode")) or _text(error.get("code")) or "ERROR"
             self._line(f"      {self._fail} {label}: {code}: {_failure(run.error)}")
@@ -321,26 +429,33 @@ class PlainReporter:
         elif run.skipped is not None:
             self._line(f"      {self._skip} {label} ({_skip_text(run.skipped)})")
         else:
-            self._line(f"      {self._ok} {label} ({_duration(run.duration_ms)})")
+            again = "; run again after the run stopped" if call.marked == "rerun" else ""
+            self._line(f"      {self._ok} {label} ({_duration(run.duration_ms)}{again})")
 
     # -- output ---------------------------------------------------------------------------------
     def _paint(self, text: str, code: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self._color else text
 
     def _line(self, text: str) -> None:
-        self._stream.write(text + "\n")
+        with self._lock:
+            if self._held is not None:
+                self._held.append(text + "\n")
+            else:
+                self._stream.write(text + "\n")
 
 
 def _pipeline(run: Run) -> str:
     return terminal_safe(run.pipeline_id) if run.pipeline_id else "?"
 
 
-def _call_label(run: Run, call: Call) -> str:
-    return f"{terminal_safe(call.tool or run.pipeline_id or '?')} [{terminal_safe(call.call_id)}]"
+def _call_label(run: Run | None, call: Call) -> str:
+    tool = call.tool or (None if run is None else run.pipeline_id) or "?"
+    return f"{terminal_safe(tool)} [{terminal_safe(call.call_id)}]"
 
 
 def _index(turn: Run) -> str:
-    return "?" if turn.index is None else str(turn.index)
+    number = turn.turn
+    return "?" if number is None else str(number)
 
 
 def _skip_text(step: Step) -> str:

@@ -35,8 +35,12 @@ __all__ = [
     "plain_data",
 ]
 
-Termination = Literal["running", "finish", "completed", "limit", "cancelled", "failed", "skipped"]
-CallStatus = Literal["completed", "failed", "cancelled", "running", "unknown"]
+Termination = Literal[
+    "running", "finish", "completed", "limit", "cancelled", "failed", "skipped", "waiting"
+]
+CallStatus = Literal[
+    "completed", "failed", "cancelled", "running", "unknown", "waiting", "denied", "interrupted"
+]
 Decision = Literal["continue", "finish"]
 
 _AGENT_STEP: Final = "agent"
@@ -71,7 +75,9 @@ class CallNode:
     pipeline_id: str | None
     """The pipeline the call ran."""
     status: CallStatus
-    """The call run's status, ``"unknown"`` without a run."""
+    """The call run's status (``waiting`` for a delegated agent that stopped for approval);
+    without a run, what the turn recorded (``waiting``, ``denied``, ``interrupted``, or
+    ``completed``/``failed`` for a reconciled or restored outcome), else ``"unknown"``."""
     duration_ms: float | None
     """The call run's duration, when it completed."""
     error_code: str | None
@@ -83,6 +89,12 @@ class CallNode:
     child_agent_run_ids: tuple[str, ...]
     """Agent runs started by this call (a subagent behind a pipeline tool); their trees hang
     under the call run in ``RunTree.children``."""
+    marked: str | None = None
+    """``agent.callStatus`` as recorded: ``waiting``, ``denied``, ``interrupted``,
+    ``reconciled``, ``rerun`` (ran again after a resume) or ``restored`` (its outcome was saved
+    before the run stopped); ``None`` for a call that simply ran."""
+    reason_given: bool = False
+    """A denied call's denial came with a reason (the reason stays in the checkpoint)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The call as snake_case JSON-ready data."""
@@ -96,7 +108,8 @@ class TurnNode:
     run_id: str
     """The turn run."""
     index: int | None
-    """The turn number, from 1 (``iteration.index``)."""
+    """The turn number as the agent counts (``agent.turn``: a resumed agent's first turn is the
+    turn it resumed at), else ``iteration.index``."""
     status: RunStatus
     """The turn run's status."""
     decision: Decision | None
@@ -135,6 +148,10 @@ class AgentHistory:
     """The registered tool names from the definition snapshot, when recorded."""
     turns: tuple[TurnNode, ...]
     """The turns, by index."""
+    resumed_turn: int | None = None
+    """The turn a resumed checkpointed run went on from (``agent.resumedTurn``)."""
+    checkpoint_key: str | None = None
+    """The checkpoint key of a resumed run (``agent.checkpointKey``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The history as snake_case JSON-ready data."""
@@ -160,12 +177,15 @@ def agent_history(
     nodes = tuple(_turn(turn, kids.get(turn, ()), trees) for turn in turns)
     agent_step = next((s for s in steps if s.id == step_id), None)
     limited = any(_mentions_limit(e) for one in (run, *turns) for e in one.errors)
+    status: RunStatus = "waiting" if run.waiting else run.status
     return AgentHistory(
         step_id=step_id,
-        termination=_termination(run.status, agent_step, nodes, limited=limited),
+        termination=_termination(status, agent_step, nodes, limited=limited),
         limits=_limits(meta),
         capabilities=_capabilities(meta),
         turns=nodes,
+        resumed_turn=as_int(run.attribute(step_id, "agent.resumedTurn")),
+        checkpoint_key=as_str(run.attribute(step_id, "agent.checkpointKey")),
     )
 
 
@@ -200,11 +220,10 @@ def _turns(run: Run, kids: Sequence[Run], step_id: str) -> list[Run]:
 
 # -- turns and calls --------------------------------------------------------------------------
 def _turn(turn: Run, kids: Sequence[Run], trees: Mapping[Run, RunTree]) -> TurnNode:
-    index = turn.index if turn.index is not None else as_int(turn.attribute("decide", "agent.turn"))
     return TurnNode(
         run_id=turn.run_id,
-        index=index,
-        status=turn.status,
+        index=turn.turn,
+        status="waiting" if turn.waiting else turn.status,
         decision=turn.decision,
         call_count=turn.call_count,
         calls_admitted=turn.calls_admitted,
@@ -232,12 +251,13 @@ def _calls(turn: Run, kids: Sequence[Run], trees: Mapping[Run, RunTree]) -> tupl
                 tool=kid.tool or attributed.attributed_tool,
                 run_id=kid.run_id,
                 pipeline_id=kid.pipeline_id or "",
-                status=kid.status,
+                status="waiting" if kid.waiting else kid.status,
                 duration_ms=kid.duration_ms,
                 error_code=as_str(error.get("code")),
                 source_code=as_str(error.get("sourceCode")),
                 parent_attempt_id=kid.parent_attempt_id or attributed.parent_attempt_id,
                 child_agent_run_ids=_child_agents(trees[kid]),
+                marked=attributed.marked,
             )
         )
     nodes.extend(
@@ -246,17 +266,26 @@ def _calls(turn: Run, kids: Sequence[Run], trees: Mapping[Run, RunTree]) -> tupl
             tool=call.attributed_tool,
             run_id=None,
             pipeline_id=None,
-            status="unknown",
+            status=_settled(call),
             duration_ms=None,
-            error_code=None,
+            error_code=call.error_code,
             source_code=None,
             parent_attempt_id=call.parent_attempt_id,
             child_agent_run_ids=(),
+            marked=call.marked,
+            reason_given=call.reason_given,
         )
         for call in turn.calls.values()
         if call.call_id not in seen
     )
     return tuple(nodes)
+
+
+def _settled(call: Call) -> CallStatus:
+    settled = call.settled
+    if settled in ("waiting", "denied", "interrupted", "completed", "failed"):
+        return settled  # type: ignore[return-value]  # narrowed by the test above
+    return "unknown"
 
 
 def _child_agents(call: RunTree) -> tuple[str, ...]:
@@ -288,6 +317,8 @@ def _termination(
         return "limit"
     if status == "cancelled":
         return "cancelled"
+    if status == "waiting":
+        return "waiting"
     if status == "failed":
         return "failed"
     if turns and turns[-1].decision == "finish" and turns[-1].status == "completed":

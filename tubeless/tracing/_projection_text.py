@@ -208,7 +208,9 @@ def _block(tree: RunTree, depth: int) -> list[_Item]:
         header.append("dry run")
     items: list[_Item] = [(depth, "  ".join(header))]
     inner = depth + 1
-    if tree.error_code is not None or tree.error_message is not None:
+    if tree.status == "waiting":  # stopped for approval: what it waits for, not an error
+        items.append((inner, f"waiting  {terminal_safe(tree.error_summary or '')}"))
+    elif tree.error_code is not None or tree.error_message is not None:
         message = terminal_safe(tree.error_summary or tree.error_message or "")
         items.append((inner, f"error {terminal_safe(tree.error_code or '?')}  {message}"))
     for step in tree.steps:
@@ -217,13 +219,20 @@ def _block(tree: RunTree, depth: int) -> list[_Item]:
             parts.append(terminal_safe(step.reason))
         if step.duration_ms is not None:
             parts.append(format_duration(step.duration_ms))
-        if step.error_code is not None:
+        if step.error_code is not None and step.status != "waiting":
             parts.append(_code(step.error_code, step.source_code))
         items.append((inner, "  ".join(parts)))
     if tree.agent is None:
         items.extend((inner, child) for child in tree.children)
         return items
-    items.append((inner, f"agent  {tree.agent.termination}"))
+    agent = f"agent  {tree.agent.termination}"
+    if tree.agent.resumed_turn is not None:
+        bound = (tree.agent.limits or {}).get("max_turns")
+        agent += f"  resumed at turn {tree.agent.resumed_turn}"
+        agent += f" of at most {bound}" if bound is not None else ""
+        if tree.agent.checkpoint_key is not None:
+            agent += f" (checkpoint {terminal_safe(tree.agent.checkpoint_key)})"
+    items.append((inner, agent))
     by_id = {child.run_id: child for child in tree.children}
     shown: set[str] = set()
     for turn in tree.agent.turns:
@@ -243,7 +252,7 @@ def _turn_items(turn: TurnNode, run: RunTree | None, depth: int) -> list[_Item]:
     ]
     if run is not None and run.duration_ms is not None:
         parts.append(format_duration(run.duration_ms))
-    if turn.error_code is not None:
+    if turn.error_code is not None and turn.status != "waiting":
         parts.append(terminal_safe(turn.error_code))
     items: list[_Item] = [(depth, "  ".join(parts))]
     children = {} if run is None else {child.run_id: child for child in run.children}
@@ -256,16 +265,30 @@ def _turn_items(turn: TurnNode, run: RunTree | None, depth: int) -> list[_Item]:
         if call.duration_ms is not None:
             parts.append(format_duration(call.duration_ms))
         call_run = children.pop(call.run_id, None) if call.run_id is not None else None
-        if call.error_code is not None:
+        if call.error_code is not None and call.status != "waiting":
             parts.append(_code(call.error_code, call.source_code))
             if call_run is not None and call_run.error_summary:
                 parts.append(terminal_safe(call_run.error_summary))
+        note = _MARKED.get(call.marked or "")
+        if note:
+            parts.append(note)
+        if call.reason_given:
+            parts.append("a reason was given (kept in the checkpoint, not the trace)")
         items.append((depth + 1, "  ".join(parts)))
         if call_run is not None and (call_run.agent is not None or call_run.children):
             items.append((depth + 2, call_run))
     # Whatever else the turn started (nothing, with today's harness) still shows.
     items.extend((depth + 1, child) for child in children.values())
     return items
+
+
+#: What a call's ``agent.callStatus`` adds to its line (its status says the rest).
+_MARKED: Final = {
+    "interrupted": "running when the run stopped",
+    "reconciled": "reconciled: running when the run stopped",
+    "rerun": "run again: running when the run stopped",
+    "restored": "done before the run stopped",
+}
 
 
 def _code(code: str, source: str | None) -> str:

@@ -51,6 +51,8 @@ _TERMINAL: Final[Mapping[str, StepStatus]] = {
     "step.cancelled": "cancelled",
 }
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+#: Settled calls that count as failed (a denied or waiting call did not fail: a person decides).
+_FAILED_SETTLED: Final = frozenset({"failed", "interrupted"})
 
 
 def _duration(value: Any) -> float | None:
@@ -132,7 +134,11 @@ class TraceFold:
             self.dropped += 1
             return None
         elif run is None:
-            return self._adopt(run_id, record) if name == "pipeline.started" else None
+            if name == "pipeline.started":
+                return self._adopt(run_id, record)
+            if name == "step.attempted":
+                self._peek(record)
+            return None
         elif run is self.root:
             handler = _HANDLERS.get(name)
         else:
@@ -216,6 +222,19 @@ class TraceFold:
         self._open[run_id] = run
         return run
 
+    def _peek(self, record: Mapping[str, Any]) -> None:
+        """Root scope: a run it does not follow (a delegated agent's turn) has a call waiting
+        for approval, so the root's tree waits."""
+        payload = record.get("payload")
+        attributes = payload.get("attributes") if _is_mapping(payload) else None
+        root = self.root
+        if root is not None and _is_mapping(attributes):
+            if attributes.get("agent.callStatus") != "waiting":
+                return
+            root.waits = True
+            for run in self._open.values():  # the ones that fail as it stops
+                run.waits = True
+
     def _window(self, step: Step, turn: Run) -> None:
         """Root scope: ``turn`` is the step's newest; only the two newest keep calls."""
         turns = step.turns
@@ -246,7 +265,10 @@ class TraceFold:
             return
         turn = run.parent
         assert turn is not None  # a call run's parent is its turn
-        failed = run.status == "failed"
+        self._finished(turn, call, run.status == "failed")
+
+    def _finished(self, turn: Run, call: Call, failed: bool) -> None:
+        """Root scope: ``call`` of ``turn`` finished; it stays while its group has room."""
         if failed:
             turn.failed_calls += 1
         if turn.calls.get(call.call_id) is not call:
@@ -261,6 +283,8 @@ class TraceFold:
             for other in turn.calls.values():  # once: the finished calls so far, this one too
                 if other.run is not None and other.run.status != "running":
                     kept[other.run.status == "failed"].append(other)
+                elif other.run is None and other.settled is not None:
+                    kept[other.settled in _FAILED_SETTLED].append(other)
         group = kept[failed]
         if len(group) > MAX_CALLS:
             # The group is full: drop whichever of its members (this call included) comes last.
@@ -427,6 +451,8 @@ def _attributes(fold: TraceFold, run: Run, record: Mapping[str, Any], payload: A
             call = _declare(run, call_id)
             call.attributed_tool = as_str(attributes.get("agent.tool"))
             call.parent_attempt_id = as_str(attributes.get("agent.parentAttemptId"))
+        if "agent.callStatus" in attributes and step_id == "calls" and type(call_id) is str:
+            _marked(fold, run, call_id, attributes)
         own = call_id is None or call_id == run.item_key
     else:
         summary = run.summary
@@ -446,6 +472,30 @@ def _attributes(fold: TraceFold, run: Run, record: Mapping[str, Any], payload: A
     if run.iterated is not None and "agent.turn" in attributes:
         run.iterated.agent = True  # a turn says so, whatever the snapshot said
     return True
+
+
+def _marked(fold: TraceFold, turn: Run, call_id: str, attributes: Mapping[str, Any]) -> None:
+    """A call's ``agent.callStatus`` (waiting, denied, or how a resumed turn settled it)."""
+    call = turn.calls.get(call_id)
+    status = attributes.get("agent.callStatus")
+    if call is None or type(status) is not str or call.marked is not None:
+        return
+    call.marked = status
+    ok = attributes.get("agent.callOk")
+    call.ok = ok if type(ok) is bool else None
+    call.error_code = as_str(attributes.get("agent.callErrorCode"))
+    call.reason_given = attributes.get("agent.reasonGiven") is True
+    if status == "waiting":
+        turn.waiting_calls += 1
+        node: Run | None = turn
+        while node is not None and not node.waits:  # stops at a marked one (and on a cycle)
+            node.waits = True
+            node = node.parent
+        if not fold._all and fold.root is not None:
+            fold.root.waits = True
+    settled = call.settled
+    if settled is not None and not fold._all and call.run is None:
+        fold._finished(turn, call, settled in _FAILED_SETTLED)
 
 
 _HANDLERS: Final[Mapping[str, _Handler]] = {

@@ -36,7 +36,7 @@ from tubeless.tracing._projection_text import (
     terminal_safe,
 )
 from tubeless.tracing.fold import TraceFold
-from tubeless.tracing.runs import Run, RunStatus, StepStatus, as_str
+from tubeless.tracing.runs import Run, RunStatus, StepStatus, as_str, waiting_error
 
 __all__ = [
     "AgentHistory",
@@ -64,7 +64,8 @@ class StepNode:
     id: str
     """The step id."""
     status: StepStatus
-    """``planned`` (never started), ``running`` (started, no terminal record), or terminal."""
+    """``planned`` (never started), ``running`` (started, no terminal record), or terminal
+    (``waiting`` for a step that stopped for approval)."""
     reason: str | None
     """Why a skipped step was skipped (``dry-run``, ``fail-fast``, ``policy``, ...)."""
     attempt_id: str | None
@@ -97,7 +98,9 @@ class RunTree:
     """The iteration number of an iterated child (an agent turn), from 1."""
     status: RunStatus
     """The run's status; ``running`` means no ``pipeline.completed`` was recorded (which says
-    nothing about whether a process is still alive)."""
+    nothing about whether a process is still alive); ``waiting``, a run that stopped for
+    approval (recorded ``failed`` with ``TUBELESS_APPROVAL_REQUIRED``, a call below it
+    waiting)."""
     dry_run: bool
     """Whether the run was a dry run."""
     started_at_ms: int | None
@@ -227,6 +230,8 @@ class _Forest:
                 # A progress report shows the step ran, even when its start was not recorded.
                 status="running"
                 if step.status == "planned" and step.progress is not None
+                else "waiting"
+                if step.status == "failed" and run.waits and waiting_error(step.error)
                 else step.status,
                 reason=step.reason,
                 attempt_id=step.attempt_id,
@@ -243,7 +248,7 @@ class _Forest:
             parent_run_id=run.parent_run_id,
             item_key=run.item_key,
             iteration_index=run.index,
-            status=run.status,
+            status="waiting" if run.waiting else run.status,
             dry_run=run.dry_run,
             started_at_ms=run.started_ms if run.started_ms is not None else run.first_ms,
             duration_ms=run.duration_ms,

@@ -7,6 +7,13 @@ has an agent step: the definition snapshot says so, or one of its turns recorded
 attributes), or a ``pipeline``. A turn's facts (decision, call count, state versions) are its
 ``agent.*`` attributes merged step by step.
 
+A call may also carry ``agent.callStatus`` (:attr:`Call.marked`): ``waiting`` (for approval,
+unrun), ``denied``, and after a resume ``interrupted``, ``reconciled``, ``rerun`` or
+``restored``. A run that stopped for approval is recorded as ``failed`` (the wire knows three
+statuses); :attr:`Run.waiting` and :func:`waiting_error` tell it apart: its error's original
+code is ``TUBELESS_APPROVAL_REQUIRED`` and a call at or below it was recorded ``waiting``. (A run
+without checkpoints or an approver fails with the same code, and no call waits.)
+
 The fold updates them in place; readers must not change them.
 """
 
@@ -19,6 +26,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 __all__ = [
+    "SETTLED",
     "TURN_STEPS",
     "Call",
     "Run",
@@ -28,14 +36,20 @@ __all__ = [
     "StepStatus",
     "as_int",
     "as_str",
+    "waiting_error",
 ]
 
 RunKind = Literal["agent", "turn", "call", "pipeline"]
-RunStatus = Literal["completed", "failed", "cancelled", "running"]
-StepStatus = Literal["planned", "running", "completed", "skipped", "failed", "cancelled"]
+#: ``waiting`` is never recorded (nor set by the fold): projections show it for a run that
+#: stopped for approval (:attr:`Run.waiting`), which the wire records as ``failed``.
+RunStatus = Literal["completed", "failed", "cancelled", "running", "waiting"]
+StepStatus = Literal["planned", "running", "completed", "skipped", "failed", "cancelled", "waiting"]
 
 #: The steps of an agent turn, in order.
 TURN_STEPS: Final = ("decide", "calls", "reduce")
+#: ``agent.callStatus`` values of calls settled without a run of their own.
+SETTLED: Final = frozenset({"waiting", "denied", "interrupted", "reconciled", "restored"})
+_APPROVAL_REQUIRED: Final = "TUBELESS_APPROVAL_REQUIRED"
 
 _NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
 
@@ -48,6 +62,14 @@ def as_int(value: Any) -> int | None:
 def as_str(value: Any) -> str | None:
     """``value`` if it is a string, else ``None``."""
     return value if isinstance(value, str) else None
+
+
+def waiting_error(error: Mapping[str, Any] | None) -> bool:
+    """Whether a recorded error stopped for approval (``TUBELESS_APPROVAL_REQUIRED`` at its
+    origin); a run is waiting when this holds and a call below it waits (:attr:`Run.waits`)."""
+    if error is None:
+        return False
+    return (error.get("sourceCode") or error.get("code")) == _APPROVAL_REQUIRED
 
 
 @dataclass(eq=False, slots=True)
@@ -93,6 +115,27 @@ class Call:
     parent_attempt_id: str | None = None
     run: Run | None = None
     """The call's run once it started (root scope, while the call is kept)."""
+    marked: str | None = None
+    """``agent.callStatus``: ``waiting``, ``denied``, ``interrupted``, ``reconciled``, ``rerun``
+    or ``restored`` (see :mod:`tubeless.agent._trace`); ``None`` for a call that simply ran."""
+    ok: bool | None = None
+    """``agent.callOk``: whether a reconciled or restored outcome is ok."""
+    error_code: str | None = None
+    """``agent.callErrorCode``: the code of a marked call's failed outcome."""
+    reason_given: bool = False
+    """``agent.reasonGiven``: a denied call's denial came with a reason (kept out of the
+    trace)."""
+
+    @property
+    def settled(self) -> str | None:
+        """The status of a call settled without a run: ``waiting``, ``denied``,
+        ``interrupted``, ``completed`` or ``failed`` (reconciled or restored); else ``None``."""
+        marked = self.marked
+        if marked is None or marked not in SETTLED:
+            return None
+        if marked in ("reconciled", "restored"):
+            return "completed" if self.ok else "failed"
+        return marked
 
     @property
     def tool(self) -> str | None:
@@ -147,6 +190,11 @@ class Run:
     kept: tuple[list[Call], list[Call]] | None = None
     call: Call | None = None
     """A call run's call (root scope)."""
+    waits: bool = False
+    """A call of this run, or of a run below it, was recorded ``waiting`` for approval (root
+    scope: of the root's tree, marked on the root and on the runs still open)."""
+    waiting_calls: int = 0
+    """A turn's calls recorded ``waiting``."""
 
     # The containers start as one shared empty mapping and become the run's own dict on the
     # first write (most turns and calls of a reporter's fold never fill most of them).
@@ -177,6 +225,27 @@ class Run:
     def attribute(self, step_id: str, key: str) -> Any:
         """``key`` of the merged summary attributes of ``step_id`` (``None`` if absent)."""
         return self.summary.get(step_id, _NOTHING).get(key)
+
+    @property
+    def waiting(self) -> bool:
+        """Stopped for approval: recorded ``failed`` with :func:`waiting_error`, and a call at or
+        below it waits."""
+        return self.status == "failed" and self.waits and waiting_error(self.error)
+
+    @property
+    def turn(self) -> int | None:
+        """A turn's number as its agent counts (``agent.turn``; a resumed agent's first turn is
+        the one it resumed at), else its iteration index."""
+        for step_id in TURN_STEPS:
+            number = as_int(self.attribute(step_id, "agent.turn"))
+            if number is not None:
+                return number
+        parent, step = self.parent, self.iteration_step_id
+        if self.index is not None and parent is not None and step is not None:
+            resumed = as_int(parent.attribute(step, "agent.resumedTurn"))
+            if resumed is not None:
+                return self.index + resumed - 1
+        return self.index
 
     @property
     def decision(self) -> Literal["continue", "finish"] | None:
