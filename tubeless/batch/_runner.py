@@ -5,10 +5,12 @@ this order: retried once if it failed and ``retry_failed`` is set; its trace rec
 the batch's sinks (only the driver writes them, whatever the engine); appended to the output
 file; reported to ``on_row``. Rows are yielded as soon as every row before them is done.
 
-Each row also gets a :class:`~tubeless.batch._row.RowPlan`: with ``checkpoints`` its checkpoint
-key (the row key; the second row with the same input ``<key>#2``, the third ``#3``, in input
-order, so rows never share a lease and a rerun finds each row's own checkpoint), and with a
-record or replay folder its cassette ``<index>.cassette.jsonl``.
+Each row has a key (:func:`row_keys`): the default checkpoint key of its validated input
+(DESIGN.md §11), the second row with the same input ``<key>#2``, the third ``#3``, in input
+order, so rows never share a lease and a rerun finds each row's own checkpoint. The key is the
+row's ``key`` in the output and, with ``checkpoints``, its checkpoint key. Each row also gets a
+:class:`~tubeless.batch._row.RowPlan`: its checkpoint key and the one an older release gave it
+(still looked up), and with a record or replay folder its cassette ``<index>.cassette.jsonl``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._engine import Engine, EngineName, EntrySource, make_engine
-from tubeless.batch._inputs import InputRow, read_inputs, row_key
+from tubeless.batch._inputs import InputRow, read_inputs, text_key
 from tubeless.batch._output import BatchOutput
 from tubeless.batch._row import RowOutcome, RowPlan
 from tubeless.errors import BATCH_INPUT_INVALID, RUN_CONCURRENCY_INVALID, TubelessError
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken, Pipeline
     from tubeless.tracing import TraceSink
 
-__all__ = ["BatchSummary", "run_batch", "run_outcomes", "summarize"]
+__all__ = ["BatchSummary", "RowKeys", "row_keys", "run_batch", "run_outcomes", "summarize"]
 
 OnRow = Callable[[RowOutcome, bool], None]
 """Called once per row as it finishes (in completion order); the flag says it was reused."""
@@ -138,13 +140,14 @@ async def run_outcomes(
         entry = EntrySource.of(entry, entry_id)
     pipeline = entry.load() if isinstance(entry, EntrySource) else entry
     rows = read_inputs(inputs)
-    keys = [row_key(pipeline.id, row) for row in rows]
+    named = row_keys(pipeline, rows)
+    keys = named.keys
     sinks = [] if trace is None else [trace] if not isinstance(trace, Sequence) else list(trace)
     fanout = TraceFanout(sinks)
     token = signal if signal is not None else CancelToken()
     plans = row_plans(
         rows,
-        keys,
+        named,
         checkpoints=checkpoints is not None,
         record_dir=record_dir,
         replay_dir=replay_dir,
@@ -164,7 +167,7 @@ async def run_outcomes(
             store=checkpoint_store,
             store_path=store_path,
         )
-        store = BatchOutput(output) if output is not None else None
+        store = BatchOutput(output, earlier=named.earlier_rows) if output is not None else None
         batch = _Batch(
             rows,
             keys,
@@ -191,9 +194,63 @@ async def run_outcomes(
             checkpoint_store.close()
 
 
+@dataclass(frozen=True, slots=True)
+class RowKeys:
+    """The keys of a batch's rows, by index."""
+
+    keys: list[str]
+    """Each row's key: its checkpoint key, and its ``key`` in the output."""
+    earlier_checkpoints: list[str | None]
+    """The checkpoint key round 2 gave each row (its raw input's; ``None`` when the same)."""
+    earlier_rows: list[str | None]
+    """The ``key`` round 2 wrote in each row of the output (never suffixed)."""
+
+
+def row_keys(pipeline: Pipeline, rows: Sequence[InputRow]) -> RowKeys:
+    """Every row's key (DESIGN.md §11: the default checkpoint key of its validated input, with
+    ``#2``, ``#3``... for later rows of the same input) and the keys round 2 gave it."""
+    from tubeless.pipeline._execute import checkpoint_keys, validated_or_unvalidated
+
+    bases: list[str] = []
+    raw_bases: list[str | None] = []
+    for row in rows:
+        if row.problem is not None:
+            bases.append(text_key(pipeline.id, row.text))
+            raw_bases.append(None)
+            continue
+        key, earlier = checkpoint_keys(
+            pipeline.id, row.raw, validated_or_unvalidated(pipeline, row.raw)
+        )
+        bases.append(key)
+        raw_bases.append(earlier)
+    keys = _numbered(bases)
+    # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
+    numbered = _numbered([raw or base for raw, base in zip(raw_bases, bases, strict=True)])
+    return RowKeys(
+        keys=keys,
+        earlier_checkpoints=[
+            None if old == new else old for old, new in zip(numbered, keys, strict=True)
+        ],
+        earlier_rows=[
+            None if (raw or base) == new else (raw or base)
+            for raw, base, new in zip(raw_bases, bases, keys, strict=True)
+        ],
+    )
+
+
+def _numbered(bases: Sequence[str]) -> list[str]:
+    """Each base, the second time it occurs ``<base>#2``, the third ``#3``..."""
+    seen: dict[str, int] = {}
+    numbered = []
+    for base in bases:
+        seen[base] = seen.get(base, 0) + 1
+        numbered.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+    return numbered
+
+
 def row_plans(
     rows: Sequence[InputRow],
-    keys: Sequence[str],
+    keys: RowKeys,
     *,
     checkpoints: bool,
     record_dir: str | os.PathLike[str] | None = None,
@@ -201,19 +258,13 @@ def row_plans(
     replays: Mapping[int, str] | None = None,
     records: Mapping[int, str] | None = None,
 ) -> list[RowPlan]:
-    """Each row's checkpoint key and cassette (paths absolute: workers may run elsewhere)."""
+    """Each row's checkpoint keys and cassette (paths absolute: workers may run elsewhere)."""
     record = None if record_dir is None else Path(record_dir).resolve()
     replay = None if replay_dir is None else Path(replay_dir).resolve()
     if record is not None:
         record.mkdir(mode=0o700, parents=True, exist_ok=True)
-    seen: dict[str, int] = {}
     plans = []
     for row in rows:
-        key = keys[row.index]
-        checkpoint_key = None
-        if checkpoints:
-            seen[key] = seen.get(key, 0) + 1
-            checkpoint_key = key if seen[key] == 1 else f"{key}#{seen[key]}"
         name = f"{row.index}.cassette.jsonl"
         recorded = (records or {}).get(row.index)
         if recorded is None and record is not None:
@@ -222,7 +273,8 @@ def row_plans(
         if replayed is None and replay is not None:
             replayed = str(replay / name)
         plan = RowPlan(
-            checkpoint_key=checkpoint_key,
+            checkpoint_key=keys.keys[row.index] if checkpoints else None,
+            earlier_key=keys.earlier_checkpoints[row.index] if checkpoints else None,
             record=None if recorded is None else str(Path(recorded).resolve()),
             replay=None
             if replayed is None or recorded is not None

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
 from tubeless._callables import is_awaitable, maybe_await
-from tubeless.durable._session import SESSION_SLOT, CheckpointSession, default_key
+from tubeless.durable._keys import default_key, json_form, legacy_key
+from tubeless.durable._session import SESSION_SLOT, CheckpointSession
 from tubeless.durable._store import CheckpointStore
 from tubeless.errors import TubelessError
 from tubeless.pipeline._call import call_step, checked_output
@@ -86,8 +87,24 @@ async def run_root(
     """Run ``pipeline`` as the root of a run tree; flush (never close) the sinks at the end."""
     _check_concurrency(controls.max_concurrency)
     session = None
+    validated: Any = UNVALIDATED
     if checkpoints is not None and not controls.dry_run:
-        session = checkpoint_session(pipeline.id, raw_input, checkpoints, checkpoint_key, restart)
+        if not isinstance(checkpoints, CheckpointStore):
+            raise TypeError("checkpoints= must be a checkpoint store (tubeless.durable)")
+        earlier = None
+        if checkpoint_key is None:
+            # The default key names the validated input, so the input is validated here, once
+            # (the run takes it as validated); an input the schema refuses fails the run as
+            # always, before any agent could open the session.
+            validated = validated_or_unvalidated(pipeline, raw_input)
+            checkpoint_key, earlier = checkpoint_keys(pipeline.id, raw_input, validated)
+        session = CheckpointSession(
+            checkpoints,
+            key=checkpoint_key,
+            entry=pipeline.id,
+            restart=bool(restart),
+            earlier=earlier,
+        )
     if trace is None:
         sinks: list[TraceSink] = []
     elif isinstance(trace, TraceSink) and not isinstance(trace, (list, tuple)):
@@ -103,7 +120,13 @@ async def run_root(
     env = RunEnvironment(fanout, slots, correlation_id=correlation_id)
     try:
         return await execute(
-            pipeline, raw_input, controls, env=env, signal=signal or CancelToken(), run_id=run_id
+            pipeline,
+            raw_input,
+            controls,
+            env=env,
+            signal=signal or CancelToken(),
+            run_id=run_id,
+            validated=validated,
         )
     finally:
         if session is not None:
@@ -112,18 +135,30 @@ async def run_root(
             fanout.flush()
 
 
-def checkpoint_session(
-    entry_id: str,
-    raw_input: Any,
-    store: CheckpointStore,
-    key: str | None,
-    restart: bool,
-) -> CheckpointSession:
-    """The session of a checkpointed run (opened by its first agent, closed by the root)."""
-    if not isinstance(store, CheckpointStore):
-        raise TypeError("checkpoints= must be a checkpoint store (tubeless.durable)")
-    resolved = default_key(entry_id, raw_input) if key is None else key
-    return CheckpointSession(store, key=resolved, entry=entry_id, restart=bool(restart))
+def validated_or_unvalidated(pipeline: Pipeline, raw_input: Any) -> Any:
+    """``raw_input`` validated by the pipeline's options schema, or ``UNVALIDATED`` when the
+    schema refuses it (the run then reports the refusal as it always does)."""
+    schema = pipeline.options_schema
+    if schema is None:
+        return raw_input
+    try:
+        return schema.validate(raw_input)
+    except Exception:
+        return UNVALIDATED
+
+
+def checkpoint_keys(entry_id: str, raw_input: Any, validated: Any) -> tuple[str, str | None]:
+    """The default checkpoint key of a run (DESIGN.md §11) and the key round 2 gave the same
+    input, which is still looked up (``None`` when it is the same key or there was none)."""
+    value = raw_input
+    if validated is not UNVALIDATED:
+        try:
+            value = json_form(validated)
+        except (TypeError, ValueError):  # FreezeError is a ValueError
+            value = raw_input  # a validated value with no JSON form: the raw input names it
+    key = default_key(entry_id, value)
+    earlier = legacy_key(entry_id, raw_input)
+    return key, None if earlier == key else earlier
 
 
 def execute(
