@@ -92,9 +92,7 @@ def test_a_round_2_output_file_is_reused(
     output = tmp_path / "out.jsonl"
     old = {"status": "completed", "result": 30, "run_id": "r", "duration_ms": 1.0}
     output.write_text(
-        "".join(
-            json.dumps({"index": index, "key": OLD_KEY, **old}) + "\n" for index in range(2)
-        ),
+        "".join(json.dumps({"index": index, "key": OLD_KEY, **old}) + "\n" for index in range(2)),
         encoding="utf-8",
     )
     inputs = write_inputs(tmp_path / "in.jsonl", [{}, {}])
