@@ -175,3 +175,18 @@ def test_an_input_with_a_lone_surrogate_has_a_key(
     assert key == "sender:01077a79e46cb888"
     assert done.err == f"checkpoint: {key} (new)\n"
     assert json.loads(done.out) == ANSWER
+
+
+def test_a_key_given_with_a_lone_surrogate_is_refused_by_its_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``--key`` whose bytes are not UTF-8 (Python reads them as lone surrogates) cannot be
+    stored: the usual key error, never a bare ``UnicodeEncodeError``."""
+    scripted = ROOT / "projects" / "scripted-agent.yaml"
+    store = tmp_path / "runs.sqlite"
+    refused = tubeless(capsys, "run", scripted, "--checkpoints", store, "--key", "k\udcff", "-q")
+    assert (refused.code, refused.out) == (6, "")
+    assert refused.err == (
+        "error: TUBELESS_AGENT_INVALID_CHECKPOINT_KEY: A checkpoint key must be valid Unicode "
+        "text (it holds a lone surrogate at position 1)\n"
+    )
