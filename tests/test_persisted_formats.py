@@ -89,6 +89,10 @@ def test_a_lone_surrogate_has_a_key_and_every_digest() -> None:
     assert input_digest(SURROGATE) == SURROGATE_UTF8_HEX
     assert cassette_digest(SURROGATE) == f"sha256:{SURROGATE_UTF8_HEX}"
     assert call_digest("send", SURROGATE).startswith("sha256:")
+    described = {"server": "s", "tool": "t", "description": "\ud800", "input_schema": {}}
+    assert server_tools({"x": described})["x"]["description"] == (
+        "91a681b998555fb475479817b126c94e57e52011fa1842c5d188795a4a05226b"
+    )
     # The batch runner's key of the same raw input is the same key.
     assert row_key("e", InputRow(index=0, line=1, raw=SURROGATE)) == default_key("e", SURROGATE)
 

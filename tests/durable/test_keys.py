@@ -190,3 +190,33 @@ def test_a_key_given_with_a_lone_surrogate_is_refused_by_its_code(
         "error: TUBELESS_AGENT_INVALID_CHECKPOINT_KEY: A checkpoint key must be valid Unicode "
         "text (it holds a lone surrogate at position 1)\n"
     )
+
+
+def test_the_note_names_one_unfinished_key_and_counts_the_others(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only unfinished keys of the same entry count; the key is quoted for the shell."""
+    store = tmp_path / "runs.sqlite"
+    documents = {
+        "by hand #1": {"entry": "sender", "status": "running", "agents": {"sender": {"turn": 4}}},
+        "by hand #2": {"entry": "sender", "status": "waiting", "agents": {"sender": {"turn": 1}}},
+        "done": {"entry": "sender", "status": "completed", "agents": {}},
+        "other": {"entry": "other", "status": "running", "agents": {}},
+    }
+    checkpoints = SqliteCheckpoints(store)
+    try:
+        for key, document in documents.items():
+            with checkpoints.acquire(key) as lease:
+                lease.write(json.dumps({"version": 1, "key": key, **document}))
+    finally:
+        checkpoints.close()
+    done = tubeless(capsys, "run", project, "--checkpoints", store, "-q")
+    assert done.code == 0, done.err
+    first, note = done.err.splitlines()
+    assert first == f"checkpoint: {KEY} (new)"
+    named = "by hand #1" if "(turn 4)" in note else "by hand #2"
+    turn = 4 if named == "by hand #1" else 1
+    assert note == (
+        f"note: {store} also holds unfinished checkpoint {named} of sender (turn {turn}) and 1 "
+        f"more (tubeless checkpoints list); to resume it, run with --key '{named}'"
+    )

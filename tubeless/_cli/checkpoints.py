@@ -82,6 +82,8 @@ def open_for_run(
 def _note_unfinished(store: SqliteCheckpoints, path: str, entry_id: str, key: str) -> None:
     """One ``note:`` line naming an unfinished key of the same entry, when a run starts a new
     one: the same task spelled another way (or keyed by hand) would otherwise be run twice."""
+    import shlex
+
     from tubeless.durable._keys import unfinished_of
 
     found = unfinished_of(store.list(), entry_id, but=key)
@@ -92,7 +94,7 @@ def _note_unfinished(store: SqliteCheckpoints, path: str, entry_id: str, key: st
     more = f" and {len(found) - 1} more (tubeless checkpoints list)" if len(found) > 1 else ""
     _echo(
         f"note: {path} also holds unfinished checkpoint {stored.key} of {entry_id}{at}{more}; "
-        f"to resume it, run with --key {stored.key}",
+        f"to resume it, run with --key {shlex.quote(stored.key)}",
         err=True,
     )
 

@@ -112,8 +112,9 @@ def server_tools(descriptors: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
         name: {
             "server": found.get("server"),
             "tool": found.get("tool"),
+            # The text as UTF-8; a lone surrogate (JSON from a server may hold one) as its bytes.
             "description": hashlib.sha256(
-                str(found.get("description")).encode("utf-8")
+                str(found.get("description")).encode("utf-8", "surrogatepass")
             ).hexdigest(),
             "input": descriptor_fingerprint(found.get("input_schema")),
         }
