@@ -52,7 +52,7 @@ def open_for_run(
     """The store and key of ``run --checkpoints``; says on stderr what the run will do."""
     from tubeless.durable import SqliteCheckpoints
     from tubeless.durable._keys import find_key
-    from tubeless.pipeline._execute import checkpoint_keys, validated_or_unvalidated
+    from tubeless.pipeline._checkpoint_keys import checkpoint_keys, validated_or_unvalidated
     from tubeless.tracing import terminal_safe
 
     for trace in traces:

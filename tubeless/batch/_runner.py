@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._engine import Engine, EngineName, EntrySource, make_engine
-from tubeless.batch._inputs import InputRow, read_inputs, text_key
+from tubeless.batch._inputs import InputRow, read_inputs
 from tubeless.batch._output import BatchOutput
+from tubeless.batch._plans import RowKeys, row_keys, row_plans
 from tubeless.batch._row import RowOutcome, RowPlan
 from tubeless.errors import BATCH_INPUT_INVALID, RUN_CONCURRENCY_INVALID, TubelessError
 
@@ -192,96 +193,6 @@ async def run_outcomes(
     finally:
         if opened and checkpoint_store is not None:
             checkpoint_store.close()
-
-
-@dataclass(frozen=True, slots=True)
-class RowKeys:
-    """The keys of a batch's rows, by index."""
-
-    keys: list[str]
-    """Each row's key: its checkpoint key, and its ``key`` in the output."""
-    earlier_checkpoints: list[str | None]
-    """The checkpoint key round 2 gave each row (its raw input's; ``None`` when the same)."""
-    earlier_rows: list[str | None]
-    """The ``key`` round 2 wrote in each row of the output (never suffixed)."""
-
-
-def row_keys(pipeline: Pipeline, rows: Sequence[InputRow]) -> RowKeys:
-    """Every row's key (DESIGN.md §11: the default checkpoint key of its validated input, with
-    ``#2``, ``#3``... for later rows of the same input) and the keys round 2 gave it."""
-    from tubeless.pipeline._execute import checkpoint_keys, validated_or_unvalidated
-
-    bases: list[str] = []
-    raw_bases: list[str | None] = []
-    for row in rows:
-        if row.problem is not None:
-            bases.append(text_key(pipeline.id, row.text))
-            raw_bases.append(None)
-            continue
-        key, earlier = checkpoint_keys(
-            pipeline.id, row.raw, validated_or_unvalidated(pipeline, row.raw)
-        )
-        bases.append(key)
-        raw_bases.append(earlier)
-    keys = _numbered(bases)
-    # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
-    numbered = _numbered([raw or base for raw, base in zip(raw_bases, bases, strict=True)])
-    return RowKeys(
-        keys=keys,
-        earlier_checkpoints=[
-            None if old == new else old for old, new in zip(numbered, keys, strict=True)
-        ],
-        earlier_rows=[
-            None if (raw or base) == new else (raw or base)
-            for raw, base, new in zip(raw_bases, bases, keys, strict=True)
-        ],
-    )
-
-
-def _numbered(bases: Sequence[str]) -> list[str]:
-    """Each base, the second time it occurs ``<base>#2``, the third ``#3``..."""
-    seen: dict[str, int] = {}
-    numbered = []
-    for base in bases:
-        seen[base] = seen.get(base, 0) + 1
-        numbered.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
-    return numbered
-
-
-def row_plans(
-    rows: Sequence[InputRow],
-    keys: RowKeys,
-    *,
-    checkpoints: bool,
-    record_dir: str | os.PathLike[str] | None = None,
-    replay_dir: str | os.PathLike[str] | None = None,
-    replays: Mapping[int, str] | None = None,
-    records: Mapping[int, str] | None = None,
-) -> list[RowPlan]:
-    """Each row's checkpoint keys and cassette (paths absolute: workers may run elsewhere)."""
-    record = None if record_dir is None else Path(record_dir).resolve()
-    replay = None if replay_dir is None else Path(replay_dir).resolve()
-    if record is not None:
-        record.mkdir(mode=0o700, parents=True, exist_ok=True)
-    plans = []
-    for row in rows:
-        name = f"{row.index}.cassette.jsonl"
-        recorded = (records or {}).get(row.index)
-        if recorded is None and record is not None:
-            recorded = str(record / name)
-        replayed = (replays or {}).get(row.index)
-        if replayed is None and replay is not None:
-            replayed = str(replay / name)
-        plan = RowPlan(
-            checkpoint_key=keys.keys[row.index] if checkpoints else None,
-            earlier_key=keys.earlier_checkpoints[row.index] if checkpoints else None,
-            record=None if recorded is None else str(Path(recorded).resolve()),
-            replay=None
-            if replayed is None or recorded is not None
-            else str(Path(replayed).resolve()),
-        )
-        plans.append(plan)
-    return plans
 
 
 def _open_checkpoints(

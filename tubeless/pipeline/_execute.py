@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
 from tubeless._callables import is_awaitable, maybe_await
-from tubeless.durable._keys import default_key, json_form, legacy_key
 from tubeless.durable._session import SESSION_SLOT, CheckpointSession
 from tubeless.durable._store import CheckpointStore
 from tubeless.errors import TubelessError
 from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._cancel import CancelToken
+from tubeless.pipeline._checkpoint_keys import checkpoint_keys, validated_or_unvalidated
 from tubeless.pipeline._context import RunEnvironment, now_ms
 from tubeless.pipeline._failures import OutputInvalidError
 from tubeless.pipeline._finalize import finalize
@@ -133,32 +133,6 @@ async def run_root(
             session.close()
         if fanout is not None:
             fanout.flush()
-
-
-def validated_or_unvalidated(pipeline: Pipeline, raw_input: Any) -> Any:
-    """``raw_input`` validated by the pipeline's options schema, or ``UNVALIDATED`` when the
-    schema refuses it (the run then reports the refusal as it always does)."""
-    schema = pipeline.options_schema
-    if schema is None:
-        return raw_input
-    try:
-        return schema.validate(raw_input)
-    except Exception:
-        return UNVALIDATED
-
-
-def checkpoint_keys(entry_id: str, raw_input: Any, validated: Any) -> tuple[str, str | None]:
-    """The default checkpoint key of a run (DESIGN.md §11) and the key round 2 gave the same
-    input, which is still looked up (``None`` when it is the same key or there was none)."""
-    value = raw_input
-    if validated is not UNVALIDATED:
-        try:
-            value = json_form(validated)
-        except (TypeError, ValueError):  # FreezeError is a ValueError
-            value = raw_input  # a validated value with no JSON form: the raw input names it
-    key = default_key(entry_id, value)
-    earlier = legacy_key(entry_id, raw_input)
-    return key, None if earlier == key else earlier
 
 
 def execute(
