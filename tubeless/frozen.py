@@ -33,6 +33,7 @@ __all__ = [
     "FrozenDict",
     "FrozenTuple",
     "canonical_json",
+    "digest",
     "fingerprint",
     "freeze",
     "is_frozen",
@@ -382,24 +383,48 @@ def thaw(value: Any) -> Any:
     return root[2]
 
 
-def canonical_json(value: Any) -> str:
-    """The canonical JSON text of ``value``: sorted keys, no spaces, UTF-8 kept as is.
+def canonical_json(value: Any, *, ensure_ascii: bool = False) -> str:
+    """The canonical JSON text of ``value``: sorted keys, no spaces.
 
-    Used for fingerprints, so equal data always gives equal text whatever its key order.
+    The one canonical form behind every key, digest and fingerprint, so equal data always gives
+    equal text whatever its key order. Non-ASCII characters are kept as they are, or with
+    ``ensure_ascii`` escaped as ``\\uXXXX`` (lone surrogates included, so the text is ASCII).
 
     Raises:
         ValueError: For NaN or infinities (not JSON).
         TypeError: For values JSON cannot represent.
     """
     return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=ensure_ascii, allow_nan=False
     )
 
 
+def digest(value: Any, *, ensure_ascii: bool = True) -> str:
+    """``"sha256:<hex>"`` of :func:`canonical_json` of ``value``.
+
+    Two forms, one per kind of persisted value (pinned by ``tests/test_persisted_formats.py``):
+
+    - escaped (the default): checkpoint keys and approval call digests (DESIGN.md §24); the text
+      is ASCII, so every value that validates has a digest;
+    - ``ensure_ascii=False``: the text as UTF-8, the form of definition fingerprints, cassette and
+      checkpoint input digests, and of keys and call digests written before round 3. A lone
+      surrogate is hashed as its own three bytes (``surrogatepass``), which no valid text has.
+
+    For data whose strings are all ASCII, both forms are the same.
+
+    Raises:
+        ValueError: For NaN or infinities (not JSON).
+        TypeError: For values JSON cannot represent.
+    """
+    text = canonical_json(value, ensure_ascii=ensure_ascii)
+    data = text.encode("ascii") if ensure_ascii else text.encode("utf-8", "surrogatepass")
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
 def fingerprint(value: Any) -> str:
-    """``"sha256:<hex>"`` of :func:`canonical_json` of ``value``."""
-    digest = hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
-    return f"sha256:{digest}"
+    """``"sha256:<hex>"`` of the UTF-8 :func:`canonical_json` of ``value`` (definitions and
+    schemas; ``digest(value, ensure_ascii=False)``)."""
+    return digest(value, ensure_ascii=False)
 
 
 # -- the walkers behind freeze and thaw ---------------------------------------------------------

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -17,23 +19,13 @@ from tests.fixtures.cli import tubeless
 from tests.fixtures.processes import HANG_GUARD, ROOT, cli_env
 
 
-def test_a_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
-    project = rows_project(tmp_path)
-    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}, {"m": 2}, {"n": 3}])
+def _batch_on_a_terminal(*args: str | Path) -> tuple[int, str]:
+    """``tubeless batch ARGS`` with stderr on a pty: its exit code and what the terminal got."""
     master, slave = pty.openpty()
     env = cli_env(TERM="xterm-256color", COLUMNS="100")
     env.pop("NO_COLOR", None)
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tubeless",
-            "batch",
-            str(project),
-            str(inputs),
-            "-o",
-            str(tmp_path / "out.jsonl"),
-        ],
+        [sys.executable, "-m", "tubeless", "batch", *map(str, args)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=slave,
@@ -58,11 +50,41 @@ def test_a_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
         seen += data
     process.communicate(timeout=HANG_GUARD)
     os.close(master)
-    text = seen.decode("utf-8", "replace")
-    assert process.returncode == 6
+    return process.returncode, seen.decode("utf-8", "replace")
+
+
+def test_a_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
+    project = rows_project(tmp_path)
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}, {"m": 2}, {"n": 3}])
+    code, text = _batch_on_a_terminal(project, inputs, "-o", tmp_path / "out.jsonl")
+    assert code == 6
     assert "━" in text and "3/3" in text and "1 failed" in text  # the bar, done, failed
     assert "rows done" not in text  # no plain progress lines on a terminal
     assert "batch: 3 rows: 2 completed, 1 failed" in text
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
+
+
+def test_a_terminal_lists_the_failed_rows_at_the_end(tmp_path: Path) -> None:
+    """Index, key (the row's checkpoint key), code and message of each failed row, after the
+    summary: the bar alone shows only a count."""
+    project = rows_project(tmp_path)
+    output = tmp_path / "out.jsonl"
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}, {"m": 2}, {"n": -2}, {"m": 2}])
+    code, text = _batch_on_a_terminal(project, inputs, "-o", output)
+    assert code == 6
+    rows = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert rows[3]["key"] == f"{rows[1]['key']}#2"
+    lines = _ESCAPES.sub("", text).splitlines()
+    [start] = [i for i, line in enumerate(lines) if "batch: 4 rows: 1 completed, 3 failed" in line]
+    listed = lines[start + 2 :]
+    assert len(listed) == 3, lines
+    for line, row in zip(listed, (rows[1], rows[2], rows[3]), strict=True):
+        error = row["error"]
+        assert line == (
+            f"batch: row {row['index']} failed ({row['key']}): {error['code']}: {error['message']}"
+        )
 
 
 def test_plain_lines_elsewhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

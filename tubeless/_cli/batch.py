@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchProgress", "batch", "load_entry"]
 
+# Failed rows listed by name on a terminal at the end; the output file holds them all.
+_LISTED = 50
+
 
 def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
     """The project's entry (exit 2 for a missing file or unknown id), and the id asked for."""
@@ -54,7 +57,9 @@ def read_rows(inputs: str) -> list[Any]:
 class BatchProgress:
     """Progress on stderr: a rich bar (done, failed, rate, ETA) on a terminal, else plain lines.
 
-    Plain lines: one per failed row, and one each time another tenth of the rows is done.
+    Plain lines: one per failed row, and one each time another tenth of the rows is done. The
+    bar shows only how many rows failed, so on a terminal :meth:`failed_lines` lists them after
+    the summary.
     """
 
     def __init__(
@@ -68,6 +73,8 @@ class BatchProgress:
         self.done = 0
         self.failed = 0
         self.reused = 0
+        self.failures: list[dict[str, Any]] = []
+        self.live = False
         self._started = time.perf_counter()
         self._next_tenth = 1
         self._bar: Any = None
@@ -94,6 +101,7 @@ class BatchProgress:
             )
             self._task = self._bar.add_task("rows", total=total, failed=0, rate="")
             self._bar.start()
+            self.live = True
 
     def row(self, outcome: RowOutcome, reused: bool) -> None:
         self.done += 1
@@ -101,6 +109,7 @@ class BatchProgress:
         row = outcome.row
         if row["status"] == "failed":
             self.failed += 1
+            self.failures.append(row)
         ran = self.done - self.reused
         elapsed = time.perf_counter() - self._started
         rate = f"{ran / elapsed:.1f} rows/s" if ran and elapsed > 0 else ""
@@ -120,6 +129,25 @@ class BatchProgress:
                 )
             else:
                 self._line(f"{self.label}: {self.done}/{self.total} cases run")
+
+    def failed_lines(self, limit: int = _LISTED) -> list[str]:
+        """One line per failed row, in input order (index, key, code, message); the first
+        ``limit`` rows, then how many more."""
+        from tubeless.errors import one_line
+        from tubeless.tracing.projection import terminal_safe
+
+        lines = []
+        ordered = sorted(self.failures, key=lambda row: int(row["index"]))
+        for row in ordered[:limit]:
+            error = row.get("error") or {}
+            text = (
+                f"row {row['index']} failed ({row.get('key')}): {error.get('code')}: "
+                f"{error.get('message')}"
+            )
+            lines.append(terminal_safe(one_line(text)))
+        if len(ordered) > limit:
+            lines.append(f"... and {len(ordered) - limit} more failed rows")
+        return lines
 
     def cancelling(self, reason: str) -> None:
         self._line(f"{self.label}: {reason}; cancelling the rows in flight")
@@ -354,6 +382,9 @@ def run_cli_batch(
     if label == "batch":
         for line in summary.lines():
             click.echo(f"batch: {line}", err=True)
+        if progress.live:  # plain lines named each failed row as it failed
+            for line in progress.failed_lines():
+                click.echo(f"batch: {line}", err=True)
     if signals.acted:
         click.echo(f"error: {signals.cancelled_line().replace('the run', 'the batch')}", err=True)
         return EXIT_CANCELLED

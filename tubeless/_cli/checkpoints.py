@@ -17,6 +17,7 @@ from tubeless._cli._exit import CliLoadError
 
 if TYPE_CHECKING:
     from tubeless.durable import SqliteCheckpoints
+    from tubeless.pipeline import Pipeline
 
 __all__ = ["checkpoints", "open_for_run", "report_waiting"]
 
@@ -46,11 +47,12 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def open_for_run(
-    path: str, traces: tuple[str, ...], entry_id: str, raw: Any, key: str | None, restart: bool
+    path: str, traces: tuple[str, ...], entry: Pipeline, raw: Any, key: str | None, restart: bool
 ) -> tuple[SqliteCheckpoints, str]:
     """The store and key of ``run --checkpoints``; says on stderr what the run will do."""
     from tubeless.durable import SqliteCheckpoints
-    from tubeless.durable._session import default_key
+    from tubeless.durable._keys import find_key
+    from tubeless.pipeline._checkpoint_keys import checkpoint_keys, validated_or_unvalidated
     from tubeless.tracing import terminal_safe
 
     for trace in traces:
@@ -59,17 +61,42 @@ def open_for_run(
                 f"--checkpoints and --trace name the same file ({path}): a checkpoint file "
                 "holds state and inputs, a trace never does; use two files"
             )
-    resolved = default_key(entry_id, raw) if key is None else key
+    earlier = None
+    if key is None:
+        key, earlier = checkpoint_keys(entry.id, raw, validated_or_unvalidated(entry, raw))
     store = SqliteCheckpoints(path)
     try:
+        resolved = find_key(store, key, earlier)
         with store.acquire(resolved) as lease:  # fails fast while another run holds the key
             text = lease.read()
-        line = f"checkpoint: {resolved}{_what(text, resolved, entry_id, restart)}"
+        line = f"checkpoint: {resolved}{_what(text, resolved, entry.id, restart)}"
         click.echo(terminal_safe(line), err=True)
+        if text is None:
+            _note_unfinished(store, path, entry.id, resolved)
     except BaseException:
         store.close()
         raise
     return store, resolved
+
+
+def _note_unfinished(store: SqliteCheckpoints, path: str, entry_id: str, key: str) -> None:
+    """One ``note:`` line naming an unfinished key of the same entry, when a run starts a new
+    one: the same task spelled another way (or keyed by hand) would otherwise be run twice."""
+    import shlex
+
+    from tubeless.durable._keys import unfinished_of
+
+    found = unfinished_of(store.list(), entry_id, but=key)
+    if not found:
+        return
+    stored, turn = found[0]
+    at = f" (turn {turn})" if turn is not None else ""
+    more = f" and {len(found) - 1} more (tubeless checkpoints list)" if len(found) > 1 else ""
+    _echo(
+        f"note: {path} also holds unfinished checkpoint {stored.key} of {entry_id}{at}{more}; "
+        f"to resume it, run with --key {shlex.quote(stored.key)}",
+        err=True,
+    )
 
 
 def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:

@@ -269,7 +269,7 @@ def _execute(
                 store, key = open_for_run(
                     options["checkpoints"],
                     options["trace"],
-                    entry.id,
+                    entry,
                     raw,
                     options["key"],
                     options["restart"],

@@ -34,7 +34,7 @@ from tubeless.errors import (
     TOOL_DENIED,
     TubelessError,
 )
-from tubeless.frozen import FreezeError, FrozenDict, fingerprint, freeze
+from tubeless.frozen import FreezeError, FrozenDict, digest, freeze
 from tubeless.pipeline import RunCancelledError
 from tubeless.pipeline._execute import APPROVER_SLOT
 
@@ -100,12 +100,28 @@ class ApprovalWaiting(ApprovalError):
 
 
 def call_digest(tool: str, raw_input: Any) -> str:
-    """``sha256:<hex>`` of the canonical JSON of ``[tool, input]``.
+    """``sha256:<hex>`` of the canonical JSON of ``[tool, input]``, non-ASCII escaped
+    (DESIGN.md §24: any input has one).
 
     Raises:
         FreezeError: When ``raw_input`` is not plain JSON data.
     """
-    return fingerprint([tool, freeze(raw_input)])
+    return digest([tool, freeze(raw_input)])
+
+
+def _binds(entry: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
+    """Whether a recorded decision is for exactly ``request``'s arguments. Before round 3 the
+    digest hashed non-ASCII as UTF-8: a decision recorded then (a checkpoint approved before an
+    upgrade) still binds the same arguments."""
+    if entry["digest"] == request["digest"]:
+        return True
+    if "input" not in request or "tool" not in request:
+        return False
+    try:
+        earlier = digest([request["tool"], freeze(request["input"])], ensure_ascii=False)
+    except (FreezeError, TypeError, ValueError):
+        return False
+    return bool(entry["digest"] == earlier)
 
 
 class RecordedApprovals:
@@ -147,7 +163,7 @@ class RecordedApprovals:
     def reason(self, request: Mapping[str, Any]) -> str | None:
         """The reason recorded with the decision for exactly ``request``, if any."""
         entry = self._decisions.get((request["route"], request["turn"], request["call_id"]))
-        if entry is None or entry["digest"] != request["digest"]:
+        if entry is None or not _binds(entry, request):
             return None
         reason = entry.get("reason")
         return None if reason is None else str(reason)
@@ -159,7 +175,7 @@ class RecordedApprovals:
     def decision(self, request: Mapping[str, Any]) -> bool | None:
         """The decision recorded for exactly ``request``, or ``None`` (none, or another digest)."""
         entry = self._decisions.get((request["route"], request["turn"], request["call_id"]))
-        if entry is None or entry["digest"] != request["digest"]:
+        if entry is None or not _binds(entry, request):
             return None
         return bool(entry["approved"])
 

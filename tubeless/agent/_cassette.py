@@ -17,7 +17,6 @@ below the decision level, so no request, header or key, is ever seen here).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tubeless.errors import CASSETTE_INVALID, CassetteError
+from tubeless.frozen import digest as frozen_digest
 
 __all__ = [
     "FORMAT",
@@ -64,9 +64,9 @@ def jsonable(value: Any) -> Any:
 
 
 def digest(value: Any) -> str:
-    """``sha256:<hex>`` of the canonical JSON of ``value`` (sorted keys, no spaces)."""
-    text = json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """``sha256:<hex>`` of the canonical JSON of ``value`` as UTF-8 (the form cassettes have
+    always held; ``tubeless.frozen.digest``)."""
+    return frozen_digest(jsonable(value), ensure_ascii=False)
 
 
 def _escape(key: str) -> str:

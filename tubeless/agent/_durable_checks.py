@@ -14,11 +14,10 @@ import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import pydantic_core
-
 from tubeless.agent._changes import changed_parts, definition_parts, said
+from tubeless.durable._keys import json_form
 from tubeless.errors import CHECKPOINT_INVALID, CHECKPOINT_MISMATCH, CheckpointError
-from tubeless.frozen import FreezeError, canonical_json, freeze
+from tubeless.frozen import digest
 from tubeless.pipeline import Pipeline
 from tubeless.pipeline._identity import descriptor_fingerprint
 
@@ -83,15 +82,12 @@ class DurableAgent:
 
 
 def input_digest(value: Any) -> str | None:
-    """The sha256 of an agent's validated input, when it has a JSON form."""
+    """The sha256 (hex) of an agent's validated input as UTF-8 canonical JSON (the form
+    checkpoints have always held), when it has a JSON form."""
     try:
-        text = canonical_json(freeze(value))
-    except (FreezeError, TypeError, ValueError):
-        try:
-            text = canonical_json(freeze(pydantic_core.to_jsonable_python(value)))
-        except Exception:
-            return None
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return digest(json_form(value), ensure_ascii=False).removeprefix("sha256:")
+    except Exception:
+        return None
 
 
 def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
@@ -147,8 +143,9 @@ def server_tools(descriptors: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
         name: {
             "server": found.get("server"),
             "tool": found.get("tool"),
+            # The text as UTF-8; a lone surrogate (JSON from a server may hold one) as its bytes.
             "description": hashlib.sha256(
-                str(found.get("description")).encode("utf-8")
+                str(found.get("description")).encode("utf-8", "surrogatepass")
             ).hexdigest(),
             "input": descriptor_fingerprint(found.get("input_schema")),
         }

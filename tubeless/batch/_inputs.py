@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tubeless.durable._keys import default_key
 from tubeless.errors import BATCH_INPUT_INVALID, BatchError
+from tubeless.frozen import canonical_json
 
-__all__ = ["InputRow", "canonical_json", "read_inputs", "row_key"]
+__all__ = ["InputRow", "read_inputs", "row_key", "text_key"]
 
 _JSONL = (".jsonl", ".ndjson")
 _YAML = (".yaml", ".yml")
@@ -41,21 +43,21 @@ class InputRow:
     """The line as written, kept only for an unreadable line (its key is made from it)."""
 
 
-def canonical_json(value: Any) -> str:
-    """The canonical JSON text of ``value``: sorted keys, no spaces, UTF-8 as it is."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-
-
 def row_key(entry_id: str, row: InputRow) -> str:
-    """``<entry id>:<first 16 hex of sha256 of the canonical raw input>``.
+    """``<entry id>:<first 16 hex of sha256 of the canonical raw input>``, non-ASCII escaped.
 
-    The same form as the default checkpoint key of a durable run (DESIGN.md §11), so that a
-    batch row and a checkpointed run of the same input name the same task. An unreadable line
-    is keyed by its text.
+    The form of the default checkpoint key of a durable run (DESIGN.md §11, §24; one helper,
+    ``tubeless.durable._keys.default_key``). A batch keys each row by its *validated* input
+    (:func:`tubeless.batch._runner.row_keys`); this is the key of the input as given. An
+    unreadable line is keyed by its text.
     """
-    text = row.text if row.problem is not None else canonical_json(row.raw)
+    if row.problem is not None:
+        return text_key(entry_id, row.text)
+    return default_key(entry_id, row.raw)
+
+
+def text_key(entry_id: str, text: str) -> str:
+    """The key of an unreadable input: the sha256 of its text as written."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{entry_id}:{digest}"
 

@@ -3,7 +3,8 @@
 Appending each row as soon as it finishes (one flushed line) means a driver that is killed loses
 no finished row: the kernel keeps what was written. Reading the file back on a rerun tolerates
 a torn last line and rows in any order; a row is reused only when its ``key`` still matches the
-input at its index (so an edited inputs file reruns the rows that changed). The final rewrite
+input at its index (so an edited inputs file reruns the rows that changed), or matches the key
+round 2 wrote for that input (keyed by the raw input, repeats not numbered). The final rewrite
 goes through a temporary file and a rename, so the file is never half-written.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,8 +28,10 @@ def row_line(row: Mapping[str, Any]) -> str:
 class BatchOutput:
     """The ``--output`` file of one batch."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, earlier: Sequence[str | None] = ()) -> None:
         self.path = Path(path)
+        self.earlier = earlier
+        """The key round 2 wrote for each index (``None`` where it is the key of today)."""
         self.previous: dict[int, dict[str, Any]] = {}
         if self.path.exists():
             self.previous = _read_rows(self.path)
@@ -47,9 +50,15 @@ class BatchOutput:
     def completed(self, index: int, key: str) -> dict[str, Any] | None:
         """The row recorded as completed for this index and key, if any."""
         row = self.previous.get(index)
-        if row is not None and row.get("key") == key and row.get("status") == "completed":
-            return row
+        if row is not None and self._matches(index, row, key) and row.get("status") == "completed":
+            return {**row, "key": key}
         return None
+
+    def _matches(self, index: int, row: Mapping[str, Any], key: str) -> bool:
+        if row.get("key") == key:
+            return True
+        earlier = self.earlier[index] if index < len(self.earlier) else None
+        return earlier is not None and row.get("key") == earlier
 
     def append(self, row: Mapping[str, Any]) -> None:
         assert self._file is not None, "the output is finished"
@@ -67,7 +76,11 @@ class BatchOutput:
                 row = rows.get(index)
                 if row is None:
                     earlier = self.previous.get(index)
-                    row = earlier if earlier is not None and earlier.get("key") == key else None
+                    row = (
+                        {**earlier, "key": key}
+                        if earlier is not None and self._matches(index, earlier, key)
+                        else None
+                    )
                 if row is not None:
                     file.write(row_line(row))
         os.replace(temporary, self.path)

@@ -40,6 +40,8 @@ class RowPlan:
 
     checkpoint_key: str | None = None
     """The row's checkpoint key (``--checkpoints``): its key, ``#2``, ``#3``... for repeats."""
+    earlier_key: str | None = None
+    """The checkpoint key round 2 gave the row (from its raw input), still looked up."""
     restart: bool = False
     """Start the row's checkpoint over (a retry of a row that failed)."""
     record: str | None = None
@@ -50,6 +52,7 @@ class RowPlan:
     def to_wire(self) -> dict[str, Any]:
         return {
             "checkpoint_key": self.checkpoint_key,
+            "earlier_key": self.earlier_key,
             "restart": self.restart,
             "record": self.record,
             "replay": self.replay,
@@ -178,13 +181,15 @@ async def run_row(
     token = ROOT_BUDGETS.set(budgets) if sink is None else None
     start = time.perf_counter()
     durable: dict[str, Any] = {}
-    if store is not None and plan.checkpoint_key is not None:
-        durable = {
-            "checkpoints": store,
-            "checkpoint_key": plan.checkpoint_key,
-            "restart": plan.restart,
-        }
     try:
+        if store is not None and plan.checkpoint_key is not None:
+            from tubeless.durable._keys import find_key
+
+            durable = {
+                "checkpoints": store,
+                "checkpoint_key": find_key(store, plan.checkpoint_key, plan.earlier_key),
+                "restart": plan.restart,
+            }
         with _cassette(plan):
             run = await entry.run(
                 item.raw, trace=None if sink is None else [sink], signal=signal, **durable

@@ -5,10 +5,12 @@ this order: retried once if it failed and ``retry_failed`` is set; its trace rec
 the batch's sinks (only the driver writes them, whatever the engine); appended to the output
 file; reported to ``on_row``. Rows are yielded as soon as every row before them is done.
 
-Each row also gets a :class:`~tubeless.batch._row.RowPlan`: with ``checkpoints`` its checkpoint
-key (the row key; the second row with the same input ``<key>#2``, the third ``#3``, in input
-order, so rows never share a lease and a rerun finds each row's own checkpoint), and with a
-record or replay folder its cassette ``<index>.cassette.jsonl``.
+Each row has a key (:func:`row_keys`): the default checkpoint key of its validated input
+(DESIGN.md §11), the second row with the same input ``<key>#2``, the third ``#3``, in input
+order, so rows never share a lease and a rerun finds each row's own checkpoint. The key is the
+row's ``key`` in the output and, with ``checkpoints``, its checkpoint key. Each row also gets a
+:class:`~tubeless.batch._row.RowPlan`: its checkpoint key and the one an older release gave it
+(still looked up), and with a record or replay folder its cassette ``<index>.cassette.jsonl``.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._engine import Engine, EngineName, EntrySource, make_engine
-from tubeless.batch._inputs import InputRow, read_inputs, row_key
+from tubeless.batch._inputs import InputRow, read_inputs
 from tubeless.batch._output import BatchOutput
+from tubeless.batch._plans import RowKeys, row_keys, row_plans
 from tubeless.batch._row import RowOutcome, RowPlan
 from tubeless.errors import BATCH_INPUT_INVALID, RUN_CONCURRENCY_INVALID, TubelessError
 
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken, Pipeline
     from tubeless.tracing import TraceSink
 
-__all__ = ["BatchSummary", "run_batch", "run_outcomes", "summarize"]
+__all__ = ["BatchSummary", "RowKeys", "row_keys", "run_batch", "run_outcomes", "summarize"]
 
 OnRow = Callable[[RowOutcome, bool], None]
 """Called once per row as it finishes (in completion order); the flag says it was reused."""
@@ -138,13 +141,14 @@ async def run_outcomes(
         entry = EntrySource.of(entry, entry_id)
     pipeline = entry.load() if isinstance(entry, EntrySource) else entry
     rows = read_inputs(inputs)
-    keys = [row_key(pipeline.id, row) for row in rows]
+    named = row_keys(pipeline, rows)
+    keys = named.keys
     sinks = [] if trace is None else [trace] if not isinstance(trace, Sequence) else list(trace)
     fanout = TraceFanout(sinks)
     token = signal if signal is not None else CancelToken()
     plans = row_plans(
         rows,
-        keys,
+        named,
         checkpoints=checkpoints is not None,
         record_dir=record_dir,
         replay_dir=replay_dir,
@@ -164,7 +168,7 @@ async def run_outcomes(
             store=checkpoint_store,
             store_path=store_path,
         )
-        store = BatchOutput(output) if output is not None else None
+        store = BatchOutput(output, earlier=named.earlier_rows) if output is not None else None
         batch = _Batch(
             rows,
             keys,
@@ -189,47 +193,6 @@ async def run_outcomes(
     finally:
         if opened and checkpoint_store is not None:
             checkpoint_store.close()
-
-
-def row_plans(
-    rows: Sequence[InputRow],
-    keys: Sequence[str],
-    *,
-    checkpoints: bool,
-    record_dir: str | os.PathLike[str] | None = None,
-    replay_dir: str | os.PathLike[str] | None = None,
-    replays: Mapping[int, str] | None = None,
-    records: Mapping[int, str] | None = None,
-) -> list[RowPlan]:
-    """Each row's checkpoint key and cassette (paths absolute: workers may run elsewhere)."""
-    record = None if record_dir is None else Path(record_dir).resolve()
-    replay = None if replay_dir is None else Path(replay_dir).resolve()
-    if record is not None:
-        record.mkdir(mode=0o700, parents=True, exist_ok=True)
-    seen: dict[str, int] = {}
-    plans = []
-    for row in rows:
-        key = keys[row.index]
-        checkpoint_key = None
-        if checkpoints:
-            seen[key] = seen.get(key, 0) + 1
-            checkpoint_key = key if seen[key] == 1 else f"{key}#{seen[key]}"
-        name = f"{row.index}.cassette.jsonl"
-        recorded = (records or {}).get(row.index)
-        if recorded is None and record is not None:
-            recorded = str(record / name)
-        replayed = (replays or {}).get(row.index)
-        if replayed is None and replay is not None:
-            replayed = str(replay / name)
-        plan = RowPlan(
-            checkpoint_key=checkpoint_key,
-            record=None if recorded is None else str(Path(recorded).resolve()),
-            replay=None
-            if replayed is None or recorded is not None
-            else str(Path(replayed).resolve()),
-        )
-        plans.append(plan)
-    return plans
 
 
 def _open_checkpoints(

@@ -10,21 +10,18 @@ harness); this module only checks that it is a JSON object of the right version.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
 
 from tubeless.durable._store import CheckpointStore, Lease, check_key
-from tubeless.errors import CHECKPOINT_INVALID, CHECKPOINT_INVALID_KEY, CheckpointError
-from tubeless.frozen import FreezeError, canonical_json, freeze
+from tubeless.errors import CHECKPOINT_INVALID, CheckpointError
 
 __all__ = [
     "DOCUMENT_VERSION",
     "SESSION_SLOT",
     "CheckpointSession",
     "decode",
-    "default_key",
     "encode",
 ]
 
@@ -32,19 +29,6 @@ __all__ = [
 SESSION_SLOT = "tubeless.durable.session"
 #: The version of the checkpoint document this release writes.
 DOCUMENT_VERSION = 1
-
-
-def default_key(entry_id: str, raw_input: Any) -> str:
-    """``<entry id>:<first 16 hex of sha256 of the canonical raw input>`` (DESIGN.md §11)."""
-    try:
-        text = canonical_json(freeze(raw_input))
-    except (FreezeError, TypeError, ValueError):
-        raise CheckpointError(
-            CHECKPOINT_INVALID_KEY,
-            "The input is not plain JSON data, so no checkpoint key can be derived from it; "
-            "pass checkpoint_key=",
-        ) from None
-    return f"{entry_id}:{hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}"
 
 
 def encode(document: dict[str, Any]) -> str:
@@ -85,14 +69,25 @@ class CheckpointSession:
         key: The checkpoint key.
         entry: The id of the pipeline or agent the run started.
         restart: Ignore what the key holds and start over (the first commit replaces it).
+        earlier: The key an older release gave the same input (round 2: the raw input's); when
+            ``key`` holds nothing and ``earlier`` does, the session uses ``earlier`` instead.
         data: Free for the layer above (the agent harness keeps its book of the run here).
     """
 
-    __slots__ = ("_lease", "_poisoned", "_store", "data", "entry", "key", "restart")
+    __slots__ = ("_lease", "_poisoned", "_store", "data", "earlier", "entry", "key", "restart")
 
-    def __init__(self, store: CheckpointStore, *, key: str, entry: str, restart: bool) -> None:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        key: str,
+        entry: str,
+        restart: bool,
+        earlier: str | None = None,
+    ) -> None:
         self._store = store
         self.key = check_key(key)
+        self.earlier = earlier if earlier != key else None
         self.entry = entry
         self.restart = restart
         self._lease: Lease | None = None
@@ -104,6 +99,14 @@ class CheckpointSession:
         assert self._lease is None, "the session is already open"
         self._lease = self._store.acquire(self.key)
         text = self._lease.read()
+        if text is None and self.earlier is not None:
+            earlier = self._store.acquire(self.earlier)
+            text = earlier.read()
+            if text is None:
+                earlier.close()
+            else:  # the task an older release keyed by its raw input goes on under that key
+                self._lease.close()
+                self._lease, self.key = earlier, self.earlier
         if text is None or self.restart:
             return None
         return decode(text, f"checkpoint {self.key!r}")

@@ -123,6 +123,14 @@ def check_key(key: object) -> str:
             CHECKPOINT_INVALID_KEY,
             f"A checkpoint key may have at most {MAX_KEY_CHARS} characters (got {len(key)})",
         )
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes of argv that were not UTF-8 read as surrogates
+        raise CheckpointError(
+            CHECKPOINT_INVALID_KEY,
+            "A checkpoint key must be valid Unicode text (it holds a lone surrogate at "
+            f"position {exc.start})",
+        ) from None
     return key
 
 

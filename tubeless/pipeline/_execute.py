@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
 from tubeless._callables import is_awaitable, maybe_await
-from tubeless.durable._session import SESSION_SLOT, CheckpointSession, default_key
+from tubeless.durable._session import SESSION_SLOT, CheckpointSession
 from tubeless.durable._store import CheckpointStore
 from tubeless.errors import TubelessError
 from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._cancel import CancelToken
+from tubeless.pipeline._checkpoint_keys import checkpoint_keys, validated_or_unvalidated
 from tubeless.pipeline._context import RunEnvironment, now_ms
 from tubeless.pipeline._failures import OutputInvalidError
 from tubeless.pipeline._finalize import finalize
@@ -90,8 +91,24 @@ async def run_root(
     """Run ``pipeline`` as the root of a run tree; flush (never close) the sinks at the end."""
     _check_concurrency(controls.max_concurrency)
     session = None
+    validated: Any = UNVALIDATED
     if checkpoints is not None and not controls.dry_run:
-        session = checkpoint_session(pipeline.id, raw_input, checkpoints, checkpoint_key, restart)
+        if not isinstance(checkpoints, CheckpointStore):
+            raise TypeError("checkpoints= must be a checkpoint store (tubeless.durable)")
+        earlier = None
+        if checkpoint_key is None:
+            # The default key names the validated input, so the input is validated here, once
+            # (the run takes it as validated); an input the schema refuses fails the run as
+            # always, before any agent could open the session.
+            validated = validated_or_unvalidated(pipeline, raw_input)
+            checkpoint_key, earlier = checkpoint_keys(pipeline.id, raw_input, validated)
+        session = CheckpointSession(
+            checkpoints,
+            key=checkpoint_key,
+            entry=pipeline.id,
+            restart=bool(restart),
+            earlier=earlier,
+        )
     if trace is None:
         sinks: list[TraceSink] = []
     elif isinstance(trace, TraceSink) and not isinstance(trace, (list, tuple)):
@@ -107,27 +124,19 @@ async def run_root(
     env = RunEnvironment(fanout, slots, correlation_id=correlation_id)
     try:
         return await execute(
-            pipeline, raw_input, controls, env=env, signal=signal or CancelToken(), run_id=run_id
+            pipeline,
+            raw_input,
+            controls,
+            env=env,
+            signal=signal or CancelToken(),
+            run_id=run_id,
+            validated=validated,
         )
     finally:
         if session is not None:
             session.close()
         if fanout is not None:
             fanout.flush()
-
-
-def checkpoint_session(
-    entry_id: str,
-    raw_input: Any,
-    store: CheckpointStore,
-    key: str | None,
-    restart: bool,
-) -> CheckpointSession:
-    """The session of a checkpointed run (opened by its first agent, closed by the root)."""
-    if not isinstance(store, CheckpointStore):
-        raise TypeError("checkpoints= must be a checkpoint store (tubeless.durable)")
-    resolved = default_key(entry_id, raw_input) if key is None else key
-    return CheckpointSession(store, key=resolved, entry=entry_id, restart=bool(restart))
 
 
 def execute(
