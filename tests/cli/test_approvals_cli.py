@@ -182,3 +182,22 @@ def test_sigint_while_the_prompt_waits_cancels_the_run_and_never_runs_the_call(
     assert "error: TUBELESS_RUN_CANCELLED: SIGINT received; the run was cancelled" in (
         run.screen.text
     )
+
+
+def test_approve_and_deny_of_an_unknown_key_list_the_keys_the_file_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped key names the keys the checkpoint file holds, as `checkpoints show` does."""
+    from tubeless.durable import SqliteCheckpoints
+
+    path = tmp_path / "runs.sqlite"
+    store = SqliteCheckpoints(path)
+    with store.acquire("approvals:abc") as lease:
+        lease.write('{"format": 1}')
+    store.close()
+    for verb in ("approve", "deny"):
+        outcome = tubeless(capsys, verb, path, "approvals:ab", "publish")
+        assert outcome.code == 2, outcome.err
+        assert f"error: no checkpoint 'approvals:ab' in {path}; it holds: approvals:abc" in (
+            outcome.err
+        )

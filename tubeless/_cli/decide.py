@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from tubeless._cli._exit import CliLoadError
-from tubeless._cli.checkpoints import _echo, _open
+from tubeless._cli.checkpoints import _echo, _open, _unknown
 
 __all__ = ["approve", "deny"]
 
@@ -27,7 +27,7 @@ def _decide(
         with store.acquire(key) as lease:  # fails fast while a run holds the key
             text = lease.read()
             if text is None:
-                raise CliLoadError(f"no checkpoint {key!r} in {path}")
+                raise _unknown(key, path, [stored.key for stored in store.list()])
             try:
                 updated = record_decision(
                     text, key, call_id, approved=approved, reason=reason, route=route
