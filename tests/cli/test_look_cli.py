@@ -273,11 +273,7 @@ def test_usage_errors_exit_1(args: list[str | Path]) -> None:
 # -- inspect ----------------------------------------------------------------------------------
 #: The input JSON Schema of the shipped examples (examples.text:Question), as one line of compact
 #: JSON cut to 200 characters.
-QUESTION_SCHEMA = (
-    '{"description":"The example agents\' input: ``question`` defaults to \\"hello tubeless\\".",'
-    '"properties":{"question":{"description":"The text to work on.","title":"Question",'
-    '"type":"string"}},"title":"Q…'
-)
+QUESTION_SCHEMA = '{"properties":{"question":{"type":"string"}},"type":"object"}'
 
 
 def test_inspect_text_for_the_scripted_agent() -> None:
@@ -571,7 +567,7 @@ def test_inspect_shows_the_entry_input_schema_compact_and_cut_to_200(tmp_path: P
                 input:
                   schema:
                     type: object
-                    properties: {text: {type: string, description: "%s"}}
+                    properties: {text: {type: string, maxLength: 9, pattern: "%s"}}
                 steps: [{id: only, run: look_inputs:handler}]
             """
             % ("x" * 300)
@@ -594,6 +590,41 @@ def test_inspect_shows_the_entry_input_schema_compact_and_cut_to_200(tmp_path: P
         "properties": {"n": {"type": "integer", "default": 3}},
         "required": ["n"],
     }
+
+
+def test_inspect_input_leaves_annotations_out_and_keeps_properties_so_named(
+    tmp_path: Path,
+) -> None:
+    """Titles and descriptions are left out of the Input line (--json keeps them); a property
+    that happens to be called ``title`` is part of the shape and stays."""
+    project = tmp_path / "annotated.yaml"
+    project.write_text(
+        textwrap.dedent(
+            """\
+            version: 1
+            project: {id: annotated}
+            python_path: [.]
+            pipelines:
+              annotated:
+                input:
+                  schema:
+                    title: Input
+                    description: A long description that used to fill the line.
+                    type: object
+                    properties: {title: {type: string, description: The title.}}
+                steps: [{id: only, run: look_annotated:handler}]
+            """
+        ),
+        encoding="utf-8",
+    )
+    (tmp_path / "look_annotated.py").write_text(
+        "def handler(inputs, ctx):\n    return 1\n", encoding="utf-8"
+    )
+    outcome = tubeless("inspect", project)
+    assert outcome.code == 0, outcome.err
+    assert outcome.out.splitlines()[2] == (
+        'Input: {"type":"object","properties":{"title":{"type":"string"}}}'
+    )
 
 
 def test_graph_of_the_scripted_agent_in_three_formats() -> None:

@@ -48,7 +48,7 @@ def format_inspect(
     if pipeline.description:
         lines.append(f"Description: {_one_line(pipeline.description)}")
     schema = input_json_schema(pipeline)
-    shown = _INPUT_NOTES[schema] if isinstance(schema, str) else _compact(schema)
+    shown = _INPUT_NOTES[schema] if isinstance(schema, str) else _compact(_structure(schema))
     lines.append(f"Input: {shown}")
     lines.append(f"Targets: {', '.join(pipeline.target_ids) or 'none'}")
     plan = pipeline.plan()
@@ -252,6 +252,23 @@ def _snake(key: str) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+#: Annotations the ``Input:`` line leaves out so the shape fits its width (``--json`` keeps them).
+_ANNOTATIONS = frozenset({"title", "description", "examples", "$comment"})
+
+
+def _structure(schema: Any) -> Any:
+    """``schema`` without its annotation keywords, at every level."""
+    if isinstance(schema, dict):
+        return {
+            key: _structure(value)
+            for key, value in schema.items()
+            if key not in _ANNOTATIONS or not isinstance(value, str | list)
+        }
+    if isinstance(schema, list):
+        return [_structure(item) for item in schema]
+    return schema
 
 
 def _compact(value: Any) -> str:
