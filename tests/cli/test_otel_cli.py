@@ -76,15 +76,17 @@ def test_run_otel_sends_the_run_tree_to_the_collector(
         (0, "invoke_agent delegating-agent"),
         (1, "turn 1"),
         (2, "execute_tool process_word"),
-        (3, "turn 1"),
-        (4, "execute_tool count"),
-        (4, "execute_tool uppercase"),
-        (3, "turn 2"),
+        (3, "invoke_agent scripted-agent"),
+        (4, "turn 1"),
+        (5, "execute_tool count"),
+        (5, "execute_tool uppercase"),
+        (4, "turn 2"),
         (2, "execute_tool process_word"),
-        (3, "turn 1"),
-        (4, "execute_tool count"),
-        (4, "execute_tool uppercase"),
-        (3, "turn 2"),
+        (3, "invoke_agent scripted-agent"),
+        (4, "turn 1"),
+        (5, "execute_tool count"),
+        (5, "execute_tool uppercase"),
+        (4, "turn 2"),
         (1, "turn 2"),
         (2, "execute_tool summarize"),
         (1, "turn 3"),
@@ -105,13 +107,13 @@ def test_export_otel_of_the_stored_trace_sends_the_spans_run_otel_sent(
     exported = tubeless(capsys, "trace", "export-otel", stored)
 
     assert exported == Outcome(
-        0, "", f"sent 15 spans of 15 runs to {collector.endpoint}/v1/traces\n"
+        0, "", f"sent 17 spans of 15 runs to {collector.endpoint}/v1/traces\n"
     )
     later = collector.spans()
 
     def shape(spans: list[dict[str, Any]]) -> list[Any]:
         keep = ("name", "kind", "status", "start", "end", "attributes", "events")
-        rows = sorted(spans, key=lambda s: s["attributes"]["tubeless.run_id"])
+        rows = sorted(spans, key=lambda s: (s["attributes"]["tubeless.run_id"], s["name"]))
         return [tree(spans), [{k: s[k] for k in keep} for s in rows]]
 
     assert shape(later) == shape(live)
@@ -131,7 +133,7 @@ def test_a_collector_that_is_down_leaves_the_exit_code_and_the_output_alone(
     assert sent == Outcome(
         0,
         plain.out,
-        f"warning: OpenTelemetry export to {down}/v1/traces failed: 15 of 15 spans were not sent\n",
+        f"warning: OpenTelemetry export to {down}/v1/traces failed: 17 of 17 spans were not sent\n",
     )
 
 
