@@ -16,12 +16,17 @@ output, state or prompt) ever reaches a span. Span names and attributes are in
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from tubeless.tracing._otel_export import (
+    Delivery,
+    OtelConfigError,
+    exporting_provider,
+    shut_down,
+)
 from tubeless.tracing._otel_spans import (
     agent_attributes,
     agent_name,
@@ -36,18 +41,22 @@ from tubeless.tracing.fold import TraceFold
 from tubeless.tracing.runs import Run
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["INSTALL_HINT", "Delivery", "OtelSink", "export_records", "feed", "otlp_http_sink"]
+__all__ = [
+    "INSTALL_HINT",
+    "Delivery",
+    "OtelConfigError",
+    "OtelSink",
+    "export_records",
+    "feed",
+    "otlp_http_sink",
+]
 
 #: What the error says when the OpenTelemetry SDK is missing.
 INSTALL_HINT: Final = "pip install 'tubeless[otel]'"
 #: The instrumentation scope of every span.
 SCOPE: Final = "tubeless"
-#: ``service.name`` when neither ``OTEL_SERVICE_NAME`` nor ``OTEL_RESOURCE_ATTRIBUTES`` sets it.
-DEFAULT_SERVICE_NAME: Final = "tubeless"
 
 _NS_PER_MS: Final = 1_000_000
 
@@ -115,8 +124,8 @@ class OtelSink:
 
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         self._tracer: Tracer = provider.get_tracer(SCOPE, __version__)
-        #: The SDK provider this sink made and shuts down on close (:func:`otlp_http_sink`).
-        self._owned: Any = None
+        #: Shuts down the provider this sink made, on close (:func:`otlp_http_sink`).
+        self._owned: Callable[[], None] | None = None
         #: Delivery counts of an OTLP exporter this sink set up (:func:`otlp_http_sink`).
         self.delivery: Delivery | None = None
         self._fold = TraceFold(keep=False)
@@ -168,7 +177,7 @@ class OtelSink:
                     opened.parent.child_ended(max(opened.last_ms * _NS_PER_MS, opened.start_ns))
             self._open.clear()
         if self._owned is not None:
-            self._owned.shutdown()
+            self._owned()
 
     def __enter__(self) -> OtelSink:
         return self
@@ -282,81 +291,31 @@ def _ns(ts_ms: int | None, opened: _Open) -> int:
     return (ts_ms if ts_ms is not None else opened.last_ms) * _NS_PER_MS
 
 
-# -- OTLP/HTTP -----------------------------------------------------------------------------------
-@dataclass(eq=False)
-class Delivery:
-    """What an OTLP exporter made by :func:`otlp_http_sink` achieved."""
+# -- from the environment ------------------------------------------------------------------------
+def otlp_http_sink(*, notice: Callable[[], None] | None = None) -> OtelSink:
+    """An :class:`OtelSink` with its own provider, exporting as the standard variables say.
 
-    endpoint: str
-    sent: int = 0
-    """Spans the collector accepted."""
-    failed: int = 0
-    """Spans that could not be sent (collector down, refused, timed out)."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def count(self, spans: int, ok: bool) -> None:
-        with self._lock:
-            if ok:
-                self.sent += spans
-            else:
-                self.failed += spans
-
-
-def _endpoint() -> str:
-    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    if traces:
-        return traces
-    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
-    return base.rstrip("/") + "/v1/traces"
-
-
-def otlp_http_sink() -> OtelSink:
-    """An :class:`OtelSink` with its own provider exporting over OTLP/HTTP (protobuf).
-
-    Configured only by the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
-    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (default ``http://localhost:4318/v1/traces``),
-    ``..._HEADERS``, ``..._TIMEOUT`` (10 s), ``..._COMPRESSION``, ``..._CERTIFICATE``,
+    ``OTEL_TRACES_EXPORTER``: ``otlp`` (the default; OTLP/HTTP with protobuf), ``console``
+    (each span as JSON on stderr), ``none``, or a comma list of them. OTLP is configured by
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (default
+    ``http://localhost:4318/v1/traces``), ``..._HEADERS``, ``..._TIMEOUT`` (10 s),
+    ``..._COMPRESSION``, ``..._CERTIFICATE``; ``..._PROTOCOL`` may only be ``http/protobuf``.
     ``OTEL_SERVICE_NAME`` (default ``tubeless``), ``OTEL_RESOURCE_ATTRIBUTES`` and the
-    ``OTEL_BSP_*`` batch settings. Spans leave through a batch processor on its own thread;
-    ``close()`` shuts it down, which waits at most the exporter's timeout for what is left.
-    ``sink.delivery`` counts the spans sent and failed.
+    ``OTEL_BSP_*`` batch settings apply. OTLP spans leave through a batch processor on its own
+    thread; ``close()`` waits for what is left at most ``EXPORT_WAIT_S`` (3 s) in all and calls
+    ``notice`` once if that takes longer than half a second. ``sink.delivery`` counts the spans
+    sent and failed (those still unsent when the wait ends count as failed).
+
+    Raises:
+        ImportError: Without the OpenTelemetry SDK.
+        OtelConfigError: For an exporter or protocol that is not supported (one line).
     """
     _require_otel("OpenTelemetry export")
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    resource = Resource.create()
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
-    delivery = Delivery(_endpoint())
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(_counting(OTLPSpanExporter(), delivery)))
+    provider, delivery, abort = exporting_provider()
     sink = OtelSink(provider)
-    sink._owned = provider
+    sink._owned = lambda: shut_down(provider, delivery, abort, notice=notice)
     sink.delivery = delivery
     return sink
-
-
-def _counting(exporter: SpanExporter, delivery: Delivery) -> SpanExporter:
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    class Counting(SpanExporter):
-        """Delegates to ``exporter`` and counts what it achieved."""
-
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            result = exporter.export(spans)
-            delivery.count(len(spans), result is SpanExportResult.SUCCESS)
-            return result
-
-        def shutdown(self) -> None:
-            exporter.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return exporter.force_flush(timeout_millis)
-
-    return Counting()
 
 
 def export_records(records: Iterable[Mapping[str, Any]], tracer_provider: Any = None) -> int:
