@@ -198,8 +198,8 @@ async def _pause(signal: CancelToken, seconds: float) -> None:
 
 def _delay(attempt: int, error: ProviderError) -> float | None:
     """Seconds to wait before retry ``attempt`` (from 1); ``None``: too long, do not retry."""
-    retry_after: float | None = getattr(error, "_retry_after", None)
-    if retry_after is not None:
+    retry_after = getattr(error, "_retry_after", None)
+    if isinstance(retry_after, float):
         return retry_after if retry_after <= MAX_RETRY_AFTER_S else None
     base = min(0.5 * 2 ** (attempt - 1), _MAX_BACKOFF_S)
     return base * (0.5 + 0.5 * _jitter())
