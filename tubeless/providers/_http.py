@@ -201,7 +201,7 @@ def _delay(attempt: int, error: ProviderError) -> float | None:
     retry_after = getattr(error, "_retry_after", None)
     if isinstance(retry_after, float):
         return retry_after if retry_after <= MAX_RETRY_AFTER_S else None
-    base = min(0.5 * 2 ** (attempt - 1), _MAX_BACKOFF_S)
+    base = min(0.5 * 2.0 ** (attempt - 1), _MAX_BACKOFF_S)
     return base * (0.5 + 0.5 * _jitter())
 
 
