@@ -408,7 +408,9 @@ def main() -> int:
     only = args.only or ""
 
     def wanted(name: str) -> bool:
-        return name.startswith(only) or only.startswith(name)
+        # "W1" is wanted by --only "W1 long" but not by --only W10.
+        rest = only[len(name) : len(name) + 1]
+        return name.startswith(only) or (only.startswith(name) and not rest.isdigit())
 
     if wanted("W1"):
         _agent_workload("W1 long", 200, 1, repeats, rows)
@@ -462,6 +464,10 @@ def main() -> int:
         _checkpoint_workload(rows, max(3, repeats // 5))
     if wanted("W9"):
         _import_workload(rows, max(5, repeats // 2))
+    if wanted("W10"):
+        from benchmarks.providers import run as provider_workload
+
+        provider_workload(rows, max(5, repeats // 2), emit=_emit)
     print()
     print(f"{'workload':28} {'measure':>14} {'baseline':>12} {'ratio':>7}")
     for row in rows:

@@ -163,6 +163,7 @@ async def test_each_request_is_a_chat_span_under_its_turn_live_and_from_the_stor
             "gen_ai.usage.output_tokens": e["out"],
             "gen_ai.response.finish_reasons": [e["reasons"]],
             "tubeless.turn": n,
+            "openinference.span.kind": "LLM",
         }
         for n, e in enumerate(USAGE[adapter.id][2], start=1)
     ]

@@ -1,7 +1,10 @@
-"""What ``run --otel`` and ``trace export-otel`` share: the OTLP/HTTP sink, and its one line.
+"""What ``run --otel`` and ``trace export-otel`` share: the exporting sink, and its one line.
 
 The sink is :func:`tubeless.tracing.otel.otlp_http_sink`, configured by the standard
-``OTEL_EXPORTER_OTLP_*`` and ``OTEL_SERVICE_NAME`` variables. While it works, the SDK's own log
+``OTEL_TRACES_EXPORTER``, ``OTEL_EXPORTER_OTLP_*`` and ``OTEL_SERVICE_NAME`` variables; a
+setting it cannot honour (``grpc``, ``zipkin``, ...) is a usage error in one line. Closing it
+waits a bounded time for the last spans and prints ``exporting spans…`` when that takes more
+than half a second. While it works, the SDK's own log
 lines (a warning per failed batch, a retry notice, ...) are held back, so a collector that is
 down costs one ``warning:`` line after the run (:func:`undelivered`) and never the exit code of
 ``run`` (``export-otel``, whose whole work it is, exits 2). The SDK is imported only when
@@ -25,16 +28,23 @@ __all__ = ["endpoint_of", "hold_sdk_logs", "open_otlp_sink", "undelivered"]
 _SDK_LOGGER = "opentelemetry"
 
 
+def _exporting() -> None:
+    click.echo("exporting spans…", err=True)
+
+
 def open_otlp_sink(what: str) -> OtelSink:
-    """The OTLP/HTTP sink; a missing SDK is a usage error naming the extra (exit 1)."""
-    from tubeless.tracing.otel import INSTALL_HINT, otlp_http_sink
+    """The exporting sink; a missing SDK (naming the extra) or an exporter setting that cannot
+    be honoured is a usage error (exit 1)."""
+    from tubeless.tracing.otel import INSTALL_HINT, OtelConfigError, otlp_http_sink
 
     try:
-        return otlp_http_sink()
+        return otlp_http_sink(notice=_exporting)
     except ImportError:
         raise click.UsageError(
             f"{what} needs the OpenTelemetry SDK, which is not installed: {INSTALL_HINT}"
         ) from None
+    except OtelConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 class _Hold(logging.Handler):

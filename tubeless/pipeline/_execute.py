@@ -21,6 +21,7 @@ from tubeless.pipeline._failures import OutputInvalidError
 from tubeless.pipeline._finalize import finalize
 from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._plan import Plan, PlanStep, skip_reason
+from tubeless.pipeline._resources import run_resources
 from tubeless.pipeline._results import PipelineRun
 from tubeless.pipeline._run_state import UNVALIDATED, RunState
 from tubeless.schema import SchemaValidationError
@@ -123,15 +124,17 @@ async def run_root(
         slots[SESSION_SLOT] = session
     env = RunEnvironment(fanout, slots, correlation_id=correlation_id)
     try:
-        return await execute(
-            pipeline,
-            raw_input,
-            controls,
-            env=env,
-            signal=signal or CancelToken(),
-            run_id=run_id,
-            validated=validated,
-        )
+        # Run-scoped resources (the model adapters' HTTP clients) close before sinks flush.
+        async with run_resources():
+            return await execute(
+                pipeline,
+                raw_input,
+                controls,
+                env=env,
+                signal=signal or CancelToken(),
+                run_id=run_id,
+                validated=validated,
+            )
     finally:
         if session is not None:
             session.close()

@@ -13,6 +13,7 @@ API shared by the adapters (``openai``, ``chat`` and ``anthropic``)::
         timeout_s=30.0,
         max_retries=0,
         transport=None,               # or an httpx.AsyncBaseTransport, e.g. httpx.MockTransport
+        owner=adapter,                # one client per owner and run (None: one per request)
     )
 
 :func:`post_json` sends ``body`` once (plus ``max_retries`` retries of transient failures) and
@@ -32,20 +33,35 @@ which the harness records as a cancelled step. Failures are
 
 Retries (only when ``max_retries > 0``; the default is none) cover transport errors, timeouts
 and HTTP 408, 409, 429 and 5xx, after a cancellable back-off of 0.5 s, 1 s, 2 s, ... (at most
-8 s). The ``transport`` is the caller's: it is used as is and never closed; without one each
-request opens and closes its own client (honouring proxy settings from the environment).
+8 s), each scaled by a random factor between 0.5 and 1 (jitter, so that runs failing together do
+not retry together). A 429 or 503 answer's ``Retry-After`` (seconds or an HTTP date) replaces
+the back-off; one asking for more than :data:`MAX_RETRY_AFTER_S` is not waited for: the
+failure is raised at once.
+
+Connections: one ``httpx.AsyncClient`` (its pool, keep-alive) per ``owner`` (an adapter
+instance) and run tree, made by the first request and closed when the root run ends
+(:func:`tubeless.pipeline._resources.run_resource`); outside a run, or without an owner, each
+request opens and closes its own. Clients honour proxy settings from the environment. The
+``transport`` is the caller's: it is used as is and never closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
+import math
 import os
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
 from tubeless.pipeline import CancelToken, RunCancelledError
+from tubeless.pipeline._resources import run_resource
 from tubeless.providers._errors import (
     PROVIDER_INVALID_RESPONSE,
     PROVIDER_NOT_CONFIGURED,
@@ -56,6 +72,7 @@ from tubeless.providers._errors import (
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
+    "MAX_RETRY_AFTER_S",
     "join_url",
     "post_json",
     "require_env",
@@ -65,8 +82,15 @@ __all__ = [
 #: The largest response body read (after content decoding); larger ones fail the request.
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 
+#: The longest ``Retry-After`` waited for; a server asking for more fails the request at once.
+MAX_RETRY_AFTER_S = 60.0
+
 _RETRY_STATUSES = frozenset({408, 409, 429})
+#: Statuses whose ``Retry-After`` header is honoured.
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
 _MAX_BACKOFF_S = 8.0
+#: The random factor source of the back-off (tests replace it).
+_jitter: Callable[[], float] = random.random
 
 
 def setting(value: str | None, env_name: str | None, default: str) -> str:
@@ -118,6 +142,7 @@ async def post_json(
     max_retries: int = 0,
     transport: httpx.AsyncBaseTransport | None = None,
     max_response_bytes: int = MAX_RESPONSE_BYTES,
+    owner: Hashable | None = None,
 ) -> Any:
     """POST ``body`` (JSON bytes) to ``url`` and return the parsed JSON of a 2xx answer.
 
@@ -131,6 +156,7 @@ async def post_json(
         max_retries: Retries of transient failures (0: none).
         transport: An httpx transport to send through (tests use ``httpx.MockTransport``).
         max_response_bytes: The largest body read.
+        owner: Who shares a client across requests of one run (an adapter instance).
 
     Returns:
         The parsed JSON value.
@@ -145,20 +171,93 @@ async def post_json(
         **headers,
     }
     attempt = 0
-    while True:
-        signal.raise_if_cancelled()
+    async with _client(owner, transport) as client:
+        while True:
+            signal.raise_if_cancelled()
+            try:
+                return await _race(
+                    _send(client, url, body, all_headers, provider, timeout_s, max_response_bytes),
+                    signal=signal,
+                    timeout_s=timeout_s,
+                    provider=provider,
+                )
+            except ProviderError as exc:
+                if attempt >= max_retries or not _retryable(exc):
+                    raise
+                delay = _delay(attempt + 1, exc)
+                if delay is None:
+                    raise
+            attempt += 1
+            await _pause(signal, delay)
+
+
+async def _pause(signal: CancelToken, seconds: float) -> None:
+    """The cancellable wait before a retry (tests replace it)."""
+    await signal.sleep(seconds)
+
+
+def _delay(attempt: int, error: ProviderError) -> float | None:
+    """Seconds to wait before retry ``attempt`` (from 1); ``None``: too long, do not retry."""
+    retry_after = getattr(error, "_retry_after", None)
+    if isinstance(retry_after, float):
+        return retry_after if retry_after <= MAX_RETRY_AFTER_S else None
+    base = min(0.5 * 2.0 ** (attempt - 1), _MAX_BACKOFF_S)
+    return base * (0.5 + 0.5 * _jitter())
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The ``Retry-After`` of a 429 or 503 answer in seconds (``None``: absent or unreadable)."""
+    if response.status_code not in _RETRY_AFTER_STATUSES:
+        return None
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
         try:
-            return await _race(
-                _send(url, body, all_headers, provider, timeout_s, transport, max_response_bytes),
-                signal=signal,
-                timeout_s=timeout_s,
-                provider=provider,
-            )
-        except ProviderError as exc:
-            if attempt >= max_retries or not _retryable(exc):
-                raise
-        attempt += 1
-        await signal.sleep(min(0.5 * 2 ** (attempt - 1), _MAX_BACKOFF_S))
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when.timestamp() - time.time()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _new_client(transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+    # An injected transport is the caller's; env proxy and netrc settings are ignored for it so
+    # that a test transport is never bypassed. Deadlines are per request (see _send).
+    return httpx.AsyncClient(
+        transport=transport, timeout=None, trust_env=transport is None, follow_redirects=False
+    )
+
+
+async def _close_client(client: httpx.AsyncClient) -> None:
+    await client.aclose()
+
+
+async def _keep_transport(client: httpx.AsyncClient) -> None:
+    """Nothing to close: closing the client would close the caller's transport."""
+
+
+@asynccontextmanager
+async def _client(
+    owner: Hashable | None, transport: httpx.AsyncBaseTransport | None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The run's client of ``owner``, or a client of this request alone."""
+    if owner is not None:
+        closer = _close_client if transport is None else _keep_transport
+        shared = run_resource(
+            ("tubeless.providers.client", owner), lambda: _new_client(transport), closer
+        )
+        if shared is not None:
+            yield shared
+            return
+    client = _new_client(transport)
+    try:
+        yield client
+    finally:
+        if transport is None:
+            await client.aclose()
 
 
 def _retryable(error: ProviderError) -> bool:
@@ -200,31 +299,27 @@ async def _race(request: Any, *, signal: CancelToken, timeout_s: float, provider
 
 
 async def _send(
+    client: httpx.AsyncClient,
     url: str,
     body: bytes,
     headers: dict[str, str],
     provider: str,
     timeout_s: float,
-    transport: httpx.AsyncBaseTransport | None,
     max_response_bytes: int,
 ) -> Any:
-    # An injected transport is the caller's to close; env proxy and netrc settings are ignored
-    # for it so that a test transport is never bypassed.
-    client = httpx.AsyncClient(
-        transport=transport,
-        timeout=httpx.Timeout(timeout_s),
-        trust_env=transport is None,
-        follow_redirects=False,
-    )
     try:
-        async with client.stream("POST", url, content=body, headers=headers) as response:
+        async with client.stream(
+            "POST", url, content=body, headers=headers, timeout=httpx.Timeout(timeout_s)
+        ) as response:
             status = response.status_code
             if not 200 <= status < 300:
-                raise ProviderError(
+                error = ProviderError(
                     PROVIDER_REQUEST_FAILED,
                     f"{provider} request failed (HTTP {status})",
                     status=status,
                 )
+                error._retry_after = _retry_after(response)  # type: ignore[attr-defined]
+                raise error
             data = await _read(response, provider, max_response_bytes)
     except httpx.TimeoutException:
         raise _timeout_error(provider, timeout_s) from None
@@ -234,9 +329,6 @@ async def _send(
         raise ProviderError(
             PROVIDER_REQUEST_FAILED, f"{provider} request failed ({type(exc).__name__})"
         ) from None
-    finally:
-        if transport is None:
-            await client.aclose()
     try:
         return json.loads(data)
     except (ValueError, RecursionError):

@@ -124,6 +124,7 @@ def adapter_decide(
     is read only for a request that will really be sent. Every request sent is recorded with
     ``ctx.report_model_request`` (``system`` is its ``gen_ai.provider.name``): its duration
     (retries included), the ``usage`` of the response, and the error code when it failed.
+    Requests of one run share one HTTP client, closed when the run ends.
     """
 
     async def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
@@ -148,6 +149,7 @@ def adapter_decide(
                 timeout_s=settings.timeout_s,
                 max_retries=settings.max_retries,
                 transport=transport,
+                owner=decide,  # one client (connection pool) per adapter instance and run
             )
         except ProviderError as exc:
             _report(ctx, system, requested, started, ModelUsage(), exc.code)

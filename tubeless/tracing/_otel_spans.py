@@ -8,11 +8,14 @@ lists each span and attribute.
 
 Span names (GenAI semantic conventions where they have one):
 
-- an agent run: ``invoke_agent <agent id>``;
-- a tool call run (a child of a turn, named by its call id): ``execute_tool <tool alias>``;
-- an agent turn: ``turn <n>``;
-- any other run: ``run_pipeline <pipeline id>``;
-- a model request the adapters recorded: ``chat <model>``.
+- an agent run: ``invoke_agent <agent id>`` (OpenInference kind AGENT);
+- a tool call run (a child of a turn, named by its call id): ``execute_tool <tool alias>``
+  (TOOL); when the tool is an agent, the agent is an ``invoke_agent <agent id>`` child of it;
+- an agent turn: ``turn <n>`` (CHAIN; the conventions have no operation for it);
+- any other run: ``run_pipeline <pipeline id>`` (CHAIN, operation ``invoke_workflow``);
+- a model request the adapters recorded: ``chat <model>`` (LLM).
+
+The root span carries ``session.id``, the run's correlation id, when one was given.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from tubeless.tracing.runs import Run, Step
 __all__ = [
     "CHAT",
     "FINISH_REASONS",
+    "SPAN_KIND",
+    "agent_attributes",
+    "agent_name",
     "chat_span",
     "event_of",
     "model_request_attributes",
@@ -41,6 +47,9 @@ CHAT: Final = "chat"
 #: The one list-valued GenAI attribute; trace attributes are scalars, so it is stored joined by
 #: commas and split again here.
 FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+
+#: The attribute OpenInference readers (Arize Phoenix, ...) take a span's kind from.
+SPAN_KIND: Final = "openinference.span.kind"
 
 Attributes = dict[str, str | int | float | bool | tuple[str, ...]]
 
@@ -68,6 +77,11 @@ def run_name(run: Run) -> str:
     return f"{prefix} {run.pipeline_id or ''}".rstrip()
 
 
+def agent_name(run: Run) -> str:
+    """The name of the ``invoke_agent`` span below an agent's ``execute_tool`` span."""
+    return f"invoke_agent {run.pipeline_id or ''}".rstrip()
+
+
 def start_attributes(run: Run, record: Mapping[str, Any]) -> Attributes:
     """What a run's ``pipeline.started`` record says about it (its ids and relations)."""
     out: Attributes = {"tubeless.run_id": run.run_id}
@@ -79,6 +93,9 @@ def start_attributes(run: Run, record: Mapping[str, Any]) -> Attributes:
     ):
         if isinstance(value, str):
             out[key] = value
+    correlation = record.get("correlationId")
+    if run.parent_run_id is None and isinstance(correlation, str):
+        out["session.id"] = correlation  # OpenInference and Phoenix group runs by session
     payload = record.get("payload")
     identity = payload.get("definitionIdentity") if isinstance(payload, Mapping) else None
     definition_id = identity.get("definitionId") if isinstance(identity, Mapping) else None
@@ -100,19 +117,36 @@ def _limits(run: Run) -> Attributes:
     return out
 
 
-def run_attributes(run: Run, turns: int, calls_admitted: int | None) -> Attributes:
-    """The attributes a run's span ends with; ``turns`` and ``calls_admitted`` of an agent run
-    are counted from its turns as they ended."""
-    kind = run.kind
+def _agent(run: Run, turns: int, calls_admitted: int | None) -> Attributes:
+    out: Attributes = {"gen_ai.operation.name": "invoke_agent", SPAN_KIND: "AGENT"}
+    if run.pipeline_id is not None:
+        # The trace records agent ids, not display names: the id is the name too.
+        out["gen_ai.agent.id"] = out["gen_ai.agent.name"] = run.pipeline_id
+    out.update(_limits(run))
+    out["tubeless.turns"] = turns
+    if calls_admitted is not None:
+        out["tubeless.calls_admitted"] = calls_admitted
+    return out
+
+
+def _common(run: Run, kind: str) -> Attributes:
     out: Attributes = {"tubeless.kind": kind, "tubeless.status": run.status}
     if run.dry_run:
         out["tubeless.dry_run"] = True
     if run.step_count is not None:
         out["tubeless.step_count"] = run.step_count
-    is_agent = run.agents is not None and any(step.agent for step in run.steps.values())
+    return out
+
+
+def run_attributes(run: Run, turns: int, calls_admitted: int | None) -> Attributes:
+    """The attributes a run's span ends with; ``turns`` and ``calls_admitted`` of an agent run
+    are counted from its turns as they ended."""
+    kind = run.kind
+    out = _common(run, kind)
     if kind == "call":
         parent = run.parent
         out["gen_ai.operation.name"] = "execute_tool"
+        out[SPAN_KIND] = "TOOL"
         tool = _tool(run)
         if tool is not None:
             out["gen_ai.tool.name"] = tool
@@ -121,6 +155,7 @@ def run_attributes(run: Run, turns: int, calls_admitted: int | None) -> Attribut
         if parent is not None and parent.index is not None:
             out["tubeless.turn"] = parent.index
     elif kind == "turn":
+        out[SPAN_KIND] = "CHAIN"
         parent = run.parent
         if parent is not None and parent.pipeline_id is not None:
             out["gen_ai.agent.id"] = parent.pipeline_id
@@ -134,14 +169,22 @@ def run_attributes(run: Run, turns: int, calls_admitted: int | None) -> Attribut
             if value is not None:
                 out[key] = value
     elif kind == "agent":
-        out["gen_ai.operation.name"] = "invoke_agent"
-    if (kind == "agent" or (kind == "call" and is_agent)) and run.pipeline_id is not None:
-        # The trace records agent ids, not display names: the id is the name too.
-        out["gen_ai.agent.id"] = out["gen_ai.agent.name"] = run.pipeline_id
-        out.update(_limits(run))
-        out["tubeless.turns"] = turns
-        if calls_admitted is not None:
-            out["tubeless.calls_admitted"] = calls_admitted
+        out.update(_agent(run, turns, calls_admitted))
+    else:
+        out["gen_ai.operation.name"] = "invoke_workflow"
+        out[SPAN_KIND] = "CHAIN"
+        if run.pipeline_id is not None:
+            out["gen_ai.workflow.name"] = run.pipeline_id
+    source = _error_field(_first_error(run), "sourceCode")
+    if source is not None:
+        out["tubeless.error.source_code"] = source
+    return out
+
+
+def agent_attributes(run: Run, turns: int, calls_admitted: int | None) -> Attributes:
+    """The attributes of the ``invoke_agent`` span of an agent used as a tool (the call run)."""
+    out = _common(run, "agent")
+    out.update(_agent(run, turns, calls_admitted))
     source = _error_field(_first_error(run), "sourceCode")
     if source is not None:
         out["tubeless.error.source_code"] = source
@@ -253,6 +296,7 @@ def chat_span(
             attributes[key] = value
     if run.index is not None:
         attributes["tubeless.turn"] = run.index
+    attributes[SPAN_KIND] = "LLM"
     model = recorded.get("gen_ai.request.model")
     name = f"chat {model}" if isinstance(model, str) else "chat"
     duration = _number(record.get("durationMs"))

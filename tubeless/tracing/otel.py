@@ -16,13 +16,20 @@ output, state or prompt) ever reaches a span. Span names and attributes are in
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from tubeless.tracing._otel_export import (
+    Delivery,
+    OtelConfigError,
+    exporting_provider,
+    shut_down,
+)
 from tubeless.tracing._otel_spans import (
+    agent_attributes,
+    agent_name,
     chat_span,
     event_of,
     run_attributes,
@@ -34,18 +41,22 @@ from tubeless.tracing.fold import TraceFold
 from tubeless.tracing.runs import Run
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["INSTALL_HINT", "Delivery", "OtelSink", "export_records", "feed", "otlp_http_sink"]
+__all__ = [
+    "INSTALL_HINT",
+    "Delivery",
+    "OtelConfigError",
+    "OtelSink",
+    "export_records",
+    "feed",
+    "otlp_http_sink",
+]
 
 #: What the error says when the OpenTelemetry SDK is missing.
 INSTALL_HINT: Final = "pip install 'tubeless[otel]'"
 #: The instrumentation scope of every span.
 SCOPE: Final = "tubeless"
-#: ``service.name`` when neither ``OTEL_SERVICE_NAME`` nor ``OTEL_RESOURCE_ATTRIBUTES`` sets it.
-DEFAULT_SERVICE_NAME: Final = "tubeless"
 
 _NS_PER_MS: Final = 1_000_000
 
@@ -61,13 +72,32 @@ def _require_otel(what: str) -> None:
 
 @dataclass(eq=False, slots=True)
 class _Open:
-    """A run whose span is open."""
+    """A run whose span is open.
+
+    Times are integer nanoseconds. A span starts at its run's whole-millisecond ``timestampMs``
+    and lasts the run's ``durationMs``, so flooring alone could end a child after its parent:
+    a child starts no earlier than its parent, and a parent ends no earlier than the latest end
+    among its children (``children_end_ns``), so every tree nests.
+    """
 
     span: Span
     start_ns: int
     last_ms: int
+    parent: _Open | None = None
     turns: int = 0
     calls_admitted: int | None = None
+    children_end_ns: int = 0
+    agent: Span | None = None
+    """The ``invoke_agent`` child span of an agent used as a tool (its call's ``execute_tool``
+    span is :attr:`span`); the agent's turns and events hang below it."""
+
+    @property
+    def inner(self) -> Span:
+        """The span the run's children and events belong to."""
+        return self.agent if self.agent is not None else self.span
+
+    def child_ended(self, end_ns: int) -> None:
+        self.children_end_ns = max(self.children_end_ns, end_ns)
 
 
 class OtelSink:
@@ -94,8 +124,8 @@ class OtelSink:
 
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         self._tracer: Tracer = provider.get_tracer(SCOPE, __version__)
-        #: The SDK provider this sink made and shuts down on close (:func:`otlp_http_sink`).
-        self._owned: Any = None
+        #: Shuts down the provider this sink made, on close (:func:`otlp_http_sink`).
+        self._owned: Callable[[], None] | None = None
         #: Delivery counts of an OTLP exporter this sink set up (:func:`otlp_http_sink`).
         self.delivery: Delivery | None = None
         self._fold = TraceFold(keep=False)
@@ -129,7 +159,7 @@ class OtelSink:
             else:
                 event = event_of(run, record)
                 if event is not None:
-                    opened.span.add_event(event[0], event[1], timestamp=_ns(ts_ms, opened))
+                    opened.inner.add_event(event[0], event[1], timestamp=_ns(ts_ms, opened))
 
     def flush(self) -> None:
         """Nothing to do: the provider's span processor sends spans on its own schedule."""
@@ -143,9 +173,11 @@ class OtelSink:
             # Children first (opened later), so that no child outlives its parent.
             for run, opened in reversed(list(self._open.items())):
                 self._finish(run, opened, opened.last_ms * _NS_PER_MS)
+                if opened.parent is not None:
+                    opened.parent.child_ended(max(opened.last_ms * _NS_PER_MS, opened.start_ns))
             self._open.clear()
         if self._owned is not None:
-            self._owned.shutdown()
+            self._owned()
 
     def __enter__(self) -> OtelSink:
         return self
@@ -159,7 +191,9 @@ class OtelSink:
 
         parent = None if run.parent is None else self._open.get(run.parent)
         if parent is not None:
-            context = trace.set_span_in_context(parent.span)
+            if run.kind == "turn":
+                self._agent_of(run.parent, parent)  # a call found to be an agent by its turns
+            context = trace.set_span_in_context(parent.inner)
         elif run.parent_run_id is not None:
             # A parent the records never started: the span is a root of its own.
             context = trace.set_span_in_context(trace.INVALID_SPAN)
@@ -167,13 +201,30 @@ class OtelSink:
             context = None  # a root run: under the caller's current span, if any
         start_ms = ts_ms if ts_ms is not None else (parent.last_ms if parent else 0)
         start_ns = start_ms * _NS_PER_MS
+        if parent is not None:
+            start_ns = max(start_ns, parent.start_ns)
         span = self._tracer.start_span(
             run_name(run),
             context=context,
             start_time=start_ns,
             attributes=start_attributes(run, record),
         )
-        self._open[run] = _Open(span, start_ns, start_ms)
+        opened = self._open[run] = _Open(span, start_ns, start_ms, parent)
+        if run.kind == "call" and run.agents:
+            self._agent_of(run, opened)
+
+    def _agent_of(self, run: Run | None, opened: _Open) -> None:
+        """Give a call run that runs an agent its ``invoke_agent`` child span, once."""
+        if run is None or opened.agent is not None or run.kind != "call":
+            return
+        from opentelemetry import trace
+
+        opened.agent = self._tracer.start_span(
+            agent_name(run),
+            context=trace.set_span_in_context(opened.span),
+            start_time=opened.start_ns,
+            attributes=start_attributes(run, {}),
+        )
 
     def _attempted(
         self, run: Run, opened: _Open, record: Mapping[str, Any], ts_ms: int | None
@@ -185,11 +236,11 @@ class OtelSink:
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
         name, attributes, duration_ms, error = chat
-        end_ns = _ns(ts_ms, opened)
+        end_ns = max(_ns(ts_ms, opened), opened.start_ns)
         start_ns = max(opened.start_ns, end_ns - round(duration_ms * _NS_PER_MS))
         span = self._tracer.start_span(
             name,
-            context=trace.set_span_in_context(opened.span),
+            context=trace.set_span_in_context(opened.inner),
             kind=SpanKind.CLIENT,
             start_time=start_ns,
             attributes=attributes,
@@ -197,6 +248,7 @@ class OtelSink:
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=end_ns)
+        opened.child_ended(end_ns)
 
     def _end(self, run: Run, opened: _Open, ts_ms: int | None) -> None:
         del self._open[run]
@@ -205,106 +257,65 @@ class OtelSink:
             end_ns = opened.start_ns + round(duration * _NS_PER_MS)
         else:
             end_ns = _ns(ts_ms, opened)
-        parent = None if run.parent is None else self._open.get(run.parent)
+        parent = opened.parent
         if parent is not None and run.kind == "turn":
             parent.turns += 1
             admitted = run.calls_admitted
             if admitted is not None:
                 parent.calls_admitted = admitted
-        self._finish(run, opened, end_ns)
+        end_ns = self._finish(run, opened, end_ns)
+        if parent is not None:
+            parent.child_ended(end_ns)
 
-    def _finish(self, run: Run, opened: _Open, end_ns: int) -> None:
+    def _finish(self, run: Run, opened: _Open, end_ns: int) -> int:
+        """End the run's span(s) no earlier than its start and its children's ends; the end."""
         from opentelemetry.trace import Status, StatusCode
 
-        span = opened.span
-        span.update_name(run_name(run))
-        span.set_attributes(run_attributes(run, opened.turns, opened.calls_admitted))
+        end_ns = max(end_ns, opened.start_ns, opened.children_end_ns)
         error = run_error(run)
-        if error is not None:
-            span.set_attribute("error.type", error[0])
-            span.set_status(Status(StatusCode.ERROR, error[1]))
-        span.end(end_time=max(end_ns, opened.start_ns))
+        spans = [opened.span]
+        if opened.agent is not None:
+            opened.agent.set_attributes(agent_attributes(run, opened.turns, opened.calls_admitted))
+            spans.insert(0, opened.agent)  # the child ends first
+        opened.span.update_name(run_name(run))
+        opened.span.set_attributes(run_attributes(run, opened.turns, opened.calls_admitted))
+        for span in spans:
+            if error is not None:
+                span.set_attribute("error.type", error[0])
+                span.set_status(Status(StatusCode.ERROR, error[1]))
+            span.end(end_time=end_ns)
+        return end_ns
 
 
 def _ns(ts_ms: int | None, opened: _Open) -> int:
     return (ts_ms if ts_ms is not None else opened.last_ms) * _NS_PER_MS
 
 
-# -- OTLP/HTTP -----------------------------------------------------------------------------------
-@dataclass(eq=False)
-class Delivery:
-    """What an OTLP exporter made by :func:`otlp_http_sink` achieved."""
+# -- from the environment ------------------------------------------------------------------------
+def otlp_http_sink(*, notice: Callable[[], None] | None = None) -> OtelSink:
+    """An :class:`OtelSink` with its own provider, exporting as the standard variables say.
 
-    endpoint: str
-    sent: int = 0
-    """Spans the collector accepted."""
-    failed: int = 0
-    """Spans that could not be sent (collector down, refused, timed out)."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def count(self, spans: int, ok: bool) -> None:
-        with self._lock:
-            if ok:
-                self.sent += spans
-            else:
-                self.failed += spans
-
-
-def _endpoint() -> str:
-    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    if traces:
-        return traces
-    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
-    return base.rstrip("/") + "/v1/traces"
-
-
-def otlp_http_sink() -> OtelSink:
-    """An :class:`OtelSink` with its own provider exporting over OTLP/HTTP (protobuf).
-
-    Configured only by the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
-    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (default ``http://localhost:4318/v1/traces``),
-    ``..._HEADERS``, ``..._TIMEOUT`` (10 s), ``..._COMPRESSION``, ``..._CERTIFICATE``,
+    ``OTEL_TRACES_EXPORTER``: ``otlp`` (the default; OTLP/HTTP with protobuf), ``console``
+    (each span as JSON on stderr), ``none``, or a comma list of them. OTLP is configured by
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (default
+    ``http://localhost:4318/v1/traces``), ``..._HEADERS``, ``..._TIMEOUT`` (10 s),
+    ``..._COMPRESSION``, ``..._CERTIFICATE``; ``..._PROTOCOL`` may only be ``http/protobuf``.
     ``OTEL_SERVICE_NAME`` (default ``tubeless``), ``OTEL_RESOURCE_ATTRIBUTES`` and the
-    ``OTEL_BSP_*`` batch settings. Spans leave through a batch processor on its own thread;
-    ``close()`` shuts it down, which waits at most the exporter's timeout for what is left.
-    ``sink.delivery`` counts the spans sent and failed.
+    ``OTEL_BSP_*`` batch settings apply. OTLP spans leave through a batch processor on its own
+    thread; ``close()`` waits for what is left at most ``EXPORT_WAIT_S`` (3 s) in all and calls
+    ``notice`` once if that takes longer than half a second. ``sink.delivery`` counts the spans
+    sent and failed (those still unsent when the wait ends count as failed).
+
+    Raises:
+        ImportError: Without the OpenTelemetry SDK.
+        OtelConfigError: For an exporter or protocol that is not supported (one line).
     """
     _require_otel("OpenTelemetry export")
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    resource = Resource.create()
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
-    delivery = Delivery(_endpoint())
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(_counting(OTLPSpanExporter(), delivery)))
+    provider, delivery, abort = exporting_provider()
     sink = OtelSink(provider)
-    sink._owned = provider
+    sink._owned = lambda: shut_down(provider, delivery, abort, notice=notice)
     sink.delivery = delivery
     return sink
-
-
-def _counting(exporter: SpanExporter, delivery: Delivery) -> SpanExporter:
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    class Counting(SpanExporter):
-        """Delegates to ``exporter`` and counts what it achieved."""
-
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            result = exporter.export(spans)
-            delivery.count(len(spans), result is SpanExportResult.SUCCESS)
-            return result
-
-        def shutdown(self) -> None:
-            exporter.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return exporter.force_flush(timeout_millis)
-
-    return Counting()
 
 
 def export_records(records: Iterable[Mapping[str, Any]], tracer_provider: Any = None) -> int:
