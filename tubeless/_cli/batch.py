@@ -17,6 +17,7 @@ import click
 
 from tubeless._cli._engine_options import engine_options
 from tubeless._cli._exit import EXIT_CANCELLED, EXIT_EXECUTION, EXIT_OK, CliLoadError
+from tubeless._cli._sink_warnings import SinkWarnings
 
 if TYPE_CHECKING:
     from tubeless.batch import RowOutcome
@@ -293,6 +294,7 @@ def run_cli_batch(
     token = CancelToken()
     signals = RunSignals(token, progress)
     signals.install()
+    warnings = SinkWarnings().install()  # a failing trace sink: one ``warning:`` line
     sinks: list[Any] = []
     finished: list[dict[str, Any]] = []
     try:
@@ -348,7 +350,9 @@ def run_cli_batch(
             try:
                 sink.close()
             except Exception as exc:
-                click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
+                if not any(sink is failed for failed in warnings.failed):  # warned already
+                    click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
+        warnings.remove()
         signals.restore()
     summary = summarize(finished, total=len(rows), skipped=progress.reused)
     if label == "batch":
