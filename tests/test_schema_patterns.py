@@ -144,7 +144,7 @@ def test_the_cli_ends_a_hostile_pattern_with_an_input_error_naming_the_property(
     paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
 
     done = subprocess.run(
-        [sys.executable, "-m", "tubeless", "run", str(project), "--name", HOSTILE_VALUE],
+        [sys.executable, "-m", "tubeless", "run", str(project), "-q", "--name", HOSTILE_VALUE],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -97,3 +97,53 @@ def test_batch_with_a_sqlite_trace_that_cannot_even_start_warns_once(tmp_path: P
     assert len(warnings) == 1, done.stderr
     assert "SqliteSink('t.sqlite')" in warnings[0]
     assert "error:" not in done.stderr
+
+
+def test_batch_output_on_a_full_disk_names_the_file_and_what_it_kept(tmp_path: Path) -> None:
+    inputs = _inputs(tmp_path, 50)
+    done = _tubeless(
+        tmp_path, "batch", str(SCRIPTED), str(inputs), "--output", "out.jsonl", limit=4000
+    )
+
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("error: out.jsonl: cannot write it (File too large); it holds the ")
+    assert "run the batch again with the same --output" in last
+    kept = (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()
+    assert kept and json.loads(kept[0])["status"] == "completed"
+
+
+def test_a_cassette_on_a_full_disk_names_the_file_and_what_it_kept(tmp_path: Path) -> None:
+    done = _tubeless(
+        tmp_path,
+        "run",
+        str(SCRIPTED),
+        "--input",
+        '{"question": "hello world and more"}',
+        "--record",
+        "c.jsonl",
+        "-q",
+        limit=1500,
+    )
+
+    assert done.returncode == 6, done.stderr
+    assert "cannot write the cassette c.jsonl: File too large; it keeps the " in done.stderr
+    assert "OSError" not in done.stderr
+
+
+def test_a_checkpoint_file_that_cannot_be_created_says_so(tmp_path: Path) -> None:
+    done = _tubeless(
+        tmp_path,
+        "run",
+        str(SCRIPTED),
+        "--input",
+        '{"question": "hello"}',
+        "--checkpoints",
+        "ck.sqlite",
+        "-q",
+        limit=20000,
+    )
+
+    assert done.returncode != 0
+    assert "ck.sqlite: cannot write the checkpoint file" in done.stderr, done.stderr
+    assert "not a checkpoint file" not in done.stderr

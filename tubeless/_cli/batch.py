@@ -17,6 +17,7 @@ import click
 
 from tubeless._cli._engine_options import engine_options
 from tubeless._cli._exit import EXIT_CANCELLED, EXIT_EXECUTION, EXIT_OK, CliLoadError
+from tubeless._cli._paths import refuse_shared_files
 from tubeless._cli._sink_warnings import SinkWarnings
 
 if TYPE_CHECKING:
@@ -202,6 +203,7 @@ def batch(
     - for stdin) and write one JSON row per input, in input order."""
     entry_id, inputs = _split(ctx, args)
     _check_paths(ctx, output, trace, checkpoints)
+    refuse_shared_files([("INPUTS", inputs), ("--output", output), ("--checkpoints", checkpoints)])
     if record_dir is not None and replay_dir is not None:
         raise click.UsageError("Give --record-dir or --replay-dir, not both.", ctx=ctx)
     if replay_dir is not None and not Path(replay_dir).is_dir():
