@@ -9,7 +9,6 @@ names are identifiers and may be shown, values never are.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ import jsonschema.validators
 import referencing
 import referencing.exceptions
 
+from tubeless._jsonschema_patterns import PATTERN_KEYWORDS, PatternRefused, bounded, search
 from tubeless.errors import ValidationIssue
 from tubeless.frozen import canonical_json, thaw
 
@@ -26,6 +26,7 @@ from tubeless.frozen import canonical_json, thaw
 from tubeless.schema import _MAX_QUOTED_SCHEMA_VALUE
 
 # What ``tubeless.schema`` needs from jsonschema and referencing, imported with this module.
+bounded_patterns = bounded
 SchemaError = jsonschema.exceptions.SchemaError
 Registry = referencing.Registry
 Unresolvable = referencing.exceptions.Unresolvable
@@ -57,8 +58,10 @@ def _properties_filling_defaults(
 
 # ``validators.extend`` is untyped in the stubs; it returns a validator class.
 _extend: Callable[..., type[jsonschema.Draft202012Validator]] = jsonschema.validators.extend
+#: Fills defaults, and matches patterns within one budget per validation (:func:`bounded`).
 _DefaultFillingValidator = _extend(
-    jsonschema.Draft202012Validator, {"properties": _properties_filling_defaults}
+    jsonschema.Draft202012Validator,
+    {"properties": _properties_filling_defaults, **PATTERN_KEYWORDS},
 )
 
 
@@ -87,6 +90,11 @@ def _describe_error(error: jsonschema.exceptions.ValidationError) -> str:
     instance (missing or extra keys) are identifiers, and are shown.
     """
     keyword = error.validator
+    if isinstance(error.cause, PatternRefused):
+        # A value (or a property name) the pattern could not be matched against in time:
+        # refused, and named by the issue's path, never quoted.
+        subject = "the property name" if keyword != "pattern" else "the value"
+        return f"{subject} could not be checked: {error.cause}"
     expected: Any = error.validator_value
     instance = error.instance
     schema = error.schema if isinstance(error.schema, dict) else {}
@@ -179,8 +187,15 @@ def _extra_properties(instance: Any, schema: dict[str, Any]) -> list[str]:
     return [
         name
         for name in instance
-        if name not in declared and not any(re.search(pattern, name) for pattern in patterns)
+        if name not in declared and not any(_found(pattern, name) for pattern in patterns)
     ]
+
+
+def _found(pattern: str, name: str) -> bool:
+    try:
+        return search(pattern, name)
+    except PatternRefused:
+        return True  # reported as its own issue, not as an extra property
 
 
 def _quote_schema_value(value: Any) -> str | None:

@@ -225,6 +225,7 @@ class Schema:
         validator = tools._DefaultFillingValidator(plain, registry=tools.Registry())
         unresolvable = tools.Unresolvable
         issues_of = tools._jsonschema_issues
+        bounded_patterns = tools.bounded_patterns
 
         def validate(value: Any) -> Any:
             try:
@@ -234,12 +235,16 @@ class Schema:
                 raise SchemaValidationError(
                     [ValidationIssue(message="value contains a cycle", path=err.path)]
                 ) from None
-            try:
-                errors = list(validator.iter_errors(instance))
-            except unresolvable as err:
-                raise SchemaDefinitionError(f"Unresolvable JSON Schema reference: {err}") from err
-            if errors:
-                raise SchemaValidationError(issues_of(errors))
+            # Pattern matching has one time budget per validation (tubeless._jsonschema_patterns).
+            with bounded_patterns():
+                try:
+                    errors = list(validator.iter_errors(instance))
+                except unresolvable as err:
+                    raise SchemaDefinitionError(
+                        f"Unresolvable JSON Schema reference: {err}"
+                    ) from err
+                if errors:
+                    raise SchemaValidationError(issues_of(errors))
             return instance
 
         self._set(

@@ -1,17 +1,19 @@
 """``run --record FILE`` / ``run --replay FILE``: the cassette a run records or replays.
 
-The options are checked before anything opens (a cassette that is also a ``--trace`` file is
-refused, exit 1); :func:`cassette_for` gives the context the run goes inside.
+The options are checked before anything opens (a cassette that is also a ``--trace``,
+``--checkpoints`` or ``--input-file`` file is refused, exit 1); :func:`cassette_for` gives the
+context the run goes inside.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import click
+
+from tubeless._cli._paths import refuse_shared_files, same_file
 
 __all__ = ["cassette_for", "cassette_params"]
 
@@ -54,12 +56,6 @@ def cassette_params() -> list[click.Parameter]:
     ]
 
 
-def _same(one: str, other: str) -> bool:
-    if os.path.exists(one) and os.path.exists(other):
-        return os.path.samefile(one, other)
-    return os.path.realpath(one) == os.path.realpath(other)
-
-
 def check_cassette_options(options: dict[str, Any]) -> None:
     """Refuse combinations that make no sense (usage errors, exit 1)."""
     record, replay = options.get("record"), options.get("replay")
@@ -69,12 +65,19 @@ def check_cassette_options(options: dict[str, Any]) -> None:
         if options.get(name) and replay is None:
             raise click.UsageError(f"--{name.replace('_', '-')} needs --replay FILE.")
     cassette = record if record is not None else replay
+    refuse_shared_files(
+        [
+            ("--record" if record is not None else "--replay", cassette),
+            ("--checkpoints", options.get("checkpoints")),
+            ("--input-file", options.get("input_file")),
+        ]
+    )
     if cassette is None:
         return
     if not cassette.strip():
         raise click.UsageError("The cassette FILE must not be blank.")
     for target in options.get("trace") or ():
-        if target != "-" and _same(cassette, target):
+        if target != "-" and same_file(cassette, target):
             raise click.UsageError(
                 f"The cassette and the --trace file must differ: {cassette} is both "
                 "(a cassette holds data that traces never record)."

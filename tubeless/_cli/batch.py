@@ -17,6 +17,8 @@ import click
 
 from tubeless._cli._engine_options import engine_options
 from tubeless._cli._exit import EXIT_CANCELLED, EXIT_EXECUTION, EXIT_OK, CliLoadError
+from tubeless._cli._paths import refuse_shared_files
+from tubeless._cli._sink_warnings import SinkWarnings
 
 if TYPE_CHECKING:
     from tubeless.batch import RowOutcome
@@ -229,6 +231,7 @@ def batch(
     - for stdin) and write one JSON row per input, in input order."""
     entry_id, inputs = _split(ctx, args)
     _check_paths(ctx, output, trace, checkpoints)
+    refuse_shared_files([("INPUTS", inputs), ("--output", output), ("--checkpoints", checkpoints)])
     if record_dir is not None and replay_dir is not None:
         raise click.UsageError("Give --record-dir or --replay-dir, not both.", ctx=ctx)
     if replay_dir is not None and not Path(replay_dir).is_dir():
@@ -321,6 +324,7 @@ def run_cli_batch(
     token = CancelToken()
     signals = RunSignals(token, progress)
     signals.install()
+    warnings = SinkWarnings().install()  # a failing trace sink: one ``warning:`` line
     sinks: list[Any] = []
     finished: list[dict[str, Any]] = []
     try:
@@ -376,7 +380,9 @@ def run_cli_batch(
             try:
                 sink.close()
             except Exception as exc:
-                click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
+                if not any(sink is failed for failed in warnings.failed):  # warned already
+                    click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
+        warnings.remove()
         signals.restore()
     summary = summarize(finished, total=len(rows), skipped=progress.reused)
     if label == "batch":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from tubeless._cli._exit import EXIT_CANCELLED, CliLoadError
 from tubeless._cli._flags import DerivedFlag, derive_flags, unflagged
 from tubeless._cli._run_input import build_input
 from tubeless._cli._run_options import OPTION_NAMES, VALUE_OPTIONS, builtin_params
+from tubeless._cli._sink_warnings import SinkWarnings
 
 if TYPE_CHECKING:
     from tubeless import Pipeline, PipelineRun
@@ -233,10 +233,7 @@ def _execute(
     trace_to_stdout = "-" in options["trace"]
     report_stream = sys.stderr
     result_stream = sys.stderr if trace_to_stdout else sys.stdout
-    warnings = _SinkWarnings()
-    trace_log = logging.getLogger("tubeless.trace")
-    trace_log.addHandler(warnings)
-    propagate, trace_log.propagate = trace_log.propagate, False
+    warnings = SinkWarnings().install()
     from tubeless._cli._approve import choose_approver, needs_approvals, prompt_abandoned
 
     prompting = (
@@ -302,8 +299,7 @@ def _execute(
                 except Exception as exc:
                     if not any(sink is failed for failed in warnings.failed):  # warned already
                         click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
-            trace_log.removeHandler(warnings)
-            trace_log.propagate = propagate
+            warnings.remove()
             if release_sdk_logs is not None:
                 release_sdk_logs()
         if otel is not None:
@@ -360,19 +356,6 @@ def _flush_and_exit(code: int) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
-
-
-class _SinkWarnings(logging.Handler):
-    """Prints the one ``warning:`` line of each retired sink and remembers the sink."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.failed: list[Any] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if isinstance(record.args, tuple) and record.args:
-            self.failed.append(record.args[0])
-        click.echo(f"warning: {record.getMessage()}", err=True)
 
 
 def _reporter(stream: Any, *, quiet: bool, live: bool | None = None) -> Any:

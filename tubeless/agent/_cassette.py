@@ -24,11 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tubeless._data_files import open_data_file, open_regular
 from tubeless.errors import CASSETTE_INVALID, CassetteError
 from tubeless.frozen import digest as frozen_digest
 
 __all__ = [
     "FORMAT",
+    "MAX_CASSETTE_BYTES",
     "CassetteFile",
     "CassetteWriter",
     "digest",
@@ -39,6 +41,8 @@ __all__ = [
 
 #: The cassette format version written in every header.
 FORMAT = 1
+#: The largest cassette read back (64 MiB); a larger file is refused, naming it.
+MAX_CASSETTE_BYTES = 64 * 2**20
 _KINDS = {
     "header": ("route", "definition", "input_digest"),
     "decision": ("route", "turn", "decision"),
@@ -124,50 +128,54 @@ def shown_value(value: Any) -> str:
 
 
 class CassetteWriter:
-    """Appends lines to a new cassette file (mode 0600), one flushed line per event.
+    """Appends lines to a new cassette file (mode 0600), one whole line per write.
 
-    Each line is written whole and flushed, so a run that dies leaves every earlier line
-    readable; the reader reports the cut.
+    Each line goes to the OS in one unbuffered write, so a run that dies leaves every earlier
+    line readable; the reader reports the cut. The path must name the file itself: a symbolic
+    link, a named pipe or a device is refused before anything is truncated.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(self.path, flags, 0o600)
+            self._fd: int | None = open_data_file(self.path, private=True)
         except OSError as exc:
             raise CassetteError(
                 CASSETTE_INVALID,
                 f"cannot write the cassette {self.path}: {exc.strerror or exc}",
                 path=self.path,
             ) from exc
-        try:
-            os.fchmod(fd, 0o600)  # an existing file keeps its own mode through O_CREAT
-        except OSError:
-            os.close(fd)
-            raise
-        self._file = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        self._lines = 0
         self._lock = threading.Lock()
 
     def write(self, line: Mapping[str, Any]) -> None:
         """Write one line; ``line`` is JSON data already."""
         text = json.dumps(line, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        try:
-            with self._lock:
-                self._file.write(text + "\n")
-                self._file.flush()
-        except OSError as exc:  # a full disk, say: the run fails, naming the cassette
-            raise CassetteError(
-                CASSETTE_INVALID,
-                f"cannot write the cassette {self.path}: {exc.strerror or exc}",
-                path=self.path,
-            ) from exc
+        data = memoryview((text + "\n").encode("utf-8"))
+        with self._lock:
+            if self._fd is None:
+                raise ValueError(f"the cassette {self.path} is closed")
+            try:
+                while data:
+                    data = data[os.write(self._fd, data) :]
+            except OSError as exc:  # a full disk, say: the run fails, naming the cassette
+                kept = (
+                    f"it keeps the {self._lines} whole line{'' if self._lines == 1 else 's'}"
+                    " written before (a replay reports it cut short)"
+                )
+                raise CassetteError(
+                    CASSETTE_INVALID,
+                    f"cannot write the cassette {self.path}: {exc.strerror or exc}; {kept}",
+                    path=self.path,
+                ) from None  # the reason is in the message; "caused by: OSError" adds nothing
+            self._lines += 1
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
+        """Close the file (idempotent; nothing is buffered, so nothing can fail to be written)."""
         with self._lock:
-            if not self._file.closed:
-                self._file.close()
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -212,27 +220,27 @@ def _checked(path: str, number: int, text: str) -> dict[str, Any]:
 
 
 def read_cassette(path: str | os.PathLike[str]) -> CassetteFile:
-    """Read and check a whole cassette; ``CassetteError`` names the file and the line."""
+    """Read and check a whole cassette; ``CassetteError`` names the file and the line.
+
+    The file must be a regular one (a named pipe or device is refused by name) of at most
+    :data:`MAX_CASSETTE_BYTES`; it is read line by line, never past that bound.
+    """
     name = os.fspath(path)
     try:
-        with open(name, encoding="utf-8", newline="\n") as handle:
-            text = handle.read()
+        lines = _read_lines(name)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CassetteError(
             CASSETTE_INVALID, f"cannot read the cassette {name}: {reason}", path=name
         ) from exc
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    elif lines:
+    if lines and not lines[-1].endswith("\n"):
         raise _invalid(name, len(lines), "the last line is cut short (the cassette is truncated)")
     if not lines:
         raise _invalid(name, None, "the cassette is empty")
     cassette = CassetteFile(path=name)
     open_routes: dict[str, int] = {}  # top-level route -> its header's line
     for number, line in enumerate(lines, start=1):
-        entry = _checked(name, number, line)
+        entry = _checked(name, number, line[:-1])
         kind, route = entry["kind"], entry["route"]
         if number == 1 and kind != "header":
             raise _invalid(name, 1, "the first line is not a cassette header")
@@ -255,3 +263,26 @@ def read_cassette(path: str | os.PathLike[str]) -> CassetteFile:
             f"the recording of {route!r} ends without its result (the cassette is truncated)",
         )
     return cassette
+
+
+def _read_lines(name: str) -> list[str]:
+    """The lines of the cassette, each with its newline (the last maybe without)."""
+    too_large = _invalid(
+        name,
+        None,
+        f"the cassette is larger than the {MAX_CASSETTE_BYTES // 2**20} MiB a cassette may hold",
+    )
+    lines: list[str] = []
+    with open_regular(name) as stream:
+        if os.fstat(stream.fileno()).st_size > MAX_CASSETTE_BYTES:
+            raise too_large
+        left = MAX_CASSETTE_BYTES + 1  # the file may grow while it is read
+        while left > 0:
+            raw = stream.readline(left)
+            if not raw:
+                break
+            left -= len(raw)
+            lines.append(raw.decode("utf-8"))
+        if left <= 0:
+            raise too_large
+    return lines

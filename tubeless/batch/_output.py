@@ -15,7 +15,9 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from tubeless._data_files import open_data_file, write_failure
 
 __all__ = ["BatchOutput", "row_line"]
 
@@ -26,18 +28,30 @@ def row_line(row: Mapping[str, Any]) -> str:
 
 
 class BatchOutput:
-    """The ``--output`` file of one batch."""
+    """The ``--output`` file of one batch.
+
+    The path must name the file itself: a symbolic link, a named pipe or a device is refused
+    before anything is read or written. A write that fails (a full disk) raises an
+    :class:`OSError` naming the file and what it still holds.
+    """
 
     def __init__(self, path: str | os.PathLike[str], *, earlier: Sequence[str | None] = ()) -> None:
         self.path = Path(path)
         self.earlier = earlier
         """The key round 2 wrote for each index (``None`` where it is the key of today)."""
         self.previous: dict[int, dict[str, Any]] = {}
-        if self.path.exists():
-            self.previous = _read_rows(self.path)
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
-        if self._ends_torn():
-            self._file.write("\n")  # a killed driver's half line must not swallow the next row
+        self._fd: int | None = open_data_file(self.path, append=True)
+        self._appended = 0
+        self._failed = False
+        try:
+            if os.fstat(self._fd).st_size:
+                self.previous = _read_rows(self.path)
+            if self._ends_torn():
+                # A killed driver's half line must not swallow the next row.
+                self._write(b"\n")
+        except BaseException:
+            self.close()
+            raise
 
     def _ends_torn(self) -> bool:
         size = self.path.stat().st_size
@@ -46,6 +60,23 @@ class BatchOutput:
         with self.path.open("rb") as file:
             file.seek(size - 1)
             return file.read(1) != b"\n"
+
+    def _write(self, data: bytes) -> None:
+        assert self._fd is not None, "the output is finished"
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            self._failed = True
+            rows = f"{self._appended} row{'' if self._appended == 1 else 's'}"
+            raise write_failure(
+                self.path,
+                exc,
+                f"it holds the {rows} this batch finished before (in the order they finished)"
+                " and the rows of earlier runs; run the batch again with the same --output to"
+                " run only the rest",
+            ) from exc
 
     def completed(self, index: int, key: str) -> dict[str, Any] | None:
         """The row recorded as completed for this index and key, if any."""
@@ -61,35 +92,51 @@ class BatchOutput:
         return earlier is not None and row.get("key") == earlier
 
     def append(self, row: Mapping[str, Any]) -> None:
-        assert self._file is not None, "the output is finished"
-        self._file.write(row_line(row))
-        self._file.flush()
+        """Append one row as a whole line (one unbuffered write)."""
+        self._write(row_line(row).encode("utf-8"))
+        self._appended += 1
 
     def finish(self, keys: list[str], rows: Mapping[int, Mapping[str, Any]]) -> None:
-        """Rewrite the file in input order: this batch's rows, else earlier ones still valid."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        """Rewrite the file in input order: this batch's rows, else earlier ones still valid.
+
+        Skipped after a failed append (the file keeps what was written, which a rerun reads);
+        a rewrite that fails leaves the file as it was and says so.
+        """
+        self.close()
+        if self._failed:
+            return
         temporary = self.path.with_name(f".{self.path.name}.tmp")
-        with temporary.open("w", encoding="utf-8") as file:
-            for index, key in enumerate(keys):
-                row = rows.get(index)
-                if row is None:
-                    earlier = self.previous.get(index)
-                    row = (
-                        {**earlier, "key": key}
-                        if earlier is not None and self._matches(index, earlier, key)
-                        else None
-                    )
-                if row is not None:
-                    file.write(row_line(row))
+        try:
+            with os.fdopen(open_data_file(temporary), "w", encoding="utf-8") as file:
+                for index, key in enumerate(keys):
+                    row = rows.get(index)
+                    if row is None:
+                        earlier = self.previous.get(index)
+                        row = (
+                            {**earlier, "key": key}
+                            if earlier is not None and self._matches(index, earlier, key)
+                            else None
+                        )
+                    if row is not None:
+                        file.write(row_line(row))
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            if exc.filename is not None and os.fspath(exc.filename) == os.fspath(temporary):
+                raise  # refused by name (a link planted where the temporary file goes)
+            raise write_failure(
+                self.path,
+                exc,
+                "putting its rows in input order failed, so it holds every row in the order it"
+                " finished; a rerun with the same --output reuses them",
+            ) from exc
         os.replace(temporary, self.path)
 
     def close(self) -> None:
-        if self._file is not None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
             with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
+                os.close(fd)
 
 
 def _read_rows(path: Path) -> dict[int, dict[str, Any]]:

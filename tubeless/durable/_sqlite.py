@@ -100,6 +100,10 @@ class SqliteCheckpoints:
             self._prepare()
         except sqlite3.DatabaseError as exc:
             self._db.close()
+            if _write_failed(exc):  # a full disk is no reason to call the file foreign
+                raise _invalid(
+                    self.path, f"cannot write the checkpoint file ({exc}; is the disk full?)"
+                ) from None
             raise _invalid(self.path, f"not a checkpoint file ({exc})") from None
         except CheckpointError:
             self._db.close()
@@ -215,7 +219,17 @@ class SqliteCheckpoints:
             except sqlite3.DatabaseError as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
-                raise _invalid(self.path, f"cannot write the checkpoint ({exc})") from None
+                raise _invalid(
+                    self.path,
+                    f"cannot write the checkpoint ({exc}); it keeps the last step committed"
+                    " before, and once there is room the same command resumes from there",
+                ) from None
+
+
+def _write_failed(exc: BaseException) -> bool:
+    """Whether SQLite could not write the file (a full disk, a file size limit, an I/O error)."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR")
 
 
 def _read_holder(fd: int) -> LeaseHolder | None:

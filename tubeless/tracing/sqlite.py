@@ -90,6 +90,14 @@ def _not_a_database(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.DatabaseError) and name in ("SQLITE_NOTADB", "SQLITE_CORRUPT")
 
 
+def _write_failed(exc: BaseException) -> bool:
+    """Whether SQLite could not write the file (a full disk, a file size limit, an I/O error)."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return isinstance(exc, sqlite3.OperationalError) and (
+        name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR")
+    )
+
+
 def _has_table(conn: sqlite3.Connection) -> bool:
     found = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
@@ -223,6 +231,8 @@ class SqliteSink:
         # Exports and the timer's commit come from different threads.
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None
         # isolation_level=None: the sink issues BEGIN IMMEDIATE / COMMIT itself.
         conn = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -236,8 +246,18 @@ class SqliteSink:
             conn.close()
             if _not_a_database(exc):
                 raise TraceReadError(f"not a tubeless trace store: {exc}", path=self.path) from exc
-            raise
-        self._conn: sqlite3.Connection | None = conn
+            if not _write_failed(exc):
+                raise
+            # A full disk is a failing sink like any other (DESIGN §6): the first export
+            # raises this, the run's fan-out retires the sink with one warning naming the
+            # file, and the run goes on.
+            self._failure = OSError(
+                f"cannot write the trace store {self.path}: {exc} (is the disk full?);"
+                " nothing of this run is in it"
+            )
+            self._failure.__cause__ = exc
+            return
+        self._conn = conn
         self._identity = _file_identity(self._location)
 
     def __repr__(self) -> str:
@@ -291,6 +311,8 @@ class SqliteSink:
         self.close()
 
     def _refuse(self) -> None:
+        if self._conn is None and self._identity is None and self._failure is not None:
+            raise self._failure  # the store could not even be initialised
         if self._conn is None:
             raise ValueError(f"{self!r} is closed")
         raise ValueError(
