@@ -62,6 +62,8 @@ Other exceptions tubeless raises subclass the built-in their callers already cat
     SchemaValidationError(issues)       ValueError (tubeless.schema): runs record it as a
                                         TUBELESS_*_VALIDATION_FAILED error with its .issues
     SchemaDefinitionError               TypeError (tubeless.schema): a schema cannot be built
+    OtelConfigError                     ValueError (tubeless.tracing): an OTEL_* setting tubeless
+                                        cannot honour (the CLI's --otel says it in one line)
 
 Internal ones never reach a caller::
 
@@ -78,6 +80,9 @@ Internal ones never reach a caller::
                                         own code cannot catch it)
     _Stopped                            tubeless.project: carries what a render's ``check`` raised
                                         out of jinja untouched
+    PatternRefused                      tubeless (schema patterns): a ``pattern`` that could not
+                                        be matched within its budget, becomes a validation issue
+    _KeyRefused                         tubeless (schema patterns): the same for a property name
     _Interrupted                        tubeless.pipeline: a signal stopping a render, becomes
                                         RunCancelledError (a KeyboardInterrupt, so no ``except
                                         Exception`` in the interrupted code catches it)
