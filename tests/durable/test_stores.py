@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
@@ -211,3 +212,58 @@ def test_a_hard_linked_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as caught:
         SqliteCheckpoints(path)
     assert "one hard link (it has 2)" in caught.value.message
+
+
+def test_delete_starts_a_key_over_though_its_lease_file_counted_commits(tmp_path: Path) -> None:
+    """The lock file records each key's commits; ``delete`` forgets them with the document, so
+    the deleted key reads as new, not as a file that lost commits."""
+    path = tmp_path / "runs.sqlite"
+    store = SqliteCheckpoints(path)
+    with store.acquire("k") as lease:
+        lease.write("{}")
+        lease.write("{}")
+    (lock,) = Path(f"{path}.leases").iterdir()
+    assert json.loads(lock.read_text(encoding="utf-8")) == {"seq": 2}  # no holder once let go
+    assert store.delete("k") is True
+    with store.acquire("k") as lease:
+        assert lease.read() is None
+    store.close()
+
+
+def test_a_file_of_an_earlier_release_opens_and_counts_from_then_on(tmp_path: Path) -> None:
+    """A file without the commit counts (written before them) keeps working."""
+    path = tmp_path / "runs.sqlite"
+    store = SqliteCheckpoints(path)
+    with store.acquire("k") as lease:
+        lease.write('{"old": true}')
+    store._db.execute("DROP TABLE checkpoint_commits")
+    store.close()
+    for lock in Path(f"{path}.leases").iterdir():
+        lock.write_bytes(b"")  # an earlier release emptied lock files on release
+    again = SqliteCheckpoints(path)
+    with again.acquire("k") as lease:
+        assert lease.read() == '{"old": true}'
+        lease.write('{"new": true}')
+    with again.acquire("k") as lease:
+        assert lease.read() == '{"new": true}'
+    again.close()
+
+
+def test_a_clean_close_folds_the_wal_into_the_file(tmp_path: Path) -> None:
+    """Releasing a lease checkpoints: the main file alone holds what was committed, and no key
+    is left marked as being written."""
+    path = tmp_path / "runs.sqlite"
+    store = SqliteCheckpoints(path)
+    other = SqliteCheckpoints(path)  # a second connection keeps the -wal from being deleted
+    with store.acquire("k") as lease:
+        lease.write('{"turn": 1}')
+        lease.write('{"turn": 2}')
+    assert Path(f"{path}-wal").stat().st_size == 0
+    alone = tmp_path / "alone.sqlite"
+    alone.write_bytes(path.read_bytes())
+    alone.chmod(0o600)
+    copy = SqliteCheckpoints(alone)
+    with copy.acquire("k") as lease:
+        assert lease.read() == '{"turn": 2}'
+    for opened in (store, other, copy):
+        opened.close()

@@ -63,13 +63,26 @@ def open_for_run(
     store = SqliteCheckpoints(path)
     try:
         with store.acquire(resolved) as lease:  # fails fast while another run holds the key
-            text = lease.read()
+            text = _read_for_run(lease, restart)
         line = f"checkpoint: {resolved}{_what(text, resolved, entry_id, restart)}"
         click.echo(terminal_safe(line), err=True)
     except BaseException:
         store.close()
         raise
     return store, resolved
+
+
+def _read_for_run(lease: Any, restart: bool) -> str | None:
+    """The key's document; under ``--restart`` a file that lost commits is started over."""
+    from tubeless.errors import CHECKPOINT_CORRUPT, CheckpointError
+
+    try:
+        text: str | None = lease.read()
+    except CheckpointError as exc:
+        if not restart or exc.code != CHECKPOINT_CORRUPT:
+            raise
+        return ""  # something was there: "(restarting)"
+    return text
 
 
 def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
