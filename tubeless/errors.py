@@ -79,6 +79,8 @@ Internal ones never reach a caller::
                                         own code cannot catch it)
     _Stopped                            tubeless.project: carries what a render's ``check`` raised
                                         out of jinja untouched
+    _Refused                            tubeless.agent: a part of a checkpoint document no run
+                                        writes (its JSON path), becomes CheckpointError
     _Interrupted                        tubeless.pipeline: a signal stopping a render, becomes
                                         RunCancelledError (a KeyboardInterrupt, so no ``except
                                         Exception`` in the interrupted code catches it)

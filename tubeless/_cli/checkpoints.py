@@ -93,6 +93,9 @@ def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
     if text is None:
         return " (new)"
     document = decode(text, f"checkpoint {key!r}")
+    from tubeless.agent._durable_document import check_document
+
+    check_document(document, key)  # refused before the run: an unreadable file, exit 2
     status = document.get("status")
     if status == "completed":
         return " (completed: its saved result follows, nothing runs)"
