@@ -267,3 +267,42 @@ def test_a_clean_close_folds_the_wal_into_the_file(tmp_path: Path) -> None:
         assert lease.read() == '{"turn": 2}'
     for opened in (store, other, copy):
         opened.close()
+
+
+def test_processes_sharing_a_file_each_mark_their_keys_and_none_fails(tmp_path: Path) -> None:
+    """Each lease's first write puts its mark in the main file by a checkpoint; processes
+    checkpointing at once make SQLite answer busy, which is waited out, never a failed write."""
+    path, go = tmp_path / "runs.sqlite", tmp_path / "go"
+    SqliteCheckpoints(path).close()
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        from tubeless.durable import SqliteCheckpoints
+        store = SqliteCheckpoints({str(path)!r})
+        print("ready", flush=True)
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.001)  # all start together, so their checkpoints collide
+        for j in range(100):
+            with store.acquire(f"p{{sys.argv[1]}}-{{j}}") as lease:
+                assert lease.read() is None
+                lease.write("{{}}")
+        store.close()
+    """)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    for worker in workers:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "ready"
+    go.touch()
+    for worker in workers:
+        _, err = worker.communicate(timeout=120)  # a hang guard
+        assert worker.returncode == 0, err
+    store = SqliteCheckpoints(path)
+    assert len(store.list()) == 600
+    store.close()

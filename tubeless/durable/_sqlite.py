@@ -65,6 +65,13 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 #: ``checkpoints list`` probing it holds it for an instant (a real holder names itself at once).
 _PROBED_RETRIES = 20
 _PROBED_WAIT_S = 0.005
+#: How long a lease's first write waits to put its mark in the main file (other processes
+#: checkpointing or reading); then the write fails, before anything acts on it.
+_MARK_WAIT_S = 30.0
+#: How long a release tries to fold the -wal in while other processes use the file (then the
+#: mark stays, and a copy of the file alone is refused for the key until a later clean end).
+_RELEASE_WAIT_S = 2.0
+_FOLD_RETRY_S = 0.002
 _COMMITS = """
 CREATE TABLE IF NOT EXISTS checkpoint_commits (
     key TEXT PRIMARY KEY NOT NULL,
@@ -266,13 +273,19 @@ class SqliteCheckpoints:
             except sqlite3.DatabaseError as exc:
                 raise _invalid(self.path, f"cannot read checkpoints ({exc})") from None
 
-    def _fold(self) -> bool:
-        """Checkpoint the -wal into the main file (what it can without waiting long); whether
-        all of it went in. Holds ``_lock``."""
-        with contextlib.suppress(sqlite3.Error):
-            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            return bool(busy == 0)
-        return False
+    def _fold(self, mode: str = "TRUNCATE", wait_s: float = 0.0) -> bool:
+        """Checkpoint the -wal into the main file; whether all of it went in. Another process
+        checkpointing at the same time makes SQLite answer busy at once, so this tries again
+        for up to ``wait_s`` seconds. Holds ``_lock``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with contextlib.suppress(sqlite3.Error):
+                busy, _, _ = self._db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+                if busy == 0:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_FOLD_RETRY_S)
 
     def _read(self, key: str, token: object) -> str | None:
         assert isinstance(token, Held)
@@ -315,7 +328,8 @@ class SqliteCheckpoints:
             with self._lock, contextlib.suppress(sqlite3.Error):
                 # Every commit of the key is in the file: say so, and put it in the main file.
                 self._db.execute("UPDATE checkpoint_commits SET live = 0 WHERE key = ?", (key,))
-                self._fold()
+                if not self._fold():  # TRUNCATE waits for no reader; FULL for fewer
+                    self._fold("FULL", _RELEASE_WAIT_S)
         with contextlib.suppress(OSError):
             write_words(token.fd, token.seq, holding=False)  # no holder named once let go
         os.close(token.fd)  # closing the descriptor releases the flock
@@ -342,10 +356,10 @@ class SqliteCheckpoints:
             token.seq, token.verified = seq, True
             if not token.marked:
                 # The main file must say the key is live before anything acts on this write.
-                if not self._fold():
+                if not self._fold("FULL", _MARK_WAIT_S):
                     raise _invalid(
                         self.path,
-                        "cannot write the checkpoint (the file stayed busy: another process "
-                        "kept reading it)",
+                        f"cannot write the checkpoint (other processes kept the file busy for "
+                        f"{_MARK_WAIT_S:g} s)",
                     )
                 token.marked = True
