@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -305,4 +306,32 @@ def test_processes_sharing_a_file_each_mark_their_keys_and_none_fails(tmp_path: 
         assert worker.returncode == 0, err
     store = SqliteCheckpoints(path)
     assert len(store.list()) == 600
+    store.close()
+
+
+def test_a_copy_that_lacks_commits_is_refused_by_the_store(tmp_path: Path) -> None:
+    """Through the Python API: a lease's later writes are in the -wal until it lets go, so a
+    copy of the file alone lacks them. Alone it is refused as a file separated from its -wal and
+    lease folder; with a copy of the lease folder, as lacking commits it recorded."""
+    path = tmp_path / "runs.sqlite"
+    store = SqliteCheckpoints(path)
+    lease = store.acquire("k")
+    lease.write('{"turn": 1}')  # marks the key live in the main file
+    lease.write('{"turn": 2}')  # only in the -wal
+    alone, beside = tmp_path / "alone" / "runs.sqlite", tmp_path / "beside" / "runs.sqlite"
+    for copy in (alone, beside):
+        copy.parent.mkdir()
+        shutil.copy2(path, copy)
+    shutil.copytree(f"{path}.leases", f"{beside}.leases")
+    messages = []
+    for copy in (alone, beside):
+        opened = SqliteCheckpoints(copy)
+        with opened.acquire("k") as copied, pytest.raises(CheckpointError) as caught:
+            copied.read()
+        assert caught.value.code == "TUBELESS_CHECKPOINT_CORRUPT"
+        messages.append(caught.value.message)
+        opened.close()
+    assert "was being written by a run that stopped" in messages[0]
+    assert "lacks commits its lease file recorded (it holds 1 of 2)" in messages[1]
+    lease.close()
     store.close()
