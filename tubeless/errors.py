@@ -29,7 +29,8 @@ varies shows its family. Grouped by the layer that raises them::
     │
     │   traces and durable runs: tubeless.tracing, tubeless.errors
     ├── TraceReadError                  TUBELESS_TRACE_INVALID (.path, .line, .problem, .bound)
-    ├── CheckpointError                 TUBELESS_CHECKPOINT_*,
+    ├── CheckpointError                 TUBELESS_CHECKPOINT_*: LOCKED, INVALID, CORRUPT (a file
+    │                                   that lost commits: copied without its -wal, ...),
     │                                   TUBELESS_AGENT_INVALID_CHECKPOINT_KEY,
     │                                   TUBELESS_AGENT_CHECKPOINT_MISMATCH (naming what changed)
     │
@@ -83,6 +84,8 @@ Internal ones never reach a caller::
     PatternRefused                      tubeless (schema patterns): a ``pattern`` that could not
                                         be matched within its budget, becomes a validation issue
     _KeyRefused                         tubeless (schema patterns): the same for a property name
+    _Refused                            tubeless.agent: a part of a checkpoint document no run
+                                        writes (its JSON path), becomes CheckpointError
     _Interrupted                        tubeless.pipeline: a signal stopping a render, becomes
                                         RunCancelledError (a KeyboardInterrupt, so no ``except
                                         Exception`` in the interrupted code catches it)
@@ -207,6 +210,10 @@ TRACE_INVALID = "TUBELESS_TRACE_INVALID"
 # -- durable runs (round 2) -----------------------------------------------------------------------
 CHECKPOINT_LOCKED = "TUBELESS_CHECKPOINT_LOCKED"
 CHECKPOINT_INVALID = "TUBELESS_CHECKPOINT_INVALID"
+CHECKPOINT_CORRUPT = "TUBELESS_CHECKPOINT_CORRUPT"
+"""A checkpoint file lacks commits it is known to have made (its ``-wal`` lost or damaged, the
+file copied or moved without it, emptied, or failing SQLite's integrity check): refused rather
+than started over, since calls it recorded as running could run twice."""
 CHECKPOINT_INVALID_KEY = "TUBELESS_AGENT_INVALID_CHECKPOINT_KEY"
 CHECKPOINT_MISMATCH = "TUBELESS_AGENT_CHECKPOINT_MISMATCH"
 CALL_INTERRUPTED = "TUBELESS_AGENT_CALL_INTERRUPTED"

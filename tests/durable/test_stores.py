@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -211,3 +213,125 @@ def test_a_hard_linked_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as caught:
         SqliteCheckpoints(path)
     assert "one hard link (it has 2)" in caught.value.message
+
+
+def test_delete_starts_a_key_over_though_its_lease_file_counted_commits(tmp_path: Path) -> None:
+    """The lock file records each key's commits; ``delete`` forgets them with the document, so
+    the deleted key reads as new, not as a file that lost commits."""
+    path = tmp_path / "runs.sqlite"
+    store = SqliteCheckpoints(path)
+    with store.acquire("k") as lease:
+        lease.write("{}")
+        lease.write("{}")
+    (lock,) = Path(f"{path}.leases").iterdir()
+    assert json.loads(lock.read_text(encoding="utf-8")) == {"seq": 2}  # no holder once let go
+    assert store.delete("k") is True
+    with store.acquire("k") as lease:
+        assert lease.read() is None
+    store.close()
+
+
+def test_a_file_of_an_earlier_release_opens_and_counts_from_then_on(tmp_path: Path) -> None:
+    """A file without the commit counts (written before them) keeps working."""
+    path = tmp_path / "runs.sqlite"
+    store = SqliteCheckpoints(path)
+    with store.acquire("k") as lease:
+        lease.write('{"old": true}')
+    store._db.execute("DROP TABLE checkpoint_commits")
+    store.close()
+    for lock in Path(f"{path}.leases").iterdir():
+        lock.write_bytes(b"")  # an earlier release emptied lock files on release
+    again = SqliteCheckpoints(path)
+    with again.acquire("k") as lease:
+        assert lease.read() == '{"old": true}'
+        lease.write('{"new": true}')
+    with again.acquire("k") as lease:
+        assert lease.read() == '{"new": true}'
+    again.close()
+
+
+def test_a_clean_close_folds_the_wal_into_the_file(tmp_path: Path) -> None:
+    """Releasing a lease checkpoints: the main file alone holds what was committed, and no key
+    is left marked as being written."""
+    path = tmp_path / "runs.sqlite"
+    store = SqliteCheckpoints(path)
+    other = SqliteCheckpoints(path)  # a second connection keeps the -wal from being deleted
+    with store.acquire("k") as lease:
+        lease.write('{"turn": 1}')
+        lease.write('{"turn": 2}')
+    assert Path(f"{path}-wal").stat().st_size == 0
+    alone = tmp_path / "alone.sqlite"
+    alone.write_bytes(path.read_bytes())
+    alone.chmod(0o600)
+    copy = SqliteCheckpoints(alone)
+    with copy.acquire("k") as lease:
+        assert lease.read() == '{"turn": 2}'
+    for opened in (store, other, copy):
+        opened.close()
+
+
+def test_processes_sharing_a_file_each_mark_their_keys_and_none_fails(tmp_path: Path) -> None:
+    """Each lease's first write puts its mark in the main file by a checkpoint; processes
+    checkpointing at once make SQLite answer busy, which is waited out, never a failed write."""
+    path, go = tmp_path / "runs.sqlite", tmp_path / "go"
+    SqliteCheckpoints(path).close()
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        from tubeless.durable import SqliteCheckpoints
+        store = SqliteCheckpoints({str(path)!r})
+        print("ready", flush=True)
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.001)  # all start together, so their checkpoints collide
+        for j in range(100):
+            with store.acquire(f"p{{sys.argv[1]}}-{{j}}") as lease:
+                assert lease.read() is None
+                lease.write("{{}}")
+        store.close()
+    """)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    for worker in workers:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "ready"
+    go.touch()
+    for worker in workers:
+        _, err = worker.communicate(timeout=120)  # a hang guard
+        assert worker.returncode == 0, err
+    store = SqliteCheckpoints(path)
+    assert len(store.list()) == 600
+    store.close()
+
+
+def test_a_copy_that_lacks_commits_is_refused_by_the_store(tmp_path: Path) -> None:
+    """Through the Python API: a lease's later writes are in the -wal until it lets go, so a
+    copy of the file alone lacks them. Alone it is refused as a file separated from its -wal and
+    lease folder; with a copy of the lease folder, as lacking commits it recorded."""
+    path = tmp_path / "runs.sqlite"
+    store = SqliteCheckpoints(path)
+    lease = store.acquire("k")
+    lease.write('{"turn": 1}')  # marks the key live in the main file
+    lease.write('{"turn": 2}')  # only in the -wal
+    alone, beside = tmp_path / "alone" / "runs.sqlite", tmp_path / "beside" / "runs.sqlite"
+    for copy in (alone, beside):
+        copy.parent.mkdir()
+        shutil.copy2(path, copy)
+    shutil.copytree(f"{path}.leases", f"{beside}.leases")
+    messages = []
+    for copy in (alone, beside):
+        opened = SqliteCheckpoints(copy)
+        with opened.acquire("k") as copied, pytest.raises(CheckpointError) as caught:
+            copied.read()
+        assert caught.value.code == "TUBELESS_CHECKPOINT_CORRUPT"
+        messages.append(caught.value.message)
+        opened.close()
+    assert "was being written by a run that stopped" in messages[0]
+    assert "lacks commits its lease file recorded (it holds 1 of 2)" in messages[1]
+    lease.close()
+    store.close()

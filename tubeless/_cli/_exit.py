@@ -9,6 +9,7 @@ file missing or unreadable (``OSError``)                    2    2     2        
 ``ReferenceResolutionError``                                2    2     4         -
 ``TUBELESS_TRACE_INVALID`` (an unreadable trace)            2    2     2         2
 ``TUBELESS_CASSETTE_INVALID`` (an unreadable cassette)      2    -     -         -
+``TUBELESS_CHECKPOINT_INVALID`` / ``_CORRUPT``              2    -     -         -
 unknown id / cannot load (``CliLoadError``)                 2    2     -         1
 ``TUBELESS_DEFINITION_*``, ``AGENT_INVALID_DEFINITION``     3    3     4         -
 root ``OPTIONS_VALIDATION_FAILED`` in a failed run          4    -     -         -
@@ -36,6 +37,7 @@ import click
 from tubeless.errors import (
     AGENT_INVALID_DEFINITION,
     CASSETTE_INVALID,
+    CHECKPOINT_CORRUPT,
     CHECKPOINT_INVALID,
     OPTIONS_VALIDATION_FAILED,
     TRACE_INVALID,
@@ -158,9 +160,12 @@ def _tubeless_exit_code(exc: TubelessError, command: str | None) -> int:
         return _run_exit_code(exc)
     if isinstance(exc, DocumentError | TemplateError):
         return EXIT_VALIDATION
-    if exc.code in (TRACE_INVALID, CASSETTE_INVALID, CHECKPOINT_INVALID) or isinstance(
-        exc, BatchError
-    ):
+    if exc.code in (
+        TRACE_INVALID,
+        CASSETTE_INVALID,
+        CHECKPOINT_INVALID,
+        CHECKPOINT_CORRUPT,
+    ) or isinstance(exc, BatchError):
         return EXIT_LOAD  # an unreadable trace, cassette, checkpoint or batch inputs file
     if isinstance(exc, ReferenceResolutionError):
         return EXIT_VALIDATION if command == "validate" else EXIT_LOAD

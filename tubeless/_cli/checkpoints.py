@@ -68,7 +68,7 @@ def open_for_run(
     try:
         resolved = find_key(store, key, earlier)
         with store.acquire(resolved) as lease:  # fails fast while another run holds the key
-            text = lease.read()
+            text = _read_for_run(lease, restart)
         line = f"checkpoint: {resolved}{_what(text, resolved, entry.id, restart)}"
         click.echo(terminal_safe(line), err=True)
         if text is None:
@@ -99,6 +99,19 @@ def _note_unfinished(store: SqliteCheckpoints, path: str, entry_id: str, key: st
     )
 
 
+def _read_for_run(lease: Any, restart: bool) -> str | None:
+    """The key's document; under ``--restart`` a file that lost commits is started over."""
+    from tubeless.errors import CHECKPOINT_CORRUPT, CheckpointError
+
+    try:
+        text: str | None = lease.read()
+    except CheckpointError as exc:
+        if not restart or exc.code != CHECKPOINT_CORRUPT:
+            raise
+        return ""  # something was there: "(restarting)"
+    return text
+
+
 def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
     from tubeless.durable._session import decode
 
@@ -107,6 +120,9 @@ def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
     if text is None:
         return " (new)"
     document = decode(text, f"checkpoint {key!r}")
+    from tubeless.agent._durable_document import check_document
+
+    check_document(document, key)  # refused before the run: an unreadable file, exit 2
     status = document.get("status")
     if status == "completed":
         return " (completed: its saved result follows, nothing runs)"

@@ -35,6 +35,7 @@ from tubeless.agent._durable_checks import (
     checked_servers,
     input_digest,
 )
+from tubeless.agent._durable_document import check_document
 from tubeless.agent._journal import JOURNAL_SLOT, Journal, Resumed
 from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
 from tubeless.agent._tools import ToolContext, ToolError
@@ -130,10 +131,8 @@ class Book:
                 f"Checkpoint {session.key!r} belongs to {saved.get('entry')!r}, not "
                 f"{session.entry!r}; use another key",
             )
-        if saved is not None and not isinstance(saved.get("agents"), dict):
-            raise CheckpointError(
-                CHECKPOINT_INVALID, f"checkpoint {session.key!r}: 'agents' is not an object"
-            )
+        if saved is not None:
+            check_document(saved, session.key)  # what no writer produces is refused
         self.document: dict[str, Any] = saved or {
             "version": DOCUMENT_VERSION,
             "key": session.key,

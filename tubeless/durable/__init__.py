@@ -10,7 +10,10 @@ atomically, each write returning only after a durable commit::
         lease.write(next_document)    # committed (fsync'ed) when this returns
 
 A key that another lease holds fails fast with ``TUBELESS_CHECKPOINT_LOCKED``. Checkpoint
-documents hold state and inputs: stores are data files (mode 0600), never traces.
+documents hold state and inputs: stores are data files (mode 0600), never traces. A SQLite
+store is its file, the ``-wal`` beside it and the ``.leases/`` folder: after a crash they
+belong together, and a file that lost commits is refused with ``TUBELESS_CHECKPOINT_CORRUPT``
+(``_sqlite``); after a clean end the file alone holds everything.
 """
 
 from __future__ import annotations

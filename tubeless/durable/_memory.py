@@ -50,12 +50,12 @@ class MemoryCheckpoints:
     def close(self) -> None:
         """Nothing to release."""
 
-    def _read(self, key: str) -> str | None:
+    def _read(self, key: str, token: object) -> str | None:
         with self._lock:
             stored = self._documents.get(key)
         return None if stored is None else stored.document
 
-    def _write(self, key: str, document: str) -> None:
+    def _write(self, key: str, document: str, token: object) -> None:
         stored = StoredCheckpoint(key=key, document=document, updated_at_ms=int(time.time() * 1000))
         with self._lock:
             self._documents[key] = stored

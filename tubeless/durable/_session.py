@@ -98,6 +98,8 @@ class CheckpointSession:
         """Take the key's lease and read its document (``None`` when new or restarting)."""
         assert self._lease is None, "the session is already open"
         self._lease = self._store.acquire(self.key)
+        if self.restart:
+            return None  # not even read: a key the store refuses to read can be started over
         text = self._lease.read()
         if text is None and self.earlier is not None:
             earlier = self._store.acquire(self.earlier)
@@ -107,7 +109,7 @@ class CheckpointSession:
             else:  # the task an older release keyed by its raw input goes on under that key
                 self._lease.close()
                 self._lease, self.key = earlier, self.earlier
-        if text is None or self.restart:
+        if text is None:
             return None
         return decode(text, f"checkpoint {self.key!r}")
 

@@ -7,6 +7,23 @@ when the process dies, so a killed run's key can be resumed at once. The holder 
 and host into the lock file (``{"pid": N, "host": "H"}``), so :meth:`SqliteCheckpoints.holder`
 can say who holds a key: it probes the lock without waiting, and trusts the file's words only
 while the lock is held (a killed holder leaves them behind, unlocked).
+
+Until a checkpoint folds it in, a commit lives in ``<path>-wal``; a file copied, moved or
+restored without it, or a damaged ``-wal``, silently reads as an older file. So that this is
+refused (``TUBELESS_CHECKPOINT_CORRUPT``) rather than resumed from an older commit or started
+over (running again calls the lost commits recorded as running):
+
+- the table ``checkpoint_commits`` counts each key's commits (``seq``), and the lock file
+  records the count after each commit returns (``_leasefile``): a key with fewer commits than
+  its lock file records lost some;
+- a lease's first write marks its key ``live`` and checkpoints (``wal_checkpoint(FULL)``), so
+  the main file alone says that a run was writing the key; a clean release clears the mark and
+  checkpoints again (``TRUNCATE``). A live key whose lock file did not exist before it was
+  acquired was separated from its ``-wal`` and lease folder after a run was killed;
+- a file opened with a ``-wal`` to recover from passes ``PRAGMA quick_check`` first.
+
+So after a clean end the main file alone holds everything; after a kill, the file, its
+``-wal`` and its lease folder belong together.
 """
 
 from __future__ import annotations
@@ -14,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import sqlite3
 import stat
@@ -23,14 +39,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tubeless.durable._store import (
-    LeaseBase,
-    LeaseHolder,
-    StoredCheckpoint,
-    check_key,
-    this_holder,
+from tubeless.durable._leasefile import Held, read_holder, read_seq, write_words
+from tubeless.durable._store import LeaseBase, LeaseHolder, StoredCheckpoint, check_key
+from tubeless.errors import (
+    CHECKPOINT_CORRUPT,
+    CHECKPOINT_INVALID,
+    CHECKPOINT_LOCKED,
+    CheckpointError,
 )
-from tubeless.errors import CHECKPOINT_INVALID, CHECKPOINT_LOCKED, CheckpointError
 
 __all__ = ["SqliteCheckpoints"]
 
@@ -49,7 +65,26 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 #: ``checkpoints list`` probing it holds it for an instant (a real holder names itself at once).
 _PROBED_RETRIES = 20
 _PROBED_WAIT_S = 0.005
-_HOLDER_BYTES = 4096
+#: How long a lease's first write waits to put its mark in the main file (other processes
+#: checkpointing or reading); then the write fails, before anything acts on it.
+_MARK_WAIT_S = 30.0
+#: How long a release tries to fold the -wal in while other processes use the file (then the
+#: mark stays, and a copy of the file alone is refused for the key until a later clean end).
+_RELEASE_WAIT_S = 2.0
+_FOLD_RETRY_S = 0.002
+_COMMITS = """
+CREATE TABLE IF NOT EXISTS checkpoint_commits (
+    key TEXT PRIMARY KEY NOT NULL,
+    seq INTEGER NOT NULL,
+    live INTEGER NOT NULL
+) WITHOUT ROWID
+"""
+_COUNT = (
+    "INSERT INTO checkpoint_commits (key, seq, live) VALUES (?, ?, 1) "
+    "ON CONFLICT(key) DO UPDATE SET seq = excluded.seq, live = 1"
+)
+_COPY = "copy or move a checkpoint file with its -wal and .leases/ beside it"
+_RESTART = "start the key over with --restart (restart=True in Python), or use another key"
 
 _UPSERT = (
     "INSERT INTO checkpoints (key, document, updated_at_ms) VALUES (?, ?, ?) "
@@ -60,6 +95,10 @@ _UPSERT = (
 
 def _invalid(path: Path, why: str) -> CheckpointError:
     return CheckpointError(CHECKPOINT_INVALID, f"{path}: {why}")
+
+
+def _corrupt(path: Path, why: str) -> CheckpointError:
+    return CheckpointError(CHECKPOINT_CORRUPT, f"{path}: {why}")
 
 
 def _create_private(path: Path) -> None:
@@ -94,16 +133,24 @@ class SqliteCheckpoints:
         self.path = Path(path)
         _create_private(self.path)
         _check_private(self.path)
+        wal = Path(f"{self.path}-wal")
+        recovering = wal.exists() and wal.stat().st_size > 0  # before SQLite reads it
+        if recovering and self.path.stat().st_size == 0:
+            # SQLite writes the main file's header before any -wal exists: this one was emptied.
+            raise _corrupt(self.path, f"the file is empty but its {wal.name} is not; {self._over}")
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            self._prepare()
+            self._prepare(recovering)
         except sqlite3.DatabaseError as exc:
             self._db.close()
             if _write_failed(exc):  # a full disk is no reason to call the file foreign
                 raise _invalid(
                     self.path, f"cannot write the checkpoint file ({exc}; is the disk full?)"
                 ) from None
+            if recovering:
+                why = f"the file and its {wal.name} do not fit together ({exc})"
+                raise _corrupt(self.path, f"{why}; {self._over}") from None
             raise _invalid(self.path, f"not a checkpoint file ({exc})") from None
         except CheckpointError:
             self._db.close()
@@ -111,22 +158,42 @@ class SqliteCheckpoints:
         self._leases = Path(f"{self.path}.leases")
         self._leases.mkdir(mode=0o700, exist_ok=True)
 
-    def _prepare(self) -> None:
+    @property
+    def _over(self) -> str:
+        """What to do about a file that lost commits, whatever key."""
+        name = self.path.name
+        return (
+            f"{_COPY}, or remove {name}, {name}-wal and {name}.leases/ to start every key of it "
+            "over"
+        )
+
+    def _prepare(self, recovering: bool) -> None:
         db = self._db
+        db.execute("PRAGMA busy_timeout = 10000")
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         application_id = db.execute("PRAGMA application_id").fetchone()[0]
         if tables and application_id != APPLICATION_ID:
             what = "a trace store" if "pipeline_run_events" in tables else "another SQLite file"
             raise _invalid(self.path, f"not a checkpoint file (it is {what})")
+        if recovering:
+            # A -wal left by a killed process is read back now: damage shows here, or as
+            # missing commits (``_read``).
+            found = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if found != ["ok"]:
+                raise _corrupt(
+                    self.path, f"the integrity check failed ({'; '.join(found[:3])}); {self._over}"
+                )
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = FULL")
-        db.execute("PRAGMA busy_timeout = 10000")
         if not tables:
             db.execute("BEGIN IMMEDIATE")
             db.execute(_SCHEMA)
+            db.execute(_COMMITS)
             db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
+        elif "checkpoint_commits" not in tables:
+            db.execute(_COMMITS)  # a file of an earlier release: its keys have no count yet
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             raise _invalid(self.path, f"unsupported checkpoint file version {version}")
@@ -138,13 +205,15 @@ class SqliteCheckpoints:
 
     def acquire(self, key: str) -> LeaseBase:
         check_key(key)
-        fd = os.open(self._lock_file(key), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        path = self._lock_file(key)
+        existed = path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         for attempt in range(_PROBED_RETRIES):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                holder = _read_holder(fd)
+                holder = read_holder(fd)
                 if holder is not None or attempt + 1 == _PROBED_RETRIES:
                     os.close(fd)
                     held = f", {holder}" if holder is not None else ""
@@ -154,11 +223,10 @@ class SqliteCheckpoints:
                         "wait for it to finish, or stop it",
                     ) from None
                 time.sleep(_PROBED_WAIT_S)  # probed, or its holder has not named itself yet
+        seq = read_seq(fd)
         with contextlib.suppress(OSError):  # the lock is what counts; its holder is only shown
-            me = this_holder()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": me.pid, "host": me.host}).encode("utf-8"), 0)
-        return LeaseBase(self, key, fd)
+            write_words(fd, seq, holding=True)
+        return LeaseBase(self, key, Held(fd=fd, existed=existed, seq=seq))
 
     def holder(self, key: str) -> LeaseHolder | None:
         """Who holds ``key``'s lease now (``None``: nobody), probed without waiting."""
@@ -171,7 +239,7 @@ class SqliteCheckpoints:
                 # A shared lock conflicts with a holder's exclusive one, and is let go at once.
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                return _read_holder(fd) or LeaseHolder(pid=None, host=None)
+                return read_holder(fd) or LeaseHolder(pid=None, host=None)
             return None
         finally:
             os.close(fd)  # releases the probe's shared lock
@@ -181,12 +249,24 @@ class SqliteCheckpoints:
         return [StoredCheckpoint(key=k, document=d, updated_at_ms=t) for k, d, t in rows]
 
     def delete(self, key: str) -> bool:
-        with self.acquire(key), self._lock:
-            cursor = self._db.execute("DELETE FROM checkpoints WHERE key = ?", (key,))
+        with self.acquire(key) as lease, self._lock:
+            held = lease._token
+            assert isinstance(held, Held)
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                cursor = self._db.execute("DELETE FROM checkpoints WHERE key = ?", (key,))
+                self._db.execute("DELETE FROM checkpoint_commits WHERE key = ?", (key,))
+                self._db.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise _invalid(self.path, f"cannot delete the checkpoint ({exc})") from None
+            held.seq, held.verified = None, True  # the key starts over, with no count
             return cursor.rowcount > 0
 
     def close(self) -> None:
         with self._lock:
+            self._fold()
             self._db.close()
 
     # -- used by leases --------------------------------------------------------------------------
@@ -197,24 +277,79 @@ class SqliteCheckpoints:
             except sqlite3.DatabaseError as exc:
                 raise _invalid(self.path, f"cannot read checkpoints ({exc})") from None
 
-    def _read(self, key: str) -> str | None:
-        rows = self._query(
-            "SELECT key, document, updated_at_ms FROM checkpoints WHERE key = ?", (key,)
-        )
-        return rows[0][1] if rows else None
+    def _fold(self, mode: str = "TRUNCATE", wait_s: float = 0.0) -> bool:
+        """Checkpoint the -wal into the main file; whether all of it went in. Another process
+        checkpointing at the same time makes SQLite answer busy at once, so this tries again
+        for up to ``wait_s`` seconds. Holds ``_lock``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with contextlib.suppress(sqlite3.Error):
+                busy, _, _ = self._db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+                if busy == 0:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_FOLD_RETRY_S)
+
+    def _read(self, key: str, token: object) -> str | None:
+        assert isinstance(token, Held)
+        with self._lock:
+            try:
+                found = self._db.execute(
+                    "SELECT document FROM checkpoints WHERE key = ?", (key,)
+                ).fetchone()
+                count = self._db.execute(
+                    "SELECT seq, live FROM checkpoint_commits WHERE key = ?", (key,)
+                ).fetchone()
+            except sqlite3.DatabaseError as exc:
+                raise _invalid(self.path, f"cannot read checkpoints ({exc})") from None
+        if not token.verified:  # once read or written by this lease, the lease knows better
+            self._check(key, token, *(count if count is not None else (0, 0)))
+        token.verified = True
+        return found[0] if found is not None else None
+
+    def _check(self, key: str, token: Held, seq: int, live: int) -> None:
+        """Refuse a key whose commits the file lacks (see the module docstring)."""
+        name = self.path.name
+        if token.seq is not None and seq < token.seq:
+            raise _corrupt(
+                self.path,
+                f"checkpoint {key!r} lacks commits its lease file recorded (it holds {seq} of "
+                f"{token.seq}): {name}-wal was lost or damaged, or {name} was replaced or "
+                f"emptied, so calls it recorded could run twice; {_COPY}, or {_RESTART}",
+            )
+        if live and not token.existed:
+            raise _corrupt(
+                self.path,
+                f"checkpoint {key!r} was being written by a run that stopped, and the {name}-wal "
+                f"and {name}.leases/ it wrote beside the file are not here (the file was copied "
+                f"or moved alone?), so its last commits may be missing; {_COPY}, or {_RESTART}",
+            )
 
     def _release(self, key: str, token: object) -> None:
-        assert isinstance(token, int)
+        assert isinstance(token, Held)
+        if token.verified:
+            with self._lock, contextlib.suppress(sqlite3.Error):
+                # Every commit of the key is in the file: say so, and put it in the main file.
+                self._db.execute("UPDATE checkpoint_commits SET live = 0 WHERE key = ?", (key,))
+                if not self._fold():  # TRUNCATE waits for no reader; FULL for fewer
+                    self._fold("FULL", _RELEASE_WAIT_S)
         with contextlib.suppress(OSError):
-            os.ftruncate(token, 0)  # no holder named once it is let go
-        os.close(token)  # closing the descriptor releases the flock
+            write_words(token.fd, token.seq, holding=False)  # no holder named once let go
+        os.close(token.fd)  # closing the descriptor releases the flock
 
-    def _write(self, key: str, document: str) -> None:
+    def _write(self, key: str, document: str, token: object) -> None:
+        assert isinstance(token, Held)
         now = int(time.time() * 1000)
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
+                row = self._db.execute(
+                    "SELECT seq FROM checkpoint_commits WHERE key = ?", (key,)
+                ).fetchone()
+                seq = max(row[0] if row is not None else 0, token.seq or 0) + 1
                 self._db.execute(_UPSERT, (key, document, now))
+                self._db.execute(_COUNT, (key, seq))
                 self._db.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 if self._db.in_transaction:
@@ -224,23 +359,21 @@ class SqliteCheckpoints:
                     f"cannot write the checkpoint ({exc}); it keeps the last step committed"
                     " before, and once there is room the same command resumes from there",
                 ) from None
+            with contextlib.suppress(OSError):  # after the commit: the file holds at least seq
+                write_words(token.fd, seq, holding=True)
+            token.seq, token.verified = seq, True
+            if not token.marked:
+                # The main file must say the key is live before anything acts on this write.
+                if not self._fold("FULL", _MARK_WAIT_S):
+                    raise _invalid(
+                        self.path,
+                        f"cannot write the checkpoint (other processes kept the file busy for "
+                        f"{_MARK_WAIT_S:g} s)",
+                    )
+                token.marked = True
 
 
 def _write_failed(exc: BaseException) -> bool:
     """Whether SQLite could not write the file (a full disk, a file size limit, an I/O error)."""
     name = getattr(exc, "sqlite_errorname", None) or ""
     return name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR")
-
-
-def _read_holder(fd: int) -> LeaseHolder | None:
-    """The holder a lock file names, if it names one."""
-    try:
-        found = json.loads(os.pread(fd, _HOLDER_BYTES, 0) or b"null")
-    except (OSError, ValueError):
-        return None
-    if not isinstance(found, dict):
-        return None
-    pid, host = found.get("pid"), found.get("host")
-    return LeaseHolder(
-        pid=pid if type(pid) is int else None, host=host if isinstance(host, str) else None
-    )

@@ -135,9 +135,9 @@ def check_key(key: object) -> str:
 
 
 class _Backend(Protocol):
-    def _read(self, key: str) -> str | None: ...
+    def _read(self, key: str, token: object) -> str | None: ...
 
-    def _write(self, key: str, document: str) -> None: ...
+    def _write(self, key: str, document: str, token: object) -> None: ...
 
     def _release(self, key: str, token: object) -> None: ...
 
@@ -155,12 +155,12 @@ class LeaseBase:
         return self._store
 
     def read(self) -> str | None:
-        return self._owner()._read(self.key)
+        return self._owner()._read(self.key, self._token)
 
     def write(self, document: str) -> None:
         if not isinstance(document, str):
             raise TypeError("a checkpoint document is a str")
-        self._owner()._write(self.key, document)
+        self._owner()._write(self.key, document, self._token)
 
     def close(self) -> None:
         store, self._store = self._store, None
