@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import jsonschema.exceptions
+import jsonschema.protocols
 import jsonschema.validators
 import referencing
 import referencing.exceptions
@@ -60,6 +61,19 @@ _extend: Callable[..., type[jsonschema.Draft202012Validator]] = jsonschema.valid
 _DefaultFillingValidator = _extend(
     jsonschema.Draft202012Validator, {"properties": _properties_filling_defaults}
 )
+
+
+def _declared_validator(schema: Any) -> type[jsonschema.protocols.Validator] | None:
+    """The validator of the dialect ``schema``'s ``$schema`` names (draft 2020-12 without one),
+    or None for a ``$schema`` that names no dialect jsonschema knows."""
+    if isinstance(schema, dict) and "$schema" in schema and not isinstance(schema["$schema"], str):
+        return None
+    found: type[jsonschema.protocols.Validator] | None = jsonschema.validators.validator_for(
+        schema, default=cast(Any, None)
+    )
+    if found is None and not (isinstance(schema, dict) and "$schema" in schema):
+        return jsonschema.Draft202012Validator
+    return found
 
 
 def _jsonschema_issues(

@@ -25,19 +25,28 @@ from tubeless.mcp._errors import (
     MCP_TIMEOUT,
     MCP_TOOL_ERROR,
     MCP_TOOL_MISSING,
+    MCP_TOOL_UNUSABLE,
     MCP_UNAVAILABLE,
     McpError,
 )
 from tubeless.mcp._live import describe_servers
-from tubeless.mcp._server import DEFAULT_TIMEOUT_S, McpServer, mcp_tools, registered_name
+from tubeless.mcp._server import (
+    DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_TIMEOUT_S,
+    McpServer,
+    mcp_tools,
+    registered_name,
+)
 
 __all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TIMEOUT_S",
     "MCP_CONNECTION_FAILED",
     "MCP_PROTOCOL_ERROR",
     "MCP_TIMEOUT",
     "MCP_TOOL_ERROR",
     "MCP_TOOL_MISSING",
+    "MCP_TOOL_UNUSABLE",
     "MCP_UNAVAILABLE",
     "McpError",
     "McpServer",

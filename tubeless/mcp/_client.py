@@ -21,28 +21,34 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TextIO
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from tubeless._version import __version__
 from tubeless.agent import ToolContext, ToolError
 from tubeless.frozen import thaw
+from tubeless.mcp._content import result_text, result_value
 from tubeless.mcp._errors import (
     MCP_CONNECTION_FAILED,
     MCP_PROTOCOL_ERROR,
     MCP_TIMEOUT,
     MCP_TOOL_ERROR,
     MCP_TOOL_MISSING,
+    MCP_TOOL_UNUSABLE,
     MCP_UNAVAILABLE,
     McpError,
 )
+from tubeless.mcp._schemas import input_validator, output_problem, output_validator
+from tubeless.mcp._screen import Screen
+from tubeless.mcp._stderr import StderrLog
 from tubeless.pipeline import RunCancelledError
+from tubeless.schema import Schema
 
 if TYPE_CHECKING:
     from mcp import Client
-    from mcp.types import CallToolResult, Tool
 
     from tubeless.mcp._server import McpServer
 
@@ -65,16 +71,22 @@ def _require_sdk() -> None:
         ) from exc
 
 
-def _errlog() -> TextIO:
-    """Where a stdio server's stderr goes: ours when it is a real file, else the process's."""
-    try:
-        sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return sys.__stderr__ or open(os.devnull, "w")
-    return sys.stderr
+@dataclass
+class _Wire:
+    """What one connection learns below MCP: the listing as sent, the last HTTP error status."""
+
+    screen: Screen = field(default_factory=Screen)
+    stderr: StderrLog | None = None
+    http_error: tuple[int, str] | None = None
 
 
-def _transport(server: McpServer) -> Any:
+def shown_url(url: str) -> str:
+    """``url`` without user info, query or fragment (where credentials would be)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
+def _transport(server: McpServer, wire: _Wire) -> Any:
     if server.command is not None:
         from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
@@ -85,7 +97,8 @@ def _transport(server: McpServer) -> Any:
             env=dict(server.env) or None,
             cwd=server.cwd,
         )
-        return stdio_client(params, errlog=_errlog())
+        wire.stderr = StderrLog(server.name)
+        return wire.screen.wrap(stdio_client(params, errlog=wire.stderr.file))
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
@@ -100,10 +113,19 @@ def _transport(server: McpServer) -> Any:
                 server=server.name,
             )
         headers[header] = value
+
+    async def seen(response: Any) -> None:
+        # The SDK turns an HTTP error status into a JSON-RPC error (a 404 into -32601): keep
+        # the status to say what really happened.
+        if response.status_code >= 400:
+            wire.http_error = (response.status_code, response.reason_phrase or "")
+
     timeout = httpx2.Timeout(server.timeout_s, read=max(server.timeout_s, 300.0))
-    http = httpx2.AsyncClient(headers=headers, timeout=timeout)
+    http = httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks={"response": [seen]})
     assert server.url is not None
-    return _HttpTransport(streamable_http_client(server.url, http_client=http), http)
+    return wire.screen.wrap(
+        _HttpTransport(streamable_http_client(server.url, http_client=http), http)
+    )
 
 
 class _HttpTransport:
@@ -128,9 +150,12 @@ class _HttpTransport:
             await self._http.__aexit__(None, None, None)
 
 
-def _failure(server: McpServer, exc: BaseException, during: str) -> McpError:
+def _failure(
+    server: McpServer, exc: BaseException, during: str, wire: _Wire | None = None
+) -> McpError:
     """A fatal error for a transport failure or a timeout."""
     from mcp import MCPError
+    from pydantic import ValidationError
 
     if isinstance(exc, McpError):
         return exc
@@ -140,50 +165,80 @@ def _failure(server: McpServer, exc: BaseException, during: str) -> McpError:
             f"MCP server {server.name!r} did not answer {during} within {server.timeout_s:g} s.",
             server=server.name,
         )
+    where = "" if server.url is None else f" at {shown_url(server.url)}"
+    if wire is not None and wire.http_error is not None and isinstance(exc, MCPError):
+        status, reason = wire.http_error
+        hint = ": is that its MCP endpoint?" if status == 404 else "."
+        reason = f" ({reason})" if reason else ""
+        return McpError(
+            MCP_CONNECTION_FAILED,
+            f"MCP server {server.name!r} answered HTTP {status}{reason}{where} during {during}"
+            + hint,
+            server=server.name,
+        )
     if isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
         detail = "closed the connection"
     elif isinstance(exc, MCPError):
         detail = f"answered with JSON-RPC error {exc.code}"
     elif isinstance(exc, OSError) and server.command is not None:
         detail = f"could not be started ({type(exc).__name__}: {exc.strerror or exc})"
+    elif isinstance(exc, ValidationError):
+        detail = "sent an answer that is not valid MCP"
+    elif server.url is not None and _unreachable(exc):
+        text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        return McpError(
+            MCP_CONNECTION_FAILED,
+            f"MCP server {server.name!r} could not be reached{where} during {during} "
+            f"({type(exc).__name__}{': ' + text if text else ''}).",
+            server=server.name,
+        )
     else:
         detail = f"failed ({type(exc).__name__})"
     return McpError(
         MCP_CONNECTION_FAILED,
-        f"MCP server {server.name!r} {detail} during {during}.",
+        f"MCP server {server.name!r}{where} {detail} during {during}.",
         server=server.name,
     )
 
 
-async def _list_tools(client: Client) -> dict[str, Tool]:
-    tools: dict[str, Tool] = {}
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is an HTTP transport failure (nothing listens, DNS, TLS, a reset)."""
+    import httpx2
+
+    return isinstance(exc, httpx2.TransportError | OSError)
+
+
+async def _list_tools(client: Client, screen: Screen) -> dict[str, dict[str, Any]]:
+    """Every tool the server lists, as it sent them (the SDK's parse is screened)."""
     cursor: str | None = None
     for _ in range(_MAX_PAGES):
         page = await client.list_tools(cursor=cursor)
-        for tool in page.tools:
-            tools.setdefault(tool.name, tool)
         cursor = page.next_cursor
         if cursor is None:
             break
-    return tools
-
-
-def _text(result: CallToolResult) -> str:
-    from mcp.types import TextContent
-
-    return "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+    return dict(screen.listed)
 
 
 class McpSession:
-    """One open connection: the server's tools by name, and calls to them."""
+    """One open connection: the server's tools by name (as listed), and calls to them."""
 
-    def __init__(self, server: McpServer, client: Client, tools: Mapping[str, Tool]) -> None:
+    def __init__(
+        self, server: McpServer, client: Client, tools: Mapping[str, Mapping[str, Any]]
+    ) -> None:
         self.server = server
         self.tools = dict(tools)
         self._client = client
+        self._inputs: dict[str, Schema] = {}
+        self._outputs: dict[str, Schema | str] = {}
 
     def describe(self, name: str) -> tuple[str, Mapping[str, Any]]:
-        """The server's description and input schema of tool ``name``."""
+        """The server's description and input schema of tool ``name``.
+
+        Raises:
+            McpError: ``TUBELESS_MCP_TOOL_MISSING`` when the server does not list it,
+                ``TUBELESS_MCP_TOOL_UNUSABLE`` when it cannot be called (an input schema
+                tubeless cannot use, or task-augmented execution required).
+        """
         tool = self.tools.get(name)
         if tool is None:
             offered = ", ".join(sorted(self.tools)) or "none"
@@ -192,10 +247,45 @@ class McpSession:
                 f"MCP server {self.server.name!r} offers no tool {name!r} (it offers: {offered}).",
                 server=self.server.name,
             )
-        return tool.description or "", tool.input_schema
+        if name not in self._inputs:
+            self._inputs[name] = self._usable(name, tool)
+        description = tool.get("description")
+        return description if isinstance(description, str) else "", tool["inputSchema"]
+
+    def validator(self, name: str) -> Schema:
+        """How tool ``name``'s arguments are validated: its input schema in its own dialect,
+        filling no defaults (the server gets the arguments as chosen)."""
+        self.describe(name)
+        return self._inputs[name]
+
+    def _usable(self, name: str, tool: Mapping[str, Any]) -> Schema:
+        execution = tool.get("execution")
+        if isinstance(execution, Mapping) and execution.get("taskSupport") == "required":
+            found: Schema | str = (
+                "it requires task-augmented execution (execution.taskSupport: required), "
+                "which tubeless does not use"
+            )
+        else:
+            found = input_validator(tool.get("inputSchema"))
+        if isinstance(found, str):
+            raise McpError(
+                MCP_TOOL_UNUSABLE,
+                f"MCP server {self.server.name!r} offers tool {name!r}, which cannot be called: "
+                f"{found}.",
+                server=self.server.name,
+            )
+        return found
+
+    def _output_problem(self, name: str, structured: Any) -> str | None:
+        schema = self.tools.get(name, {}).get("outputSchema")
+        if schema is None:
+            return None
+        if name not in self._outputs:
+            self._outputs[name] = output_validator(name, schema)
+        return output_problem(name, self._outputs[name], structured)
 
     async def call(self, name: str, arguments: Any, ctx: ToolContext) -> Any:
-        """Call tool ``name``: the structured content when present, else the text content."""
+        """Call tool ``name``: its value as ``tubeless.mcp._content`` makes it."""
         from mcp import MCPError
         from pydantic import ValidationError
 
@@ -227,11 +317,12 @@ class McpSession:
         except Exception as exc:
             raise _failure(self.server, exc, f"tool {name!r}") from exc
         if result.is_error:
-            text = _text(result) or f"Tool {name!r} reported an error."
+            text = result_text(result) or f"Tool {name!r} reported an error."
             raise ToolError(MCP_TOOL_ERROR, text[:_MAX_MESSAGE])
-        if result.structured_content is not None:
-            return result.structured_content
-        return _text(result)
+        problem = self._output_problem(name, result.structured_content)
+        if problem is not None:
+            raise ToolError(MCP_PROTOCOL_ERROR, problem[:_MAX_MESSAGE])
+        return result_value(name, result, self.server.max_result_bytes)
 
 
 async def _own(server: McpServer, ready: asyncio.Future[McpSession], close: asyncio.Event) -> None:
@@ -239,24 +330,30 @@ async def _own(server: McpServer, ready: asyncio.Future[McpSession], close: asyn
     from mcp import Client
     from mcp.types import Implementation
 
+    wire = _Wire()
     try:
         async with Client(
-            _transport(server),
+            _transport(server, wire),
             read_timeout_seconds=server.timeout_s,
             client_info=Implementation(name="tubeless", version=__version__),
         ) as client:
-            tools = await _list_tools(client)
+            if wire.stderr is not None:
+                wire.stderr.release()  # the server has its own end now
+            tools = await _list_tools(client, wire.screen)
             ready.set_result(McpSession(server, client, tools))
             await close.wait()
     except BaseException as exc:
         during = "the run" if ready.done() else "connect and list tools"
         leaf = _first(exc) if isinstance(exc, BaseExceptionGroup) else exc
         if not ready.done():
-            ready.set_exception(_failure(server, leaf, during))
+            ready.set_exception(_failure(server, leaf, during, wire))
             return
         if isinstance(exc, asyncio.CancelledError):
             raise
-        raise _failure(server, leaf, during) from exc
+        raise _failure(server, leaf, during, wire) from exc
+    finally:
+        if wire.stderr is not None:
+            wire.stderr.release()
 
 
 @asynccontextmanager
