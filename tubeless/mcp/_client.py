@@ -2,13 +2,16 @@
 
 One :func:`open_session` per server per agent invocation: the SDK's ``Client`` over
 ``stdio_client`` (a subprocess in its own session, stopped when the context closes, even on
-cancellation) or ``streamable_http_client``. The handshake and the tool listing happen on
-entry; each request may take ``timeout_s``.
+cancellation; its stderr goes to the ``tubeless.run`` logger) or ``streamable_http_client``,
+with a :class:`~tubeless.mcp._screen.Screen` between transport and SDK that keeps the listing
+as sent. The handshake and the tool listing happen on entry; each request may take
+``timeout_s``.
 
 How failures map:
 
 - the result's ``isError`` → ``ToolError(MCP_TOOL_ERROR, <its text>)`` (an outcome);
-- a JSON-RPC error answer, or a result that is not valid MCP → ``ToolError(MCP_PROTOCOL_ERROR)``;
+- a JSON-RPC error answer, a result that is not valid MCP, structured content that breaks the
+  tool's output schema, or a value past ``max_result_bytes`` → ``ToolError(MCP_PROTOCOL_ERROR)``;
 - a request past ``timeout_s`` → :class:`McpError` ``TUBELESS_MCP_TIMEOUT`` (fatal);
 - a closed connection, a server that died or cannot start, any transport failure →
   ``TUBELESS_MCP_CONNECTION_FAILED`` (fatal).
@@ -20,21 +23,16 @@ Cancellation (the run's token, or the task) abandons the request; the SDK then s
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from tubeless._version import __version__
 from tubeless.agent import ToolContext, ToolError
 from tubeless.frozen import thaw
 from tubeless.mcp._content import result_text, result_value
 from tubeless.mcp._errors import (
-    MCP_CONNECTION_FAILED,
     MCP_PROTOCOL_ERROR,
-    MCP_TIMEOUT,
     MCP_TOOL_ERROR,
     MCP_TOOL_MISSING,
     MCP_TOOL_UNUSABLE,
@@ -43,7 +41,13 @@ from tubeless.mcp._errors import (
 )
 from tubeless.mcp._schemas import input_validator, output_problem, output_validator
 from tubeless.mcp._screen import Screen
-from tubeless.mcp._stderr import StderrLog
+from tubeless.mcp._transport import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    Wire,
+    failure,
+    transport,
+)
 from tubeless.pipeline import RunCancelledError
 from tubeless.schema import Schema
 
@@ -56,9 +60,6 @@ __all__ = ["McpSession", "open_session"]
 
 _MAX_MESSAGE = 4096
 _MAX_PAGES = 100
-#: JSON-RPC codes the SDK uses for its own failures (mcp_types.jsonrpc).
-_CONNECTION_CLOSED = -32000
-_REQUEST_TIMEOUT = -32001
 
 
 def _require_sdk() -> None:
@@ -69,143 +70,6 @@ def _require_sdk() -> None:
             MCP_UNAVAILABLE,
             "MCP servers need the optional mcp SDK: pip install 'tubeless[mcp]'",
         ) from exc
-
-
-@dataclass
-class _Wire:
-    """What one connection learns below MCP: the listing as sent, the last HTTP error status."""
-
-    screen: Screen = field(default_factory=Screen)
-    stderr: StderrLog | None = None
-    http_error: tuple[int, str] | None = None
-
-
-def shown_url(url: str) -> str:
-    """``url`` without user info, query or fragment (where credentials would be)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
-
-
-def _transport(server: McpServer, wire: _Wire) -> Any:
-    if server.command is not None:
-        from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
-
-        params = StdioServerParameters(
-            command=server.command[0],
-            args=list(server.command[1:]),
-            env=dict(server.env) or None,
-            cwd=server.cwd,
-        )
-        wire.stderr = StderrLog(server.name)
-        return wire.screen.wrap(stdio_client(params, errlog=wire.stderr.file))
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    headers: dict[str, str] = {}
-    for header, variable in server.headers_env:
-        value = os.environ.get(variable)
-        if not value:
-            raise McpError(
-                MCP_CONNECTION_FAILED,
-                f"MCP server {server.name!r}: header {header!r} needs the environment variable "
-                f"{variable}, which is not set.",
-                server=server.name,
-            )
-        headers[header] = value
-
-    async def seen(response: Any) -> None:
-        # The SDK turns an HTTP error status into a JSON-RPC error (a 404 into -32601): keep
-        # the status to say what really happened.
-        if response.status_code >= 400:
-            wire.http_error = (response.status_code, response.reason_phrase or "")
-
-    timeout = httpx2.Timeout(server.timeout_s, read=max(server.timeout_s, 300.0))
-    http = httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks={"response": [seen]})
-    assert server.url is not None
-    return wire.screen.wrap(
-        _HttpTransport(streamable_http_client(server.url, http_client=http), http)
-    )
-
-
-class _HttpTransport:
-    """``streamable_http_client`` with the HTTP client it was given, closed after it."""
-
-    def __init__(self, inner: Any, http: Any) -> None:
-        self._inner = inner
-        self._http = http
-
-    async def __aenter__(self) -> Any:
-        await self._http.__aenter__()
-        try:
-            return await self._inner.__aenter__()
-        except BaseException:
-            await self._http.__aexit__(None, None, None)
-            raise
-
-    async def __aexit__(self, *exc: Any) -> bool | None:
-        try:
-            return bool(await self._inner.__aexit__(*exc))
-        finally:
-            await self._http.__aexit__(None, None, None)
-
-
-def _failure(
-    server: McpServer, exc: BaseException, during: str, wire: _Wire | None = None
-) -> McpError:
-    """A fatal error for a transport failure or a timeout."""
-    from mcp import MCPError
-    from pydantic import ValidationError
-
-    if isinstance(exc, McpError):
-        return exc
-    if isinstance(exc, MCPError) and exc.code == _REQUEST_TIMEOUT:
-        return McpError(
-            MCP_TIMEOUT,
-            f"MCP server {server.name!r} did not answer {during} within {server.timeout_s:g} s.",
-            server=server.name,
-        )
-    where = "" if server.url is None else f" at {shown_url(server.url)}"
-    if wire is not None and wire.http_error is not None and isinstance(exc, MCPError):
-        status, reason = wire.http_error
-        hint = ": is that its MCP endpoint?" if status == 404 else "."
-        reason = f" ({reason})" if reason else ""
-        return McpError(
-            MCP_CONNECTION_FAILED,
-            f"MCP server {server.name!r} answered HTTP {status}{reason}{where} during {during}"
-            + hint,
-            server=server.name,
-        )
-    if isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
-        detail = "closed the connection"
-    elif isinstance(exc, MCPError):
-        detail = f"answered with JSON-RPC error {exc.code}"
-    elif isinstance(exc, OSError) and server.command is not None:
-        detail = f"could not be started ({type(exc).__name__}: {exc.strerror or exc})"
-    elif isinstance(exc, ValidationError):
-        detail = "sent an answer that is not valid MCP"
-    elif server.url is not None and _unreachable(exc):
-        text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        return McpError(
-            MCP_CONNECTION_FAILED,
-            f"MCP server {server.name!r} could not be reached{where} during {during} "
-            f"({type(exc).__name__}{': ' + text if text else ''}).",
-            server=server.name,
-        )
-    else:
-        detail = f"failed ({type(exc).__name__})"
-    return McpError(
-        MCP_CONNECTION_FAILED,
-        f"MCP server {server.name!r}{where} {detail} during {during}.",
-        server=server.name,
-    )
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` is an HTTP transport failure (nothing listens, DNS, TLS, a reset)."""
-    import httpx2
-
-    return isinstance(exc, httpx2.TransportError | OSError)
 
 
 async def _list_tools(client: Client, screen: Screen) -> dict[str, dict[str, Any]]:
@@ -306,8 +170,8 @@ class McpSession:
         try:
             result = request.result()
         except MCPError as exc:
-            if exc.code in (_CONNECTION_CLOSED, _REQUEST_TIMEOUT):
-                raise _failure(self.server, exc, f"tool {name!r}") from None
+            if exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                raise failure(self.server, exc, f"tool {name!r}") from None
             message = f"{exc.message} (JSON-RPC error {exc.code})"
             raise ToolError(MCP_PROTOCOL_ERROR, message[:_MAX_MESSAGE]) from None
         except ValidationError:
@@ -315,7 +179,7 @@ class McpSession:
                 MCP_PROTOCOL_ERROR, f"The answer to tool {name!r} is not a valid MCP result."
             ) from None
         except Exception as exc:
-            raise _failure(self.server, exc, f"tool {name!r}") from exc
+            raise failure(self.server, exc, f"tool {name!r}") from exc
         if result.is_error:
             text = result_text(result) or f"Tool {name!r} reported an error."
             raise ToolError(MCP_TOOL_ERROR, text[:_MAX_MESSAGE])
@@ -330,10 +194,10 @@ async def _own(server: McpServer, ready: asyncio.Future[McpSession], close: asyn
     from mcp import Client
     from mcp.types import Implementation
 
-    wire = _Wire()
+    wire = Wire()
     try:
         async with Client(
-            _transport(server, wire),
+            transport(server, wire),
             read_timeout_seconds=server.timeout_s,
             client_info=Implementation(name="tubeless", version=__version__),
         ) as client:
@@ -346,11 +210,11 @@ async def _own(server: McpServer, ready: asyncio.Future[McpSession], close: asyn
         during = "the run" if ready.done() else "connect and list tools"
         leaf = _first(exc) if isinstance(exc, BaseExceptionGroup) else exc
         if not ready.done():
-            ready.set_exception(_failure(server, leaf, during, wire))
+            ready.set_exception(failure(server, leaf, during, wire))
             return
         if isinstance(exc, asyncio.CancelledError):
             raise
-        raise _failure(server, leaf, during, wire) from exc
+        raise failure(server, leaf, during, wire) from exc
     finally:
         if wire.stderr is not None:
             wire.stderr.release()
