@@ -207,8 +207,9 @@ def test_json_schema_in_its_declared_dialect_without_defaults() -> None:
         "$schema": "http://json-schema.org/draft-04/schema#",
         "properties": {"x": {"type": "number", "minimum": 0, "exclusiveMinimum": True}},
     }
-    with pytest.raises(SchemaValidationError):
+    with pytest.raises(SchemaValidationError) as caught:
         Schema.json(draft4, dialect="declared").validate({"x": 0})
+    assert str(caught.value) == "x: must be greater than 0"
     unknown = {"$schema": "https://example.com/my-dialect"}
     with pytest.raises(SchemaDefinitionError, match=r"\$schema names no known dialect"):
         Schema.json(unknown, dialect="declared")

@@ -161,6 +161,10 @@ def _describe_error(error: jsonschema.exceptions.ValidationError) -> str:
             return f"should have at least {expected} propert{'y' if expected == 1 else 'ies'}"
         case "maxProperties":
             return f"should have at most {expected} propert{'y' if expected == 1 else 'ies'}"
+        case "minimum" if schema.get("exclusiveMinimum") is True:  # draft-04's spelling
+            return f"must be greater than {expected}"
+        case "maximum" if schema.get("exclusiveMaximum") is True:
+            return f"must be less than {expected}"
         case "minimum":
             return f"must be greater than or equal to {expected}"
         case "maximum":

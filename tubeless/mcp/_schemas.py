@@ -100,6 +100,8 @@ def input_validator(schema: Any) -> Schema | str:
         )
     except RecursionError:
         return "its input schema is nested too deeply"
+    except Exception as err:  # referencing refusing an odd schema: still this tool's problem
+        return f"its input schema's references cannot be followed ({type(err).__name__})"
     if ref is not None and ref.startswith("#"):
         return f"its input schema has a $ref that does not resolve ({ref!r})"
     if ref is not None:
