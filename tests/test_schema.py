@@ -183,6 +183,38 @@ def test_json_schema_is_unaffected_by_later_changes_to_the_given_dict() -> None:
 # -- validation errors ----------------------------------------------------------------------------
 
 
+def test_json_schema_in_its_declared_dialect_without_defaults() -> None:
+    """``dialect="declared"`` reads ``$schema`` (a draft-07 tuple, draft-04 exclusiveMinimum);
+    ``defaults=False`` leaves missing properties missing."""
+    tuple_schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {
+            "pair": {"type": "array", "items": [{"type": "string"}, {"type": "number"}]},
+            "n": {"type": "integer", "default": 10},
+        },
+    }
+    with pytest.raises(SchemaDefinitionError):
+        Schema.json(tuple_schema)
+    declared = Schema.json(tuple_schema, dialect="declared", defaults=False)
+    assert declared.validate({"pair": ["a", 1]}) == {"pair": ["a", 1]}
+    with pytest.raises(SchemaValidationError):
+        declared.validate({"pair": [1, "a"]})
+    assert declared != Schema.json(tuple_schema, dialect="declared")
+    assert Schema.json(tuple_schema, dialect="declared").validate({}) == {"n": 10}
+
+    draft4 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "properties": {"x": {"type": "number", "minimum": 0, "exclusiveMinimum": True}},
+    }
+    with pytest.raises(SchemaValidationError) as caught:
+        Schema.json(draft4, dialect="declared").validate({"x": 0})
+    assert str(caught.value) == "x: must be greater than 0"
+    unknown = {"$schema": "https://example.com/my-dialect"}
+    with pytest.raises(SchemaDefinitionError, match=r"\$schema names no known dialect"):
+        Schema.json(unknown, dialect="declared")
+
+
 def test_model_validation_issues_carry_pydantic_messages_and_paths() -> None:
     class Batch(pydantic.BaseModel):
         questions: list[Question]

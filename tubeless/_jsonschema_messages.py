@@ -10,10 +10,11 @@ names are identifiers and may be shown, values never are.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import jsonschema.exceptions
+import jsonschema.protocols
 import jsonschema.validators
 import referencing
 import referencing.exceptions
@@ -63,6 +64,19 @@ _DefaultFillingValidator = _extend(
     jsonschema.Draft202012Validator,
     {"properties": _properties_filling_defaults, **PATTERN_KEYWORDS},
 )
+
+
+def _declared_validator(schema: Any) -> type[jsonschema.protocols.Validator] | None:
+    """The validator of the dialect ``schema``'s ``$schema`` names (draft 2020-12 without one),
+    or None for a ``$schema`` that names no dialect jsonschema knows."""
+    if isinstance(schema, dict) and "$schema" in schema and not isinstance(schema["$schema"], str):
+        return None
+    found: type[jsonschema.protocols.Validator] | None = jsonschema.validators.validator_for(
+        schema, default=cast(Any, None)
+    )
+    if found is None and not (isinstance(schema, dict) and "$schema" in schema):
+        return jsonschema.Draft202012Validator
+    return found
 
 
 def _jsonschema_issues(
@@ -155,6 +169,10 @@ def _describe_error(error: jsonschema.exceptions.ValidationError) -> str:
             return f"should have at least {expected} propert{'y' if expected == 1 else 'ies'}"
         case "maxProperties":
             return f"should have at most {expected} propert{'y' if expected == 1 else 'ies'}"
+        case "minimum" if schema.get("exclusiveMinimum") is True:  # draft-04's spelling
+            return f"must be greater than {expected}"
+        case "maximum" if schema.get("exclusiveMaximum") is True:
+            return f"must be less than {expected}"
         case "minimum":
             return f"must be greater than or equal to {expected}"
         case "maximum":

@@ -52,7 +52,8 @@ varies shows its family. Grouped by the layer that raises them::
     │
     │   MCP servers: tubeless.mcp (their tool outcomes are MCP_TOOL_ERROR, MCP_PROTOCOL_ERROR)
     └── McpError                        TUBELESS_MCP_* (.server): no SDK, transport, timeout,
-                                        an included tool the server lacks; fatal to a run
+                                        an included tool the server lacks or that cannot be
+                                        called (TOOL_UNUSABLE); fatal to a run
 
 Other exceptions tubeless raises subclass the built-in their callers already catch::
 

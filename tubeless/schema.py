@@ -133,7 +133,13 @@ class Schema:
         return cls(source)
 
     @classmethod
-    def json(cls, schema: Mapping[str, Any]) -> Schema:
+    def json(
+        cls,
+        schema: Mapping[str, Any],
+        *,
+        dialect: Literal["2020-12", "declared"] = "2020-12",
+        defaults: bool = True,
+    ) -> Schema:
         """A schema validated by jsonschema (draft 2020-12), filling ``default`` values.
 
         The dict is checked against the draft 2020-12 meta-schema here, and copied: later
@@ -141,16 +147,25 @@ class Schema:
         missing object properties with a ``default`` get a copy of it; tuples and
         ``FrozenDict`` values validate as arrays and objects and come back as lists and dicts.
 
+        Args:
+            schema: The JSON Schema.
+            dialect: ``"declared"`` reads the schema in the dialect its ``$schema`` names
+                (draft-04, -06, -07, 2019-09, 2020-12; 2020-12 without one), for schemas
+                written elsewhere (an MCP server's); :meth:`json_schema` is then the schema as
+                given, in that dialect.
+            defaults: ``False`` leaves missing properties missing: the value is a plain copy
+                of the input.
+
         Raises:
             SchemaDefinitionError: If ``schema`` is not a mapping of plain JSON data or is not
-                a valid draft 2020-12 JSON Schema.
+                a valid JSON Schema of its dialect (a ``$schema`` naming no known dialect too).
         """
         if not isinstance(schema, Mapping):
             raise SchemaDefinitionError(
                 f"Schema.json() expects a JSON Schema dict, got {type(schema).__name__!r}"
             )
         instance = object.__new__(cls)
-        instance._init_json(dict(schema))
+        instance._init_json(dict(schema), dialect=dialect, defaults=defaults)
         return instance
 
     # -- construction ---------------------------------------------------------------------
@@ -206,15 +221,32 @@ class Schema:
 
         self._set(kind="adapter", source=source, validate=validate, adapter=adapter)
 
-    def _init_json(self, schema: dict[str, Any]) -> None:
+    def _init_json(
+        self,
+        schema: dict[str, Any],
+        *,
+        dialect: Literal["2020-12", "declared"] = "2020-12",
+        defaults: bool = True,
+    ) -> None:
         try:
             frozen = freeze(schema)
         except FreezeError as err:
             raise SchemaDefinitionError(f"Invalid JSON Schema: {err}") from err
         plain = thaw(frozen)  # jsonschema wants lists for arrays; this copy is never shared
         tools = _json_schema_tools()
+        kind: Any = tools.jsonschema.Draft202012Validator
+        if dialect == "declared":
+            kind = tools._declared_validator(plain)
+            if kind is None:
+                raise SchemaDefinitionError("Invalid JSON Schema: $schema names no known dialect")
+        if defaults:
+            kind = (
+                tools._DefaultFillingValidator
+                if kind is tools.jsonschema.Draft202012Validator
+                else tools._extend(kind, {"properties": tools._properties_filling_defaults})
+            )
         try:
-            tools._DefaultFillingValidator.check_schema(plain)
+            kind.check_schema(plain)
         except tools.SchemaError as err:
             where = tools._pointer(err.absolute_path)
             raise SchemaDefinitionError(
@@ -222,7 +254,7 @@ class Schema:
             ) from err
         # An empty registry: a ``$ref`` to a URL is an error, never a network fetch (jsonschema's
         # default registry still downloads remote references, with a deprecation warning).
-        validator = tools._DefaultFillingValidator(plain, registry=tools.Registry())
+        validator = kind(plain, registry=tools.Registry())
         unresolvable = tools.Unresolvable
         issues_of = tools._jsonschema_issues
         bounded_patterns = tools.bounded_patterns
@@ -251,7 +283,10 @@ class Schema:
             kind="json",
             source=frozen,
             validate=validate,
-            frozen_json=canonical_json(frozen),
+            # The options join the identity: the same dict read otherwise validates otherwise.
+            frozen_json=canonical_json(
+                frozen if (dialect, defaults) == ("2020-12", True) else [frozen, dialect, defaults]
+            ),
             json_schema=frozen,
         )
 

@@ -31,6 +31,7 @@ TOOLS = {
     "crash": ("Exits the server process in the middle of the call.", _NONE),
     "hang": ("Never answers.", _NONE),
     "secret": ("A tool the tests never include.", _NONE),
+    "picture": ("Answers a caption, an image and a resource link.", _NONE),
 }
 
 
@@ -71,6 +72,14 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         )
     if name == "shout":
         return types.CallToolResult(content=[types.TextContent(text=arguments["text"].upper())])
+    if name == "picture":
+        return types.CallToolResult(
+            content=[
+                types.TextContent(text="a caption"),
+                types.ImageContent(data="iVBORw0KGgo=", mime_type="image/png"),
+                types.ResourceLink(uri="test://picture", name="picture", size=8),
+            ]
+        )
     if name == "fail":
         return types.CallToolResult(content=[types.TextContent(text="it broke")], is_error=True)
     if name == "protocol":

@@ -103,6 +103,21 @@ def test_decide_sees_the_servers_descriptors_and_calls_return_values_or_outcomes
     _assert_stdio_process_gone(served)
 
 
+def test_a_result_with_an_image_keeps_every_block_over_either_transport(served: Served) -> None:
+    agent = one_turn_agent(served.make(), ["picture"], [("t__picture", {})], [])
+
+    [outcome] = agent.run_sync({})
+
+    assert outcome["value"] == {
+        "text": "a caption",
+        "content": [
+            {"type": "text", "text": "a caption"},
+            {"type": "image", "mime_type": "image/png", "data": "iVBORw0KGgo="},
+            {"type": "resource_link", "uri": "test://picture", "name": "picture", "size": 8},
+        ],
+    }
+
+
 def test_arguments_are_validated_by_the_servers_schema_before_any_call(served: Served) -> None:
     calls = [("t__shout", {"text": "fine"}), ("t__echo", {"words": "no text"})]
     agent = one_turn_agent(served.make(), ["echo", "shout"], calls, [])
@@ -136,8 +151,8 @@ def test_an_included_tool_the_server_lacks_fails_the_run_listing_what_it_offers(
     assert run.status == "failed"
     assert MCP_TOOL_MISSING in source_codes(run)
     assert (
-        "MCP server 't' offers no tool 'nope' (it offers: crash, echo, fail, hang, protocol, "
-        "secret, shout)."
+        "MCP server 't' offers no tool 'nope' (it offers: crash, echo, fail, hang, picture, "
+        "protocol, secret, shout)."
     ) in run.errors[0].format()
     assert not [line for line in served.lines() if line.startswith("call ")]
     _assert_stdio_process_gone(served)

@@ -55,6 +55,10 @@ class SourceSession(Protocol):
         """The live ``(description, input JSON Schema)`` of tool ``name``; raises if absent."""
         ...
 
+    def validator(self, name: str) -> Schema:
+        """How tool ``name``'s arguments are validated (the source reads its own schemas)."""
+        ...
+
     async def call(self, name: str, arguments: Any, ctx: ToolContext) -> Any:
         """Run tool ``name``; raise ``ToolError`` for a failure the agent may recover from."""
         ...
@@ -152,7 +156,7 @@ def _live_entry(
     label = f"The input schema of tool {entry.name!r}"
     json_schema = descriptor(schema, label)
     try:
-        validator = Schema.json(dict(schema))
+        validator = session.validator(remote.name)
     except (SchemaDefinitionError, TypeError, ValueError) as exc:
         raise AgentDefinitionError(f"{label} is not a usable JSON Schema: {exc}") from exc
     fields = {name: getattr(entry.tool, name) for name in Tool.__slots__}

@@ -2,13 +2,16 @@
 
 One :func:`open_session` per server per agent invocation: the SDK's ``Client`` over
 ``stdio_client`` (a subprocess in its own session, stopped when the context closes, even on
-cancellation) or ``streamable_http_client``. The handshake and the tool listing happen on
-entry; each request may take ``timeout_s``.
+cancellation; its stderr goes to the ``tubeless.run`` logger) or ``streamable_http_client``,
+with a :class:`~tubeless.mcp._screen.Screen` between transport and SDK that keeps the listing
+as sent. The handshake and the tool listing happen on entry; each request may take
+``timeout_s``.
 
 How failures map:
 
 - the result's ``isError`` → ``ToolError(MCP_TOOL_ERROR, <its text>)`` (an outcome);
-- a JSON-RPC error answer, or a result that is not valid MCP → ``ToolError(MCP_PROTOCOL_ERROR)``;
+- a JSON-RPC error answer, a result that is not valid MCP, structured content that breaks the
+  tool's output schema, or a value past ``max_result_bytes`` → ``ToolError(MCP_PROTOCOL_ERROR)``;
 - a request past ``timeout_s`` → :class:`McpError` ``TUBELESS_MCP_TIMEOUT`` (fatal);
 - a closed connection, a server that died or cannot start, any transport failure →
   ``TUBELESS_MCP_CONNECTION_FAILED`` (fatal).
@@ -20,29 +23,36 @@ Cancellation (the run's token, or the task) abandons the request; the SDK then s
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from tubeless._version import __version__
 from tubeless.agent import ToolContext, ToolError
 from tubeless.frozen import thaw
+from tubeless.mcp._content import result_text, result_value
 from tubeless.mcp._errors import (
-    MCP_CONNECTION_FAILED,
     MCP_PROTOCOL_ERROR,
-    MCP_TIMEOUT,
     MCP_TOOL_ERROR,
     MCP_TOOL_MISSING,
+    MCP_TOOL_UNUSABLE,
     MCP_UNAVAILABLE,
     McpError,
 )
+from tubeless.mcp._schemas import input_validator, output_problem, output_validator
+from tubeless.mcp._screen import Screen
+from tubeless.mcp._transport import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    Wire,
+    failure,
+    transport,
+)
 from tubeless.pipeline import RunCancelledError
+from tubeless.schema import Schema
 
 if TYPE_CHECKING:
     from mcp import Client
-    from mcp.types import CallToolResult, Tool
 
     from tubeless.mcp._server import McpServer
 
@@ -50,9 +60,6 @@ __all__ = ["McpSession", "open_session"]
 
 _MAX_MESSAGE = 4096
 _MAX_PAGES = 100
-#: JSON-RPC codes the SDK uses for its own failures (mcp_types.jsonrpc).
-_CONNECTION_CLOSED = -32000
-_REQUEST_TIMEOUT = -32001
 
 
 def _require_sdk() -> None:
@@ -65,125 +72,37 @@ def _require_sdk() -> None:
         ) from exc
 
 
-def _errlog() -> TextIO:
-    """Where a stdio server's stderr goes: ours when it is a real file, else the process's."""
-    try:
-        sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return sys.__stderr__ or open(os.devnull, "w")
-    return sys.stderr
-
-
-def _transport(server: McpServer) -> Any:
-    if server.command is not None:
-        from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
-
-        params = StdioServerParameters(
-            command=server.command[0],
-            args=list(server.command[1:]),
-            env=dict(server.env) or None,
-            cwd=server.cwd,
-        )
-        return stdio_client(params, errlog=_errlog())
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    headers: dict[str, str] = {}
-    for header, variable in server.headers_env:
-        value = os.environ.get(variable)
-        if not value:
-            raise McpError(
-                MCP_CONNECTION_FAILED,
-                f"MCP server {server.name!r}: header {header!r} needs the environment variable "
-                f"{variable}, which is not set.",
-                server=server.name,
-            )
-        headers[header] = value
-    timeout = httpx2.Timeout(server.timeout_s, read=max(server.timeout_s, 300.0))
-    http = httpx2.AsyncClient(headers=headers, timeout=timeout)
-    assert server.url is not None
-    return _HttpTransport(streamable_http_client(server.url, http_client=http), http)
-
-
-class _HttpTransport:
-    """``streamable_http_client`` with the HTTP client it was given, closed after it."""
-
-    def __init__(self, inner: Any, http: Any) -> None:
-        self._inner = inner
-        self._http = http
-
-    async def __aenter__(self) -> Any:
-        await self._http.__aenter__()
-        try:
-            return await self._inner.__aenter__()
-        except BaseException:
-            await self._http.__aexit__(None, None, None)
-            raise
-
-    async def __aexit__(self, *exc: Any) -> bool | None:
-        try:
-            return bool(await self._inner.__aexit__(*exc))
-        finally:
-            await self._http.__aexit__(None, None, None)
-
-
-def _failure(server: McpServer, exc: BaseException, during: str) -> McpError:
-    """A fatal error for a transport failure or a timeout."""
-    from mcp import MCPError
-
-    if isinstance(exc, McpError):
-        return exc
-    if isinstance(exc, MCPError) and exc.code == _REQUEST_TIMEOUT:
-        return McpError(
-            MCP_TIMEOUT,
-            f"MCP server {server.name!r} did not answer {during} within {server.timeout_s:g} s.",
-            server=server.name,
-        )
-    if isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
-        detail = "closed the connection"
-    elif isinstance(exc, MCPError):
-        detail = f"answered with JSON-RPC error {exc.code}"
-    elif isinstance(exc, OSError) and server.command is not None:
-        detail = f"could not be started ({type(exc).__name__}: {exc.strerror or exc})"
-    else:
-        detail = f"failed ({type(exc).__name__})"
-    return McpError(
-        MCP_CONNECTION_FAILED,
-        f"MCP server {server.name!r} {detail} during {during}.",
-        server=server.name,
-    )
-
-
-async def _list_tools(client: Client) -> dict[str, Tool]:
-    tools: dict[str, Tool] = {}
+async def _list_tools(client: Client, screen: Screen) -> dict[str, dict[str, Any]]:
+    """Every tool the server lists, as it sent them (the SDK's parse is screened)."""
     cursor: str | None = None
     for _ in range(_MAX_PAGES):
         page = await client.list_tools(cursor=cursor)
-        for tool in page.tools:
-            tools.setdefault(tool.name, tool)
         cursor = page.next_cursor
         if cursor is None:
             break
-    return tools
-
-
-def _text(result: CallToolResult) -> str:
-    from mcp.types import TextContent
-
-    return "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+    return dict(screen.listed)
 
 
 class McpSession:
-    """One open connection: the server's tools by name, and calls to them."""
+    """One open connection: the server's tools by name (as listed), and calls to them."""
 
-    def __init__(self, server: McpServer, client: Client, tools: Mapping[str, Tool]) -> None:
+    def __init__(
+        self, server: McpServer, client: Client, tools: Mapping[str, Mapping[str, Any]]
+    ) -> None:
         self.server = server
         self.tools = dict(tools)
         self._client = client
+        self._inputs: dict[str, Schema] = {}
+        self._outputs: dict[str, Schema | str] = {}
 
     def describe(self, name: str) -> tuple[str, Mapping[str, Any]]:
-        """The server's description and input schema of tool ``name``."""
+        """The server's description and input schema of tool ``name``.
+
+        Raises:
+            McpError: ``TUBELESS_MCP_TOOL_MISSING`` when the server does not list it,
+                ``TUBELESS_MCP_TOOL_UNUSABLE`` when it cannot be called (an input schema
+                tubeless cannot use, or task-augmented execution required).
+        """
         tool = self.tools.get(name)
         if tool is None:
             offered = ", ".join(sorted(self.tools)) or "none"
@@ -192,10 +111,45 @@ class McpSession:
                 f"MCP server {self.server.name!r} offers no tool {name!r} (it offers: {offered}).",
                 server=self.server.name,
             )
-        return tool.description or "", tool.input_schema
+        if name not in self._inputs:
+            self._inputs[name] = self._usable(name, tool)
+        description = tool.get("description")
+        return description if isinstance(description, str) else "", tool["inputSchema"]
+
+    def validator(self, name: str) -> Schema:
+        """How tool ``name``'s arguments are validated: its input schema in its own dialect,
+        filling no defaults (the server gets the arguments as chosen)."""
+        self.describe(name)
+        return self._inputs[name]
+
+    def _usable(self, name: str, tool: Mapping[str, Any]) -> Schema:
+        execution = tool.get("execution")
+        if isinstance(execution, Mapping) and execution.get("taskSupport") == "required":
+            found: Schema | str = (
+                "it requires task-augmented execution (execution.taskSupport: required), "
+                "which tubeless does not use"
+            )
+        else:
+            found = input_validator(tool.get("inputSchema"))
+        if isinstance(found, str):
+            raise McpError(
+                MCP_TOOL_UNUSABLE,
+                f"MCP server {self.server.name!r} offers tool {name!r}, which cannot be called: "
+                f"{found}.",
+                server=self.server.name,
+            )
+        return found
+
+    def _output_problem(self, name: str, structured: Any) -> str | None:
+        schema = self.tools.get(name, {}).get("outputSchema")
+        if schema is None:
+            return None
+        if name not in self._outputs:
+            self._outputs[name] = output_validator(name, schema)
+        return output_problem(name, self._outputs[name], structured)
 
     async def call(self, name: str, arguments: Any, ctx: ToolContext) -> Any:
-        """Call tool ``name``: the structured content when present, else the text content."""
+        """Call tool ``name``: its value as ``tubeless.mcp._content`` makes it."""
         from mcp import MCPError
         from pydantic import ValidationError
 
@@ -216,8 +170,8 @@ class McpSession:
         try:
             result = request.result()
         except MCPError as exc:
-            if exc.code in (_CONNECTION_CLOSED, _REQUEST_TIMEOUT):
-                raise _failure(self.server, exc, f"tool {name!r}") from None
+            if exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                raise failure(self.server, exc, f"tool {name!r}") from None
             message = f"{exc.message} (JSON-RPC error {exc.code})"
             raise ToolError(MCP_PROTOCOL_ERROR, message[:_MAX_MESSAGE]) from None
         except ValidationError:
@@ -225,13 +179,14 @@ class McpSession:
                 MCP_PROTOCOL_ERROR, f"The answer to tool {name!r} is not a valid MCP result."
             ) from None
         except Exception as exc:
-            raise _failure(self.server, exc, f"tool {name!r}") from exc
+            raise failure(self.server, exc, f"tool {name!r}") from exc
         if result.is_error:
-            text = _text(result) or f"Tool {name!r} reported an error."
+            text = result_text(result) or f"Tool {name!r} reported an error."
             raise ToolError(MCP_TOOL_ERROR, text[:_MAX_MESSAGE])
-        if result.structured_content is not None:
-            return result.structured_content
-        return _text(result)
+        problem = self._output_problem(name, result.structured_content)
+        if problem is not None:
+            raise ToolError(MCP_PROTOCOL_ERROR, problem[:_MAX_MESSAGE])
+        return result_value(name, result, self.server.max_result_bytes)
 
 
 async def _own(server: McpServer, ready: asyncio.Future[McpSession], close: asyncio.Event) -> None:
@@ -239,24 +194,30 @@ async def _own(server: McpServer, ready: asyncio.Future[McpSession], close: asyn
     from mcp import Client
     from mcp.types import Implementation
 
+    wire = Wire()
     try:
         async with Client(
-            _transport(server),
+            transport(server, wire),
             read_timeout_seconds=server.timeout_s,
             client_info=Implementation(name="tubeless", version=__version__),
         ) as client:
-            tools = await _list_tools(client)
+            if wire.stderr is not None:
+                wire.stderr.release()  # the server has its own end now
+            tools = await _list_tools(client, wire.screen)
             ready.set_result(McpSession(server, client, tools))
             await close.wait()
     except BaseException as exc:
         during = "the run" if ready.done() else "connect and list tools"
         leaf = _first(exc) if isinstance(exc, BaseExceptionGroup) else exc
         if not ready.done():
-            ready.set_exception(_failure(server, leaf, during))
+            ready.set_exception(failure(server, leaf, during, wire))
             return
         if isinstance(exc, asyncio.CancelledError):
             raise
-        raise _failure(server, leaf, during) from exc
+        raise failure(server, leaf, during, wire) from exc
+    finally:
+        if wire.stderr is not None:
+            wire.stderr.release()
 
 
 @asynccontextmanager

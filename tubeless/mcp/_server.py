@@ -20,10 +20,18 @@ from tubeless.errors import AgentDefinitionError
 if TYPE_CHECKING:
     from tubeless.agent._sources import SourceSession
 
-__all__ = ["DEFAULT_TIMEOUT_S", "McpServer", "mcp_tools", "registered_name"]
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "DEFAULT_TIMEOUT_S",
+    "McpServer",
+    "mcp_tools",
+    "registered_name",
+]
 
 #: Seconds a request (the handshake, a listing, one tool call) may take before the run fails.
 DEFAULT_TIMEOUT_S = 60.0
+#: The largest tool result value, in bytes of compact UTF-8 JSON (past it: MCP_PROTOCOL_ERROR).
+DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
 _SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -44,6 +52,9 @@ class McpServer:
         headers_env: HTTP headers whose values are read from environment variables when the
             run connects (never stored), as ``(header, variable)`` pairs.
         timeout_s: Seconds each request may take; past it the run fails.
+        max_result_bytes: The largest value a call may return, in bytes of compact UTF-8 JSON
+            (images and other blocks included, as base64); a larger one is a recoverable
+            ``MCP_PROTOCOL_ERROR`` naming this bound.
     """
 
     name: str
@@ -53,6 +64,7 @@ class McpServer:
     url: str | None = None
     headers_env: tuple[tuple[str, str], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -77,6 +89,9 @@ class McpServer:
         timeout = self.timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise AgentDefinitionError(f"{where}: timeout_s must be a number above 0.")
+        bound = self.max_result_bytes
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+            raise AgentDefinitionError(f"{where}: max_result_bytes must be an integer above 0.")
 
     @classmethod
     def stdio(
@@ -87,6 +102,7 @@ class McpServer:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> McpServer:
         """A server started as a subprocess speaking MCP on its stdin and stdout."""
         return cls(
@@ -95,6 +111,7 @@ class McpServer:
             env=tuple(sorted((env or {}).items())),
             cwd=cwd,
             timeout_s=timeout_s,
+            max_result_bytes=max_result_bytes,
         )
 
     @classmethod
@@ -105,6 +122,7 @@ class McpServer:
         *,
         headers_env: Mapping[str, str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> McpServer:
         """A server reached over streamable HTTP at ``url``."""
         return cls(
@@ -112,6 +130,7 @@ class McpServer:
             url=url,
             headers_env=tuple(sorted((headers_env or {}).items())),
             timeout_s=timeout_s,
+            max_result_bytes=max_result_bytes,
         )
 
     @property
