@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._engine import DEFAULT_ROW_RETRIES, EntrySource, OnRecord, with_row_retries
 from tubeless.batch._inputs import InputRow
-from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row, row_messages, run_row
+from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row, run_row
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
 
 if TYPE_CHECKING:
@@ -250,29 +250,37 @@ async def _serve(
             loop.call_soon_threadsafe(inbox.put_nowait, message)
 
     threading.Thread(target=read, name="tubeless-batch-inbox", daemon=True).start()
+    sending = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with sending:  # a sync handler's thread may make records too
+            conn.send(message)
+
+    def ship(record: Any) -> None:
+        # Sent at once, before the work the record announces: what reached the socket before
+        # this process died still reaches the driver.
+        from tubeless.tracing.records import record_json
+
+        send(("records", [record_json(record)]))
+
     token = CancelToken()
     running: set[asyncio.Task[None]] = set()
 
     async def one(message: tuple[Any, ...]) -> None:
         _, index, line, raw, problem, text, key, plan = message
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        row_token = token
-
-        def run(forward: Any) -> Any:
-            return run_row(
-                entry,
-                item,
-                key,
-                traced=traced,
-                tools=tools,
-                signal=row_token,
-                store=store,
-                plan=RowPlan.from_wire(plan),
-                forward=forward,
-            )
-
-        async for sent in row_messages(run, stream=stream):
-            conn.send(sent)  # only this loop's thread sends
+        outcome = await run_row(
+            entry,
+            item,
+            key,
+            traced=traced,
+            tools=tools,
+            signal=token,
+            store=store,
+            plan=RowPlan.from_wire(plan),
+            forward=ship if stream else None,
+        )
+        send(("done", outcome.to_wire()))
 
     while True:
         message = await inbox.get()
