@@ -118,8 +118,8 @@ def check_token_auth(address: str) -> None:
 
     Ray 2.60 clusters start with token authentication; a driver without ``RAY_AUTH_MODE=token``
     (and no token of its own) would otherwise retry for 20 s, printing ``InvalidAuthToken``
-    lines, and fail with a bare ``ConnectionError``. One unauthenticated call to the cluster's
-    GCS tells: it answers ``UNAUTHENTICATED`` when a token is required.
+    lines, and fail with a bare ``ConnectionError``. One unauthenticated connection to the
+    cluster's GCS tells at once.
     """
     if _sends_token() or "://" in address or ":" not in address:
         return  # Ray will send a token; or a Ray Client / "auto" address: Ray says what it says
@@ -147,24 +147,20 @@ def _sends_token() -> bool:
 
 
 def _wants_token(address: str) -> bool:
-    """One ``GetClusterId`` call without a token: ``UNAUTHENTICATED`` means a token is needed
-    (any other failure is left to ``ray.init`` to report)."""
+    """One connection to the cluster's GCS without a token: Ray's own client raises
+    ``AuthenticationError`` at once when a token is needed (any other failure is left to
+    ``ray.init`` to report)."""
     import importlib
 
-    try:  # untyped modules, that Ray always brings
-        grpc: Any = importlib.import_module("grpc")
-        messages: Any = importlib.import_module("ray.core.generated.gcs_service_pb2")
-        services: Any = importlib.import_module("ray.core.generated.gcs_service_pb2_grpc")
-    except ImportError:  # pragma: no cover
-        return False
-    channel = grpc.insecure_channel(address)
+    import ray
+
+    raylet: Any = importlib.import_module("ray._raylet")  # compiled, untyped
     try:
-        stub = services.NodeInfoGcsServiceStub(channel)
-        stub.GetClusterId(messages.GetClusterIdRequest(), timeout=_PROBE_S)
-    except grpc.RpcError as exc:
-        return bool(exc.code() == grpc.StatusCode.UNAUTHENTICATED)
-    finally:
-        channel.close()
+        raylet.InnerGcsClient.standalone(address, None, int(_PROBE_S * 1000))
+    except ray.exceptions.AuthenticationError:
+        return True
+    except Exception:  # unreachable, or not a GCS: ray.init says so in its own words
+        return False
     return False
 
 
