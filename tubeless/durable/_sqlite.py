@@ -3,7 +3,8 @@
 The file is created 0600 and must stay private (one hard link, no group or other access); it
 runs in WAL mode with ``synchronous=FULL``, so a write has reached the disk when it returns.
 Leases are ``flock`` locks on one file per key in ``<path>.leases/``: the kernel drops them
-when the process dies, so a killed run's key can be resumed at once. The holder writes its pid
+when the process dies, so a killed run's key can be resumed at once; a run that ends removes
+its key's file (while still holding it; see :func:`_lock_current`). The holder writes its pid
 and host into the lock file (``{"pid": N, "host": "H"}``), so :meth:`SqliteCheckpoints.holder`
 can say who holds a key: it probes the lock without waiting, and trusts the file's words only
 while the lock is held (a killed holder leaves them behind, unlocked).
@@ -134,22 +135,21 @@ class SqliteCheckpoints:
 
     def acquire(self, key: str) -> LeaseBase:
         check_key(key)
-        fd = os.open(self._lock_file(key), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        path = self._lock_file(key)
         for attempt in range(_PROBED_RETRIES):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd, locked = _lock_current(path)
+            if locked:
                 break
-            except BlockingIOError:
-                holder = _read_holder(fd)
-                if holder is not None or attempt + 1 == _PROBED_RETRIES:
-                    os.close(fd)
-                    held = f", {holder}" if holder is not None else ""
-                    raise CheckpointError(
-                        CHECKPOINT_LOCKED,
-                        f"Checkpoint key {key!r} is in use by another run (in {self.path}{held}); "
-                        "wait for it to finish, or stop it",
-                    ) from None
-                time.sleep(_PROBED_WAIT_S)  # probed, or its holder has not named itself yet
+            holder = _read_holder(fd)
+            os.close(fd)
+            if holder is not None or attempt + 1 == _PROBED_RETRIES:
+                held = f", {holder}" if holder is not None else ""
+                raise CheckpointError(
+                    CHECKPOINT_LOCKED,
+                    f"Checkpoint key {key!r} is in use by another run (in {self.path}{held}); "
+                    "wait for it to finish, or stop it",
+                ) from None
+            time.sleep(_PROBED_WAIT_S)  # probed, or its holder has not named itself yet
         with contextlib.suppress(OSError):  # the lock is what counts; its holder is only shown
             me = this_holder()
             os.ftruncate(fd, 0)
@@ -203,6 +203,7 @@ class SqliteCheckpoints:
         assert isinstance(token, int)
         with contextlib.suppress(OSError):
             os.ftruncate(token, 0)  # no holder named once it is let go
+        _remove_lock_file(self._lock_file(key), token)
         os.close(token)  # closing the descriptor releases the flock
 
     def _write(self, key: str, document: str) -> None:
@@ -216,6 +217,40 @@ class SqliteCheckpoints:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise _invalid(self.path, f"cannot write the checkpoint ({exc})") from None
+
+
+# -- the lock file of a key: made by its first acquirer, removed by its last holder -------------
+def _lock_current(path: Path) -> tuple[int, bool]:
+    """The lock file now at ``path``, open: ``(fd, True)`` locked by us, ``(fd, False)`` held by
+    another. A holder removes the file when its run ends, while it still holds the lock: a file
+    locked here after it was removed is no longer the key's lock, so the one now at ``path``
+    (a new one, if none) is tried instead."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return fd, False
+        if _is_at(fd, path):
+            return fd, True
+        os.close(fd)
+
+
+def _remove_lock_file(path: Path, fd: int) -> None:
+    """Remove ``path`` while ``fd`` (its open file) is still locked: one file per key that ran
+    would otherwise pile up in the leases folder."""
+    if _is_at(fd, path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        opened, named = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
 
 
 def _read_holder(fd: int) -> LeaseHolder | None:
