@@ -223,11 +223,12 @@ class RayEngine:
     async def _placed(self, actor: Any) -> str | None:
         """``None`` once ``actor`` runs and can take rows; else what went wrong."""
         try:
-            return await asyncio.wait_for(_await(actor.ready.remote()), PLACEMENT_WAIT_S)
+            problem = await asyncio.wait_for(_await(actor.ready.remote()), PLACEMENT_WAIT_S)
         except TimeoutError:
             return f"was not placed within {PLACEMENT_WAIT_S:g} s"
         except self._ray.exceptions.RayError as exc:
             return f"could not load the entry: {_first_line(exc)}"
+        return None if problem is None else f"cannot run rows: {problem}"
 
     def _lost(self, actor: Any) -> None:
         """``actor`` died: replace it if the cluster has room for it now, else shrink."""

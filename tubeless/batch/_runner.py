@@ -23,13 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tubeless.batch._engine import (
-    DEFAULT_ROW_RETRIES,
-    Engine,
-    EngineName,
-    EntrySource,
-    make_engine,
-)
+from tubeless.batch._engine import DEFAULT_ROW_RETRIES, Engine, EngineName, EntrySource, make_engine
 from tubeless.batch._inputs import InputRow, read_inputs
 from tubeless.batch._output import BatchOutput
 from tubeless.batch._plans import RowKeys, row_keys, row_plans
