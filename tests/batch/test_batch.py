@@ -167,11 +167,13 @@ def test_a_handler_that_kills_its_worker_fails_only_its_row(tmp_path: Path) -> N
         engine="process",
         concurrency=2,
         retry_failed=True,
+        row_retries=1,
     )
     assert [row["status"] for row in rows] == ["completed", "failed", "completed", "completed"]
     assert rows[1]["error"] == {
         "code": "TUBELESS_BATCH_WORKER_DIED",
-        "message": "the worker process running the row died (exit status 3)",
+        "message": "the worker process running the row died (exit status 3); it ran 2 times "
+        "and its worker died each time (--row-retries 1)",
     }
     assert [row["result"]["square"] for row in rows if row["status"] == "completed"] == [1, 9, 16]
 

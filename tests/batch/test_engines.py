@@ -17,9 +17,16 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.batch import rows_project, without_ids, write_inputs
+from tests.fixtures.batch import (
+    MODULE,
+    PROJECT,
+    marks,
+    rows_project,
+    without_ids,
+    write_inputs,
+)
 from tests.fixtures.cli import tubeless
-from tests.fixtures.processes import HANG_GUARD, cli_env
+from tests.fixtures.processes import HANG_GUARD, cli_env, write_project
 from tubeless.batch import run_batch
 from tubeless.tracing import NdjsonSink, read_trace
 
@@ -27,7 +34,7 @@ ray = pytest.importorskip("ray")
 
 _START_RAY = """\
 import sys, ray
-context = ray.init(num_cpus=2, include_dashboard=False, logging_level="error")
+context = ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="error")
 print(context.address_info["gcs_address"], flush=True)
 sys.stdin.read()
 ray.shutdown()
@@ -122,7 +129,10 @@ def test_a_row_that_kills_its_ray_actor_fails_alone(
     rows = [json.loads(line) for line in outcome.out.splitlines()]
     assert [row["status"] for row in rows] == ["completed", "failed", "completed"]
     assert rows[1]["error"]["code"] == "TUBELESS_BATCH_WORKER_DIED"
-    assert rows[1]["error"]["message"].startswith("the Ray actor running the row died")
+    assert rows[1]["error"]["message"] == (
+        "the Ray actor running the row died (ActorDiedError); it ran 3 times and its worker "
+        "died each time (--row-retries 2)"
+    )
 
 
 @pytest.mark.parametrize("engine", ["process", "ray"])
@@ -157,3 +167,67 @@ def test_workers_commit_each_row_to_the_checkpoint_file(
     assert [(row["turns"], row["calls"]) for row in rerun] == [(0, 0)] * 3  # nothing ran
     if engine == "process":  # Ray's workers do not see this test's environment
         assert len(list(folder.iterdir())) == 3  # each tool ran once, in the first batch
+
+
+#: The tool kills its worker the first time it runs for ``n`` (a mark file says it ran).
+DIES_ONCE = MODULE.replace(
+    "        if n == -1:\n            os._exit(3)\n",
+    "        once = os.path.join(os.environ['BATCH_ONCE'], str(n))\n"
+    "        if not os.path.exists(once):\n"
+    "            open(once, 'w').close()\n"
+    "            os._exit(3)\n",
+)
+assert DIES_ONCE != MODULE
+
+
+def test_a_row_whose_worker_died_runs_again_and_its_attempt_is_traced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """process engine: the worker dies mid-call; the row runs again on another worker (row
+    retries are on by default) and completes; the trace holds both attempts, the first one
+    down to the tool call that was running when its worker died."""
+    once = tmp_path / "once"
+    once.mkdir()
+    monkeypatch.setenv("BATCH_ONCE", str(once))
+    project = write_project(tmp_path, PROJECT, DIES_ONCE)
+    trace = tmp_path / "batch.ndjson"
+    rows = _batch(project, [{"n": 3}], trace, engine="process", concurrency=1)
+    assert [(row["status"], row.get("result")) for row in rows] == [
+        ("completed", {"n": 3, "square": 9})
+    ]
+    records = read_trace(trace)
+    started = [r for r in records if r["name"] == "pipeline.started"]
+    roots = {r["runId"] for r in started if "parentRunId" not in r}
+    (attempt,) = roots - {rows[0]["run_id"]}
+    tree = {attempt}
+    for record in started:
+        if record.get("parentRunId") in tree:
+            tree.add(record["runId"])
+    assert any(r["runId"] in tree and r["pipelineId"] == "rows/tool/square" for r in started)
+    assert attempt not in {r["runId"] for r in records if r["name"] == "pipeline.completed"}
+
+
+def test_row_retries_bound_the_runs_of_a_row_whose_worker_keeps_dying(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = rows_project(tmp_path)
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    monkeypatch.setenv("BATCH_MARKS", str(folder))
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": -1}])
+    dies = ("batch", project, inputs, "--engine", "process")
+    outcome = tubeless(capsys, *dies, "--row-retries", "0")
+    assert outcome.code == 6
+    (row,) = [json.loads(line) for line in outcome.out.splitlines()]
+    assert row["error"] == {
+        "code": "TUBELESS_BATCH_WORKER_DIED",
+        "message": "the worker process running the row died (exit status 3)",
+    }
+    assert marks(folder) == {-1: 1}
+    outcome = tubeless(capsys, *dies)  # the default: 2 more runs
+    (row,) = [json.loads(line) for line in outcome.out.splitlines()]
+    assert row["error"]["message"] == (
+        "the worker process running the row died (exit status 3); it ran 3 times and its "
+        "worker died each time (--row-retries 2)"
+    )
+    assert marks(folder) == {-1: 4}

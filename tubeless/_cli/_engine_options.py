@@ -15,7 +15,8 @@ _F = TypeVar("_F", bound=Callable[..., object])
 
 
 def engine_options(unit: str, whole: str) -> Callable[[_F], _F]:
-    """``--engine``, ``--concurrency``/``-c``, ``--ray-address`` and ``--trace``.
+    """``--engine``, ``--concurrency``/``-c``, ``--ray-address``, ``--row-retries`` and
+    ``--trace``.
 
     ``unit`` names one thing that runs ("row", "case"), ``whole`` what they make up ("batch",
     "run").
@@ -41,6 +42,15 @@ def engine_options(unit: str, whole: str) -> Callable[[_F], _F]:
             default=None,
             metavar="ADDR",
             help=f"The Ray cluster (default: RAY_ADDRESS, else a local Ray for the {whole}).",
+        ),
+        click.option(
+            "--row-retries",
+            type=click.IntRange(min=0),
+            default=2,
+            show_default=True,
+            metavar="N",
+            help=f"Run a {unit} whose worker died (process, ray) again on another worker, "
+            "N more times at most.",
         ),
         click.option(
             "--trace",

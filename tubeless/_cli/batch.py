@@ -220,6 +220,7 @@ def batch(
     concurrency: int,
     engine: str,
     ray_address: str | None,
+    row_retries: int,
     trace: tuple[str, ...],
     retry_failed: bool,
     fail_fast: bool,
@@ -247,6 +248,7 @@ def batch(
         concurrency=concurrency,
         engine=engine,
         ray_address=ray_address,
+        row_retries=row_retries,
         trace=trace,
         retry_failed=retry_failed,
         fail_fast=fail_fast,
@@ -310,6 +312,7 @@ def run_cli_batch(
     replay_dir: str | None = None,
     replays: dict[int, str] | None = None,
     records: dict[int, str] | None = None,
+    row_retries: int = 2,
 ) -> int:
     """Run the batch with signal handling, progress and summary; the exit code."""
     import asyncio
@@ -355,6 +358,7 @@ def run_cli_batch(
                     replay_dir=replay_dir,
                     replays=replays,
                     records=records,
+                    row_retries=row_retries,
                 ):
                     finished.append(outcome.row)
                     if collect is not None:

@@ -51,6 +51,7 @@ def eval_(
     engine: str,
     concurrency: int,
     ray_address: str | None,
+    row_retries: int,
     trace: tuple[str, ...],
     replay: str | None,
     record: str | None,
@@ -94,6 +95,7 @@ def eval_(
         label="eval",
         replays=replays,
         records=records,
+        row_retries=row_retries,
     )
     by_index = {outcome.row["index"]: outcome for outcome in outcomes}
     results = [

@@ -2,29 +2,47 @@
 
 An engine runs one row at a time per slot; the batch runner keeps ``concurrency`` rows in
 flight and awaits :meth:`Engine.run` for each. An engine never raises for a row's own failure:
-a row whose worker died comes back as a failed row (``TUBELESS_BATCH_WORKER_DIED``), and the
-engine replaces the worker.
+a row whose worker died runs again on another worker, ``row_retries`` more times at most
+(:func:`with_row_retries`), and then comes back as a failed row (``TUBELESS_BATCH_WORKER_DIED``);
+the engine replaces the worker where it can. Workers of other processes ship a row's trace
+records to the driver as they are made (``on_records``), so an attempt that died is traced too.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, run_row
-from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BatchError
+from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
 
 if TYPE_CHECKING:
     from tubeless.durable import CheckpointStore
     from tubeless.pipeline import CancelToken, Pipeline
 
-__all__ = ["ENGINES", "Engine", "EngineName", "EntrySource", "LocalEngine", "make_engine"]
+__all__ = [
+    "DEFAULT_ROW_RETRIES",
+    "ENGINES",
+    "Engine",
+    "EngineName",
+    "EntrySource",
+    "LocalEngine",
+    "OnRecord",
+    "make_engine",
+    "with_row_retries",
+]
 
 EngineName = Literal["local", "process", "ray"]
 ENGINES: tuple[EngineName, ...] = ("local", "process", "ray")
+#: How many more times a row whose worker died runs (``--row-retries``).
+DEFAULT_ROW_RETRIES = 2
+
+OnRecord = Callable[[Mapping[str, Any]], None]
+"""Given each trace record a worker shipped, as it arrives (the driver writes the sinks)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,6 +126,35 @@ class LocalEngine:
         pass
 
 
+async def with_row_retries(
+    attempt: Callable[[bool], Awaitable[RowOutcome]],
+    *,
+    retries: int,
+    retry: bool,
+    signal: CancelToken,
+) -> RowOutcome:
+    """Run a row by ``attempt(retry)``; while its worker died (``TUBELESS_BATCH_WORKER_DIED``)
+    and the batch is not cancelled, run it again on another worker (``attempt(True)``),
+    ``retries`` more times at most. The row that still failed says how often it ran."""
+    outcome = await attempt(retry)
+    runs = 1
+    while _worker_died(outcome) and runs <= retries and not signal.cancelled:
+        outcome = await attempt(True)
+        runs += 1
+    if runs > 1 and _worker_died(outcome):
+        error = outcome.row["error"]
+        error["message"] = (
+            f"{error['message']}; it ran {runs} times and its worker died each time "
+            f"(--row-retries {retries})"
+        )
+    return outcome
+
+
+def _worker_died(outcome: RowOutcome) -> bool:
+    error = outcome.row.get("error")
+    return isinstance(error, dict) and error.get("code") == BATCH_WORKER_DIED
+
+
 def make_engine(
     name: EngineName,
     entry: Pipeline | EntrySource,
@@ -119,11 +166,15 @@ def make_engine(
     ray_address: str | None = None,
     store: CheckpointStore | None = None,
     store_path: str | None = None,
+    row_retries: int = DEFAULT_ROW_RETRIES,
+    on_records: OnRecord | None = None,
 ) -> Engine:
     """The engine called ``name`` for ``entry``.
 
     ``store`` is the batch's checkpoint store (the ``local`` engine uses it); ``store_path``
-    is its file, which the workers of ``process`` and ``ray`` open for themselves.
+    is its file, which the workers of ``process`` and ``ray`` open for themselves. With
+    ``on_records`` (and ``traced``), those workers ship each row's records as they are made;
+    ``row_retries`` bounds how often a row whose worker died runs again.
 
     Raises:
         BatchError: ``TUBELESS_BATCH_ENGINE_UNAVAILABLE`` when ``process`` or ``ray`` is given a
@@ -154,6 +205,8 @@ def make_engine(
             tools=tools,
             signal=signal,
             store_path=store_path,
+            row_retries=row_retries,
+            on_records=on_records,
         )
     if name == "ray":
         from tubeless.batch._ray import RayEngine
@@ -166,6 +219,8 @@ def make_engine(
             signal=signal,
             address=ray_address,
             store_path=store_path,
+            row_retries=row_retries,
+            on_records=on_records,
         )
     raise BatchError(
         BATCH_ENGINE_UNAVAILABLE, f"unknown engine {name!r}; choose one of " + ", ".join(ENGINES)

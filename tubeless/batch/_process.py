@@ -2,10 +2,11 @@
 
 Each worker is a fresh interpreter (``python -m tubeless.batch._process``, never a re-import of
 the caller's ``__main__``) that loads the entry once and then runs one row at
-a time, sent over a pipe; the row and its trace records come back as JSON text. Workers ignore
-SIGINT (a terminal sends it to the whole process group): the driver cancels their rows by
-message instead. A worker whose pipe closes (it died) fails only the row it was running and is
-replaced; a worker whose driver went away (its pipe closed) exits at once.
+a time, sent over a pipe; the row's trace records come back as JSON text as they are made, then
+the row. Workers ignore SIGINT (a terminal sends it to the whole process group): the driver
+cancels their rows by message instead. A worker whose pipe closes (it died) is replaced and its
+row runs again on another worker (``row_retries`` times at most) before it fails; a worker whose
+driver went away (its pipe closed) exits at once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from tubeless.batch._engine import EntrySource
+from tubeless.batch._engine import DEFAULT_ROW_RETRIES, EntrySource, OnRecord, with_row_retries
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row, run_row
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
@@ -55,8 +56,12 @@ class ProcessEngine:
         tools: bool,
         signal: CancelToken,
         store_path: str | None = None,
+        row_retries: int = DEFAULT_ROW_RETRIES,
+        on_records: OnRecord | None = None,
     ) -> None:
         self._source = source
+        self._row_retries = row_retries
+        self._on_records = on_records if traced else None
         self._store_path = store_path
         self._size = workers
         self._traced = traced
@@ -88,6 +93,7 @@ class ProcessEngine:
                 "traced": self._traced,
                 "tools": self._tools,
                 "checkpoints": self._store_path,
+                "stream": self._on_records is not None,
                 "fd": child.fileno(),
             }
         )
@@ -115,6 +121,14 @@ class ProcessEngine:
     async def run(
         self, item: InputRow, key: str, *, retry: bool = False, plan: RowPlan = NO_PLAN
     ) -> RowOutcome:
+        return await with_row_retries(
+            lambda _: self._attempt(item, key, plan),
+            retries=self._row_retries,
+            retry=retry,
+            signal=self._signal,
+        )
+
+    async def _attempt(self, item: InputRow, key: str, plan: RowPlan) -> RowOutcome:
         worker = await self._idle.get()
         self._busy.add(worker)
         loop = asyncio.get_running_loop()
@@ -131,7 +145,14 @@ class ProcessEngine:
                     plan.to_wire(),
                 )
             )
-            wire = await loop.run_in_executor(self._threads, worker.conn.recv)
+            while True:
+                kind, body = await loop.run_in_executor(self._threads, worker.conn.recv)
+                if kind == "done":
+                    wire = body
+                    break
+                if self._on_records is not None:  # ("records", lines): as the row made them
+                    for line in body:
+                        self._on_records(json.loads(line))
         except (EOFError, OSError):
             self._busy.discard(worker)
             code = await loop.run_in_executor(self._threads, _reap, worker)
@@ -192,6 +213,7 @@ def _worker_main(spec: str) -> None:
     conn = Connection(settings["fd"])
     source = EntrySource(path=settings["path"], entry_id=settings["entry_id"])
     traced, tools = bool(settings["traced"]), bool(settings["tools"])
+    stream = bool(settings.get("stream"))
     store = None
     try:
         entry = source.load()
@@ -204,13 +226,15 @@ def _worker_main(spec: str) -> None:
         return
     conn.send(("ready",))
     try:
-        asyncio.run(_serve(conn, entry, traced, tools, store))
+        asyncio.run(_serve(conn, entry, traced, tools, store, stream))
     finally:
         if store is not None:
             store.close()
 
 
-async def _serve(conn: Connection, entry: Any, traced: bool, tools: bool, store: Any) -> None:
+async def _serve(
+    conn: Connection, entry: Any, traced: bool, tools: bool, store: Any, stream: bool
+) -> None:
     from tubeless.pipeline import CancelToken
 
     loop = asyncio.get_running_loop()
@@ -226,6 +250,19 @@ async def _serve(conn: Connection, entry: Any, traced: bool, tools: bool, store:
             loop.call_soon_threadsafe(inbox.put_nowait, message)
 
     threading.Thread(target=read, name="tubeless-batch-inbox", daemon=True).start()
+    sending = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with sending:  # a sync handler's thread may make records too
+            conn.send(message)
+
+    def ship(record: Any) -> None:
+        # Sent at once, before the work the record announces: what reached the socket before
+        # this process died still reaches the driver.
+        from tubeless.tracing.records import record_json
+
+        send(("records", [record_json(record)]))
+
     token = CancelToken()
     running: set[asyncio.Task[None]] = set()
 
@@ -241,8 +278,9 @@ async def _serve(conn: Connection, entry: Any, traced: bool, tools: bool, store:
             signal=token,
             store=store,
             plan=RowPlan.from_wire(plan),
+            forward=ship if stream else None,
         )
-        conn.send(outcome.to_wire())
+        send(("done", outcome.to_wire()))
 
     while True:
         message = await inbox.get()

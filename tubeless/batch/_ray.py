@@ -1,60 +1,59 @@
 """The ``ray`` engine: one Ray actor per slot, each loading the project from its files.
 
-The project is shipped with Ray's runtime environment: its ``working_dir`` is the folder that
-holds the project file and every ``python_path`` folder it names (caches, virtual environments
-and version control left out), and actors load the project by its path inside it. The driver
-connects to ``address`` (or ``RAY_ADDRESS``), else starts a local Ray for the batch, and
-disconnects (a local Ray stops) afterwards. A Ray the caller already initialised in this process
-is used as it is, with its own runtime environment: actors then load the project by its absolute
-path. An actor that dies fails
-only the row it was running and is replaced. Ray is imported only by this engine.
+The project is shipped with Ray's runtime environment (:mod:`tubeless.batch._ray_setup`): its
+``working_dir`` is the folder that holds the project file and every ``python_path`` folder it
+names (caches, virtual environments, version control, SQLite files and traces left out), and
+actors load the project by its path inside it. The driver connects to ``address`` (or
+``RAY_ADDRESS``), else starts a local Ray for the batch, and disconnects (a local Ray stops)
+afterwards. A Ray the caller already initialised in this process is used as it is, with its own
+runtime environment: actors then load the project by its absolute path.
+
+A row's records stream back as the row makes them (an actor's ``run`` is a generator). The pool
+never waits for room the cluster does not have: an actor that is not placed within
+:data:`PLACEMENT_WAIT_S` is given up, and an actor that dies is replaced only while the cluster
+(as it is now: a node may be gone) has room for it; otherwise the pool shrinks, said on stderr.
+The row of an actor that died runs again on another actor (``row_retries`` times at most).
+An actor whose host does not see the driver's checkpoint file as the driver's own never runs
+a row (a fresh, empty store there would make a resume depend on where a row lands).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
-import signal
-import threading
+import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tubeless.batch._engine import EntrySource
+from tubeless.batch._engine import DEFAULT_ROW_RETRIES, EntrySource, OnRecord, with_row_retries
 from tubeless.batch._inputs import InputRow
-from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row, run_row
-from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
+from tubeless.batch._ray_setup import EXCLUDES, file_identity, init_ray, not_the_drivers
+from tubeless.batch._row import (
+    NO_PLAN,
+    RowMessage,
+    RowOutcome,
+    RowPlan,
+    failed_row,
+    row_messages,
+    run_row,
+)
+from tubeless.errors import (
+    BATCH_ENGINE_UNAVAILABLE,
+    BATCH_WORKER_DIED,
+    CASSETTE_INVALID,
+    BatchError,
+)
 
 if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken
 
-__all__ = ["RayEngine", "shipped_folder"]
+__all__ = ["EXCLUDES", "PLACEMENT_WAIT_S", "RayEngine"]
 
-#: Left out of the shipped folder: caches, environments, version control, traces and databases.
-EXCLUDES = [
-    "venv",
-    "node_modules",
-    "**/__pycache__",
-    ".mypy_cache",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".hypothesis",
-    ".import_linter_cache",
-    "*.sqlite",
-    "*.sqlite3",
-    "*.db",
-    "*.ndjson",
-]
-
-
-def shipped_folder(source: EntrySource) -> tuple[Path, str]:
-    """The folder shipped to the workers, and the project file's path inside it."""
-    from tubeless.project import check_project
-
-    project = Path(source.path)
-    spec = check_project(project).spec
-    folders = [project.parent, *((project.parent / p).resolve() for p in spec.python_path)]
-    root = Path(os.path.commonpath([str(folder) for folder in folders]))
-    return root, project.relative_to(root).as_posix()
+#: Seconds an actor may take to be placed on a node and load the project.
+PLACEMENT_WAIT_S = 60.0
 
 
 class _Actor:
@@ -67,15 +66,25 @@ class _Actor:
         traced: bool,
         tools: bool,
         checkpoints: str | None = None,
+        checkpoints_identity: list[int] | None = None,
+        stream: bool = False,
     ) -> None:
         self._entry = EntrySource(path=str(Path(path).resolve()), entry_id=entry_id).load()
         self._traced = traced
         self._tools = tools
+        self._stream = stream
         self._store = None
-        if checkpoints is not None:  # an absolute path every actor can reach
-            from tubeless.durable import SqliteCheckpoints
+        self.problem: str | None = None
+        if checkpoints is not None:  # an absolute path, which must be the driver's own file
+            self.problem = not_the_drivers(checkpoints, checkpoints_identity, "checkpoint file")
+            if self.problem is None:
+                from tubeless.durable import SqliteCheckpoints
 
-            self._store = SqliteCheckpoints(checkpoints)
+                self._store = SqliteCheckpoints(checkpoints)
+
+    async def ready(self) -> str | None:
+        """``None`` once the actor can run rows; else why it cannot."""
+        return self.problem
 
     async def run(
         self,
@@ -86,18 +95,30 @@ class _Actor:
         text: str,
         key: str,
         plan: dict[str, Any] | None = None,
-    ) -> tuple[str, dict[str, int], list[str]]:
+        files: dict[str, list[int] | None] | None = None,
+    ) -> AsyncIterator[RowMessage]:
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        outcome = await run_row(
-            self._entry,
-            item,
-            key,
-            traced=self._traced,
-            tools=self._tools,
-            store=self._store,
-            plan=RowPlan.from_wire(plan),
-        )
-        return outcome.to_wire()
+        for path, identity in (files or {}).items():
+            unseen = not_the_drivers(path, identity, "cassette path")
+            if unseen is not None:
+                yield ("done", failed_row(item, key, CASSETTE_INVALID, unseen).to_wire())
+                return
+        row_plan = RowPlan.from_wire(plan)
+
+        def attempt(forward: Any) -> Any:
+            return run_row(
+                self._entry,
+                item,
+                key,
+                traced=self._traced,
+                tools=self._tools,
+                store=self._store,
+                plan=row_plan,
+                forward=forward,
+            )
+
+        async for message in row_messages(attempt, stream=self._stream):
+            yield message
 
 
 class RayEngine:
@@ -113,6 +134,8 @@ class RayEngine:
         signal: CancelToken,
         address: str | None,
         store_path: str | None = None,
+        row_retries: int = DEFAULT_ROW_RETRIES,
+        on_records: OnRecord | None = None,
     ) -> None:
         try:
             import ray
@@ -120,94 +143,239 @@ class RayEngine:
             raise BatchError(
                 BATCH_ENGINE_UNAVAILABLE, "the ray engine needs Ray: pip install 'tubeless[ray]'"
             ) from None
-        self._ray = ray
+        self._ray: Any = ray
         self._source = source
         self._store_path = store_path
         self._size = actors
         self._traced = traced
         self._tools = tools
         self._signal = signal
+        self._row_retries = row_retries
+        self._on_records = on_records if traced else None
         self._address = address or os.environ.get("RAY_ADDRESS") or None
         self._started_ray = False
-        self._idle: asyncio.Queue[Any] = asyncio.Queue()
+        self._idle: asyncio.Queue[Any] = asyncio.Queue()  # ``None``: no actor is left
         self._running: dict[Any, Any] = {}
+        self._live = 0  # actors placed or being placed, running rows or idle
+        self._per_actor = 1.0
         self._options: dict[str, Any] = {}
+        self._identities: dict[str, list[int] | None] = {}
+        self._replacing: set[asyncio.Task[None]] = set()
         self._remove_callback: Any = None
 
+    # -- the pool ----------------------------------------------------------------------------------
     async def start(self) -> None:
         ray = self._ray
         self._relative = self._source.path
         if not ray.is_initialized():
-            # Ray uploads a local folder only for a whole job, so the project ships here.
-            root, self._relative = shipped_folder(self._source)
-            settings: dict[str, Any] = {
-                "runtime_env": {"working_dir": str(root), "excludes": EXCLUDES},
-                "logging_level": "warning",
-                "log_to_driver": False,
-            }
-            if self._address is not None:
-                settings["address"] = self._address
-            else:
-                settings.update(num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False)
-            # ray.init replaces the SIGTERM handler (with a sys.exit) on the main thread: keep
-            # the caller's (the CLI's cooperative cancellation) in place.
-            handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-            ray.init(**settings)
-            if threading.current_thread() is threading.main_thread():
-                for sig, handler in handlers.items():
-                    if handler is not None:
-                        signal.signal(sig, handler)
+            self._relative = init_ray(ray, self._source, self._address)
             self._started_ray = True
-        cpus = float(ray.cluster_resources().get("CPU", 1.0))
-        self._options = {"num_cpus": min(1.0, cpus / self._size), "max_restarts": 0}
-        for _ in range(self._size):
-            self._idle.put_nowait(self._spawn())
+        cpus = self._cpus()
+        self._per_actor = min(1.0, cpus / self._size) if cpus > 0 else 1.0
+        self._options = {"num_cpus": self._per_actor, "max_restarts": 0}
+        actors = [self._spawn() for _ in range(self._size)]
+        waits = {asyncio.ensure_future(self._placed(actor)): actor for actor in actors}
+        await asyncio.wait(waits)
+        problems = [str(task.result()) for task in waits if task.result() is not None]
+        placed = [actor for task, actor in waits.items() if task.result() is None]
+        unusable = [p for p in problems if not p.startswith("was not placed")]
+        if unusable or not placed:
+            for actor in actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+            await self.close()
+            raise BatchError(BATCH_ENGINE_UNAVAILABLE, f"a Ray actor {(unusable or problems)[0]}")
+        if len(placed) < self._size:
+            _notice(
+                f"only {_actors(len(placed))} of {self._size} could be placed within "
+                f"{PLACEMENT_WAIT_S:g} s (the cluster has {cpus:g} CPU): the pool shrinks to "
+                f"{_actors(len(placed))}"
+            )
+            for task, actor in waits.items():
+                if task.result() is not None:
+                    with contextlib.suppress(Exception):
+                        ray.kill(actor)
+        self._live = len(placed)
+        for actor in placed:
+            self._idle.put_nowait(actor)
         self._remove_callback = self._signal.add_callback(lambda: self.cancel("cancelled"))
+
+    def _cpus(self) -> float:
+        """The CPUs of the cluster's nodes alive now."""
+        return float(self._ray.cluster_resources().get("CPU", 0.0))
 
     def _spawn(self) -> Any:
         actor_class = self._ray.remote(_Actor)
+        identity = None
+        if self._store_path is not None:
+            found = file_identity(self._store_path)
+            identity = list(found) if found is not None else None
         return actor_class.options(**self._options).remote(
-            self._relative, self._source.entry_id, self._traced, self._tools, self._store_path
+            self._relative,
+            self._source.entry_id,
+            self._traced,
+            self._tools,
+            self._store_path,
+            identity,
+            self._on_records is not None,
         )
 
+    async def _placed(self, actor: Any) -> str | None:
+        """``None`` once ``actor`` runs and can take rows; else what went wrong."""
+        try:
+            problem = await asyncio.wait_for(_await(actor.ready.remote()), PLACEMENT_WAIT_S)
+        except TimeoutError:
+            return f"was not placed within {PLACEMENT_WAIT_S:g} s"
+        except self._ray.exceptions.RayError as exc:
+            return f"could not load the entry: {_first_line(exc)}"
+        return None if problem is None else f"cannot run rows: {problem}"
+
+    def _lost(self, actor: Any) -> None:
+        """``actor`` died: replace it if the cluster has room for it now, else shrink."""
+        self._live -= 1
+        with contextlib.suppress(Exception):
+            self._ray.kill(actor)
+        if self._signal.cancelled:
+            return self._if_empty()
+        room = int(self._cpus() / self._per_actor + 1e-9)
+        if self._live < min(self._size, room):
+            self._live += 1
+            task = asyncio.ensure_future(self._replace())
+            self._replacing.add(task)
+            task.add_done_callback(self._replacing.discard)
+            return None
+        _notice(
+            f"a Ray actor died and the cluster now has room for {_actors(room)} "
+            f"({self._cpus():g} CPU): the pool shrinks to {_actors(self._live)} "
+            f"(was {self._live + 1})"
+        )
+        return self._if_empty()
+
+    async def _replace(self) -> None:
+        actor = self._spawn()
+        problem = await self._placed(actor)
+        if problem is None:
+            self._idle.put_nowait(actor)
+            return
+        self._live -= 1
+        with contextlib.suppress(Exception):
+            self._ray.kill(actor)
+        _notice(
+            f"a replacement Ray actor {problem}: the pool shrinks to {_actors(self._live)} "
+            f"(was {self._live + 1})"
+        )
+        self._if_empty()
+
+    def _if_empty(self) -> None:
+        if self._live == 0:
+            self._idle.put_nowait(None)  # wakes whoever waits for an actor: none will come
+
+    # -- rows --------------------------------------------------------------------------------------
     async def run(
         self, item: InputRow, key: str, *, retry: bool = False, plan: RowPlan = NO_PLAN
     ) -> RowOutcome:
+        return await with_row_retries(
+            lambda _: self._attempt(item, key, plan),
+            retries=self._row_retries,
+            retry=retry,
+            signal=self._signal,
+        )
+
+    async def _attempt(self, item: InputRow, key: str, plan: RowPlan) -> RowOutcome:
         ray = self._ray
         actor = await self._idle.get()
-        ref = actor.run.remote(
-            item.index, item.line, item.raw, item.problem, item.text, key, plan.to_wire()
+        if actor is None:
+            self._idle.put_nowait(None)
+            return failed_row(
+                item,
+                key,
+                BATCH_ENGINE_UNAVAILABLE,
+                "no Ray actor is left to run the row: the cluster has no room for one",
+            )
+        stream = actor.run.remote(
+            item.index,
+            item.line,
+            item.raw,
+            item.problem,
+            item.text,
+            key,
+            plan.to_wire(),
+            self._files(plan),
         )
-        self._running[ref] = actor
+        self._running[stream] = actor
+        wire: Any = None
         try:
-            wire = await ref
+            async for ref in stream:
+                kind, body = await ref
+                if kind == "done":
+                    wire = body
+                elif self._on_records is not None:  # records, as the row made them
+                    for line in body:
+                        self._on_records(json.loads(line))
         except ray.exceptions.TaskCancelledError:
             self._idle.put_nowait(actor)
             outcome = failed_row(item, key, "TUBELESS_RUN_CANCELLED", "the row was cancelled")
             outcome.row["status"] = "cancelled"
             return outcome
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
-            self._idle.put_nowait(self._spawn())
+            self._lost(actor)
             reason = type(exc).__name__
             return failed_row(
                 item, key, BATCH_WORKER_DIED, f"the Ray actor running the row died ({reason})"
             )
         finally:
-            self._running.pop(ref, None)
+            self._running.pop(stream, None)
         self._idle.put_nowait(actor)
         return RowOutcome.from_wire(wire)
 
+    def _files(self, plan: RowPlan) -> dict[str, list[int] | None]:
+        """The row's cassette paths (a recording's folder) with their identity on this host."""
+        paths = [plan.replay] if plan.replay is not None else []
+        if plan.record is not None:
+            paths.append(str(Path(plan.record).parent))
+        for path in paths:
+            if path not in self._identities:
+                found = file_identity(path)
+                self._identities[path] = list(found) if found is not None else None
+        return {path: self._identities[path] for path in paths}
+
     def cancel(self, reason: str) -> None:
-        for ref in list(self._running):
-            self._ray.cancel(ref)
+        for stream in list(self._running):
+            with contextlib.suppress(Exception):
+                self._ray.cancel(stream)
 
     async def close(self) -> None:
         if self._remove_callback is not None:
             self._remove_callback()
             self._remove_callback = None
+        for task in list(self._replacing):
+            task.cancel()
         while not self._idle.empty():
-            self._ray.kill(self._idle.get_nowait())
+            actor = self._idle.get_nowait()
+            if actor is not None:
+                with contextlib.suppress(Exception):
+                    self._ray.kill(actor)
         for actor in list(self._running.values()):
-            self._ray.kill(actor)
+            with contextlib.suppress(Exception):
+                self._ray.kill(actor)
         if self._started_ray:
             self._ray.shutdown()
+            self._started_ray = False
+
+
+async def _await(ref: Any) -> Any:
+    return await ref
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
+
+
+def _actors(n: int) -> str:
+    return f"{n} actor" if n == 1 else f"{n} actors"
+
+
+def _notice(message: str) -> None:
+    """A line for the user on stderr (never stdout: rows may go there)."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)

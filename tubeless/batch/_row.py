@@ -3,6 +3,8 @@
 A row runs as a root run of its own (its own run id) with one sink, :class:`RowSink`, which
 counts the root agent's turns and the calls of the whole tree (by tool name) and, when the
 batch is traced, keeps the row's records for the driver, which alone writes the batch's sinks.
+A worker of another process or host hands them to :class:`RecordBatches` instead, which ships
+them as they are made: the records of an attempt whose worker died still reach the trace.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +29,21 @@ from tubeless.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Awaitable, Iterator
 
     from tubeless.durable import CheckpointStore
     from tubeless.pipeline import CancelToken, Pipeline, PipelineRun
 
-__all__ = ["RowOutcome", "RowPlan", "RowSink", "failed_row", "run_row"]
+__all__ = [
+    "RecordBatches",
+    "RowMessage",
+    "RowOutcome",
+    "RowPlan",
+    "RowSink",
+    "failed_row",
+    "row_messages",
+    "run_row",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,13 +78,51 @@ class RowPlan:
 NO_PLAN = RowPlan()
 
 
+class RecordBatches:
+    """A row's records as JSON lines, taken in batches as they are made (a worker ships each
+    batch to the driver at once). Records may come from any thread; :attr:`ready` is set on
+    the event loop when a batch waits."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[str] = []
+        self.ready = asyncio.Event()
+
+    def __call__(self, record: Mapping[str, Any]) -> None:
+        from tubeless.tracing.records import record_json
+
+        line = record_json(record)  # now: the record is what it was when it was made
+        with self._lock:
+            self._pending.append(line)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self.ready.set()
+        else:
+            self._loop.call_soon_threadsafe(self.ready.set)
+
+    def take(self) -> list[str]:
+        """The records made since the last call (on the event loop)."""
+        with self._lock:
+            taken, self._pending = self._pending, []
+        self.ready.clear()
+        return taken
+
+
 class RowSink:
-    """Counts a row's turns and calls and, if ``keep``, keeps its records in order."""
+    """Counts a row's turns and calls and, if ``keep``, keeps its records in order (or hands
+    each to ``forward``, which ships it)."""
 
-    __slots__ = ("keep", "records", "root", "root_pipeline", "tools", "turns")
+    __slots__ = ("forward", "keep", "records", "root", "root_pipeline", "tools", "turns")
 
-    def __init__(self, *, keep: bool) -> None:
+    def __init__(
+        self, *, keep: bool, forward: Callable[[Mapping[str, Any]], None] | None = None
+    ) -> None:
         self.keep = keep
+        self.forward = forward
         self.records: list[Mapping[str, Any]] = []
         self.root: str | None = None
         self.root_pipeline = ""
@@ -96,7 +146,9 @@ class RowSink:
             tool = attributes.get("agent.tool")
             if tool is not None and "agent.callId" in attributes:
                 self.tools[tool] = self.tools.get(tool, 0) + 1
-        if self.keep:
+        if self.forward is not None:
+            self.forward(record)
+        elif self.keep:
             self.records.append(record)
 
     def flush(self) -> None:
@@ -160,11 +212,13 @@ async def run_row(
     signal: CancelToken | None = None,
     store: CheckpointStore | None = None,
     plan: RowPlan = NO_PLAN,
+    forward: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> RowOutcome:
     """Run ``entry`` on ``item``'s input as a root run and describe it as a row.
 
     Args:
         traced: Keep the row's trace records (the batch has sinks).
+        forward: With ``traced``, given each record as it is made instead of keeping it.
         tools: Count calls per tool name (eval's ``tools`` expectation).
         store: The batch's checkpoint store (``plan.checkpoint_key`` names the row's key).
         plan: The row's checkpoint key and cassette.
@@ -176,7 +230,7 @@ async def run_row(
         return failed_row(item, key, BATCH_INPUT_INVALID, f"line {item.line}: {item.problem}")
     from tubeless.agent._scope import ROOT_BUDGETS
 
-    sink = RowSink(keep=traced) if traced or tools else None
+    sink = RowSink(keep=traced, forward=forward if traced else None) if traced or tools else None
     budgets: list[Any] = []
     token = ROOT_BUDGETS.set(budgets) if sink is None else None
     start = time.perf_counter()
@@ -217,6 +271,37 @@ async def run_row(
         tools=counted,
         records=sink.records if sink is not None else [],
     )
+
+
+RowMessage = tuple[str, Any]
+"""What a worker sends the driver for one row: ``("records", [JSON line, ...])`` as the row
+makes them (when streaming), then ``("done", RowOutcome.to_wire())``."""
+
+
+async def row_messages(
+    run: Callable[[RecordBatches | None], Awaitable[RowOutcome]], *, stream: bool
+) -> AsyncIterator[RowMessage]:
+    """Run a row (``run(forward)``, which passes ``forward`` to :func:`run_row`) and yield its
+    messages: with ``stream``, each batch of records as soon as it is made."""
+    batches = RecordBatches(asyncio.get_running_loop()) if stream else None
+    task = asyncio.ensure_future(run(batches))
+    try:
+        while batches is not None and not task.done():
+            waiter = asyncio.ensure_future(batches.ready.wait())
+            try:
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            lines = batches.take()
+            if lines:
+                yield ("records", lines)
+        outcome = await task
+    finally:
+        if not task.done():
+            task.cancel()  # the worker's call was cancelled: so is the row's run
+    if batches is not None and (lines := batches.take()):
+        yield ("records", lines)
+    yield ("done", outcome.to_wire())
 
 
 @contextlib.contextmanager

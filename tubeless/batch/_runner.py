@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tubeless.batch._engine import Engine, EngineName, EntrySource, make_engine
+from tubeless.batch._engine import DEFAULT_ROW_RETRIES, Engine, EngineName, EntrySource, make_engine
 from tubeless.batch._inputs import InputRow, read_inputs
 from tubeless.batch._output import BatchOutput
 from tubeless.batch._plans import RowKeys, row_keys, row_plans
@@ -58,6 +58,7 @@ async def run_batch(
     checkpoints: str | os.PathLike[str] | CheckpointStore | None = None,
     record_dir: str | os.PathLike[str] | None = None,
     replay_dir: str | os.PathLike[str] | None = None,
+    row_retries: int = DEFAULT_ROW_RETRIES,
 ) -> AsyncIterator[dict[str, Any]]:
     """Run ``entry`` once per input and yield the rows in input order.
 
@@ -81,6 +82,8 @@ async def run_batch(
         record_dir: Record each row's cassette into ``<record_dir>/<index>.cassette.jsonl``.
         replay_dir: Replay each row from ``<replay_dir>/<index>.cassette.jsonl``; a row that
             diverges fails alone with ``TUBELESS_REPLAY_DIVERGED``.
+        row_retries: How many more times a row whose worker died (``process``, ``ray``) runs,
+            each time on another worker, before it fails with ``TUBELESS_BATCH_WORKER_DIED``.
 
     Yields:
         ``{index, key, status, result | error: {code, message}, run_id, duration_ms, turns,
@@ -102,6 +105,7 @@ async def run_batch(
         checkpoints=checkpoints,
         record_dir=record_dir,
         replay_dir=replay_dir,
+        row_retries=row_retries,
     ):
         yield outcome.row
 
@@ -126,6 +130,7 @@ async def run_outcomes(
     replay_dir: str | os.PathLike[str] | None = None,
     replays: Mapping[int, str] | None = None,
     records: Mapping[int, str] | None = None,
+    row_retries: int = DEFAULT_ROW_RETRIES,
 ) -> AsyncIterator[RowOutcome]:
     """:func:`run_batch`, yielding each row's :class:`RowOutcome`; with ``count_tools`` its
     calls per tool name too (what eval needs); ``replays`` and ``records`` give rows their own
@@ -167,6 +172,8 @@ async def run_outcomes(
             ray_address=ray_address,
             store=checkpoint_store,
             store_path=store_path,
+            row_retries=row_retries,
+            on_records=fanout.export if sinks else None,  # workers ship records as made
         )
         store = BatchOutput(output, earlier=named.earlier_rows) if output is not None else None
         batch = _Batch(

@@ -3,7 +3,9 @@
 The file is created 0600 and must stay private (one hard link, no group or other access); it
 runs in WAL mode with ``synchronous=FULL``, so a write has reached the disk when it returns.
 Leases are ``flock`` locks on one file per key in ``<path>.leases/``: the kernel drops them
-when the process dies, so a killed run's key can be resumed at once. The holder writes its pid
+when the process dies, so a killed run's key can be resumed at once; a run that ends cleanly,
+with every commit folded into the main file, removes its key's file (while still holding it;
+see :func:`_lock_current`), and a killed run's file stays with its count. The holder writes its pid
 and host into the lock file (``{"pid": N, "host": "H"}``), so :meth:`SqliteCheckpoints.holder`
 can say who holds a key: it probes the lock without waiting, and trusts the file's words only
 while the lock is held (a killed holder leaves them behind, unlocked).
@@ -207,22 +209,20 @@ class SqliteCheckpoints:
         check_key(key)
         path = self._lock_file(key)
         existed = path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         for attempt in range(_PROBED_RETRIES):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd, locked = _lock_current(path)
+            if locked:
                 break
-            except BlockingIOError:
-                holder = read_holder(fd)
-                if holder is not None or attempt + 1 == _PROBED_RETRIES:
-                    os.close(fd)
-                    held = f", {holder}" if holder is not None else ""
-                    raise CheckpointError(
-                        CHECKPOINT_LOCKED,
-                        f"Checkpoint key {key!r} is in use by another run (in {self.path}{held}); "
-                        "wait for it to finish, or stop it",
-                    ) from None
-                time.sleep(_PROBED_WAIT_S)  # probed, or its holder has not named itself yet
+            holder = read_holder(fd)
+            os.close(fd)
+            if holder is not None or attempt + 1 == _PROBED_RETRIES:
+                held = f", {holder}" if holder is not None else ""
+                raise CheckpointError(
+                    CHECKPOINT_LOCKED,
+                    f"Checkpoint key {key!r} is in use by another run (in {self.path}{held}); "
+                    "wait for it to finish, or stop it",
+                ) from None
+            time.sleep(_PROBED_WAIT_S)  # probed, or its holder has not named itself yet
         seq = read_seq(fd)
         with contextlib.suppress(OSError):  # the lock is what counts; its holder is only shown
             write_words(fd, seq, holding=True)
@@ -328,14 +328,19 @@ class SqliteCheckpoints:
 
     def _release(self, key: str, token: object) -> None:
         assert isinstance(token, Held)
+        # The lock file's commit count guards the -wal; once every commit is in the main file
+        # the count is not needed, and the file goes (one per key would pile up otherwise).
+        folded = False
         if token.verified:
             with self._lock, contextlib.suppress(sqlite3.Error):
                 # Every commit of the key is in the file: say so, and put it in the main file.
                 self._db.execute("UPDATE checkpoint_commits SET live = 0 WHERE key = ?", (key,))
-                if not self._fold():  # TRUNCATE waits for no reader; FULL for fewer
-                    self._fold("FULL", _RELEASE_WAIT_S)
+                # TRUNCATE waits for no reader; FULL for fewer
+                folded = self._fold() or self._fold("FULL", _RELEASE_WAIT_S)
         with contextlib.suppress(OSError):
             write_words(token.fd, token.seq, holding=False)  # no holder named once let go
+        if folded:
+            _remove_lock_file(self._lock_file(key), token.fd)
         os.close(token.fd)  # closing the descriptor releases the flock
 
     def _write(self, key: str, document: str, token: object) -> None:
@@ -377,3 +382,37 @@ def _write_failed(exc: BaseException) -> bool:
     """Whether SQLite could not write the file (a full disk, a file size limit, an I/O error)."""
     name = getattr(exc, "sqlite_errorname", None) or ""
     return name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR")
+
+
+# -- the lock file of a key: made by its first acquirer, removed by its last holder -------------
+def _lock_current(path: Path) -> tuple[int, bool]:
+    """The lock file now at ``path``, open: ``(fd, True)`` locked by us, ``(fd, False)`` held by
+    another. A holder removes the file when its run ends, while it still holds the lock: a file
+    locked here after it was removed is no longer the key's lock, so the one now at ``path``
+    (a new one, if none) is tried instead."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return fd, False
+        if _is_at(fd, path):
+            return fd, True
+        os.close(fd)
+
+
+def _remove_lock_file(path: Path, fd: int) -> None:
+    """Remove ``path`` while ``fd`` (its open file) is still locked: one file per key that ran
+    would otherwise pile up in the leases folder."""
+    if _is_at(fd, path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        opened, named = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
