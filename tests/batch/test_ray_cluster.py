@@ -164,10 +164,15 @@ def test_a_lost_node_shrinks_the_pool_and_its_row_is_retried_on_the_survivor(
     assert sorted(node for n, node, _ in _started(folder) if n == lost[0][0]) == sorted(
         [worker.node_id, cluster.head_node.node_id]
     )
+    # Said at the death when Ray already counts the lost node out, else at the end (Ray's view
+    # of the cluster can lag a lost node on a loaded machine): either way, one warning.
     assert (
         "warning: a Ray actor died and the cluster now has room for 1 actor (1 CPU): the pool "
         "shrinks to 1 actor (was 2)"
-    ) in err
+    ) in err or (
+        "warning: 1 actor replacing a lost one still had no room on the cluster when the batch "
+        "ended: the pool ran with 1 actor of 2"
+    ) in err, err
     # The attempt that died is in the trace: a root run of its own that never completed, down
     # to the tool call that was running when its node went.
     records = read_trace(trace)

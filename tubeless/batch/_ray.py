@@ -348,7 +348,15 @@ class RayEngine:
         if self._remove_callback is not None:
             self._remove_callback()
             self._remove_callback = None
-        for task in list(self._replacing):
+        pending = [task for task in self._replacing if not task.done()]
+        if pending:
+            # Ray's view of the cluster can lag a lost node: say what the pool really ran with.
+            _notice(
+                f"{_actors(len(pending))} replacing a lost one still had no room on the cluster "
+                f"when the batch ended: the pool ran with {_actors(self._live - len(pending))} "
+                f"of {self._size}"
+            )
+        for task in pending:
             task.cancel()
         while not self._idle.empty():
             actor = self._idle.get_nowait()
