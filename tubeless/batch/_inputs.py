@@ -23,6 +23,10 @@ from tubeless.frozen import canonical_json
 
 __all__ = ["InputRow", "read_inputs", "row_key", "text_key"]
 
+#: The longest JSONL line read as an input.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: The largest JSON array or YAML list of inputs.
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 _JSONL = (".jsonl", ".ndjson")
 _YAML = (".yaml", ".yml")
 
