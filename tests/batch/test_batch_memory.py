@@ -11,9 +11,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.batch import rows_project
+from tests.fixtures.processes import write_project
 from tubeless.batch import InputRow, run_batch
 from tubeless.batch._inputs import row_key
+
+# A pipeline of one step: what a row costs beyond its run is what is measured.
+PROJECT = """\
+    version: 1
+    project: {id: echo}
+    python_path: [.]
+    pipelines:
+      echo:
+        input: {schema: {type: object}}
+        result: {schema: {}}
+        steps:
+          - {id: a, run: "helpers:square"}
+        finalize: a
+    """
+MODULE = """\
+    def square(inputs, ctx):
+        return ctx.options["n"] ** 2
+    """
 
 
 def _dataset(folder: Path, rows: int) -> tuple[Path, Path]:
@@ -25,16 +43,16 @@ def _dataset(folder: Path, rows: int) -> tuple[Path, Path]:
             ins.write(json.dumps(raw) + "\n")
             if index % 1000 == 0:
                 continue  # this row runs
-            key = row_key("rows", InputRow(index=index, line=index + 1, raw=raw))
+            key = row_key("echo", InputRow(index=index, line=index + 1, raw=raw))
             row = {
                 "index": index,
                 "key": key,
                 "status": "completed",
-                "result": {"n": index, "square": index * index},
+                "result": index * index,
                 "run_id": f"rows:{index}",
                 "duration_ms": 1.0,
-                "turns": 2,
-                "calls": 1,
+                "turns": 0,
+                "calls": 0,
             }
             outs.write(json.dumps(row) + "\n")
     return inputs, output
@@ -60,15 +78,17 @@ def _peak(project: Path, inputs: Path, output: Path) -> tuple[int, int]:
 
 @pytest.mark.slow
 def test_memory_does_not_grow_with_the_number_of_rows(tmp_path: Path) -> None:
-    project = rows_project(tmp_path)
+    project = write_project(tmp_path, PROJECT, MODULE)
     asyncio.run(_warm(project))  # imports and caches: not the batch's own memory
     small, small_rows = _peak(project, *_dataset(tmp_path, 10_000))
     large, large_rows = _peak(project, *_dataset(tmp_path, 100_000))
     assert (small_rows, large_rows) == (10_000, 100_000)
     assert large < 2 * small, (small, large)
     with (tmp_path / "out-100000.jsonl").open(encoding="utf-8") as file:
-        indexes = [json.loads(line)["index"] for line in file]
-    assert indexes == list(range(100_000))
+        rows = [json.loads(line) for line in file]
+    assert [row["index"] for row in rows] == list(range(100_000))
+    assert {row["status"] for row in rows} == {"completed"}
+    assert rows[99_000]["result"] == 99_000**2 and rows[99_000]["run_id"] != "rows:99000"
 
 
 async def _warm(project: Path) -> None:

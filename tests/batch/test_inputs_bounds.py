@@ -54,8 +54,7 @@ def test_a_json_array_item_without_a_json_value_fails_only_its_row(
     assert _statuses(rows) == [(0, "completed"), (1, "failed"), (2, "failed"), (3, "completed")]
     assert rows[1]["error"] == {
         "code": INVALID,
-        "message": "line 2: not valid JSON: NaN is not a JSON value "
-        "(JSON has no NaN or infinity)",
+        "message": "line 2: not valid JSON: NaN is not a JSON value (JSON has no NaN or infinity)",
     }
     assert rows[2]["error"]["message"] == (
         "line 4: not valid JSON: the number 1e999 is out of range (JSON has no NaN or infinity)"
@@ -74,8 +73,9 @@ def test_a_yaml_item_without_a_json_value_fails_only_its_row(
     assert _statuses(rows) == [(0, "completed"), (1, "failed"), (2, "failed"), (3, "completed")]
     assert rows[1]["error"]["code"] == INVALID
     assert rows[1]["error"]["message"].startswith("line 2: ")
-    assert "'.nan' is not a finite number (JSON has no NaN or infinity)" in (
-        rows[1]["error"]["message"]
+    assert (
+        "'.nan' is not a finite number (JSON has no NaN or infinity)"
+        in (rows[1]["error"]["message"])
     )
     assert rows[2]["error"]["message"].startswith("line 3: ")
 
@@ -98,10 +98,7 @@ def test_a_python_input_without_a_json_form_fails_only_its_row(tmp_path: Path) -
 
 _FANOUT = "\n".join(
     ["- &a [x, x, x, x, x, x, x, x, x, x]"]
-    + [
-        f"- &{chr(98 + i)} [{', '.join(f'*{chr(97 + i)}' for _ in range(10))}]"
-        for i in range(7)
-    ]
+    + [f"- &{chr(98 + i)} [{', '.join(f'*{chr(97 + i)}' for _ in range(10))}]" for i in range(7)]
 )
 
 

@@ -26,7 +26,6 @@ from typing import IO, Any
 
 from tubeless.durable._keys import default_key
 from tubeless.errors import BATCH_INPUT_INVALID, BatchError
-from tubeless.frozen import canonical_json
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -143,7 +142,7 @@ def open_inputs(source: str | os.PathLike[str]) -> InputSource:
     lowered = name.lower()
     kind = "json" if lowered.endswith(".json") else "yaml" if lowered.endswith(_YAML) else "jsonl"
     if kind == "jsonl":
-        with open(name, "rb") as stream:  # noqa: SIM115 - counted now, opened again to read
+        with open(name, "rb") as stream:
             regular = stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
             total = _count_lines(stream) if regular else None
         if regular:
@@ -225,7 +224,9 @@ def iter_inputs(source: str | os.PathLike[str] | InputSource | Iterable[Any]) ->
 
 def _given(items: Iterable[Any]) -> Iterator[InputRow]:
     for index, item in enumerate(items):
-        yield item if isinstance(item, InputRow) else InputRow(index=index, line=index + 1, raw=item)
+        yield (
+            item if isinstance(item, InputRow) else InputRow(index=index, line=index + 1, raw=item)
+        )
 
 
 def read_inputs(source: str | os.PathLike[str] | Iterable[Any]) -> list[InputRow]:
@@ -322,13 +323,13 @@ def _jsonl_row(decoder: _Decoder, data: bytes, index: int, number: int) -> Input
     try:
         line = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x} at byte {exc.start + 1})"
-        return InputRow(index=index, line=number, problem=problem, text=data.hex())
+        not_text = f"not UTF-8 text (byte 0x{data[exc.start]:02x} at byte {exc.start + 1})"
+        return InputRow(index=index, line=number, problem=not_text, text=data.hex())
     try:
         raw, end, problem = decoder.decode(line, _skip(line, 0))
     except (ValueError, RecursionError) as exc:
-        problem = f"not valid JSON: {_reason(exc)}"
-        return InputRow(index=index, line=number, problem=problem, text=line)
+        reason = f"not valid JSON: {_reason(exc)}"
+        return InputRow(index=index, line=number, problem=reason, text=line)
     if _skip(line, end) != len(line):
         return InputRow(index=index, line=number, problem="not valid JSON: Extra data", text=line)
     if problem is not None:

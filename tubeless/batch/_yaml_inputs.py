@@ -109,7 +109,8 @@ def yaml_items(
             raise BatchError(BATCH_INPUT_INVALID, f"{file}:{line}: expected a YAML list of inputs")
         stream.get_event()
         while not stream.check_event(yaml.SequenceEndEvent):
-            node = stream.compose_node(None, None)  # type: ignore[no-untyped-call]
+            node = stream.compose_node(None, None)  # type: ignore[arg-type]
+            assert node is not None, "an item's events make a node"
             converter = Converter(file)
             value = converter.convert(node, "", report=True)
             line = node.start_mark.line + 1
@@ -144,7 +145,7 @@ def yaml_value(text: str, file: str) -> Any:
         recorded = events(text, file, INPUT_BOUNDS)
     except DocumentError as exc:
         raise ValueError(exc.issues[0].format()) from None
-    root = Replay(recorded).get_single_node()  # type: ignore[no-untyped-call]
+    root = Replay(recorded).get_single_node()
     if root is None:
         return None
     converter = Converter(file)

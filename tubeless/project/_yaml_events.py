@@ -22,12 +22,12 @@ from tubeless.project._issues import DocumentIssue, join_pointer, raise_issues
 
 __all__ = [
     "EMPTY",
-    "PROJECT_BOUNDS",
-    "Bounds",
     "FAST_LOADER",
     "MAX_ALIASES",
     "MAX_DEPTH",
     "MAX_NODES",
+    "PROJECT_BOUNDS",
+    "Bounds",
     "Loader",
     "Replay",
     "at",
