@@ -28,9 +28,16 @@ def read_input_file(name: str) -> Any:
             raise click.FileError(name, hint=exc.strerror) from None
     try:
         if name.endswith((".yaml", ".yml")):
-            return yaml.safe_load(text)
+            from tubeless.batch._yaml_inputs import yaml_value
+
+            # The project loader's bounds (depth, aliases, values), as for inputs files.
+            return yaml_value(text, name)
         return json.loads(text)
-    except (ValueError, RecursionError, yaml.YAMLError) as exc:
+    except ValueError as exc:
+        if name.endswith((".yaml", ".yml")):
+            raise CliInputError(f"--input-file {exc}") from None
+        raise CliInputError(f"--input-file {name}: not valid input: {exc}") from None
+    except (RecursionError, yaml.YAMLError) as exc:
         raise CliInputError(f"--input-file {name}: not valid input: {exc}") from None
 
 

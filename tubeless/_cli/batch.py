@@ -8,6 +8,7 @@ signal cancelled the batch.
 
 from __future__ import annotations
 
+import heapq
 import sys
 import time
 from pathlib import Path
@@ -21,13 +22,16 @@ from tubeless._cli._paths import refuse_shared_files
 from tubeless._cli._sink_warnings import SinkWarnings
 
 if TYPE_CHECKING:
-    from tubeless.batch import RowOutcome
+    from tubeless.batch import InputRow, RowOutcome
+    from tubeless.batch._inputs import InputSource
     from tubeless.pipeline import Pipeline
 
 __all__ = ["BatchProgress", "batch", "load_entry"]
 
 # Failed rows listed by name on a terminal at the end; the output file holds them all.
 _LISTED = 50
+# Plain progress lines of a stream of rows (their number unknown): one every this many rows.
+_EVERY = 1000
 
 
 def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
@@ -41,15 +45,16 @@ def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
         raise CliLoadError(str(exc.args[0])) from None
 
 
-def read_rows(inputs: str) -> list[Any]:
-    """The inputs (exit 2 when the file is missing or not a list of inputs)."""
-    from tubeless.batch import read_inputs
+def read_rows(inputs: str) -> InputSource:
+    """The inputs, opened (exit 2 when the file is missing or not a list of inputs); rows are
+    read as the batch needs them."""
+    from tubeless.batch._inputs import open_inputs
     from tubeless.errors import BatchError
 
-    if inputs != "-" and not Path(inputs).is_file():
+    if inputs != "-" and not Path(inputs).exists():
         raise FileNotFoundError(2, "No such file or directory", inputs)
     try:
-        return read_inputs(inputs)
+        return open_inputs(inputs)
     except BatchError as exc:
         raise CliLoadError(f"{exc.code}: {exc.message}") from None
     except UnicodeDecodeError:
@@ -59,13 +64,14 @@ def read_rows(inputs: str) -> list[Any]:
 class BatchProgress:
     """Progress on stderr: a rich bar (done, failed, rate, ETA) on a terminal, else plain lines.
 
-    Plain lines: one per failed row, and one each time another tenth of the rows is done. The
-    bar shows only how many rows failed, so on a terminal :meth:`failed_lines` lists them after
-    the summary.
+    Plain lines: one per failed row, and one each time another tenth of the rows is done (when
+    the number of rows is not known, a stream: every :data:`_EVERY` rows). The bar shows only
+    how many rows failed, so on a terminal :meth:`failed_lines` lists them after the summary;
+    only the first ``_LISTED`` failed rows (by index) are kept for that.
     """
 
     def __init__(
-        self, stream: TextIO, total: int, *, live: bool | None = None, label: str = "batch"
+        self, stream: TextIO, total: int | None, *, live: bool | None = None, label: str = "batch"
     ) -> None:
         from tubeless.reporting.plain import stream_is_terminal
 
@@ -75,7 +81,7 @@ class BatchProgress:
         self.done = 0
         self.failed = 0
         self.reused = 0
-        self.failures: list[dict[str, Any]] = []
+        self._failures: list[tuple[int, int, dict[str, Any]]] = []  # a heap of the first ones
         self.live = False
         self._started = time.perf_counter()
         self._next_tenth = 1
@@ -111,7 +117,7 @@ class BatchProgress:
         row = outcome.row
         if row["status"] == "failed":
             self.failed += 1
-            self.failures.append(row)
+            self._keep_failure(row)
         ran = self.done - self.reused
         elapsed = time.perf_counter() - self._started
         rate = f"{ran / elapsed:.1f} rows/s" if ran and elapsed > 0 else ""
@@ -121,6 +127,10 @@ class BatchProgress:
         if row["status"] == "failed" and self.label == "batch":  # eval's table says it
             error = row.get("error", {})
             self._line(f"row {row['index']} failed: {error.get('code')}: {error.get('message')}")
+        if self.total is None:
+            if self.done % _EVERY == 0 and self.label == "batch":
+                self._line(f"batch: {self.done} rows done, {self.failed} failed")
+            return
         if self.total and self.done * 10 >= self._next_tenth * self.total:
             while self.done * 10 >= self._next_tenth * self.total:
                 self._next_tenth += 1
@@ -139,7 +149,7 @@ class BatchProgress:
         from tubeless.tracing.projection import terminal_safe
 
         lines = []
-        ordered = sorted(self.failures, key=lambda row: int(row["index"]))
+        ordered = [row for _, _, row in sorted(self._failures, key=lambda item: -item[0])]
         for row in ordered[:limit]:
             error = row.get("error") or {}
             text = (
@@ -147,9 +157,17 @@ class BatchProgress:
                 f"{error.get('message')}"
             )
             lines.append(terminal_safe(one_line(text)))
-        if len(ordered) > limit:
-            lines.append(f"... and {len(ordered) - limit} more failed rows")
+        if self.failed > len(ordered[:limit]):
+            lines.append(f"... and {self.failed - len(ordered[:limit])} more failed rows")
         return lines
+
+    def _keep_failure(self, row: dict[str, Any]) -> None:
+        """Keep the ``_LISTED`` failed rows of lowest index (a max-heap on the index)."""
+        item = (-int(row["index"]), self.failed, row)
+        if len(self._failures) < _LISTED:
+            heapq.heappush(self._failures, item)
+        elif item[0] > self._failures[0][0]:
+            heapq.heapreplace(self._failures, item)
 
     def cancelling(self, reason: str) -> None:
         self._line(f"{self.label}: {reason}; cancelling the rows in flight")
@@ -296,7 +314,7 @@ def run_cli_batch(
     project: str,
     entry: Pipeline,
     entry_id: str | None,
-    rows: list[Any],
+    rows: InputSource | list[InputRow],
     *,
     output: str | None,
     concurrency: int,
@@ -319,17 +337,19 @@ def run_cli_batch(
     import contextlib
 
     from tubeless._cli._signals import RunSignals
-    from tubeless.batch import EntrySource, summarize
+    from tubeless.batch import EntrySource
+    from tubeless.batch._summary import SummaryCounter
     from tubeless.pipeline import CancelToken
     from tubeless.tracing import open_sink
 
-    progress = BatchProgress(sys.stderr, len(rows), label=label)
+    total = len(rows) if isinstance(rows, list) else rows.total
+    progress = BatchProgress(sys.stderr, total, label=label)
     token = CancelToken()
     signals = RunSignals(token, progress)
     signals.install()
     warnings = SinkWarnings().install()  # a failing trace sink: one ``warning:`` line
     sinks: list[Any] = []
-    finished: list[dict[str, Any]] = []
+    finished = SummaryCounter()
     try:
         for target in trace:
             sinks.append(open_sink(target))
@@ -360,7 +380,7 @@ def run_cli_batch(
                     records=records,
                     row_retries=row_retries,
                 ):
-                    finished.append(outcome.row)
+                    finished.add(outcome.row)
                     if collect is not None:
                         collect.append(outcome)
                     if output is None and label == "batch":
@@ -388,7 +408,10 @@ def run_cli_batch(
                     click.echo(f"warning: closing trace {sink!r} failed: {exc}", err=True)
         warnings.remove()
         signals.restore()
-    summary = summarize(finished, total=len(rows), skipped=progress.reused)
+    # Rows not run (a cancellation) count when the number of rows was known beforehand.
+    summary = finished.summary(
+        total=max(total, finished.rows) if total is not None else None, skipped=progress.reused
+    )
     if label == "batch":
         for line in summary.lines():
             click.echo(f"batch: {line}", err=True)

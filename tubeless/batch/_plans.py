@@ -5,28 +5,92 @@ A row's key (:func:`row_keys`) is the default checkpoint key of its validated in
 never share a lease and a rerun finds each row's own checkpoint. It is the row's ``key`` in the
 output and, with checkpoints, its checkpoint key. The keys round 2 gave the same rows (from the
 raw input) are kept beside them, so that its checkpoints and output files are still found.
+
+Keys are given a row at a time (:class:`RowNamer`), so a batch never holds its rows' keys: the
+counts that number repeats are kept per key in the batch's :class:`~tubeless.batch._ledger.Ledger`
+(a temporary file). An input with no JSON form (``NaN`` from Python, a set, a non-string key)
+becomes a row with a problem, which fails alone (``TUBELESS_BATCH_INPUT_INVALID``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tubeless.batch._inputs import InputRow, text_key
+from tubeless.batch._ledger import Ledger
 from tubeless.batch._row import RowPlan
+from tubeless.errors import TubelessError
 
 if TYPE_CHECKING:
     from tubeless.pipeline import Pipeline
 
-__all__ = ["RowKeys", "row_keys", "row_plans"]
+__all__ = ["NamedRow", "PlanMaker", "RowKeys", "RowNamer", "row_keys", "row_plans"]
+
+_KEYS, _EARLIER = 0, 1
+_NOT_JSON = (
+    "not a JSON value (JSON has no NaN or infinity, no sets or other objects, and only "
+    "strings as keys)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NamedRow:
+    """A row and its keys."""
+
+    row: InputRow
+    key: str
+    """Its checkpoint key, and its ``key`` in the output."""
+    earlier_checkpoint: str | None
+    """The checkpoint key round 2 gave it (its raw input's; ``None`` when the same)."""
+    earlier_row: str | None
+    """The ``key`` round 2 wrote in its row of the output (never suffixed)."""
+
+
+class RowNamer:
+    """Gives each row its key, in input order (DESIGN.md §11: the default checkpoint key of its
+    validated input, ``#2``, ``#3``... for later rows of the same input), and the keys round 2
+    gave it. Repeats are counted in ``ledger``, not in memory."""
+
+    def __init__(self, pipeline: Pipeline, ledger: Ledger) -> None:
+        self.pipeline, self.ledger = pipeline, ledger
+
+    def name(self, row: InputRow) -> NamedRow:
+        from tubeless.pipeline._checkpoint_keys import checkpoint_keys, validated_or_unvalidated
+
+        raw_base: str | None = None
+        if row.problem is None:
+            try:
+                base, raw_base = checkpoint_keys(
+                    self.pipeline.id, row.raw, validated_or_unvalidated(self.pipeline, row.raw)
+                )
+            except (TypeError, ValueError, RecursionError, TubelessError):
+                text = f"index {row.index}: {type(row.raw).__name__}"
+                row = replace(row, raw=None, problem=_NOT_JSON, text=text)
+        if row.problem is not None:
+            base = text_key(self.pipeline.id, row.text)
+        key = self._numbered(_KEYS, base)
+        # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
+        old = self._numbered(_EARLIER, raw_base or base)
+        return NamedRow(
+            row=row,
+            key=key,
+            earlier_checkpoint=None if old == key else old,
+            earlier_row=None if (raw_base or base) == key else (raw_base or base),
+        )
+
+    def _numbered(self, family: int, base: str) -> str:
+        """``base``, the second time it occurs ``<base>#2``, the third ``#3``..."""
+        count = self.ledger.number(family, base)
+        return base if count == 1 else f"{base}#{count}"
 
 
 @dataclass(frozen=True, slots=True)
 class RowKeys:
-    """The keys of a batch's rows, by index."""
+    """The keys of a batch's rows, by index (:func:`row_keys`)."""
 
     keys: list[str]
     """Each row's key: its checkpoint key, and its ``key`` in the output."""
@@ -36,46 +100,57 @@ class RowKeys:
     """The ``key`` round 2 wrote in each row of the output (never suffixed)."""
 
 
-def row_keys(pipeline: Pipeline, rows: Sequence[InputRow]) -> RowKeys:
-    """Every row's key (DESIGN.md §11: the default checkpoint key of its validated input, with
-    ``#2``, ``#3``... for later rows of the same input) and the keys round 2 gave it."""
-    from tubeless.pipeline._checkpoint_keys import checkpoint_keys, validated_or_unvalidated
-
-    bases: list[str] = []
-    raw_bases: list[str | None] = []
-    for row in rows:
-        if row.problem is not None:
-            bases.append(text_key(pipeline.id, row.text))
-            raw_bases.append(None)
-            continue
-        key, earlier = checkpoint_keys(
-            pipeline.id, row.raw, validated_or_unvalidated(pipeline, row.raw)
-        )
-        bases.append(key)
-        raw_bases.append(earlier)
-    keys = _numbered(bases)
-    # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
-    numbered = _numbered([raw or base for raw, base in zip(raw_bases, bases, strict=True)])
+def row_keys(pipeline: Pipeline, rows: Iterable[InputRow]) -> RowKeys:
+    """Every row's key and the keys round 2 gave it, as lists (a batch uses
+    :class:`RowNamer`, a row at a time)."""
+    ledger = Ledger()
+    try:
+        named = [RowNamer(pipeline, ledger).name(row) for row in rows]
+    finally:
+        ledger.close()
     return RowKeys(
-        keys=keys,
-        earlier_checkpoints=[
-            None if old == new else old for old, new in zip(numbered, keys, strict=True)
-        ],
-        earlier_rows=[
-            None if (raw or base) == new else (raw or base)
-            for raw, base, new in zip(raw_bases, bases, keys, strict=True)
-        ],
+        keys=[n.key for n in named],
+        earlier_checkpoints=[n.earlier_checkpoint for n in named],
+        earlier_rows=[n.earlier_row for n in named],
     )
 
 
-def _numbered(bases: Sequence[str]) -> list[str]:
-    """Each base, the second time it occurs ``<base>#2``, the third ``#3``..."""
-    seen: dict[str, int] = {}
-    numbered = []
-    for base in bases:
-        seen[base] = seen.get(base, 0) + 1
-        numbered.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
-    return numbered
+class PlanMaker:
+    """Each row's checkpoint keys and cassette (paths absolute: workers may run elsewhere)."""
+
+    def __init__(
+        self,
+        *,
+        checkpoints: bool,
+        record_dir: str | os.PathLike[str] | None = None,
+        replay_dir: str | os.PathLike[str] | None = None,
+        replays: Mapping[int, str] | None = None,
+        records: Mapping[int, str] | None = None,
+    ) -> None:
+        self.checkpoints = checkpoints
+        self.record = None if record_dir is None else Path(record_dir).resolve()
+        self.replay = None if replay_dir is None else Path(replay_dir).resolve()
+        self.replays, self.records = replays or {}, records or {}
+        if self.record is not None:
+            self.record.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def plan(self, named: NamedRow) -> RowPlan:
+        index = named.row.index
+        name = f"{index}.cassette.jsonl"
+        recorded = self.records.get(index)
+        if recorded is None and self.record is not None:
+            recorded = str(self.record / name)
+        replayed = self.replays.get(index)
+        if replayed is None and self.replay is not None:
+            replayed = str(self.replay / name)
+        return RowPlan(
+            checkpoint_key=named.key if self.checkpoints else None,
+            earlier_key=named.earlier_checkpoint if self.checkpoints else None,
+            record=None if recorded is None else str(Path(recorded).resolve()),
+            replay=None
+            if replayed is None or recorded is not None
+            else str(Path(replayed).resolve()),
+        )
 
 
 def row_plans(
@@ -88,27 +163,22 @@ def row_plans(
     replays: Mapping[int, str] | None = None,
     records: Mapping[int, str] | None = None,
 ) -> list[RowPlan]:
-    """Each row's checkpoint keys and cassette (paths absolute: workers may run elsewhere)."""
-    record = None if record_dir is None else Path(record_dir).resolve()
-    replay = None if replay_dir is None else Path(replay_dir).resolve()
-    if record is not None:
-        record.mkdir(mode=0o700, parents=True, exist_ok=True)
-    plans = []
-    for row in rows:
-        name = f"{row.index}.cassette.jsonl"
-        recorded = (records or {}).get(row.index)
-        if recorded is None and record is not None:
-            recorded = str(record / name)
-        replayed = (replays or {}).get(row.index)
-        if replayed is None and replay is not None:
-            replayed = str(replay / name)
-        plan = RowPlan(
-            checkpoint_key=keys.keys[row.index] if checkpoints else None,
-            earlier_key=keys.earlier_checkpoints[row.index] if checkpoints else None,
-            record=None if recorded is None else str(Path(recorded).resolve()),
-            replay=None
-            if replayed is None or recorded is not None
-            else str(Path(replayed).resolve()),
+    """Each row's plan, as a list (a batch uses :class:`PlanMaker`, a row at a time)."""
+    maker = PlanMaker(
+        checkpoints=checkpoints,
+        record_dir=record_dir,
+        replay_dir=replay_dir,
+        replays=replays,
+        records=records,
+    )
+    return [
+        maker.plan(
+            NamedRow(
+                row,
+                keys.keys[row.index],
+                keys.earlier_checkpoints[row.index],
+                keys.earlier_rows[row.index],
+            )
         )
-        plans.append(plan)
-    return plans
+        for row in rows
+    ]

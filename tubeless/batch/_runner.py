@@ -11,23 +11,29 @@ order, so rows never share a lease and a rerun finds each row's own checkpoint. 
 row's ``key`` in the output and, with ``checkpoints``, its checkpoint key. Each row also gets a
 :class:`~tubeless.batch._row.RowPlan`: its checkpoint key and the one an older release gave it
 (still looked up), and with a record or replay folder its cassette ``<index>.cassette.jsonl``.
+
+Nothing is held per row beyond a bounded window: inputs are read as rows are started, at most
+:func:`window` rows past the first one not yet yielded (a slow row holds the others back rather
+than letting finished rows pile up), and the numbering of repeated keys and the previous
+output's index live in a temporary file (:class:`~tubeless.batch._ledger.Ledger`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import statistics
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._engine import DEFAULT_ROW_RETRIES, Engine, EngineName, EntrySource, make_engine
-from tubeless.batch._inputs import InputRow, read_inputs
+from tubeless.batch._inputs import InputSource, iter_inputs
+from tubeless.batch._ledger import Ledger
 from tubeless.batch._output import BatchOutput
-from tubeless.batch._plans import RowKeys, row_keys, row_plans
-from tubeless.batch._row import RowOutcome, RowPlan
+from tubeless.batch._plans import NamedRow, PlanMaker, RowKeys, RowNamer, row_keys
+from tubeless.batch._row import RowOutcome
+from tubeless.batch._summary import BatchSummary, summarize
 from tubeless.errors import BATCH_INPUT_INVALID, RUN_CONCURRENCY_INVALID, TubelessError
 
 if TYPE_CHECKING:
@@ -35,7 +41,15 @@ if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken, Pipeline
     from tubeless.tracing import TraceSink
 
-__all__ = ["BatchSummary", "RowKeys", "row_keys", "run_batch", "run_outcomes", "summarize"]
+__all__ = [
+    "BatchSummary",
+    "RowKeys",
+    "row_keys",
+    "run_batch",
+    "run_outcomes",
+    "summarize",
+    "window",
+]
 
 OnRow = Callable[[RowOutcome, bool], None]
 """Called once per row as it finishes (in completion order); the flag says it was reused."""
@@ -43,7 +57,7 @@ OnRow = Callable[[RowOutcome, bool], None]
 
 async def run_batch(
     entry: Pipeline | EntrySource | str | os.PathLike[str],
-    inputs: str | os.PathLike[str] | Iterable[Any],
+    inputs: str | os.PathLike[str] | InputSource | Iterable[Any],
     *,
     concurrency: int = 1,
     engine: EngineName = "local",
@@ -112,7 +126,7 @@ async def run_batch(
 
 async def run_outcomes(
     entry: Pipeline | EntrySource | str | os.PathLike[str],
-    inputs: str | os.PathLike[str] | Iterable[Any],
+    inputs: str | os.PathLike[str] | InputSource | Iterable[Any],
     *,
     concurrency: int = 1,
     engine: EngineName = "local",
@@ -145,61 +159,70 @@ async def run_outcomes(
     if isinstance(entry, str | os.PathLike):
         entry = EntrySource.of(entry, entry_id)
     pipeline = entry.load() if isinstance(entry, EntrySource) else entry
-    rows = read_inputs(inputs)
-    named = row_keys(pipeline, rows)
-    keys = named.keys
-    sinks = [] if trace is None else [trace] if not isinstance(trace, Sequence) else list(trace)
-    fanout = TraceFanout(sinks)
-    token = signal if signal is not None else CancelToken()
-    plans = row_plans(
-        rows,
-        named,
-        checkpoints=checkpoints is not None,
-        record_dir=record_dir,
-        replay_dir=replay_dir,
-        replays=replays,
-        records=records,
-    )
-    checkpoint_store, store_path, opened = _open_checkpoints(checkpoints)
+    rows = iter_inputs(inputs)  # a file is opened (and a JSON array or YAML list checked) now
+    ledger = Ledger()
     try:
-        runner = make_engine(
-            engine,
-            pipeline if engine == "local" else entry,
-            concurrency=concurrency,
-            traced=bool(sinks),
-            signal=token,
-            tools=count_tools,
-            ray_address=ray_address,
-            store=checkpoint_store,
-            store_path=store_path,
-            row_retries=row_retries,
-            on_records=fanout.export if sinks else None,  # workers ship records as made
+        namer = RowNamer(pipeline, ledger)
+        planner = PlanMaker(
+            checkpoints=checkpoints is not None,
+            record_dir=record_dir,
+            replay_dir=replay_dir,
+            replays=replays,
+            records=records,
         )
-        store = BatchOutput(output, earlier=named.earlier_rows) if output is not None else None
-        batch = _Batch(
-            rows,
-            keys,
-            plans,
-            runner,
-            store,
-            fanout,
-            token,
-            retry_failed=retry_failed,
-            fail_fast=fail_fast,
-            on_row=on_row,
-        )
+        sinks = [] if trace is None else [trace] if not isinstance(trace, Sequence) else list(trace)
+        fanout = TraceFanout(sinks)
+        token = signal if signal is not None else CancelToken()
+        checkpoint_store, store_path, opened = _open_checkpoints(checkpoints)
         try:
-            async for outcome in batch.drive(concurrency):
-                yield outcome
+            runner = make_engine(
+                engine,
+                pipeline if engine == "local" else entry,
+                concurrency=concurrency,
+                traced=bool(sinks),
+                signal=token,
+                tools=count_tools,
+                ray_address=ray_address,
+                store=checkpoint_store,
+                store_path=store_path,
+                row_retries=row_retries,
+                on_records=fanout.export if sinks else None,  # workers ship records as made
+            )
+            store = BatchOutput(output, ledger) if output is not None else None
+            batch = _Batch(
+                (namer.name(row) for row in rows),
+                planner,
+                runner,
+                store,
+                fanout,
+                token,
+                retry_failed=retry_failed,
+                fail_fast=fail_fast,
+                on_row=on_row,
+                window=window(concurrency),
+            )
+            try:
+                async for outcome in batch.drive(concurrency):
+                    yield outcome
+            finally:
+                batch.stop()
+                if store is not None:
+                    try:
+                        batch.write_rest()
+                        store.finish()
+                    finally:
+                        store.close()
+                fanout.flush()
         finally:
-            batch.stop()
-            if store is not None:
-                store.finish(keys, {i: o.row for i, o in batch.done.items()})
-                store.close()
-            fanout.flush()
+            if opened and checkpoint_store is not None:
+                checkpoint_store.close()
     finally:
-        if opened and checkpoint_store is not None:
-            checkpoint_store.close()
+        ledger.close()
+
+
+def window(concurrency: int) -> int:
+    """How many rows past the first one not yet yielded may be read (in flight or finished)."""
+    return max(64, 8 * concurrency)
 
 
 def _open_checkpoints(
@@ -223,9 +246,8 @@ def _open_checkpoints(
 class _Batch:
     def __init__(
         self,
-        rows: list[InputRow],
-        keys: list[str],
-        plans: list[RowPlan],
+        named: Iterator[NamedRow],
+        planner: PlanMaker,
         engine: Engine,
         store: BatchOutput | None,
         fanout: Any,
@@ -234,14 +256,22 @@ class _Batch:
         retry_failed: bool,
         fail_fast: bool,
         on_row: OnRow | None,
+        window: int,
     ) -> None:
-        self.rows, self.keys, self.engine, self.store = rows, keys, engine, store
-        self.plans = plans
-        self.fanout, self.token = fanout, token
+        self.named, self.planner, self.engine, self.store = named, planner, engine, store
+        self.fanout, self.token, self.window = fanout, token, window
         self.retry_failed, self.fail_fast, self.on_row = retry_failed, fail_fast, on_row
+        self.waiting: dict[int, NamedRow] = {}
+        """Rows read and not yet yielded (at most ``window``)."""
         self.done: dict[int, RowOutcome] = {}
+        """Rows finished and not yet yielded."""
+        self.next_index = 0
+        self.read = 0
+        self.exhausted = False
         self.changed = asyncio.Event()
+        self.room = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
+        self.started: asyncio.Task[None] | None = None
         self.stopping = False
         self.closed = False
 
@@ -253,47 +283,66 @@ class _Batch:
             task.cancel()
 
     async def drive(self, concurrency: int) -> AsyncIterator[RowOutcome]:
-        pending: list[InputRow] = []
-        for row in self.rows:
-            reused = self.store.completed(row.index, self.keys[row.index]) if self.store else None
-            if reused is not None:
-                self.done[row.index] = RowOutcome(row=reused)
-                if self.on_row is not None:
-                    self.on_row(self.done[row.index], True)
-            else:
-                pending.append(row)
-        queue = iter(pending)
-        if pending:
-            await self.engine.start()
         try:
-            self.tasks = [
-                asyncio.create_task(self._slot(queue))
-                for _ in range(min(concurrency, len(pending)))
-            ]
+            self.tasks = [asyncio.create_task(self._slot()) for _ in range(concurrency)]
             running = asyncio.gather(*self.tasks)
             running.add_done_callback(lambda _: self.changed.set())
-            next_index = 0
             while True:
-                while next_index in self.done:
-                    yield self.done[next_index]
-                    next_index += 1
+                while self.next_index in self.done:
+                    outcome = self.done.pop(self.next_index)
+                    self.waiting.pop(self.next_index, None)
+                    if self.store is not None:
+                        self.store.emit(outcome.row)
+                    self.next_index += 1
+                    self.room.set()
+                    yield outcome
                 if running.done():
                     running.result()
                     break
                 self.changed.clear()
                 await self.changed.wait()
-            for index in sorted(i for i in self.done if i >= next_index):
+            for index in sorted(self.done):
                 yield self.done[index]  # after a cancellation: the rows that did finish
         finally:
             await self.engine.close()
 
-    async def _slot(self, queue: Any) -> None:
-        for row in queue:
-            if self.token.cancelled or self.stopping:
-                return
-            plan = self.plans[row.index]
+    async def _next(self) -> NamedRow | None:
+        """The next row to run (rows completed in the previous output are settled here), or
+        ``None`` when there is none or the batch stops."""
+        while True:
+            while self.read - self.next_index >= self.window and not self._over():
+                self.room.clear()
+                await self.room.wait()
+            if self._over():
+                return None
+            named = next(self.named, None)
+            if named is None:
+                self.exhausted = True
+                return None
+            index = named.row.index
+            self.read = index + 1
+            self.waiting[index] = named
+            reused = (
+                self.store.completed(index, named.key, named.earlier_row)
+                if self.store is not None
+                else None
+            )
+            if reused is None:
+                return named
+            self._finished(RowOutcome(row=reused), reused=True)
+
+    def _over(self) -> bool:
+        return self.exhausted or self.token.cancelled or self.stopping or self.closed
+
+    async def _slot(self) -> None:
+        while (named := await self._next()) is not None:
+            if self.started is None:  # the workers start with the first row that runs
+                self.started = asyncio.ensure_future(self.engine.start())
+            await asyncio.shield(self.started)
+            row, key = named.row, named.key
+            plan = self.planner.plan(named)
             try:
-                outcome = await self.engine.run(row, self.keys[row.index], plan=plan)
+                outcome = await self.engine.run(row, key, plan=plan)
                 if (
                     self.retry_failed
                     and outcome.row["status"] == "failed"
@@ -304,97 +353,46 @@ class _Batch:
                     # over. A row whose worker died left its checkpoint resumable: it resumes.
                     if plan.checkpoint_key is not None and outcome.row["run_id"] is not None:
                         plan = replace(plan, restart=True)
-                    outcome = await self.engine.run(
-                        row, self.keys[row.index], retry=True, plan=plan
-                    )
+                    outcome = await self.engine.run(row, key, retry=True, plan=plan)
             finally:
                 self.changed.set()
             self._finished(outcome)
 
-    def _finished(self, outcome: RowOutcome) -> None:
+    def _finished(self, outcome: RowOutcome, *, reused: bool = False) -> None:
         if self.closed:
             return
-        for record in outcome.records:
-            self.fanout.export(record)
-        outcome.records = []
-        if self.store is not None:
-            self.store.append(outcome.row)
+        if not reused:
+            for record in outcome.records:
+                self.fanout.export(record)
+            outcome.records = []
+            if self.store is not None:
+                self.store.append(outcome.row)
         self.done[outcome.row["index"]] = outcome
         if self.on_row is not None:
-            self.on_row(outcome, False)
+            self.on_row(outcome, reused)
         if self.fail_fast and outcome.row["status"] == "failed" and not self.stopping:
             self.stopping = True
             self.engine.cancel("fail-fast: a row failed")
         self.changed.set()
 
+    def write_rest(self) -> None:
+        """Give the output the rows not yielded, in input order: those that finished after a
+        gap, and for the rows that did not run, the previous output's row when it is still
+        theirs (their inputs are read on for their keys, as far as a row might be kept)."""
+        assert self.store is not None
+        last = max(self.store.ledger.last_previous(), max(self.done, default=-1))
+        for index, named in self._rest():
+            if index > last:
+                break
+            row = self.done[index].row if index in self.done else None
+            if row is None and named is not None:
+                row = self.store.kept(index, named.key, named.earlier_row)
+            if row is not None:
+                self.store.emit(row)
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class BatchSummary:
-    """What a batch did, from its rows."""
-
-    rows: int
-    completed: int
-    failed: dict[str, int] = field(default_factory=dict)
-    """Failed rows by error code, most frequent first."""
-    cancelled: int = 0
-    skipped: int = 0
-    """Rows reused from the output file (completed earlier)."""
-    p50_ms: float | None = None
-    p95_ms: float | None = None
-    turns: int = 0
-    calls: int = 0
-
-    def lines(self) -> list[str]:
-        """The summary as the CLI prints it."""
-        failed = sum(self.failed.values())
-        head = f"{self.rows} rows: {self.completed} completed, {failed} failed"
-        if self.failed:
-            head += " (" + ", ".join(f"{code} {n}" for code, n in self.failed.items()) + ")"
-        if self.cancelled:
-            head += f", {self.cancelled} cancelled"
-        not_run = self.rows - self.completed - failed - self.cancelled
-        if not_run > 0:
-            head += f", {not_run} not run"
-        if self.skipped:
-            head += f"; {self.skipped} already completed, not run again"
-        lines = [head]
-        if self.p50_ms is not None and self.p95_ms is not None:
-            lines.append(
-                f"duration p50 {self.p50_ms:.1f} ms, p95 {self.p95_ms:.1f} ms; "
-                f"turns {self.turns}, calls {self.calls}"
-            )
-        return lines
-
-
-def summarize(
-    rows: Iterable[Mapping[str, Any]], *, total: int | None = None, skipped: int = 0
-) -> BatchSummary:
-    """Count ``rows`` by status and failure code, with duration percentiles of rows that ran."""
-    listed = list(rows)
-    failed: dict[str, int] = {}
-    durations = []
-    for row in listed:
-        if row.get("status") == "failed":
-            code = str(row.get("error", {}).get("code"))
-            failed[code] = failed.get(code, 0) + 1
-        if row.get("run_id") is not None:
-            durations.append(float(row.get("duration_ms") or 0.0))
-    p50 = p95 = None
-    if durations:
-        p50 = statistics.median(durations)
-        p95 = (
-            statistics.quantiles(durations, n=20, method="inclusive")[-1]
-            if len(durations) > 1
-            else durations[0]
-        )
-    return BatchSummary(
-        rows=len(listed) if total is None else total,
-        completed=sum(1 for row in listed if row.get("status") == "completed"),
-        failed=dict(sorted(failed.items(), key=lambda item: (-item[1], item[0]))),
-        cancelled=sum(1 for row in listed if row.get("status") == "cancelled"),
-        skipped=skipped,
-        p50_ms=p50,
-        p95_ms=p95,
-        turns=sum(int(row.get("turns") or 0) for row in listed),
-        calls=sum(int(row.get("calls") or 0) for row in listed),
-    )
+    def _rest(self) -> Iterator[tuple[int, NamedRow | None]]:
+        for index in range(self.next_index, self.read):
+            yield index, self.waiting.get(index)
+        if not self.exhausted:
+            for named in self.named:
+                yield named.row.index, named

@@ -10,6 +10,7 @@ pure-Python parser does, so that what is accepted, every location and every mess
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -25,9 +26,12 @@ __all__ = [
     "MAX_ALIASES",
     "MAX_DEPTH",
     "MAX_NODES",
+    "PROJECT_BOUNDS",
+    "Bounds",
     "Loader",
     "Replay",
     "at",
+    "checked_events",
     "events",
     "fail",
     "fast_path_agrees",
@@ -48,17 +52,32 @@ MAX_NODES = 10_000
 EMPTY = "the document is empty; a project needs at least 'version: 1' and 'project: {id: ...}'"
 _TWO_DOCUMENTS = (
     "the file holds more than one YAML document (a second one starts here); "
-    "a project file is one document: remove the '---' or split the file"
+    "{0} is one document: remove the '---' or split the file"
 )
-_ALIASES = f"more than {MAX_ALIASES} aliases; use fewer aliases (*name), repeat the values"
+_ALIASES = "more than {0} aliases; use fewer aliases (*name), repeat the values"
 _RECURSIVE = "the alias *{0} is inside the node anchored &{0} (a recursive structure); remove it"
 _UNDEFINED = "the alias *{0} has no anchor &{0} before it; define the anchor first"
 _TWICE = "the anchor &{0} is defined twice (first at line {1}); rename one of them"
 _NODES = (
-    f"the document has more than {MAX_NODES:,} values (an alias counts as all the values "
+    "the document has more than {0:,} values (an alias counts as all the values "
     "it stands for); make it smaller"
 )
-_DEPTH = f"the document is nested more than {MAX_DEPTH} levels deep (aliases included); flatten it"
+_DEPTH = "the document is nested more than {0} levels deep (aliases included); flatten it"
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What the pre-pass accepts: project files use :data:`PROJECT_BOUNDS`; other YAML files
+    tubeless reads (batch inputs, run input files) pass their own."""
+
+    max_depth: int = MAX_DEPTH
+    max_aliases: int = MAX_ALIASES
+    max_nodes: int = MAX_NODES
+    document: str = "a project file"
+    """What the file is, in the message about a second document."""
+
+
+PROJECT_BOUNDS = Bounds()
 
 
 class Loader(yaml.SafeLoader):
@@ -148,7 +167,7 @@ def fast_path_agrees(text: str) -> bool:
     return FAST_LOADER is not None and _DISAGREEING.isdisjoint(text)
 
 
-def events(text: str, file: str) -> list[yaml.Event]:
+def events(text: str, file: str, bounds: Bounds = PROJECT_BOUNDS) -> list[yaml.Event]:
     """The document's events, read once under the bounds (:func:`prepass`).
 
     libyaml reads them when PyYAML has it and the text holds none of the characters the two
@@ -159,7 +178,7 @@ def events(text: str, file: str) -> list[yaml.Event]:
     """
     if FAST_LOADER is not None and fast_path_agrees(text):
         try:
-            events = prepass(text, file, FAST_LOADER)
+            events = prepass(text, file, FAST_LOADER, bounds)
         except yaml.YAMLError:
             events = []
         # libyaml places an empty value ("{a: , b: 1}") a column away from where the pure-Python
@@ -169,17 +188,35 @@ def events(text: str, file: str) -> list[yaml.Event]:
             for event in events
         ):
             return events
-    return prepass(text, file, Loader)
+    return prepass(text, file, Loader, bounds)
 
 
-def prepass(text: str, file: str, loader: type[Any]) -> list[yaml.Event]:
+def prepass(
+    text: str, file: str, loader: type[Any], bounds: Bounds = PROJECT_BOUNDS
+) -> list[yaml.Event]:
     """Enforce the bounds on the event stream (``yaml.parse``), before any node is built.
 
     Nodes are counted with every alias expanded (an alias adds the size of its anchored node),
     and depth likewise, so nested aliases cannot multiply past the limits unnoticed. The events
     are returned for composing (at most about twice :data:`MAX_NODES` of them).
     """
-    recorded: list[yaml.Event] = []
+    recorded = list(checked_events(text, file, loader, bounds))
+    if not any(isinstance(event, yaml.DocumentStartEvent) for event in recorded[:2]):
+        fail(file, 1, 1, "", EMPTY)
+    return recorded
+
+
+def checked_events(
+    text: str, file: str, loader: type[Any], bounds: Bounds = PROJECT_BOUNDS
+) -> Iterator[yaml.Event]:
+    """The events of ``text``, one at a time, each checked against ``bounds`` before it is
+    given (so a caller may build from them as they come: what it has was within the bounds).
+
+    Raises:
+        DocumentError: A bound, a second document, or (with :class:`Loader`) a syntax error,
+            located. libyaml's syntax errors are raised as they are (:func:`events` reads the
+            text again with the pure-Python parser).
+    """
     stack: list[_Open] = []
     anchors: dict[str, tuple[int, int]] = {}  # anchor → (expanded nodes, collection height)
     defined: dict[str, int] = {}  # anchor → the line it was first defined on
@@ -191,12 +228,11 @@ def prepass(text: str, file: str, loader: type[Any]) -> list[yaml.Event]:
 
     try:
         for event in yaml.parse(text, Loader=loader):
-            recorded.append(event)
             pointer = stack[-1].child() if stack else ""
             if isinstance(event, yaml.DocumentStartEvent):
                 documents += 1
                 if documents > 1:
-                    stop(event, "", _TWO_DOCUMENTS)
+                    stop(event, "", _TWO_DOCUMENTS.format(bounds.document))
             elif isinstance(event, yaml.CollectionEndEvent):
                 frame = stack.pop()
                 if frame.anchor is not None:
@@ -206,24 +242,24 @@ def prepass(text: str, file: str, loader: type[Any]) -> list[yaml.Event]:
             elif isinstance(event, yaml.AliasEvent):
                 aliases += 1
                 name = event.anchor
-                if aliases > MAX_ALIASES:
-                    stop(event, pointer, _ALIASES)
+                if aliases > bounds.max_aliases:
+                    stop(event, pointer, _ALIASES.format(bounds.max_aliases))
                 if any(frame.anchor == name for frame in stack):
                     stop(event, pointer, _RECURSIVE.format(name))
                 if name not in anchors:
                     stop(event, pointer, _UNDEFINED.format(name))
                 size, height = anchors[name]
                 total += size
-                if total > MAX_NODES:
-                    stop(event, pointer, _NODES)
-                if len(stack) + height > MAX_DEPTH:
-                    stop(event, pointer, _DEPTH)
+                if total > bounds.max_nodes:
+                    stop(event, pointer, _NODES.format(bounds.max_nodes))
+                if len(stack) + height > bounds.max_depth:
+                    stop(event, pointer, _DEPTH.format(bounds.max_depth))
                 if stack:
                     stack[-1].done(None, height)
             elif isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent):
                 total += 1
-                if total > MAX_NODES:
-                    stop(event, pointer, _NODES)
+                if total > bounds.max_nodes:
+                    stop(event, pointer, _NODES.format(bounds.max_nodes))
                 anchor = event.anchor
                 if anchor is not None:
                     if anchor in defined:
@@ -234,18 +270,17 @@ def prepass(text: str, file: str, loader: type[Any]) -> list[yaml.Event]:
                         anchors[anchor] = (1, 0)
                     if stack:
                         stack[-1].done(event.value, 0)
+                    yield event
                     continue
-                if len(stack) + 1 > MAX_DEPTH:
-                    stop(event, pointer, _DEPTH)
+                if len(stack) + 1 > bounds.max_depth:
+                    stop(event, pointer, _DEPTH.format(bounds.max_depth))
                 is_map = isinstance(event, yaml.MappingStartEvent)
                 stack.append(_Open(pointer, is_map, anchor, total - 1))
+            yield event
     except yaml.MarkedYAMLError as exc:
         if loader is not Loader:
             raise  # read again by the pure-Python parser, which words the message
         raise_issues([syntax_issue(file, exc, stack[-1].child() if stack else "")])
-    if documents == 0:
-        fail(file, 1, 1, "", EMPTY)
-    return recorded
 
 
 def syntax_issue(file: str, exc: yaml.MarkedYAMLError, pointer: str) -> DocumentIssue:
