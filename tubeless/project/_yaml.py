@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, ScalarNode
 
+from tubeless._data_files import file_kind
 from tubeless.errors import DOCUMENT_INVALID
 from tubeless.project._issues import (
     DocumentIssue,
@@ -133,22 +134,11 @@ def load_document(path: str | os.PathLike[str], *, keep_going: bool = False) -> 
     with open(descriptor, "rb", closefd=True) as stream:
         status = os.fstat(stream.fileno())
         if not stat.S_ISREG(status.st_mode):
-            raise OSError(errno.EINVAL, f"not a regular file ({_file_kind(status.st_mode)})", file)
+            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(status.st_mode)})", file)
         if status.st_size > MAX_BYTES:
             fail(file, 1, 1, "", _TOO_LARGE.format(f"{status.st_size:,} bytes"))
         data = stream.read(MAX_BYTES + 1)
     return parse_document(data, file=file, keep_going=keep_going)
-
-
-def _file_kind(mode: int) -> str:
-    kinds = (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a named pipe"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((name for test, name in kinds if test(mode)), "not a plain file")
 
 
 def parse_document(data: bytes | str, *, file: str, keep_going: bool = False) -> LoadedDocument:
