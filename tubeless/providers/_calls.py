@@ -14,9 +14,11 @@ API for the adapters (``openai``, ``chat`` and ``anthropic``):
   per capability tuple, so building them costs nothing after the first turn.
 - :func:`parse_arguments`: a call's arguments (JSON text or an already decoded object) →
   the wrapped value, checking the one-key envelope.
-- :func:`decision`: parsed calls → a ``finish`` or ``continue`` decision; no calls, or
-  ``_finish`` next to other calls, fail. Registry membership, ids, schemas and budgets are
-  left to the harness, which checks every decision anyway.
+- :func:`decision`: parsed calls → a ``finish`` or ``continue`` decision; no calls,
+  ``_finish`` next to other calls, or a call id or function name shaped like a credential
+  (traces record call ids, and an unknown tool's name is quoted in the error), fail.
+  Registry membership, ids, schemas and budgets are left to the harness, which checks every
+  decision anyway.
 
 Errors are :class:`~tubeless.providers.ProviderError`\\s with code
 ``PROVIDER_INVALID_RESPONSE`` whose messages start with the provider name and never quote
@@ -40,6 +42,7 @@ from tubeless.agent import DecisionContext
 from tubeless.errors import TemplateError, one_line
 from tubeless.frozen import FrozenDict, freeze, thaw
 from tubeless.providers._errors import PROVIDER_INVALID_RESPONSE, ProviderError
+from tubeless.tracing._server_text import looks_like_key
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -310,6 +313,10 @@ def decision(provider: str, calls: Sequence[ParsedCall]) -> dict[str, Any]:
     """A Tubeless decision from the parsed calls, in response order."""
     if not calls:
         raise _invalid(f"{provider} returned no function calls")
+    for index, call in enumerate(calls):
+        # Ids go into traces and checkpoints, and an unknown name into the error message.
+        if looks_like_key(call.id) or looks_like_key(call.name):
+            raise _invalid(f"{provider} call {index} has an id or name shaped like an API key")
     if any(call.name == FINISH for call in calls):
         if len(calls) > 1:
             raise _invalid(f"{provider} must finish without other calls")

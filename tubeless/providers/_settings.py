@@ -12,8 +12,8 @@ import httpx
 
 from tubeless.agent import DecisionContext
 from tubeless.providers._budgets import encode_body, positive_int, positive_number
-from tubeless.providers._errors import ProviderError
-from tubeless.providers._http import post_json
+from tubeless.providers._errors import PROVIDER_INVALID_RESPONSE, ProviderError
+from tubeless.providers._http import post_json, require_env
 
 __all__ = [
     "AdapterSettings",
@@ -21,8 +21,13 @@ __all__ = [
     "adapter_decide",
     "adapter_settings",
     "count",
+    "holds_secret",
     "object_at",
 ]
+
+#: Keys shorter than this are not looked for in responses: such a value is a placeholder
+#: (``ollama``, ``lm-studio``) that a genuine answer may contain, not a secret.
+MIN_SECRET_LENGTH = 12
 
 
 class ModelUsage(NamedTuple):
@@ -113,15 +118,19 @@ def adapter_decide(
     render: Callable[[DecisionContext], str],
     model: Callable[[], str],
     request_body: Callable[..., dict[str, Any]],
-    headers: Callable[[], dict[str, str]],
+    api_key_env: str | None,
+    headers: Callable[[str | None], dict[str, str]],
     url: Callable[[], str],
     parse_response: Callable[[Any], dict[str, Any]],
     usage: Callable[[Any], ModelUsage],
 ) -> Callable[[Any, DecisionContext], Awaitable[dict[str, Any]]]:
     """The ``decide`` callable every adapter returns: one stateless request per decision.
 
-    The encoded body is checked against its budget before ``headers()`` runs, so a credential
-    is read only for a request that will really be sent. Every request sent is recorded with
+    The encoded body is checked against its budget before the key (the variable
+    ``api_key_env``; ``None``: no key) is read and passed to ``headers``, so a credential is read
+    only for a request that will really be sent. A response that holds the key anywhere (a server
+    or proxy echoing the ``Authorization`` header) is refused with ``PROVIDER_INVALID_RESPONSE``
+    and nothing of it is used or recorded. Every request sent is recorded with
     ``ctx.report_model_request`` (``system`` is its ``gen_ai.provider.name``): its duration
     (retries included), the ``usage`` of the response, and the error code when it failed.
     Requests of one run share one HTTP client, closed when the run ends.
@@ -137,7 +146,8 @@ def adapter_decide(
             max_output_tokens=settings.max_output_tokens,
         )
         encoded = encode_body(body, settings.max_request_bytes, provider)
-        request_headers = headers()
+        key = require_env(api_key_env) if api_key_env else None
+        request_headers = headers(key)
         started = time.perf_counter()
         try:
             data = await post_json(
@@ -154,6 +164,13 @@ def adapter_decide(
         except ProviderError as exc:
             _report(ctx, system, requested, started, ModelUsage(), exc.code)
             raise
+        if key is not None and holds_secret(data, key):
+            refused = ProviderError(
+                PROVIDER_INVALID_RESPONSE,
+                f"{provider} response contains the API key; it was not used",
+            )
+            _report(ctx, system, requested, started, ModelUsage(), refused.code)
+            raise refused
         spent = usage(data)
         try:
             decision = parse_response(data)
@@ -164,6 +181,28 @@ def adapter_decide(
         return decision
 
     return decide
+
+
+def holds_secret(data: Any, secret: str) -> bool:
+    """Whether a parsed JSON value holds ``secret`` in any string or object key.
+
+    Decoded strings are searched, so a JSON escape (``\\u0073k-...``) hides nothing; a
+    ``secret`` shorter than :data:`MIN_SECRET_LENGTH` is never found.
+    """
+    if len(secret) < MIN_SECRET_LENGTH:
+        return False
+    pending = [data]  # a stack, not recursion: the body may nest as deep as the parser allowed
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            if secret in value:
+                return True
+        elif isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
 
 
 def _report(

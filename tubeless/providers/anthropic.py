@@ -36,7 +36,7 @@ from tubeless.providers._errors import (
     PROVIDER_REFUSED,
     ProviderError,
 )
-from tubeless.providers._http import join_url, require_env, setting
+from tubeless.providers._http import join_url, setting
 from tubeless.providers._settings import (
     ModelUsage,
     adapter_decide,
@@ -44,6 +44,7 @@ from tubeless.providers._settings import (
     count,
     object_at,
 )
+from tubeless.tracing._server_text import OTHER_REASON, recordable_model
 
 __all__ = [
     "DEFAULT_ANTHROPIC_VERSION",
@@ -64,6 +65,18 @@ _PROVIDER = "Anthropic"
 _COMPLETED = frozenset({"tool_use", "end_turn"})
 # Reasons of a cut-off answer; only these are repeated in messages.
 _INCOMPLETE_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
+# Every stop_reason the API documents; any other is recorded as "other".
+_RECORDED_REASONS = frozenset(
+    {
+        "end_turn",
+        "max_tokens",
+        "stop_sequence",
+        "tool_use",
+        "pause_turn",
+        "refusal",
+        "model_context_window_exceeded",
+    }
+)
 # Content blocks that carry no call and are ignored (never replayed).
 _IGNORED_BLOCKS = frozenset({"text", "thinking", "redacted_thinking"})
 
@@ -145,10 +158,8 @@ def messages(
         render=render,
         model=lambda: setting(model, model_env, DEFAULT_MODEL),
         request_body=request_body,
-        headers=lambda: {
-            "x-api-key": require_env(api_key_env),
-            "anthropic-version": anthropic_version,
-        },
+        api_key_env=api_key_env,
+        headers=lambda key: {"x-api-key": str(key), "anthropic-version": anthropic_version},
         url=lambda: join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "v1/messages"),
         parse_response=parse_response,
         usage=usage,
@@ -247,6 +258,8 @@ def usage(data: Any) -> ModelUsage:
 
     Input tokens are ``input_tokens`` plus the cache reads and writes Anthropic counts apart
     (``cache_read_input_tokens``, ``cache_creation_input_tokens``), as the GenAI conventions ask.
+    A ``stop_reason`` the API does not document is ``other``; the model is kept only when it
+    looks like a model name.
     """
     if not isinstance(data, dict):
         return ModelUsage()
@@ -256,10 +269,11 @@ def usage(data: Any) -> ModelUsage:
         for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     ]
     stop = _string(data.get("stop_reason"))
-    model = _string(data.get("model"))
+    if stop is not None and stop not in _RECORDED_REASONS:
+        stop = OTHER_REASON
     return ModelUsage(
         input_tokens=None if parts[0] is None else sum(p or 0 for p in parts),
         output_tokens=count(spent.get("output_tokens")),
         finish_reasons=() if stop is None else (stop,),
-        response_model=model,
+        response_model=recordable_model(data.get("model")),
     )

@@ -38,7 +38,7 @@ from tubeless.providers._errors import (
     PROVIDER_REFUSED,
     ProviderError,
 )
-from tubeless.providers._http import join_url, require_env, setting
+from tubeless.providers._http import join_url, setting
 from tubeless.providers._settings import (
     ModelUsage,
     adapter_decide,
@@ -46,6 +46,7 @@ from tubeless.providers._settings import (
     count,
     object_at,
 )
+from tubeless.tracing._server_text import OTHER_REASON, recordable_model
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -64,6 +65,8 @@ _PROVIDER = "Chat completions"
 _COMPLETED = frozenset({"tool_calls", "stop"})
 # Reasons of a cut-off answer; only these are repeated in messages.
 _INCOMPLETE_REASONS = frozenset({"length", "content_filter"})
+# Every finish_reason the API documents; any other is recorded as "other".
+_RECORDED_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 
 Decide = Callable[[Any, DecisionContext], Awaitable[dict[str, Any]]]
 
@@ -137,9 +140,8 @@ def completions(
         render=render,
         model=lambda: setting(model, model_env, DEFAULT_MODEL),
         request_body=request_body,
-        headers=lambda: (
-            {"Authorization": f"Bearer {require_env(api_key_env)}"} if api_key_env else {}
-        ),
+        api_key_env=api_key_env or None,
+        headers=lambda key: {"Authorization": f"Bearer {key}"} if key else {},
         url=lambda: join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "chat/completions"),
         parse_response=parse_response,
         usage=usage,
@@ -247,7 +249,8 @@ def parse_response(data: Any) -> dict[str, Any]:
 
 def usage(data: Any) -> ModelUsage:
     """Token counts, finish reasons and model of a chat completions body (never content):
-    ``usage.prompt_tokens``, ``usage.completion_tokens``, each choice's ``finish_reason``."""
+    ``usage.prompt_tokens``, ``usage.completion_tokens``, each choice's ``finish_reason``
+    (``other`` for one the API does not document), and the model when it looks like one."""
     if not isinstance(data, dict):
         return ModelUsage()
     spent = object_at(data, "usage")
@@ -255,14 +258,13 @@ def usage(data: Any) -> ModelUsage:
     if not isinstance(choices, list):
         choices = []
     reasons = tuple(
-        c["finish_reason"]
-        for c in choices
-        if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)
+        reason if reason in _RECORDED_REASONS else OTHER_REASON
+        for reason in (c.get("finish_reason") for c in choices if isinstance(c, dict))
+        if isinstance(reason, str)
     )
-    model = data.get("model")
     return ModelUsage(
         input_tokens=count(spent.get("prompt_tokens")),
         output_tokens=count(spent.get("completion_tokens")),
         finish_reasons=reasons,
-        response_model=model if isinstance(model, str) else None,
+        response_model=recordable_model(data.get("model")),
     )

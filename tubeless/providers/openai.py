@@ -39,7 +39,7 @@ from tubeless.providers._errors import (
     PROVIDER_REFUSED,
     ProviderError,
 )
-from tubeless.providers._http import join_url, require_env, setting
+from tubeless.providers._http import join_url, setting
 from tubeless.providers._settings import (
     ModelUsage,
     adapter_decide,
@@ -47,6 +47,7 @@ from tubeless.providers._settings import (
     count,
     object_at,
 )
+from tubeless.tracing._server_text import OTHER_REASON, recordable_model
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -63,6 +64,8 @@ DEFAULT_MODEL = "gpt-4.1-mini"
 _PROVIDER = "OpenAI"
 # Reasons OpenAI gives for an incomplete response; only these are repeated in messages.
 _INCOMPLETE_REASONS = frozenset({"max_output_tokens", "content_filter"})
+# Every incomplete_details.reason the API documents; any other is recorded as "other".
+_RECORDED_REASONS = frozenset({"max_output_tokens", "max_messages", "content_filter", "steered"})
 
 Decide = Callable[[Any, DecisionContext], Awaitable[dict[str, Any]]]
 
@@ -133,7 +136,8 @@ def responses(
         render=render,
         model=lambda: setting(model, model_env, DEFAULT_MODEL),
         request_body=request_body,
-        headers=lambda: {"Authorization": f"Bearer {require_env(api_key_env)}"},
+        api_key_env=api_key_env,
+        headers=lambda key: {"Authorization": f"Bearer {key}"},
         url=lambda: join_url(setting(base_url, base_url_env, DEFAULT_BASE_URL), "responses"),
         parse_response=parse_response,
         usage=usage,
@@ -231,7 +235,8 @@ def usage(data: Any) -> ModelUsage:
 
     ``usage.input_tokens`` and ``usage.output_tokens``; the Responses API has no finish reason,
     so it is ``tool_calls`` for a completed response with function calls, ``stop`` for another
-    completed one, and the ``incomplete_details.reason`` of an incomplete one.
+    completed one, and the ``incomplete_details.reason`` of an incomplete one (``other`` when it is
+    not one the API documents). The model is kept only when it looks like a model name.
     """
     if not isinstance(data, dict):
         return ModelUsage()
@@ -245,11 +250,11 @@ def usage(data: Any) -> ModelUsage:
         reasons = ("tool_calls",) if calls else ("stop",)
     elif isinstance(details := data.get("incomplete_details"), dict):
         reason = details.get("reason")
-        reasons = (reason,) if isinstance(reason, str) else ()
-    model = data.get("model")
+        if isinstance(reason, str):
+            reasons = (reason if reason in _RECORDED_REASONS else OTHER_REASON,)
     return ModelUsage(
         input_tokens=count(spent.get("input_tokens")),
         output_tokens=count(spent.get("output_tokens")),
         finish_reasons=reasons,
-        response_model=model if isinstance(model, str) else None,
+        response_model=recordable_model(data.get("model")),
     )

@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from tubeless.tracing._server_text import recordable_model, recordable_reason
 from tubeless.tracing.runs import Run, Step
 
 __all__ = [
@@ -291,7 +292,11 @@ def chat_span(
         if not isinstance(key, str) or not (key.startswith("gen_ai.") or key == "error.type"):
             continue
         if key == FINISH_REASONS and isinstance(value, str):
-            attributes[key] = tuple(part for part in value.split(",") if part)
+            # A stored trace may predate the closed set: it is applied again here.
+            attributes[key] = tuple(recordable_reason(part) for part in value.split(",") if part)
+        elif key == "gen_ai.response.model":
+            if recordable_model(value) is not None:
+                attributes[key] = value
         elif isinstance(value, str | int | float | bool):
             attributes[key] = value
     if run.index is not None:
@@ -317,13 +322,17 @@ def model_request_attributes(
     """The ``step.attempted`` attributes of one model request (what :func:`chat_span` reads).
 
     GenAI semantic-convention names, scalars only (trace attributes are): the finish reasons are
-    joined by commas. Counts that are not non-negative integers are left out.
+    joined by commas. Counts that are not non-negative integers are left out. What the server
+    chose is bounded here for every caller (:mod:`tubeless.tracing._server_text`): a finish
+    reason outside the known set is ``other``, and a response model that does not look like a
+    model name is left out.
     """
     out: dict[str, str | int] = {
         "gen_ai.operation.name": CHAT,
         "gen_ai.provider.name": provider,
         "gen_ai.request.model": model,
     }
+    response_model = recordable_model(response_model)
     if response_model:
         out["gen_ai.response.model"] = response_model
     for key, count in (
@@ -332,7 +341,7 @@ def model_request_attributes(
     ):
         if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
             out[key] = count
-    reasons = [r.replace(",", " ") for r in finish_reasons if isinstance(r, str) and r]
+    reasons = [recordable_reason(r) for r in finish_reasons if isinstance(r, str) and r]
     if reasons:
         out[FINISH_REASONS] = ",".join(reasons)
     if error_type:
