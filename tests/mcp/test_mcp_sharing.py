@@ -163,7 +163,7 @@ def test_rows_sharing_a_connection_each_record_the_servers_tools_in_their_checkp
 def test_max_concurrency_bounds_the_calls_in_flight_to_one_server(tmp_path: Path) -> None:
     """One turn makes three calls of ``gate`` (which waits for three in flight) and the agent
     may run three at once: the server sees three together unless it allows one."""
-    calls = [("t__gate", {}), ("t__gate", {}), ("t__gate", {})]
+    calls: list[tuple[str, Any]] = [("t__gate", {}), ("t__gate", {}), ("t__gate", {})]
 
     def most_in_flight(**options: Any) -> int:
         served = stdio_served(tmp_path / f"{len(options)}.log")
