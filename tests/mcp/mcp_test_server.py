@@ -4,8 +4,11 @@
 PORT_FILE`` serves streamable HTTP on 127.0.0.1 (a free port, written to PORT_FILE once it
 listens). When ``MCP_TEST_LOG`` names a file, the server appends one line per event: ``pid N``
 at start, ``call NAME`` when a tool starts, ``cancelled ID`` for each notifications/cancelled,
-``interrupted hang`` when the hanging call is cancelled. ``MCP_TEST_VARIANT`` (``description``,
-``schema``) changes the tools it lists.
+``interrupted hang`` when the hanging call is cancelled, ``inflight N`` when a ``gate`` call
+starts with N calls of it in flight. ``MCP_TEST_VARIANT`` (``description``, ``schema``) changes
+the tools it lists. ``MCP_TEST_JUNK=N`` makes a stdio server print N lines of junk to stdout
+before it serves (what a chatty server does). ``python mcp_test_server.py mute`` reads requests
+(logging ``got METHOD`` for each) and never answers one.
 """
 
 from __future__ import annotations
@@ -32,7 +35,12 @@ TOOLS = {
     "hang": ("Never answers.", _NONE),
     "secret": ("A tool the tests never include.", _NONE),
     "picture": ("Answers a caption, an image and a resource link.", _NONE),
+    "progress": ("Reports progress `count` times, then answers done.", _NONE),
+    "chatty": ("Sends log messages at several levels, then answers done.", _NONE),
+    "gate": ("Waits (a little) until three calls of it are in flight.", _NONE),
+    "many": ("Answers `n` text blocks.", _NONE),
 }
+_GATE = {"inflight": 0}
 
 
 # MCP_TEST_VARIANT changes what the server says of ``echo`` (checkpoint identity tests).
@@ -80,6 +88,31 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
                 types.ResourceLink(uri="test://picture", name="picture", size=8),
             ]
         )
+    if name == "progress":
+        count = int(arguments.get("count", 3))
+        for n in range(1, count + 1):
+            await ctx.session.report_progress(n, count, f"step {n} of {count}")
+        return types.CallToolResult(content=[types.TextContent(text="done")])
+    if name == "chatty":
+        count = int(arguments.get("count", 1))
+        for n in range(count):
+            for level in ("debug", "info", "warning", "error"):
+                await _log_message(ctx, level, f"{level} message {n}")
+        await _log_message(ctx, "info", {"long": "x" * 10_000})
+        return types.CallToolResult(content=[types.TextContent(text="done")])
+    if name == "gate":
+        _GATE["inflight"] += 1
+        log(f"inflight {_GATE['inflight']}")
+        try:
+            with anyio.move_on_after(1.0):  # the others may never come (max_concurrency)
+                while _GATE["inflight"] < 3:
+                    await anyio.sleep(0.01)
+        finally:
+            _GATE["inflight"] -= 1
+        return types.CallToolResult(content=[types.TextContent(text="through")])
+    if name == "many":
+        blocks = [types.TextContent(text="x") for _ in range(int(arguments.get("n", 1)))]
+        return types.CallToolResult(content=blocks)
     if name == "fail":
         return types.CallToolResult(content=[types.TextContent(text="it broke")], is_error=True)
     if name == "protocol":
@@ -93,6 +126,16 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             log("interrupted hang")
             raise
     raise MCPError(code=-32601, message=f"no tool {name}")
+
+
+async def _log_message(ctx: Any, level: str, data: Any) -> None:
+    """A notifications/message on the request's own stream (at protocol 2026-07-28 only when
+    the request opted in at that level)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated as of 2026-07-28, still what servers do
+        await ctx.session.send_log_message(level, data, "test", ctx.request_id)
 
 
 async def cancelled(ctx: Any, params: types.CancelledNotificationParams) -> None:
@@ -127,9 +170,24 @@ async def serve_http(port_file: str) -> None:
     await server.serve(sockets=[sock])
 
 
+def mute() -> None:
+    """Read requests and never answer one."""
+    import json
+
+    for line in sys.stdin:
+        try:
+            log(f"got {json.loads(line).get('method')}")
+        except ValueError:
+            log("got junk")
+
+
 if __name__ == "__main__":
     log(f"pid {os.getpid()}")
-    if sys.argv[1] == "stdio":
+    for n in range(int(os.environ.get("MCP_TEST_JUNK", "0"))):
+        print(f"junk line {n}: not JSON-RPC", flush=True)
+    if sys.argv[1] == "mute":
+        mute()
+    elif sys.argv[1] == "stdio":
         anyio.run(serve_stdio)
     else:
         anyio.run(serve_http, sys.argv[2])

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, run_row
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
+from tubeless.mcp import SharedConnections
 
 if TYPE_CHECKING:
     from tubeless.durable import CheckpointStore
@@ -85,7 +86,8 @@ class Engine(Protocol):
 
 
 class LocalEngine:
-    """Rows as asyncio tasks in this process, sharing its event loop."""
+    """Rows as asyncio tasks in this process, sharing its event loop (and, being one worker,
+    one connection per MCP server for the whole batch: ``tubeless.mcp.SharedConnections``)."""
 
     def __init__(
         self,
@@ -101,6 +103,7 @@ class LocalEngine:
         self._tools = tools
         self._signal = signal
         self._store = store
+        self._connections = SharedConnections()
 
     async def start(self) -> None:
         pass
@@ -108,22 +111,23 @@ class LocalEngine:
     async def run(
         self, item: InputRow, key: str, *, retry: bool = False, plan: RowPlan = NO_PLAN
     ) -> RowOutcome:
-        return await run_row(
-            self._entry,
-            item,
-            key,
-            traced=self._traced,
-            tools=self._tools,
-            signal=self._signal,
-            store=self._store,
-            plan=plan,
-        )
+        with self._connections.active():
+            return await run_row(
+                self._entry,
+                item,
+                key,
+                traced=self._traced,
+                tools=self._tools,
+                signal=self._signal,
+                store=self._store,
+                plan=plan,
+            )
 
     def cancel(self, reason: str) -> None:
         self._signal.cancel(reason)
 
     async def close(self) -> None:
-        pass
+        await self._connections.close()
 
 
 async def with_row_retries(

@@ -28,6 +28,7 @@ from tubeless.batch._engine import DEFAULT_ROW_RETRIES, EntrySource, OnRecord, w
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row, run_row
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
+from tubeless.mcp import SharedConnections
 
 if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken
@@ -265,21 +266,23 @@ async def _serve(
 
     token = CancelToken()
     running: set[asyncio.Task[None]] = set()
+    connections = SharedConnections()  # one connection per MCP server for this worker's rows
 
     async def one(message: tuple[Any, ...]) -> None:
         _, index, line, raw, problem, text, key, plan = message
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        outcome = await run_row(
-            entry,
-            item,
-            key,
-            traced=traced,
-            tools=tools,
-            signal=token,
-            store=store,
-            plan=RowPlan.from_wire(plan),
-            forward=ship if stream else None,
-        )
+        with connections.active():
+            outcome = await run_row(
+                entry,
+                item,
+                key,
+                traced=traced,
+                tools=tools,
+                signal=token,
+                store=store,
+                plan=RowPlan.from_wire(plan),
+                forward=ship if stream else None,
+            )
         send(("done", outcome.to_wire()))
 
     while True:
@@ -299,6 +302,7 @@ async def _serve(
     for task in list(running):
         with contextlib.suppress(BaseException):
             await task
+    await connections.close()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,11 @@ results, JSON-RPC errors and output-schema breaks are recoverable outcomes (``MC
 ``MCP_PROTOCOL_ERROR``); transport failures and timeouts fail the run (:class:`McpError`).
 MCP tools are skipped in dry runs. (They are the tools durable runs will treat as unsafe to
 replay: ``Tool.remote`` is set on each.)
+
+Inside a worker scope (:class:`SharedConnections`, which the batch engines open per worker)
+runs share one connection per server; ``McpServer(per_run=True)`` opts a stateful server out.
+``max_concurrency`` bounds the calls in flight to a server. A server's progress becomes the
+call's progress; its log messages go to the ``tubeless.run`` logger (``tubeless.mcp._notices``).
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from tubeless.mcp._errors import (
     McpError,
 )
 from tubeless.mcp._live import describe_servers
+from tubeless.mcp._pool import SharedConnections
 from tubeless.mcp._server import (
+    DEFAULT_MAX_RESULT_BLOCKS,
     DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_TIMEOUT_S,
     McpServer,
@@ -41,6 +48,7 @@ from tubeless.mcp._server import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_RESULT_BLOCKS",
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TIMEOUT_S",
     "MCP_CONNECTION_FAILED",
@@ -52,6 +60,7 @@ __all__ = [
     "MCP_UNAVAILABLE",
     "McpError",
     "McpServer",
+    "SharedConnections",
     "describe_servers",
     "mcp_tools",
     "registered_name",

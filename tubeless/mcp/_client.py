@@ -1,20 +1,18 @@
-"""Connections to MCP servers, built on the official SDK (imported only here, only to connect).
+"""An open MCP connection's tools and calls (:class:`McpSession`; ``_connection`` opens it).
 
-One :func:`open_session` per server per agent invocation: the SDK's ``Client`` over
-``stdio_client`` (a subprocess in its own session, stopped when the context closes, even on
-cancellation; its stderr goes to the ``tubeless.run`` logger) or ``streamable_http_client``,
-with a :class:`~tubeless.mcp._screen.Screen` between transport and SDK that keeps the listing
-as sent. The handshake and the tool listing happen on entry; each request may take
-``timeout_s``.
+Each call may take ``timeout_s``; with ``max_concurrency`` it first waits for a free slot among
+the calls to that server (over everything sharing the connection). It sends a progress token:
+the server's progress becomes the call's (``tubeless.mcp._notices``).
 
 How failures map:
 
 - the result's ``isError`` → ``ToolError(MCP_TOOL_ERROR, <its text>)`` (an outcome);
 - a JSON-RPC error answer, a result that is not valid MCP, structured content that breaks the
-  tool's output schema, or a value past ``max_result_bytes`` → ``ToolError(MCP_PROTOCOL_ERROR)``;
+  tool's output schema, or a result past ``max_result_blocks`` or ``max_result_bytes`` →
+  ``ToolError(MCP_PROTOCOL_ERROR)``;
 - a request past ``timeout_s`` → :class:`McpError` ``TUBELESS_MCP_TIMEOUT`` (fatal);
-- a closed connection, a server that died or cannot start, any transport failure →
-  ``TUBELESS_MCP_CONNECTION_FAILED`` (fatal).
+- a closed connection (also one that ended before the call), a server that died or cannot
+  start, any transport failure → ``TUBELESS_MCP_CONNECTION_FAILED`` (fatal).
 
 Cancellation (the run's token, or the task) abandons the request; the SDK then sends
 ``notifications/cancelled`` for it before the error propagates.
@@ -23,31 +21,24 @@ Cancellation (the run's token, or the task) abandons the request; the SDK then s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tubeless._version import __version__
 from tubeless.agent import ToolContext, ToolError
 from tubeless.frozen import thaw
 from tubeless.mcp._content import result_text, result_value
 from tubeless.mcp._errors import (
+    MCP_CONNECTION_FAILED,
     MCP_PROTOCOL_ERROR,
     MCP_TOOL_ERROR,
     MCP_TOOL_MISSING,
     MCP_TOOL_UNUSABLE,
-    MCP_UNAVAILABLE,
     McpError,
 )
+from tubeless.mcp._notices import Progress
 from tubeless.mcp._schemas import input_validator, output_problem, output_validator
-from tubeless.mcp._screen import Screen
-from tubeless.mcp._transport import (
-    CONNECTION_CLOSED,
-    REQUEST_TIMEOUT,
-    Wire,
-    failure,
-    transport,
-)
+from tubeless.mcp._screen import Screen, refused
+from tubeless.mcp._transport import CONNECTION_CLOSED, REQUEST_TIMEOUT, failure
 from tubeless.pipeline import RunCancelledError
 from tubeless.schema import Schema
 
@@ -56,23 +47,13 @@ if TYPE_CHECKING:
 
     from tubeless.mcp._server import McpServer
 
-__all__ = ["McpSession", "open_session"]
+__all__ = ["McpSession", "list_tools"]
 
 _MAX_MESSAGE = 4096
 _MAX_PAGES = 100
 
 
-def _require_sdk() -> None:
-    try:
-        import mcp  # noqa: F401
-    except ImportError as exc:
-        raise McpError(
-            MCP_UNAVAILABLE,
-            "MCP servers need the optional mcp SDK: pip install 'tubeless[mcp]'",
-        ) from exc
-
-
-async def _list_tools(client: Client, screen: Screen) -> dict[str, dict[str, Any]]:
+async def list_tools(client: Client, screen: Screen) -> dict[str, dict[str, Any]]:
     """Every tool the server lists, as it sent them (the SDK's parse is screened)."""
     cursor: str | None = None
     for _ in range(_MAX_PAGES):
@@ -94,6 +75,12 @@ class McpSession:
         self._client = client
         self._inputs: dict[str, Schema] = {}
         self._outputs: dict[str, Schema | str] = {}
+        bound = server.max_concurrency
+        self._slots = asyncio.Semaphore(bound) if bound is not None else None
+        self.ended = False
+        """Set once the connection closed (a call then fails at once)."""
+        self.broken = False
+        """Set once a call met a transport failure (the connection is not lent again)."""
 
     def describe(self, name: str) -> tuple[str, Mapping[str, Any]]:
         """The server's description and input schema of tool ``name``.
@@ -155,7 +142,14 @@ class McpSession:
 
         signal = ctx.signal
         signal.raise_if_cancelled()
-        request = asyncio.ensure_future(self._client.call_tool(name, thaw(arguments)))
+        if self.ended or self.broken:
+            raise McpError(
+                MCP_CONNECTION_FAILED,
+                f"MCP server {self.server.name!r} closed the connection before tool {name!r} "
+                "was called.",
+                server=self.server.name,
+            )
+        request = asyncio.ensure_future(self._request(name, thaw(arguments), Progress(ctx)))
         stop = asyncio.ensure_future(signal.wait())
         try:
             await asyncio.wait({request, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -171,7 +165,10 @@ class McpSession:
             result = request.result()
         except MCPError as exc:
             if exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                self.broken = exc.code == CONNECTION_CLOSED
                 raise failure(self.server, exc, f"tool {name!r}") from None
+            if refused(exc):  # the screen refused a result past a bound, before it was parsed
+                raise ToolError(MCP_PROTOCOL_ERROR, exc.message) from None
             message = f"{exc.message} (JSON-RPC error {exc.code})"
             raise ToolError(MCP_PROTOCOL_ERROR, message[:_MAX_MESSAGE]) from None
         except ValidationError:
@@ -179,6 +176,7 @@ class McpSession:
                 MCP_PROTOCOL_ERROR, f"The answer to tool {name!r} is not a valid MCP result."
             ) from None
         except Exception as exc:
+            self.broken = True
             raise failure(self.server, exc, f"tool {name!r}") from exc
         if result.is_error:
             text = result_text(result) or f"Tool {name!r} reported an error."
@@ -188,90 +186,8 @@ class McpSession:
             raise ToolError(MCP_PROTOCOL_ERROR, problem[:_MAX_MESSAGE])
         return result_value(name, result, self.server.max_result_bytes)
 
-
-async def _own(server: McpServer, ready: asyncio.Future[McpSession], close: asyncio.Event) -> None:
-    """Hold the connection open until ``close`` is set (in a task of its own, see below)."""
-    from mcp import Client
-    from mcp.types import Implementation
-
-    wire = Wire()
-    try:
-        async with Client(
-            transport(server, wire),
-            read_timeout_seconds=server.timeout_s,
-            client_info=Implementation(name="tubeless", version=__version__),
-        ) as client:
-            if wire.stderr is not None:
-                wire.stderr.release()  # the server has its own end now
-            tools = await _list_tools(client, wire.screen)
-            ready.set_result(McpSession(server, client, tools))
-            await close.wait()
-    except BaseException as exc:
-        during = "the run" if ready.done() else "connect and list tools"
-        leaf = _first(exc) if isinstance(exc, BaseExceptionGroup) else exc
-        if not ready.done():
-            ready.set_exception(failure(server, leaf, during, wire))
-            return
-        if isinstance(exc, asyncio.CancelledError):
-            raise
-        raise failure(server, leaf, during, wire) from exc
-    finally:
-        if wire.stderr is not None:
-            wire.stderr.release()
-
-
-@asynccontextmanager
-async def open_session(server: McpServer) -> AsyncIterator[McpSession]:
-    """Connect to ``server`` and list its tools; leaving the context closes the connection.
-
-    The SDK's client lives in a task of its own: its task groups cancel the task that entered
-    them when a transport task fails, and that must never be the run's own task. Closing
-    always waits for that task to end (stopping a stdio server), even under cancellation.
-    """
-    _require_sdk()
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[McpSession] = loop.create_future()
-    close = asyncio.Event()
-    owner = asyncio.ensure_future(_own(server, ready, close))
-    try:
-        session = await asyncio.shield(ready)
-    except BaseException:
-        close.set()
-        await _settle(owner)
-        raise
-    failed = True
-    try:
-        yield session
-        failed = False
-    finally:
-        close.set()
-        await _settle(owner)
-        if not failed and not owner.cancelled() and owner.exception() is not None:
-            # The transport failed after the last call: still a failure of the run.
-            raise owner.exception()  # type: ignore[misc]  # checked just above
-
-
-async def _settle(owner: asyncio.Future[None]) -> None:
-    """Wait for ``owner`` to end; a cancellation of the waiter is passed on once it has."""
-    cancelled = False
-    while not owner.done():
-        try:
-            await asyncio.shield(owner)
-        except asyncio.CancelledError:
-            cancelled = True
-        except BaseException:
-            break
-    if owner.done() and not owner.cancelled():
-        owner.exception()  # retrieved: a failure after the run's own error is not logged
-    if cancelled:
-        raise asyncio.CancelledError
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first leaf of ``group`` that is not a cancellation."""
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            return _first(exc)
-        if not isinstance(exc, asyncio.CancelledError):
-            return exc
-    return group
+    async def _request(self, name: str, arguments: Any, progress: Progress) -> Any:
+        if self._slots is None:
+            return await self._client.call_tool(name, arguments, progress_callback=progress)
+        async with self._slots:
+            return await self._client.call_tool(name, arguments, progress_callback=progress)

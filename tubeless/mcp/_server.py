@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tubeless.agent._sources import SourceSession
 
 __all__ = [
+    "DEFAULT_MAX_RESULT_BLOCKS",
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TIMEOUT_S",
     "McpServer",
@@ -32,6 +33,8 @@ __all__ = [
 DEFAULT_TIMEOUT_S = 60.0
 #: The largest tool result value, in bytes of compact UTF-8 JSON (past it: MCP_PROTOCOL_ERROR).
 DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
+#: The most content blocks a tool result may hold (past it: MCP_PROTOCOL_ERROR).
+DEFAULT_MAX_RESULT_BLOCKS = 10_000
 _SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -41,7 +44,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 class McpServer:
     """An MCP server reached over stdio (``command``) or streamable HTTP (``url``).
 
-    Make one with :meth:`stdio` or :meth:`http`. Equal servers share one connection per run.
+    Make one with :meth:`stdio` or :meth:`http`. Equal servers share one connection per run;
+    inside a worker scope (:class:`~tubeless.mcp.SharedConnections`, which the batch engines
+    open per worker) runs share one connection per server unless ``per_run`` is set.
 
     Attributes:
         name: The server's name in messages (a letter, then letters, digits, ``_``, ``-``).
@@ -55,6 +60,15 @@ class McpServer:
         max_result_bytes: The largest value a call may return, in bytes of compact UTF-8 JSON
             (images and other blocks included, as base64); a larger one is a recoverable
             ``MCP_PROTOCOL_ERROR`` naming this bound.
+        max_result_blocks: The most content blocks a result may hold; a result with more is
+            refused before it is parsed (a recoverable ``MCP_PROTOCOL_ERROR`` naming this bound).
+        max_concurrency: The most calls in flight to this server at once, over everything that
+            shares the connection (``None``: no bound beyond the agents' own limits).
+        per_run: Keep one connection per run even inside a worker scope (for a stateful server
+            whose state must not outlive a run).
+
+    ``per_run``, ``max_concurrency`` and the bounds are not part of any definition identity:
+    they change how tools are reached, not what they do.
     """
 
     name: str
@@ -65,6 +79,9 @@ class McpServer:
     headers_env: tuple[tuple[str, str], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    max_result_blocks: int = DEFAULT_MAX_RESULT_BLOCKS
+    max_concurrency: int | None = None
+    per_run: bool = False
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -89,9 +106,15 @@ class McpServer:
         timeout = self.timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise AgentDefinitionError(f"{where}: timeout_s must be a number above 0.")
-        bound = self.max_result_bytes
-        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
-            raise AgentDefinitionError(f"{where}: max_result_bytes must be an integer above 0.")
+        for label, bound in (
+            ("max_result_bytes", self.max_result_bytes),
+            ("max_result_blocks", self.max_result_blocks),
+            ("max_concurrency", 1 if self.max_concurrency is None else self.max_concurrency),
+        ):
+            if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+                raise AgentDefinitionError(f"{where}: {label} must be an integer above 0.")
+        if not isinstance(self.per_run, bool):
+            raise AgentDefinitionError(f"{where}: per_run must be true or false.")
 
     @classmethod
     def stdio(
@@ -103,6 +126,9 @@ class McpServer:
         cwd: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_result_blocks: int = DEFAULT_MAX_RESULT_BLOCKS,
+        max_concurrency: int | None = None,
+        per_run: bool = False,
     ) -> McpServer:
         """A server started as a subprocess speaking MCP on its stdin and stdout."""
         return cls(
@@ -112,6 +138,9 @@ class McpServer:
             cwd=cwd,
             timeout_s=timeout_s,
             max_result_bytes=max_result_bytes,
+            max_result_blocks=max_result_blocks,
+            max_concurrency=max_concurrency,
+            per_run=per_run,
         )
 
     @classmethod
@@ -123,6 +152,9 @@ class McpServer:
         headers_env: Mapping[str, str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_result_blocks: int = DEFAULT_MAX_RESULT_BLOCKS,
+        max_concurrency: int | None = None,
+        per_run: bool = False,
     ) -> McpServer:
         """A server reached over streamable HTTP at ``url``."""
         return cls(
@@ -131,6 +163,9 @@ class McpServer:
             headers_env=tuple(sorted((headers_env or {}).items())),
             timeout_s=timeout_s,
             max_result_bytes=max_result_bytes,
+            max_result_blocks=max_result_blocks,
+            max_concurrency=max_concurrency,
+            per_run=per_run,
         )
 
     @property
@@ -139,9 +174,17 @@ class McpServer:
         return "stdio" if self.command is not None else "http"
 
     def connect(self) -> AbstractAsyncContextManager[SourceSession]:
-        """Connect (needs the ``mcp`` extra); leaving the context closes the connection."""
-        from tubeless.mcp._client import open_session
+        """Connect (needs the ``mcp`` extra); leaving the context closes the connection.
 
+        Inside a worker scope (and without ``per_run``) this borrows the scope's connection
+        instead, which the scope closes when it ends.
+        """
+        from tubeless.mcp._connection import open_session
+        from tubeless.mcp._pool import current_pool
+
+        pool = current_pool()
+        if pool is not None and not self.per_run:
+            return pool.borrow(self)
         return open_session(self)
 
 

@@ -327,12 +327,12 @@ class Compiler:
                     command[0] = sys.executable  # the Python that runs tubeless
                 cwd = self.base_dir / spec.cwd if spec.cwd is not None else self.base_dir
                 server = McpServer.stdio(
-                    name, command, env=spec.env, cwd=str(cwd), timeout_s=spec.timeout_s
+                    name, command, env=spec.env, cwd=str(cwd), **_mcp_settings(spec)
                 )
             else:
                 assert isinstance(spec, McpHttpServerSpec)
                 server = McpServer.http(
-                    name, spec.url, headers_env=spec.headers_env, timeout_s=spec.timeout_s
+                    name, spec.url, headers_env=spec.headers_env, **_mcp_settings(spec)
                 )
             self._servers[name] = server
         return self._servers[name]
@@ -550,3 +550,14 @@ class Compiler:
         except (PipelineDefinitionError, TemplateError) as exc:
             self.definition_errors.append((base, exc))
             return None
+
+
+def _mcp_settings(spec: McpStdioServerSpec | McpHttpServerSpec) -> dict[str, Any]:
+    """The settings every MCP server declaration has (none enters the definition identity)."""
+    return {
+        "timeout_s": spec.timeout_s,
+        "per_run": spec.per_run,
+        "max_concurrency": spec.max_concurrency,
+        "max_result_bytes": spec.max_result_bytes,
+        "max_result_blocks": spec.max_result_blocks,
+    }

@@ -413,8 +413,36 @@ Timeout = Annotated[
 ]
 
 
-class McpStdioServerSpec(_Spec):
-    """An MCP server started as a subprocess for each run, speaking MCP on stdin/stdout."""
+class _McpServerSettings(_Spec):
+    """How an MCP server is used (none of it enters a definition identity: it changes how
+    tools are reached, not what they do)."""
+
+    timeout_s: Timeout = 60.0
+    per_run: bool = Field(
+        default=False,
+        description="One connection per run, even where a batch worker shares one across its "
+        "rows (for a stateful server whose state must not outlive a run).",
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        default=None,
+        description="The most calls in flight to this server at once, over every run sharing "
+        "the connection (default: no bound beyond the agents' limits).",
+    )
+    max_result_bytes: Annotated[int, Field(ge=1, le=2**31)] = Field(
+        default=4 * 1024 * 1024,
+        description="The largest tool result value, in bytes of compact JSON; past it the call "
+        "is a recoverable MCP_PROTOCOL_ERROR.",
+    )
+    max_result_blocks: Annotated[int, Field(ge=1, le=10**7)] = Field(
+        default=10_000,
+        description="The most content blocks a tool result may hold; past it the call is a "
+        "recoverable MCP_PROTOCOL_ERROR.",
+    )
+
+
+class McpStdioServerSpec(_McpServerSettings):
+    """An MCP server started as a subprocess, speaking MCP on stdin/stdout (one process per
+    batch worker, or per run with per_run)."""
 
     command: list[Text] = Field(
         min_length=1,
@@ -431,10 +459,9 @@ class McpStdioServerSpec(_Spec):
         default=None,
         description="The working directory, relative to this file (default: this file's folder).",
     )
-    timeout_s: Timeout = 60.0
 
 
-class McpHttpServerSpec(_Spec):
+class McpHttpServerSpec(_McpServerSettings):
     """An MCP server reached over streamable HTTP."""
 
     url: Annotated[str, Field(pattern=r"^https?://\S+$")] = Field(
@@ -445,7 +472,6 @@ class McpHttpServerSpec(_Spec):
         description="HTTP headers whose values are read from these environment variables when "
         "a run connects (never written in the file).",
     )
-    timeout_s: Timeout = 60.0
 
 
 class ProjectSpec(_Spec):
@@ -478,7 +504,8 @@ class ProjectSpec(_Spec):
         Annotated[str, Field(pattern=MCP_SERVER_PATTERN)], McpStdioServerSpec | McpHttpServerSpec
     ] = Field(
         default_factory=dict,
-        description="MCP servers by name: {command: [...], env, cwd, timeout_s} (stdio) or "
-        "{url, headers_env, timeout_s} (streamable HTTP). Only runs connect to them.",
+        description="MCP servers by name: {command: [...], env, cwd} (stdio) or {url, "
+        "headers_env} (streamable HTTP), with timeout_s, per_run, max_concurrency, "
+        "max_result_bytes, max_result_blocks. Only runs connect to them.",
         json_schema_extra={"propertyNames": {"pattern": MCP_SERVER_PATTERN}},
     )
