@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -231,3 +232,32 @@ def test_row_retries_bound_the_runs_of_a_row_whose_worker_keeps_dying(
         "worker died each time (--row-retries 2)"
     )
     assert marks(folder) == {-1: 4}
+
+
+def test_ray_actors_each_connect_once_to_an_mcp_server_and_close_it(
+    tmp_path: Path, ray_address: str
+) -> None:
+    """6 rows on 2 Ray actors: at most one server launch per actor (not one per row), and no
+    server left running once the batch ends (the actors close their connections)."""
+    pytest.importorskip("mcp")
+    from tests.mcp.test_mcp_sharing import (
+        ROOT,
+        _alive,
+        _batch,
+        _echo_rows,
+        _launches,
+        _project,
+    )
+
+    path, log = _project(tmp_path)
+    # Ray ships the project's folder: its Python code must be inside it.
+    shutil.copy(ROOT / "tests" / "mcp" / "mcp_rows.py", tmp_path / "mcp_rows.py")
+    text = path.read_text(encoding="utf-8").replace(f"python_path: [{ROOT}]", "python_path: [.]")
+    path.write_text(text.replace("tests.mcp.mcp_rows:", "mcp_rows:"), encoding="utf-8")
+
+    rows = _batch(path, _echo_rows(6), engine="ray", concurrency=2, ray_address=ray_address)
+
+    assert [row["status"] for row in rows] == ["completed"] * 6
+    launches = _launches(log)
+    assert 1 <= len(launches) <= 2
+    assert not [pid for pid in launches if _alive(pid)], "the batch left a server running"

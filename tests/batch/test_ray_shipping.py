@@ -152,3 +152,33 @@ def test_a_cluster_that_wants_a_token_is_refused_with_what_to_set(
     ) in done.stderr
     # Ray's client logs the refused probe once; the 20 s of retries are gone.
     assert done.stderr.count("InvalidAuthToken") <= 1
+
+
+def test_a_project_whose_folders_share_only_the_root_is_refused_before_ray_starts(
+    tmp_path: Path,
+) -> None:
+    """Ray ships the folder holding the project and its python_path folders; when that is the
+    file system's root (or the home folder) the batch stops at once instead of packing it."""
+    folder = tmp_path / "p"
+    folder.mkdir()
+    project = rows_project(folder)
+    text = project.read_text(encoding="utf-8")
+    project.write_text(text.replace("python_path: [.]", f"python_path: [., {ROOT}]"), "utf-8")
+    assert f"python_path: [., {ROOT}]" in project.read_text(encoding="utf-8")
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}])
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tubeless", "batch", str(project), str(inputs), "--engine", "ray"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=HANG_GUARD,
+        check=False,
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert (
+        "error: TUBELESS_BATCH_ENGINE_UNAVAILABLE: the Ray engine ships the folder that holds "
+        "project.yaml and its python_path folders, and here that is '/': keep the python_path "
+        "folders inside the project's folder"
+    ) in done.stderr

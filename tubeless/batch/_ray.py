@@ -46,6 +46,7 @@ from tubeless.errors import (
     CASSETTE_INVALID,
     BatchError,
 )
+from tubeless.mcp import SharedConnections
 
 if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken
@@ -54,6 +55,8 @@ __all__ = ["EXCLUDES", "PLACEMENT_WAIT_S", "RayEngine"]
 
 #: Seconds an actor may take to be placed on a node and load the project.
 PLACEMENT_WAIT_S = 60.0
+#: Seconds the idle actors have, at the end, to close their MCP connections before the kill.
+ACTOR_CLOSE_WAIT_S = 5.0
 
 
 class _Actor:
@@ -74,6 +77,8 @@ class _Actor:
         self._tools = tools
         self._stream = stream
         self._store = None
+        # One connection per MCP server for all the rows this actor runs, as a process worker.
+        self._connections = SharedConnections()
         self.problem: str | None = None
         if checkpoints is not None:  # an absolute path, which must be the driver's own file
             self.problem = not_the_drivers(checkpoints, checkpoints_identity, "checkpoint file")
@@ -85,6 +90,10 @@ class _Actor:
     async def ready(self) -> str | None:
         """``None`` once the actor can run rows; else why it cannot."""
         return self.problem
+
+    async def close(self) -> None:
+        """Close the MCP connections this actor's rows shared (before the actor is killed)."""
+        await self._connections.close()
 
     async def run(
         self,
@@ -105,17 +114,18 @@ class _Actor:
                 return
         row_plan = RowPlan.from_wire(plan)
 
-        def attempt(forward: Any) -> Any:
-            return run_row(
-                self._entry,
-                item,
-                key,
-                traced=self._traced,
-                tools=self._tools,
-                store=self._store,
-                plan=row_plan,
-                forward=forward,
-            )
+        async def attempt(forward: Any) -> Any:
+            with self._connections.active():  # the row's MCP servers: this actor's connections
+                return await run_row(
+                    self._entry,
+                    item,
+                    key,
+                    traced=self._traced,
+                    tools=self._tools,
+                    store=self._store,
+                    plan=row_plan,
+                    forward=forward,
+                )
 
         async for message in row_messages(attempt, stream=self._stream):
             yield message
@@ -358,11 +368,20 @@ class RayEngine:
             )
         for task in pending:
             task.cancel()
+        idle = []
         while not self._idle.empty():
             actor = self._idle.get_nowait()
             if actor is not None:
-                with contextlib.suppress(Exception):
-                    self._ray.kill(actor)
+                idle.append(actor)
+        if idle:  # their MCP servers are told goodbye; a bounded wait, then the kill
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    asyncio.gather(*(_await(actor.close.remote()) for actor in idle)),
+                    ACTOR_CLOSE_WAIT_S,
+                )
+        for actor in idle:
+            with contextlib.suppress(Exception):
+                self._ray.kill(actor)
         for actor in list(self._running.values()):
             with contextlib.suppress(Exception):
                 self._ray.kill(actor)

@@ -75,6 +75,14 @@ def shipped_folder(source: EntrySource) -> tuple[Path, str]:
     spec = check_project(project).spec
     folders = [project.parent, *((project.parent / p).resolve() for p in spec.python_path)]
     root = Path(os.path.commonpath([str(folder) for folder in folders]))
+    if root == Path(root.anchor) or root == Path.home():
+        # Ray would pack and upload everything below it (the whole disk, a home folder).
+        raise BatchError(
+            BATCH_ENGINE_UNAVAILABLE,
+            f"the Ray engine ships the folder that holds {project.name} and its python_path "
+            f"folders, and here that is {str(root)!r}: keep the python_path folders inside the "
+            "project's folder (or beside it under one parent folder)",
+        )
     return root, project.relative_to(root).as_posix()
 
 
