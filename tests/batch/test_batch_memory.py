@@ -77,6 +77,7 @@ def _peak(project: Path, inputs: Path, output: Path) -> tuple[int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a hang guard only: 110,000 rows take about 40 s on an idle machine
 def test_memory_does_not_grow_with_the_number_of_rows(tmp_path: Path) -> None:
     project = write_project(tmp_path, PROJECT, MODULE)
     asyncio.run(_warm(project))  # imports and caches: not the batch's own memory

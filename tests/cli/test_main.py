@@ -134,3 +134,16 @@ def test_verbose_after_the_command_gets_a_hint(capsys: pytest.CaptureFixture[str
     assert main(["validate", "-v", "x.yaml"]) == 1
     err = capsys.readouterr().err
     assert "put it before the command" in err and "tubeless -v run" in err
+
+
+def test_a_command_without_v_after_one_with_it_shows_no_handler_logs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``-v`` holds for its own command only: in one process (a test run, a program calling
+    ``main`` twice), the next command without it logs nothing to stderr."""
+    assert main(["-v", "schema"]) == 0
+    logging.getLogger("tubeless.run").info("shown with -v")
+    assert "shown with -v" in capsys.readouterr().err
+    assert main(["schema"]) == 0
+    logging.getLogger("tubeless.run").info("not shown")
+    assert "not shown" not in capsys.readouterr().err

@@ -4,6 +4,7 @@ repository's .gitignore covers what runs write."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -20,12 +21,16 @@ needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 def _make_dry_run(command: str) -> subprocess.CompletedProcess[str]:
     """`make -n ...` (print the recipes, run none: no venv is created) in the repository."""
+    # Under `make test` this runs inside make: its MAKEFLAGS and MAKELEVEL would make the inner
+    # make print "Entering directory" lines (and pass the outer make's flags on).
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
     return subprocess.run(
         ["bash", "-c", command.replace("make ", "make -n ", 1)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
 
 

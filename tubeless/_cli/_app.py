@@ -69,7 +69,15 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
 
 
 def _configure_logging(verbose: int) -> None:
+    """The ``tubeless.run`` logger as this command's ``-v`` asks: a command without ``-v`` in a
+    process where an earlier one had it (a test, a program calling ``main`` twice) shows no
+    handler logs either."""
     logger = logging.getLogger(RUN_LOGGER)
+    if not verbose:
+        for handler in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+            logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)
+        return
     logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
     if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
         handler = _StderrHandler()
@@ -139,8 +147,7 @@ def cli(ctx: click.Context, verbose: int, debug: bool) -> None:
     state.verbose = verbose
     state.debug = debug
     state.command = ctx.invoked_subcommand
-    if verbose:
-        _configure_logging(verbose)
+    _configure_logging(verbose)
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
         ctx.exit(EXIT_OK)
