@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tubeless.agent._hooks import TurnHooks, combine
+from tubeless.agent._hooks import NO_HOOKS, TurnHooks, combine
 from tubeless.agent._tape import NO_TAPE
 from tubeless.agent._trace import TRACE_HOOKS
 
@@ -96,4 +96,6 @@ class Invocation:
 def turn_hooks(tape: Tape, journal: TurnHooks | None, tracing: bool) -> TurnHooks:
     """An invocation's hooks, in the order ``_hooks`` documents: the cassette tape, the
     checkpoint journal, the trace (each only when the run has it; none: the null hooks)."""
+    if journal is None and tape is NO_TAPE:  # the common case, without the composite's search
+        return TRACE_HOOKS if tracing else NO_HOOKS
     return combine(None if tape is NO_TAPE else tape, journal, TRACE_HOOKS if tracing else None)
