@@ -11,7 +11,7 @@ A pipeline tool runs its own pipeline (or agent) as the call's child run instead
 
 One turn, with the module that owns each arrow::
 
-    run_agent             a Scope (budgets, permits) per invocation          _agent, _scope
+    run_agent             an Invocation: route, Scope, approver, hooks       _agent, _invocation
       iterate → turn      one child run per turn (lean path untraced)        pipeline
         decide
           ask             charge max_decisions; decide() under a permit      _turn
@@ -26,8 +26,9 @@ One turn, with the module that owns each arrow::
 Traces: every ``agent.*`` attribute and the calls' progress rows go through one recorder
 (``_trace.agent_trace``); untraced runs get a null recorder that builds nothing.
 
-Checkpoints (``_journal``) and cassettes (``_tape``) hear the turn at their commit points; runs
-without them get null objects that do nothing, as untraced runs get the null recorder.
+Checkpoints (``_durable``), cassettes (``_tape``) and the trace (``_trace``) hear the turn at its
+commit points through one ``TurnHooks`` protocol (``_hooks``, which documents the points and
+their order); a plain run gets the null hooks, which do nothing.
 """
 
 from __future__ import annotations

@@ -20,13 +20,13 @@ from tubeless._callables import maybe_await
 from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
 from tubeless.agent._durable import run_durable
 from tubeless.agent._durable_checks import DurableAgent
-from tubeless.agent._journal import JOURNAL_SLOT, NO_JOURNAL, Journal
+from tubeless.agent._invocation import INVOCATION_SLOT, Invocation, turn_hooks
 from tubeless.agent._limits import Limits
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope, invocation_route
 from tubeless.agent._sources import REMOTES_ATTRIBUTE, connect_sources
 from tubeless.agent._state import freeze_state
-from tubeless.agent._tape import TAPE_SLOT, Tape, open_tape
+from tubeless.agent._tape import TAPE_SLOT, open_tape
 from tubeless.agent._tools import TOOL_NAME, Tool, ToolContext, descriptor
 from tubeless.agent._trace import agent_trace
 from tubeless.agent._turn import TurnInput, TurnSpec, build_turn_pipeline
@@ -41,6 +41,7 @@ from tubeless.pipeline import (
     iterate_pipeline,
     step,
 )
+from tubeless.pipeline._execute import APPROVER_SLOT
 from tubeless.pipeline._identity import descriptor_fingerprint, schema_fingerprint
 from tubeless.pipeline._step import is_async_callable
 from tubeless.schema import Schema
@@ -48,8 +49,6 @@ from tubeless.schema import Schema
 __all__ = ["define_agent"]
 
 _MAX_TOOLS = 4096
-#: The slot carrying an invocation's connected tools (``LiveTools`` or None) to its first turn.
-_LIVE_SLOT = "tubeless.agent.live"
 
 
 def _schema(value: Any, label: str) -> Schema:
@@ -300,30 +299,14 @@ def _compile(
     durable = DurableAgent(spec, implementation_version)
 
     async def first_turn(step_inputs: dict[str, Any], ctx: StepContext) -> TurnInput:
-        slots = ctx.slots
-        journal: Journal = slots.get(JOURNAL_SLOT, NO_JOURNAL)
-        tape: Tape = slots[TAPE_SLOT]
-        resumed = journal.resumed_turn()
+        invocation: Invocation = ctx.slots[INVOCATION_SLOT]
+        resumed = invocation.resumed
         if resumed is None:
-            initial = await maybe_await(initial_state(ctx.options))
+            initial = await maybe_await(initial_state(invocation.input))
             state = freeze_state(initial, "Agent initial state")
-            number, version, calls = 1, 0, 0
-        else:
-            state, number, version, calls = resumed
-        return TurnInput(
-            state=state,
-            turn=number,
-            state_version=version,
-            calls=calls,
-            agent_input=ctx.options,
-            agent_run_id=ctx.run_id,
-            scope=slots[SCOPE_SLOT],
-            trace=agent_trace(ctx),
-            journal=journal,
-            tape=tape,
-            # A child agent without servers of its own must not see its parent's tools.
-            live=slots.get(_LIVE_SLOT) if remote else None,
-        )
+            return TurnInput(state, 1, 0, 0, invocation)
+        state, number, version, calls = resumed
+        return TurnInput(state, number, version, calls, invocation)
 
     loop = iterate_pipeline(
         "agent",
@@ -353,28 +336,43 @@ def _compile(
             if budgets is not None:
                 budgets.append(scope.budget)
         tape = open_tape(slots.get(TAPE_SLOT), spec.id, route, leaf, definition, ctx.options)
+        invocation = Invocation(
+            input=ctx.options,
+            run_id=ctx.run_id,
+            scope=scope,
+            approver=slots.get(APPROVER_SLOT),
+            hooks=turn_hooks(tape, None, ctx.tracing),
+            trace=agent_trace(ctx),
+            tape=tape,
+        )
         session = slots.get(SESSION_SLOT)
         try:
             if session is not None:
-                taped: dict[str, Any] = {TAPE_SLOT: tape}
+                down: dict[str, Any] = {TAPE_SLOT: tape, INVOCATION_SLOT: invocation}
                 result = await run_durable(
-                    durable, session, scope, ctx.derive(**taped), turns, step_inputs
+                    durable, session, invocation, ctx.derive(**down), turns, step_inputs
                 )
             else:
-                result = await turns(
-                    step_inputs, ctx.derive(gate=scope, **{SCOPE_SLOT: scope, TAPE_SLOT: tape})
-                )
+                down = {SCOPE_SLOT: scope, TAPE_SLOT: tape, INVOCATION_SLOT: invocation}
+                result = await turns(step_inputs, ctx.derive(gate=scope, **down))
         except BaseException as exc:
-            tape.failed(exc)
+            invocation.hooks.ended(None, exc)
             raise
-        tape.finished(result)
+        invocation.hooks.ended(result, None)
         return result
 
     async def connected_turns(step_inputs: dict[str, Any], ctx: StepContext) -> Any:
         """The turns with the tools' servers connected: for this invocation only, closed however
         it ends."""
         async with connect_sources(spec.registry, spec.capabilities, ctx) as (live, slots):
-            slots[_LIVE_SLOT] = live
+            invocation: Invocation = ctx.slots[INVOCATION_SLOT]
+            # A checkpointed invocation records what the servers said, or refuses a resume if
+            # they now say something else (DESIGN.md §15).
+            if live is not None:
+                invocation.hooks.connected(live.descriptors)
+            # Only this invocation's: a child agent without servers of its own has its own
+            # Invocation, so it never sees its parent's tools.
+            invocation.live = live
             return await iterate(step_inputs, ctx.derive(**slots))
 
     # The turns as they run: with servers to connect first, or the iteration itself (one frame

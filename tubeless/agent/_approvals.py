@@ -36,7 +36,6 @@ from tubeless.errors import (
 )
 from tubeless.frozen import FreezeError, FrozenDict, digest, freeze
 from tubeless.pipeline import RunCancelledError
-from tubeless.pipeline._execute import APPROVER_SLOT
 
 if TYPE_CHECKING:
     from tubeless.agent._prepare import PreparedCall
@@ -334,12 +333,14 @@ async def dispatch_gated(
 
     # A checkpointed run answers from its saved decisions first, commits what is still pending
     # before asking, and stops waiting (ApprovalWaiting) when nobody can answer now.
+    invocation = t.invocation
+    trace = invocation.trace
     try:
-        approver = t.journal.approver(tuple(requests.values()), ctx.slots.get(APPROVER_SLOT))
+        approver = invocation.hooks.gated(t, tuple(requests.values()), invocation.approver)
     except ApprovalWaiting as exc:
         for request in exc.pending:  # the trace says which calls wait (none of the batch ran)
-            t.trace.call_status(
-                ctx, t.agent_run_id, t.turn, request["call_id"], request["tool"], "waiting"
+            trace.call_status(
+                ctx, invocation.run_id, t.turn, request["call_id"], request["tool"], "waiting"
             )
         raise
     if approver is None:
@@ -385,15 +386,15 @@ async def dispatch_gated(
         raise
     ctx.signal.raise_if_cancelled()
     approved = tuple(calls[index] for index, yes in answers.items() if yes)
-    t.trace.approvals(ctx, t.agent_run_id, t.turn, len(answers), len(answers) - len(approved))
+    trace.approvals(ctx, invocation.run_id, t.turn, len(answers), len(answers) - len(approved))
     reasons = approver.reason if isinstance(approver, RecordedApprovals) else lambda r: None
     for index, yes in answers.items():
         if not yes:
             call = calls[index]
             given = bool(reasons(requests[index]))
-            t.trace.call_status(
+            trace.call_status(
                 ctx,
-                t.agent_run_id,
+                invocation.run_id,
                 t.turn,
                 call.id,
                 call.tool,

@@ -2,17 +2,21 @@
 
 One path for every batch: :func:`dispatch` awaits a lone call itself; larger batches use as many
 workers as the scope's concurrency allows (the permit pool bounds the handlers exactly). Each
-call goes through :func:`_run_call`. A fatal failure or a cancellation stops
+call runs as :func:`_run_call`. A fatal failure or a cancellation stops
 dispatch; calls already running are drained, never cancelled by the harness.
+
+Each call passes through the invocation's hooks (``hooks.around_call(site, _run_call)``): a
+checkpoint journal or a cassette may answer it without running it (``_hooks``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from tubeless.agent._hooks import CallSite
 from tubeless.agent._prepare import PreparedCall
 from tubeless.agent._scope import SCOPE_SLOT
 from tubeless.agent._tape import TAPE_SLOT
@@ -105,9 +109,19 @@ async def dispatch(
     """Run every call of turn ``t`` as a child run; raise on the first fatal failure after
     draining."""
     total = len(calls)
-    progress = t.trace.progress(calls)
+    invocation = t.invocation
+    progress = invocation.trace.progress(calls)
+    around = invocation.hooks.around_call
     if total == 1:
-        return _outcomes((await _run_call(calls, 0, ctx, t, progress),))
+        # The lone call awaits its hooks here (no coroutine of its own: one frame fewer).
+        site = _site(calls, 0, ctx, t, progress)
+        try:
+            outcome = await around(site, _run_call)
+        except ChildRunFailedError as exc:
+            progress.finish(0, "failed" if exc.run.status == "failed" else "cancelled")
+            raise
+        _settled(progress, 0, outcome, ctx)
+        return _outcomes((outcome,))
     outcomes: list[Mapping[str, Any] | None] = [None] * total
     fatal: list[BaseException] = []
     signal = ctx.signal
@@ -119,16 +133,25 @@ async def dispatch(
         while cursor < total and not fatal and not signal.cancelled:
             index = cursor
             cursor += 1
+            site = _site(calls, index, ctx, t, progress)
             try:
-                outcomes[index] = await _run_call(calls, index, ctx, t, progress)
+                outcome = await around(site, _run_call)
+            except ChildRunFailedError as exc:
+                progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
+                fatal.append(exc)
             except Exception as exc:
                 fatal.append(exc)
+            else:
+                outcomes[index] = outcome
+                _settled(progress, index, outcome, ctx)
             ran += 1
             if ran % YIELD_EVERY == 0:
                 # Quick calls may never suspend: let the loop run (signals, timers, I/O).
                 await asyncio.sleep(0)
 
-    workers = [asyncio.ensure_future(worker()) for _ in range(min(total, t.scope.concurrency))]
+    workers = [
+        asyncio.ensure_future(worker()) for _ in range(min(total, invocation.scope.concurrency))
+    ]
     try:
         await asyncio.gather(*workers)
     except asyncio.CancelledError:
@@ -143,78 +166,51 @@ async def dispatch(
     return _outcomes(outcomes)  # type: ignore[arg-type]  # no None is left
 
 
-async def _run_call(
+def _site(
     calls: tuple[PreparedCall, ...],
     index: int,
     ctx: StepContext,
     t: TurnInput,
     progress: Progress,
-) -> Mapping[str, Any]:
-    """Run call ``index``: its outcome, or ``ChildRunFailedError`` for a fatal failure.
-
-    The journal may know the outcome already (a resumed run's), a replaying tape may supply
-    it, and both hear the validated outcome (the null ones do nothing).
-    """
+) -> CallSite:
+    """Call ``index`` of the batch with its execution, marked running in the progress rows."""
     call = calls[index]
-    journal, tape = t.journal, t.tape
-    key_base = journal.idempotency_base(t.agent_run_id)
+    invocation = t.invocation
     execution = FrozenDict._trusted(
         {
-            "agent_run_id": t.agent_run_id,
+            "agent_run_id": invocation.run_id,
             "turn": t.turn,
             "call_id": call.id,
             "tool": call.tool,
             "parent_attempt_id": ctx.attempt_id,
-            "idempotency_key": f"{key_base}/{t.turn}/{call.id}",
+            "idempotency_key": f"{invocation.idempotency_base}/{t.turn}/{call.id}",
         }
     )
-    # The journal's commit point: the running intent, or an outcome known without running.
-    known = journal.start_call(index, call, execution, ctx)
-    if known is not None:
-        return await _known_outcome(known, index, call, ctx, t, progress)
-    slots: dict[str, Any] = {EXECUTION_SLOT: execution}
+    progress.start(index)
+    return CallSite(index, call, execution, ctx, t)
+
+
+def _settled(progress: Progress, index: int, outcome: Mapping[str, Any], ctx: StepContext) -> None:
+    progress.finish(index, "completed" if outcome["ok"] else "failed")
+    progress.report(ctx)
+
+
+async def _run_call(site: CallSite) -> Mapping[str, Any]:
+    """Run the call of ``site`` as a child run (what the hooks' ``around_call`` proceeds to):
+    its outcome, or ``ChildRunFailedError`` for a fatal failure."""
+    call, t, ctx = site.call, site.t, site.ctx
+    slots: dict[str, Any] = {EXECUTION_SLOT: site.execution}
     if call.delegates:
-        slots[DEPTH_SLOT] = t.scope.depth + 1
-        slots[SCOPE_SLOT] = t.scope
-        slots[TAPE_SLOT] = tape.below(t.turn, call.id)
-    progress.start(index)
-    t.trace.call(ctx, execution, call.tool)
-    outcome: Mapping[str, Any] | None = tape.replayed_outcome(t.turn, call.id)
-    if outcome is None:
-        ok, result = await run_child_value(
-            ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
-        )
-        if ok:
-            outcome = _outcome(call, result)
-        else:
-            try:
-                outcome = _failed_outcome(call, result, ctx.signal.cancelled)
-            except ChildRunFailedError as exc:
-                progress.finish(index, "failed" if exc.run.status == "failed" else "cancelled")
-                raise
-        tape.outcome(t.turn, call.id, outcome)
-    journal.settled(index, call, outcome)
-    progress.finish(index, "completed" if outcome["ok"] else "failed")
-    progress.report(ctx)
-    return outcome
-
-
-async def _known_outcome(
-    known: Mapping[str, Any] | Awaitable[Mapping[str, Any]],
-    index: int,
-    call: PreparedCall,
-    ctx: StepContext,
-    t: TurnInput,
-    progress: Progress,
-) -> Mapping[str, Any]:
-    """An outcome the journal supplied instead of running the call (a resumed run's)."""
-    outcome = await known if isinstance(known, Awaitable) else known
-    t.journal.settled(index, call, outcome)
-    progress.start(index)
-    progress.finish(index, "completed" if outcome["ok"] else "failed")
-    progress.report(ctx)
-    t.tape.outcome(t.turn, call.id, outcome)  # a reused outcome is still part of the recording
-    return outcome
+        invocation = t.invocation
+        slots[DEPTH_SLOT] = invocation.scope.depth + 1
+        slots[SCOPE_SLOT] = invocation.scope
+        slots[TAPE_SLOT] = invocation.tape.below(t.turn, call.id)
+    ok, result = await run_child_value(
+        ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
+    )
+    if ok:
+        return _outcome(call, result)
+    return _failed_outcome(call, result, ctx.signal.cancelled)
 
 
 def _outcomes(outcomes: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:

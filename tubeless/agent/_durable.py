@@ -27,7 +27,7 @@ import pydantic_core
 
 from tubeless._callables import maybe_await
 from tubeless.agent._approvals import ApprovalWaiting
-from tubeless.agent._decisions import Call, Continue
+from tubeless.agent._decisions import Call, Continue, Finish
 from tubeless.agent._durable_approvals import checkpoint_approver
 from tubeless.agent._durable_checks import (
     DurableAgent,
@@ -36,8 +36,9 @@ from tubeless.agent._durable_checks import (
     input_digest,
 )
 from tubeless.agent._durable_document import check_document
-from tubeless.agent._journal import JOURNAL_SLOT, Journal, Resumed
-from tubeless.agent._scope import SCOPE_SLOT, Budget, Scope
+from tubeless.agent._hooks import TurnHooks
+from tubeless.agent._invocation import Invocation, turn_hooks
+from tubeless.agent._scope import SCOPE_SLOT, Budget
 from tubeless.agent._tools import ToolContext, ToolError
 from tubeless.agent._trace import CallStatus, agent_trace
 from tubeless.durable._encode import DocumentEncoder
@@ -57,6 +58,7 @@ from tubeless.pipeline._pipeline import original_exception
 from tubeless.schema import Schema
 
 if TYPE_CHECKING:
+    from tubeless.agent._hooks import CallSite, Proceed
     from tubeless.agent._prepare import PreparedCall
     from tubeless.agent._turn import TurnInput, TurnSpec
 
@@ -167,8 +169,19 @@ class Book:
             journal.dirty = False
 
 
-class CheckpointJournal(Journal):
-    """The journal of one checkpointed agent invocation (see ``_journal`` for the points)."""
+class CheckpointJournal(TurnHooks):
+    """The journal of one checkpointed agent invocation: its hooks commit each point before the
+    work it guards (DESIGN.md §11)::
+
+        reserved         the decision's reservation (and the state reduced before it)   commit
+        resume_decision  a saved accepted decision instead of asking again
+        decided          a finish's result (commit), or a continue decision and its inputs
+        admitted         the batch's call budget charged
+        gated            saved approval decisions first, then pending requests          commit
+        around_call      the running intent (commit), or the saved outcome without running
+                         the call; then the validated outcome                           commit
+        reduced          the reduced state (written with the next commit)
+    """
 
     __slots__ = (
         "base",
@@ -202,7 +215,7 @@ class CheckpointJournal(Journal):
         """The turn resumed from, until it is done."""
         self.dirty = False
 
-    def servers(self, descriptors: Mapping[str, Mapping[str, Any]]) -> None:
+    def connected(self, descriptors: Mapping[str, Mapping[str, Any]]) -> None:
         # Called once the checkpoint said there are turns to run (a completed or failed key
         # never contacts its servers); a changed server refuses the resume, saving nothing.
         self.entry["definition"] = checked_servers(
@@ -226,15 +239,9 @@ class CheckpointJournal(Journal):
         entry["state"] = t.state
         entry.pop("decision", None)
 
-    # -- the seam ----------------------------------------------------------------------------
-    def idempotency_base(self, agent_run_id: str) -> str:
-        return self.base
-
-    def approval_key(self, fallback: str) -> str:
-        return self.book.session.key
-
-    def approver(
-        self, requests: tuple[FrozenDict, ...], approver: Callable[[Any], Any] | None
+    # -- the hooks ---------------------------------------------------------------------------
+    def gated(
+        self, t: TurnInput, requests: tuple[FrozenDict, ...], approver: Callable[[Any], Any] | None
     ) -> Callable[[Any], Any] | None:
         return checkpoint_approver(self.book, self.book.session.key, requests, approver)
 
@@ -245,7 +252,8 @@ class CheckpointJournal(Journal):
             return saved[index]
         return next(c for c in saved if c["id"] == call.id)
 
-    def resumed_turn(self) -> Resumed | None:
+    def resumed_turn(self) -> tuple[Any, int, int, int] | None:
+        """``(state, turn, state_version, calls)`` the loop resumes from, if it resumes."""
         if self.resuming is None:
             return None
         e = self.entry
@@ -262,14 +270,14 @@ class CheckpointJournal(Journal):
         saved = self.entry["decision"]["calls"]
         return Continue(tuple(Call(c["id"], c["tool"], freeze(c["input"])) for c in saved))
 
-    def finished(self, t: TurnInput, result: Any) -> None:
-        self._at(t, "completed")
-        self.entry["result"] = result
-        self._commit()
-
-    def accepted(
-        self, t: TurnInput, decision: Continue, prepared: tuple[PreparedCall, ...]
+    def decided(
+        self, t: TurnInput, decision: Finish | Continue, prepared: tuple[PreparedCall, ...] | None
     ) -> None:
+        if isinstance(decision, Finish):
+            self._at(t, "completed")
+            self.entry["result"] = decision.result  # as decided (validated again when read)
+            self._commit()
+            return
         if self.resuming == t.turn:
             return  # the saved decision itself
         self._at(t, "calls")
@@ -291,13 +299,28 @@ class CheckpointJournal(Journal):
     def readmitted(self, t: TurnInput) -> bool:
         return self.resuming == t.turn and bool(self.entry["decision"]["admitted"])
 
-    def admitted(self, t: TurnInput, count: int) -> None:
-        self.entry["decision"]["admitted"] = True
-        self.dirty = True
+    def admitted(self, ctx: StepContext, t: TurnInput, count: int) -> None:
+        decision = self.entry["decision"]
+        if not decision["admitted"]:  # a resumed batch was charged before the stop
+            decision["admitted"] = True
+            self.dirty = True
 
-    def start_call(
+    async def around_call(self, site: CallSite, proceed: Proceed) -> Mapping[str, Any]:
+        # DBOS's step wrapper: a saved outcome is returned, otherwise the call runs.
+        index, call = site.index, site.call
+        known = self._start_call(index, call, site.execution, site.ctx)
+        if known is None:
+            outcome = await proceed(site)
+        else:
+            outcome = await known if isinstance(known, Awaitable) else known
+        self._settled(index, call, outcome)
+        return outcome
+
+    def _start_call(
         self, index: int, call: PreparedCall, execution: Mapping[str, Any], ctx: StepContext
     ) -> Mapping[str, Any] | Awaitable[Mapping[str, Any]] | None:
+        """The running intent (committed; ``None``: run the call now), or the call's outcome
+        known without running it (or an awaitable of it)."""
         saved = self._saved(index, call)
         status = saved["status"]
         if status == "completed":
@@ -355,7 +378,7 @@ class CheckpointJournal(Journal):
         except FreezeError:
             return MappingProxyType(outcome)
 
-    def settled(self, index: int, call: PreparedCall, outcome: Mapping[str, Any]) -> None:
+    def _settled(self, index: int, call: PreparedCall, outcome: Mapping[str, Any]) -> None:
         saved = self._saved(index, call)
         if saved["status"] == "completed":
             return
@@ -363,9 +386,9 @@ class CheckpointJournal(Journal):
         saved["status"] = "completed"
         self._commit()
 
-    def reduced(self, t: TurnInput) -> None:
+    def reduced(self, ctx: StepContext, t: TurnInput, following: TurnInput) -> None:
         self.resuming = None
-        self._at(t, "decide")
+        self._at(following, "decide")
         self.dirty = True  # written with the next decision's reservation
 
     # -- the end of the invocation -----------------------------------------------------------
@@ -387,13 +410,14 @@ class CheckpointJournal(Journal):
 async def run_durable(
     durable: DurableAgent,
     session: CheckpointSession,
-    scope: Scope,
+    invocation: Invocation,
     ctx: StepContext,
     iterate: Callable[[dict[str, Any], StepContext], Awaitable[Any]],
     step_inputs: dict[str, Any],
 ) -> Any:
     """Run one checkpointed agent invocation: return or raise what it saved, or resume it."""
     spec = durable.spec
+    scope = invocation.scope
     book = Book.of(session)
     route = scope.route  # unique in the run tree (``invocation_route``)
     definition = durable.definition()
@@ -428,7 +452,11 @@ async def run_durable(
         }
         book.document["agents"][route] = entry
     journal = CheckpointJournal(book, route, entry, scope.budget, spec, resumed)
-    slots: dict[str, Any] = {SCOPE_SLOT: scope, JOURNAL_SLOT: journal}
+    invocation.hooks = turn_hooks(invocation.tape, journal, ctx.tracing)
+    invocation.idempotency_base = journal.base
+    invocation.approval_key = session.key
+    invocation.resumed = journal.resumed_turn()
+    slots: dict[str, Any] = {SCOPE_SLOT: scope}
     first_turn = entry.get("turn") if resumed else None
     if isinstance(first_turn, int):
         _report_resume(ctx, session, entry)

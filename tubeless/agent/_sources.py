@@ -18,7 +18,6 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tubeless.agent._journal import JOURNAL_SLOT, NO_JOURNAL, Journal
 from tubeless.agent._prepare import CompiledTool
 from tubeless.agent._tools import Tool, ToolContext, descriptor
 from tubeless.errors import AgentDefinitionError
@@ -200,8 +199,4 @@ async def connect_sources(
                 entry, sessions[remote.source], descriptors
             )
         live = LiveTools(tuple(shown[name] for name in registry), live_registry, descriptors)
-        # A checkpointed invocation records what the servers said, or refuses a resume if
-        # they now say something else (DESIGN.md §15).
-        journal: Journal = ctx.slots.get(JOURNAL_SLOT, NO_JOURNAL)
-        journal.servers(descriptors)
         yield live, {SOURCES_SLOT: sessions}

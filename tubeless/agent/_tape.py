@@ -1,10 +1,11 @@
 """Record and replay at the decision level: the tape an agent invocation plays against.
 
-Every agent invocation carries one :class:`Tape` on its ``TurnInput`` (``t.tape``), called at
-five points: ``source`` (where decisions come from), ``decided`` (an accepted decision),
-``replayed_outcome`` / ``outcome`` (each call's validated outcome), ``committed`` (the reduced
-state) and ``finished`` / ``failed`` (how the invocation ended). Without a cassette it is
-:data:`NO_TAPE`, whose methods do nothing, so such runs do the same work as before.
+Every agent invocation has one :class:`Tape`: ``source`` says where its decisions come from
+(once per invocation), and the tape is one of its ``TurnHooks`` (``_hooks``): ``decided`` (an
+accepted decision), ``around_call`` (each call's validated outcome; replaying outcomes, the
+recorded one instead of running the call), ``reduced`` (the reduced state) and ``ended`` (how
+the invocation ended). Without a cassette it is :data:`NO_TAPE`, which is left out of the
+hooks, so such runs do the same work as before.
 
 A cassette is active while :func:`recording` or :func:`replaying` is (``tubeless.testing.record``
 and ``replay``, ``run --record`` and ``--replay``): a context variable the outermost agent
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from tubeless.agent._cassette import (
 )
 from tubeless.agent._changes import changed_parts, said
 from tubeless.agent._decisions import Continue, Finish
+from tubeless.agent._hooks import TurnHooks
 from tubeless.errors import (
     CASSETTE_INVALID,
     CASSETTE_MISMATCH,
@@ -49,7 +51,10 @@ from tubeless.frozen import freeze
 if TYPE_CHECKING:
     import os
 
-    from tubeless.pipeline import DefinitionIdentity
+    from tubeless.agent._hooks import CallSite, Proceed
+    from tubeless.agent._prepare import PreparedCall
+    from tubeless.agent._turn import TurnInput
+    from tubeless.pipeline import DefinitionIdentity, StepContext
 
 __all__ = ["NO_TAPE", "TAPE_SLOT", "Recording", "Replaying", "Tape", "open_tape"]
 
@@ -61,33 +66,14 @@ _active: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
 )
 
 
-class Tape:
+class Tape(TurnHooks):
     """The null tape: decisions from ``decide``, nothing recorded or compared."""
 
     __slots__ = ()
 
     def source(self, decide: Callable[..., Any]) -> Callable[..., Any]:
-        """Where this turn's decision comes from."""
+        """Where the invocation's decisions come from."""
         return decide
-
-    def decided(self, turn: int, decision: Finish | Continue) -> None:
-        """``decision`` was accepted (validated, limits checked)."""
-
-    def replayed_outcome(self, turn: int, call_id: str) -> Any:
-        """The recorded outcome to use instead of running the call, or ``None`` to run it."""
-        return None
-
-    def outcome(self, turn: int, call_id: str, outcome: Any) -> None:
-        """The call's validated outcome."""
-
-    def committed(self, turn: int, state: Any) -> None:
-        """The state reduced at the end of ``turn``."""
-
-    def finished(self, result: Any) -> None:
-        """The invocation completed with ``result``."""
-
-    def failed(self, error: BaseException) -> None:
-        """The invocation failed."""
 
     def below(self, turn: int, call_id: str) -> Tape | _Position:
         """What an agent started by call ``call_id`` of ``turn`` opens its tape from."""
@@ -233,33 +219,42 @@ class _RecordingTape(Tape):
         self._session = session
         self._route = route
 
-    def decided(self, turn: int, decision: Finish | Continue) -> None:
-        s, route = self._session, self._route
+    def decided(
+        self, t: TurnInput, decision: Finish | Continue, prepared: tuple[PreparedCall, ...] | None
+    ) -> None:
+        s, route, turn = self._session, self._route, t.turn
         data = s.data(lambda: _decision_data(decision), route, f"the decision of turn {turn}")
         s.write({"kind": "decision", "route": route, "turn": turn, "decision": data})
 
-    def outcome(self, turn: int, call_id: str, outcome: Any) -> None:
-        s, route = self._session, self._route
+    async def around_call(self, site: CallSite, proceed: Proceed) -> Mapping[str, Any]:
+        # Every outcome is recorded, one a resumed run's journal restored included.
+        outcome = await proceed(site)
+        s, route, call_id = self._session, self._route, site.call.id
         data = s.data(lambda: jsonable(outcome), route, f"the outcome of call {call_id!r}")
         s.write(
-            {"kind": "outcome", "route": route, "turn": turn, "call_id": call_id, "outcome": data}
+            {
+                "kind": "outcome",
+                "route": route,
+                "turn": site.t.turn,
+                "call_id": call_id,
+                "outcome": data,
+            }
         )
+        return outcome
 
-    def committed(self, turn: int, state: Any) -> None:
-        s, route = self._session, self._route
+    def reduced(self, ctx: StepContext, t: TurnInput, following: TurnInput) -> None:
+        s, route, turn, state = self._session, self._route, t.turn, following.state
         data = s.data(lambda: jsonable(state), route, f"the state of turn {turn}")
         s.write({"kind": "state", "route": route, "turn": turn, "state": data})
 
-    def finished(self, result: Any) -> None:
+    def ended(self, result: Any, error: BaseException | None) -> None:
         s, route = self._session, self._route
+        if error is not None:
+            code = error.code if isinstance(error, TubelessError) else type(error).__name__
+            s.write({"kind": "result", "route": route, "ok": False, "error": {"code": code}})
+            return
         data = s.data(lambda: jsonable(result), route, "the result")
         s.write({"kind": "result", "route": route, "ok": True, "result": data})
-
-    def failed(self, error: BaseException) -> None:
-        code = error.code if isinstance(error, TubelessError) else type(error).__name__
-        self._session.write(
-            {"kind": "result", "route": self._route, "ok": False, "error": {"code": code}}
-        )
 
     def below(self, turn: int, call_id: str) -> _Position:
         return _Position(self._session, f"{self._route}/{turn}/{call_id}")
@@ -392,33 +387,34 @@ class _ReplayingTape(Tape):
                 self._route, turn, None, "the recording has no decision for this turn"
             ) from None
 
-    def replayed_outcome(self, turn: int, call_id: str) -> Any:
-        if not self._session.outcomes:
-            return None
+    def around_call(self, site: CallSite, proceed: Proceed) -> Awaitable[Mapping[str, Any]]:
+        if self._session.outcomes:  # the recorded outcome, without running the call
+            return _ready(freeze(self._recorded_outcome(site.t.turn, site.call.id)))
+        return self._compared(site, proceed)
+
+    async def _compared(self, site: CallSite, proceed: Proceed) -> Mapping[str, Any]:
+        outcome = await proceed(site)
+        turn, call_id = site.t.turn, site.call.id
+        recorded = self._recorded_outcome(turn, call_id)
+        self._compare(recorded, outcome, turn, call_id, "the outcome differs")
+        return outcome
+
+    def _recorded_outcome(self, turn: int, call_id: str) -> Any:
         try:
-            recorded = self._session.cassette.outcomes[self._route, turn, call_id]
+            return self._session.cassette.outcomes[self._route, turn, call_id]
         except KeyError:
             raise self._session.diverged(
                 self._route, turn, call_id, "the recording has no outcome for this call"
             ) from None
-        return freeze(recorded)
 
-    def outcome(self, turn: int, call_id: str, outcome: Any) -> None:
-        s = self._session
-        try:
-            recorded = s.cassette.outcomes[self._route, turn, call_id]
-        except KeyError:
-            raise s.diverged(
-                self._route, turn, call_id, "the recording has no outcome for this call"
-            ) from None
-        self._compare(recorded, outcome, turn, call_id, "the outcome differs")
-
-    def committed(self, turn: int, state: Any) -> None:
-        recorded = self._session.cassette.states.get((self._route, turn), _ABSENT)
+    def reduced(self, ctx: StepContext, t: TurnInput, following: TurnInput) -> None:
+        recorded = self._session.cassette.states.get((self._route, t.turn), _ABSENT)
         if recorded is not _ABSENT:
-            self._compare(recorded, state, turn, None, "the reduced state differs")
+            self._compare(recorded, following.state, t.turn, None, "the reduced state differs")
 
-    def finished(self, result: Any) -> None:
+    def ended(self, result: Any, error: BaseException | None) -> None:
+        if error is not None:
+            return
         recorded = self._session.cassette.results.get(self._route)
         if recorded is None:
             return
@@ -446,6 +442,10 @@ class _ReplayingTape(Tape):
 
 
 _ABSENT = object()
+
+
+async def _ready(outcome: Mapping[str, Any]) -> Mapping[str, Any]:
+    return outcome
 
 
 @contextmanager

@@ -18,22 +18,28 @@ the turn's ``calls`` step like a dispatched call (``agent.callId``, ``agent.tool
 
 Traced runs get :data:`TRACED`, untraced ones :data:`UNTRACED`, a null recorder whose methods do
 nothing; :func:`agent_trace` chooses once per agent invocation (and per tool call), so no call
-site asks whether the run is traced. Nothing is computed for a record nobody keeps.
+site asks whether the run is traced. Nothing is computed for a record nobody keeps. At the
+turn's hook points (the admitted batch, each call that runs, the committed state) a traced
+invocation records through :data:`TRACE_HOOKS`, one of its ``TurnHooks`` (``_hooks``); the
+decision, limits, approvals and call statuses are recorded where they happen.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from tubeless.agent._hooks import TurnHooks
+
 if TYPE_CHECKING:
+    from tubeless.agent._hooks import CallSite, Proceed
     from tubeless.agent._prepare import PreparedCall
     from tubeless.agent._turn import TurnInput
     from tubeless.pipeline import StepContext
 
-__all__ = ["TRACED", "UNTRACED", "AgentTrace", "CallStatus", "agent_trace"]
+__all__ = ["TRACED", "TRACE_HOOKS", "UNTRACED", "AgentTrace", "CallStatus", "agent_trace"]
 
 #: How a call's progress row ends.
 CallEnd = Literal["completed", "failed", "cancelled"]
@@ -82,18 +88,6 @@ class AgentTrace:
                 "agent.approvalsRequested": requested,
                 "agent.callsDenied": denied,
             },
-        )
-
-    def dispatching(self, ctx: StepContext, t: TurnInput, calls: int) -> None:
-        """The calls step admitted a batch of ``calls`` calls."""
-        _record(ctx, t, {"agent.callsAdmitted": t.calls + calls, "agent.callCount": calls})
-
-    def committed(self, ctx: StepContext, t: TurnInput, admitted: int) -> None:
-        """The reduce step committed the next state."""
-        _record(
-            ctx,
-            t,
-            {"agent.stateVersion": t.state_version + 1, "agent.callsAdmitted": admitted},
         )
 
     def call(self, ctx: StepContext, execution: Mapping[str, Any], tool: str) -> None:
@@ -159,12 +153,6 @@ class _Untraced(AgentTrace):
     ) -> None:
         pass
 
-    def dispatching(self, ctx: StepContext, t: TurnInput, calls: int) -> None:
-        pass
-
-    def committed(self, ctx: StepContext, t: TurnInput, admitted: int) -> None:
-        pass
-
     def call(self, ctx: StepContext, execution: Mapping[str, Any], tool: str) -> None:
         pass
 
@@ -194,6 +182,35 @@ UNTRACED: AgentTrace = _Untraced()
 def agent_trace(ctx: StepContext) -> AgentTrace:
     """The recorder for the run of ``ctx``: the one place that asks whether it is traced."""
     return TRACED if ctx.tracing else UNTRACED
+
+
+class TraceHooks(TurnHooks):
+    """What a traced agent records at the turn's hook points (``_hooks``)."""
+
+    __slots__ = ()
+
+    def admitted(self, ctx: StepContext, t: TurnInput, count: int) -> None:
+        _record(ctx, t, {"agent.callsAdmitted": t.calls + count, "agent.callCount": count})
+
+    def around_call(self, site: CallSite, proceed: Proceed) -> Awaitable[Mapping[str, Any]]:
+        # Reached only by a call that runs (one the journal restored is marked by it instead);
+        # not awaited here, so a traced call has no extra frame.
+        TRACED.call(site.ctx, site.execution, site.call.tool)
+        return proceed(site)
+
+    def reduced(self, ctx: StepContext, t: TurnInput, following: TurnInput) -> None:
+        _record(
+            ctx,
+            t,
+            {
+                "agent.stateVersion": following.state_version,
+                "agent.callsAdmitted": following.calls,
+            },
+        )
+
+
+#: The trace's hooks, for a traced invocation.
+TRACE_HOOKS = TraceHooks()
 
 
 _SHOWN_FIRST = ("running", "failed")

@@ -2,7 +2,10 @@
 
 Each step is a module-level function; ``decide`` is three: :func:`ask` (charge a decision and
 call the user's ``decide``), then :func:`finish` or :func:`admit` (check the batch against the
-limits and prepare its calls). The agent's own record of each step goes through ``t.trace``.
+limits and prepare its calls). Every turn carries its :class:`Invocation` (``t.invocation``);
+the features that hook into the turn (checkpoints, cassettes, the trace) hear its commit points
+through ``t.invocation.hooks`` (``_hooks``), the agent's other records go through
+``t.invocation.trace``.
 """
 
 from __future__ import annotations
@@ -16,14 +19,11 @@ from tubeless._callables import is_awaitable
 from tubeless.agent._approvals import dispatch_gated, gated_requests
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
-from tubeless.agent._journal import NO_JOURNAL, Journal
+from tubeless.agent._invocation import Invocation
 from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
-from tubeless.agent._sources import LiveTools
 from tubeless.agent._state import freeze_state
-from tubeless.agent._tape import Tape
-from tubeless.agent._trace import AgentTrace
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
 from tubeless.pipeline._step import Step
@@ -50,7 +50,7 @@ class TurnSpec:
     """Whether any tool may need approval (otherwise batches skip that check entirely)."""
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(slots=True)
 class TurnInput:
     """The iteration state handed from one turn to the next (never validated or traced).
 
@@ -64,17 +64,13 @@ class TurnInput:
     state_version: int
     calls: int
     """Calls this agent invocation admitted before this turn."""
-    agent_input: Any
-    agent_run_id: str
-    scope: Scope
-    trace: AgentTrace
-    """The agent's recorder (the null one when nothing traces the run)."""
-    tape: Tape
-    """The agent's cassette tape (the null one when no cassette records or replays the run)."""
-    journal: Journal
-    """The agent's checkpoint journal (the null one when the run has no checkpoints)."""
-    live: LiveTools | None = None
-    """The tools as connected servers describe them (``None``: the definition's own)."""
+    invocation: Invocation
+    """What every turn of the invocation shares (route, scope, approver, tools, hooks)."""
+
+    @property
+    def agent_run_id(self) -> str:
+        """The agent run's id (its invocation's)."""
+        return self.invocation.run_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +99,7 @@ class DecisionContext:
 
     __slots__ = (
         "_agent_run_id",
-        "_journal",
+        "_key_base",
         "_max_turns",
         "_scope",
         "_step",
@@ -123,27 +119,26 @@ class DecisionContext:
         state_version: int,
         capabilities: tuple[FrozenDict, ...],
         result_json_schema: FrozenDict,
-        input: Any,
         step: StepContext,
-        agent_run_id: str,
-        scope: Scope | None = None,
+        invocation: Invocation,
         max_turns: int = 0,
         final: bool = False,
-        journal: Journal = NO_JOURNAL,
     ) -> None:
         self.final = final
-        self._scope = scope
+        # Not the invocation itself: nothing reachable from here may lead to a handler (its
+        # decision source, its hooks' registry).
+        self._agent_run_id = invocation.run_id
+        self._key_base = invocation.idempotency_base
+        self._scope = invocation.scope
         self._max_turns = max_turns
         self.turn = turn
         self.state_version = state_version
         self.capabilities = capabilities
         self.result_json_schema = result_json_schema
-        self.input = input
+        self.input = invocation.input
         self.signal = step.signal
         self.dry_run = step.dry_run
         self._step = step
-        self._agent_run_id = agent_run_id
-        self._journal = journal
 
     @property
     def log(self) -> StepLogger:
@@ -157,9 +152,7 @@ class DecisionContext:
             {
                 "agent_run_id": self._agent_run_id,
                 "turn": self.turn,
-                "idempotency_key": (
-                    f"{self._journal.idempotency_base(self._agent_run_id)}/{self.turn}"
-                ),
+                "idempotency_key": f"{self._key_base}/{self.turn}",
             }
         )
 
@@ -243,7 +236,7 @@ async def decide(
 ) -> _Finished | tuple[PreparedCall, ...]:
     """Ask for a decision; a finish ends the loop, a batch of calls is admitted."""
     t: TurnInput = ctx.options
-    decision: Continue | Finish | None = t.journal.resume_decision(t)
+    decision: Continue | Finish | None = t.invocation.hooks.resume_decision(t)
     try:
         if decision is None:
             source = "dry_run" if ctx.dry_run and spec.dry_run is not None else "decide"
@@ -261,7 +254,7 @@ async def final(
     spec: TurnSpec, t: TurnInput, ctx: StepContext, reached: LimitReachedError
 ) -> _Finished:
     """``on_limit="finish"``: one more decision, uncharged, with ``ctx.final``; it must finish."""
-    t.trace.limit_reached(ctx, t, reached.limit)
+    t.invocation.trace.limit_reached(ctx, t, reached.limit)
     decision = parse_decision(await ask(spec, t, ctx, final=True))
     if not isinstance(decision, Finish):
         raise DecisionError(
@@ -273,27 +266,28 @@ async def final(
 
 async def ask(spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = False) -> Any:
     """Charge one decision (not the ``final`` one), then call ``decide`` (``dry_run`` in dry
-    runs) under a permit."""
+    runs, a replaying cassette's recording) under a permit."""
     ctx.signal.raise_if_cancelled()
-    scope = t.scope
+    invocation = t.invocation
+    scope = invocation.scope
     if not final:
         scope.reserve("max_decisions", 1)
-        t.journal.reserved(t)
-    source = t.tape.source(
+        invocation.hooks.reserved(t)
+    # The tape says where decisions come from (a replaying cassette's recording). Not kept on
+    # the invocation: nothing the decision context reaches may lead to ``decide``'s globals.
+    source = invocation.tape.source(
         spec.dry_run if ctx.dry_run and spec.dry_run is not None else spec.decide
     )
+    live = invocation.live
     decision_ctx = DecisionContext(
         t.turn,
         t.state_version,
-        spec.capabilities if t.live is None else t.live.capabilities,
+        spec.capabilities if live is None else live.capabilities,
         spec.result_json_schema,
-        t.agent_input,
         ctx,
-        t.agent_run_id,
-        scope,
+        invocation,
         spec.limits.max_turns,
         final,
-        t.journal,
     )
     if not scope.try_enter(ctx.signal):
         await scope.enter(ctx.signal)
@@ -308,13 +302,12 @@ async def ask(spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = F
 
 def finish(spec: TurnSpec, t: TurnInput, ctx: StepContext, decision: Finish) -> _Finished:
     """The finish result, once the result schema accepted it."""
-    t.trace.decided(ctx, t, "finish", 0)
+    t.invocation.trace.decided(ctx, t, "finish", 0)
     try:
         finished = _Finished(spec.result_schema.validate(decision.result))
     except SchemaValidationError as exc:
         raise DecisionError(f"Agent finish result was rejected: {exc}", exc.issues) from None
-    t.journal.finished(t, decision.result)
-    t.tape.decided(t.turn, decision)
+    t.invocation.hooks.decided(t, decision, None)
     return finished
 
 
@@ -322,23 +315,25 @@ def admit(
     spec: TurnSpec, t: TurnInput, ctx: StepContext, decision: Continue
 ) -> tuple[PreparedCall, ...]:
     """The batch's calls, prepared, once the turn and call limits allow them."""
+    invocation = t.invocation
     count = len(decision.calls)
-    t.trace.decided(ctx, t, "continue", count)
+    invocation.trace.decided(ctx, t, "continue", count)
     if t.turn >= spec.limits.max_turns:
         raise LimitReachedError(
             limit="max_turns",
             bound=spec.limits.max_turns,
             consumed=t.turn,
             requested=1,
-            scope=t.agent_run_id,
+            scope=invocation.run_id,
             calls=count,
         )
-    if not t.journal.readmitted(t):
-        t.scope.check("max_calls", count)
-    registry = spec.registry if t.live is None else t.live.registry
-    prepared = prepare_calls(decision.calls, registry, scope=t.scope, dry_run=ctx.dry_run)
-    t.journal.accepted(t, decision, prepared)
-    t.tape.decided(t.turn, decision)
+    hooks = invocation.hooks
+    if not hooks.readmitted(t):
+        invocation.scope.check("max_calls", count)
+    live = invocation.live
+    registry = spec.registry if live is None else live.registry
+    prepared = prepare_calls(decision.calls, registry, scope=invocation.scope, dry_run=ctx.dry_run)
+    hooks.decided(t, decision, prepared)
     return prepared
 
 
@@ -353,19 +348,21 @@ def calls(inputs: dict[str, Any], ctx: StepContext, spec: TurnSpec | None = None
     if isinstance(decided, _Finished):
         return ()
     t: TurnInput = ctx.options
+    invocation = t.invocation
+    hooks = invocation.hooks
     # Charged once: a resumed batch was charged before the run stopped.
-    if not t.journal.readmitted(t):
-        t.scope.reserve("max_calls", len(decided))
-        t.journal.admitted(t, len(decided))
-    t.trace.dispatching(ctx, t, len(decided))
+    if not hooks.readmitted(t):
+        invocation.scope.reserve("max_calls", len(decided))
+    hooks.admitted(ctx, t, len(decided))
     if spec is not None:
+        live = invocation.live
         requests = gated_requests(
             decided,
-            spec.registry if t.live is None else t.live.registry,
+            spec.registry if live is None else live.registry,
             ctx,
-            key=t.journal.approval_key(t.scope.chain[0].id),
-            route=t.scope.route,
-            agent_run_id=t.agent_run_id,
+            key=invocation.approval_key,
+            route=invocation.route,
+            agent_run_id=invocation.run_id,
             turn=t.turn,
         )
         if requests:
@@ -400,21 +397,7 @@ async def _reduce_async(
 
 def _next(t: TurnInput, state: Any, count: int, ctx: StepContext) -> dict[str, Any]:
     """The transition to the next turn, with ``state`` committed."""
-    admitted = t.calls + count
-    t.trace.committed(ctx, t, admitted)
-    t.tape.committed(t.turn, state)
-    following = TurnInput(
-        state=state,
-        turn=t.turn + 1,
-        state_version=t.state_version + 1,
-        calls=admitted,
-        agent_input=t.agent_input,
-        agent_run_id=t.agent_run_id,
-        scope=t.scope,
-        trace=t.trace,
-        tape=t.tape,
-        journal=t.journal,
-        live=t.live,
-    )
-    t.journal.reduced(following)
+    invocation = t.invocation
+    following = TurnInput(state, t.turn + 1, t.state_version + 1, t.calls + count, invocation)
+    invocation.hooks.reduced(ctx, t, following)
     return {"kind": "next", "state": following}
