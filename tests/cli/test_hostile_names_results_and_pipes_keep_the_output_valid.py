@@ -50,6 +50,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 # -- item 10: lone surrogates never crash an output ---------------------------------------------
+@pytest.mark.slow
 def test_a_lone_surrogate_in_a_key_is_escaped_in_every_validate_format(tmp_path: Path) -> None:
     """Issue 14 item 10: a ``"\\udcff"`` key crashed ``validate --format github`` (no
     annotation at all) on a strictly encoded stdout; it is printed escaped."""

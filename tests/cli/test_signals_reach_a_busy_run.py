@@ -11,6 +11,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.processes import (
     HANG_GUARD,
     assert_trace_complete,
@@ -126,6 +128,7 @@ def test_a_template_rendering_nested_loops_can_be_interrupted(tmp_path: Path) ->
         assert records[-1]["payload"]["status"] == "cancelled"
 
 
+@pytest.mark.slow
 def test_signals_in_quick_succession_never_kill_the_process(tmp_path: Path) -> None:
     """Issue 14 item 6: SIGINT after SIGINT until the process is gone (through cancellation,
     closing the sinks and exiting): it always exits 7 with one error line and a complete trace,

@@ -528,7 +528,7 @@ HOSTILE = [
     "object-new",
     "alias-bomb",
     "merge-bomb",
-    "nesting-10000",
+    pytest.param("nesting-10000", marks=pytest.mark.slow),
     "nesting-1000-block",
     "sparse-50mb",
     "binary",
