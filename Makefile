@@ -20,12 +20,13 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 .DEFAULT_GOAL := help
 # A recipe that fails part-way leaves no target behind (a half-made venv is rebuilt next time).
 .DELETE_ON_ERROR:
-.PHONY: help run plan test lint bench schema check-python clean
+.PHONY: help run plan test test-fast lint bench schema check-python clean
 
 help:
 	@echo "make run [PROJECT=file] [ARGS='...']  tubeless run a project (default $(PROJECT))"
 	@echo "make plan [PROJECT=file]              print that project's plan without running it"
 	@echo "make test                             ruff (check, format), mypy, import contracts, pytest"
+	@echo "make test-fast                        the same checks, then the tests not marked slow"
 	@echo "make lint                             ruff (check, format), mypy, import contracts"
 	@echo "make bench                            on-demand benchmarks (never part of test)"
 	@echo "make schema                           regenerate schemas/project.schema.json, cases.schema.json"
@@ -73,6 +74,11 @@ test: $(VENV)/.stamp-dev
 	$(BIN)/mypy tubeless
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n 2
+
+# The loop while working: the static checks of `lint`, then the tests not marked slow (about 5 s or
+# more each: real processes killed and restarted, signals, Ray, memory bounds). `make test` runs all.
+test-fast: lint
+	$(BIN)/pytest -n 2 -m "not slow"
 
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check tubeless tests

@@ -4,9 +4,11 @@ behave as drawn (one base for the project errors, one ``deepest_source_code``, a
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,3 +152,61 @@ def test_deepest_source_code_reads_a_recorded_error_and_a_bare_chain_alike() -> 
 def test_the_from_none_policy_is_written_in_the_errors_docstring() -> None:
     assert "``from None``" in TREE
     assert "values never leak" in TREE
+
+
+# A whole string that is a code (``TUBELESS_STEP_FAILED``, ``MCP_TOOL_ERROR``); a family prefix
+# (``TUBELESS_DEFINITION_``) or prose naming a code is not one.
+_CODE = re.compile(r"(?:TUBELESS|MCP)(?:_[A-Z0-9]+)+")
+_PACKAGE = Path(tubeless.__file__).parent
+
+
+def _code_literals(path: Path) -> list[tuple[int, str]]:
+    """``(line, code)`` of each code literal in a module, docstrings and ``__all__`` aside."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        # A bare string statement is a docstring (of a module, class, function or attribute).
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skipped.add(id(node.value))
+        # ``__all__`` lists the names of constants, which look like codes.
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            skipped.update(id(item) for item in ast.walk(node.value))
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in skipped
+        and _CODE.fullmatch(node.value)
+    ]
+
+
+def _is_code(name: str, value: object) -> bool:
+    return name.isupper() and isinstance(value, str) and bool(_CODE.fullmatch(value))
+
+
+def test_every_code_literal_of_the_package_is_written_in_errors_py() -> None:
+    """Elsewhere a code is a constant imported from ``tubeless.errors``, never a literal."""
+    strays = [
+        f"{path.relative_to(_PACKAGE.parent)}:{line}: {code}"
+        for path in sorted(_PACKAGE.rglob("*.py"))
+        if path != _PACKAGE / "errors.py"
+        for line, code in _code_literals(path)
+    ]
+    assert strays == []
+
+
+def test_the_code_scan_sees_the_codes_of_errors_py() -> None:
+    """Guards the scan: it finds each constant's literal in errors.py, so it would find a stray."""
+    found = {code for _, code in _code_literals(_PACKAGE / "errors.py")}
+    constants = {value for name, value in vars(codes).items() if _is_code(name, value)}
+    assert {"TUBELESS_STEP_FAILED", "TUBELESS_PROVIDER_TIMEOUT", "MCP_TOOL_ERROR"} <= found
+    assert constants == found
+
+
+def test_no_two_code_constants_share_a_code() -> None:
+    names = [name for name, value in vars(codes).items() if _is_code(name, value)]
+    values = [getattr(codes, name) for name in names]
+    assert len(values) == len(set(values)), names

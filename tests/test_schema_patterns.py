@@ -132,7 +132,7 @@ pipelines:
 """
 
 
-@pytest.mark.parametrize("pattern", [r"^(a+)+$", HOSTILE])
+@pytest.mark.parametrize("pattern", [r"^(a+)+$", pytest.param(HOSTILE, marks=pytest.mark.slow)])
 def test_the_cli_ends_a_hostile_pattern_with_an_input_error_naming_the_property(
     tmp_path: Path, pattern: str
 ) -> None:

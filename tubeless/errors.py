@@ -194,6 +194,10 @@ ITERATION_INVALID_DECISION = "TUBELESS_ITERATION_INVALID_DECISION"
 ITERATION_LIMIT_REACHED = "TUBELESS_ITERATION_LIMIT_REACHED"
 FOR_EACH_DUPLICATE_KEY = "TUBELESS_FOR_EACH_DUPLICATE_KEY"
 SKIP_DECISION_INVALID = "TUBELESS_SKIP_DECISION_INVALID"
+#: A failed run whose record names no error: its OpenTelemetry ``error.type``.
+RUN_FAILED = "TUBELESS_RUN_FAILED"
+#: An error object without a code of its own, as the CLI's error line names it.
+UNKNOWN_ERROR = "TUBELESS_ERROR"
 
 # -- agents ---------------------------------------------------------------------------------------
 AGENT_INVALID_DECISION = "TUBELESS_AGENT_INVALID_DECISION"
@@ -204,6 +208,8 @@ TOOL_DENIED = "TUBELESS_TOOL_DENIED"
 """An outcome: the approver said no, so the call did not run."""
 APPROVAL_REQUIRED = "TUBELESS_APPROVAL_REQUIRED"
 APPROVAL_PREDICATE_FAILED = "TUBELESS_APPROVAL_PREDICATE_FAILED"
+#: A checkpointed agent's recorded failure when what it raised carries no code.
+AGENT_EXECUTION_FAILED = "TUBELESS_AGENT_EXECUTION_FAILED"
 
 # -- traces ---------------------------------------------------------------------------------------
 TRACE_INVALID = "TUBELESS_TRACE_INVALID"
@@ -231,6 +237,33 @@ BATCH_INPUT_INVALID = "TUBELESS_BATCH_INPUT_INVALID"
 BATCH_WORKER_DIED = "TUBELESS_BATCH_WORKER_DIED"
 #: An engine cannot be used: Ray not installed, or an entry workers cannot load from its files.
 BATCH_ENGINE_UNAVAILABLE = "TUBELESS_BATCH_ENGINE_UNAVAILABLE"
+
+# -- model providers (ProviderError, tubeless.providers) -----------------------------------------
+#: A UTF-8 byte budget was exceeded: question, observation history or encoded request body.
+PROVIDER_BUDGET_EXCEEDED = "TUBELESS_PROVIDER_BUDGET_EXCEEDED"
+#: The agent input lacks the text a state helper needs (e.g. no string ``question``).
+PROVIDER_INVALID_INPUT = "TUBELESS_PROVIDER_INVALID_INPUT"
+#: A required setting is missing when a request is about to be sent (the API key).
+PROVIDER_NOT_CONFIGURED = "TUBELESS_PROVIDER_NOT_CONFIGURED"
+#: The request did not get a 2xx answer: HTTP error status or transport failure.
+PROVIDER_REQUEST_FAILED = "TUBELESS_PROVIDER_REQUEST_FAILED"
+#: The per-request deadline passed before a response arrived.
+PROVIDER_TIMEOUT = "TUBELESS_PROVIDER_TIMEOUT"
+#: The response is not a usable decision: invalid JSON, incomplete, malformed calls, ...
+PROVIDER_INVALID_RESPONSE = "TUBELESS_PROVIDER_INVALID_RESPONSE"
+#: The model refused to answer.
+PROVIDER_REFUSED = "TUBELESS_PROVIDER_REFUSED"
+
+# -- MCP servers (tubeless.mcp) -------------------------------------------------------------------
+#: Outcome codes (recoverable: the agent sees them and goes on).
+MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
+MCP_PROTOCOL_ERROR = "MCP_PROTOCOL_ERROR"
+#: Fatal codes (McpError: the run fails).
+MCP_UNAVAILABLE = "TUBELESS_MCP_UNAVAILABLE"
+MCP_CONNECTION_FAILED = "TUBELESS_MCP_CONNECTION_FAILED"
+MCP_TIMEOUT = "TUBELESS_MCP_TIMEOUT"
+MCP_TOOL_MISSING = "TUBELESS_MCP_TOOL_MISSING"
+MCP_TOOL_UNUSABLE = "TUBELESS_MCP_TOOL_UNUSABLE"
 
 # -- projects -------------------------------------------------------------------------------------
 DOCUMENT_INVALID = "TUBELESS_DOCUMENT_INVALID"

@@ -465,6 +465,7 @@ def _at(value: Any, pointer: str) -> Any:
     return value
 
 
+@pytest.mark.slow
 @given(_JSON, _JSON)
 def test_first_difference_finds_a_difference_exactly_when_the_values_differ_and_points_at_it(
     recorded: Any, live: Any

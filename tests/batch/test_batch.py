@@ -159,6 +159,7 @@ def test_retry_failed_runs_a_failed_row_once_more(
     assert marks(tmp_path / "marks") == {-2: 2, 2: 1}
 
 
+@pytest.mark.slow
 def test_a_handler_that_kills_its_worker_fails_only_its_row(tmp_path: Path) -> None:
     project = rows_project(tmp_path)
     rows = _run(

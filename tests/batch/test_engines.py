@@ -115,6 +115,7 @@ def test_200_rows_give_the_same_rows_and_trace_on_every_engine(
     assert [row["status"] for row in rows["local"][-3:]] == ["completed", "failed", "failed"]
 
 
+@pytest.mark.slow
 def test_a_row_that_kills_its_ray_actor_fails_alone(
     tmp_path: Path,
     ray_address: str,
@@ -136,6 +137,7 @@ def test_a_row_that_kills_its_ray_actor_fails_alone(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["process", "ray"])
 def test_workers_commit_each_row_to_the_checkpoint_file(
     tmp_path: Path,
@@ -208,6 +210,7 @@ def test_a_row_whose_worker_died_runs_again_and_its_attempt_is_traced(
     assert attempt not in {r["runId"] for r in records if r["name"] == "pipeline.completed"}
 
 
+@pytest.mark.slow
 def test_row_retries_bound_the_runs_of_a_row_whose_worker_keeps_dying(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

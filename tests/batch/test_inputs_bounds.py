@@ -102,6 +102,7 @@ _FANOUT = "\n".join(
 )
 
 
+@pytest.mark.slow
 def test_a_yaml_alias_fanout_is_refused_at_once_naming_file_and_line(tmp_path: Path) -> None:
     project = rows_project(tmp_path)
     inputs = tmp_path / "bomb.yaml"
@@ -152,6 +153,7 @@ def test_a_cases_file_alias_fanout_is_refused(tmp_path: Path) -> None:
     assert "an alias counts as all the values it stands for" in outcome.err
 
 
+@pytest.mark.slow
 def test_a_yaml_input_file_of_run_is_bounded(tmp_path: Path) -> None:
     project = rows_project(tmp_path)
     bomb = tmp_path / "input.yaml"

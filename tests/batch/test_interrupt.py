@@ -61,6 +61,7 @@ def _wait_for_rows(output: Path, process: subprocess.Popen[str], count: int) -> 
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "how, engine",
     [

@@ -307,6 +307,7 @@ def test_otlp_and_console_together_do_both(
 
 
 # -- a collector that never answers (issue 29 item 13) --------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("collector_kind", ["silent", "closed"])
 def test_a_collector_that_hangs_or_is_down_costs_a_bounded_wait_that_is_announced(
     monkeypatch: pytest.MonkeyPatch, collector_kind: str

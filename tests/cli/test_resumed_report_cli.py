@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.processes import ROOT, cli_env, finish, wait_for_file, write_project
 from tubeless.reporting import LiveModel
 from tubeless.tracing import read_trace
@@ -102,6 +104,7 @@ def _resumed_records(tmp_path: Path) -> list[dict[str, object]]:
     return records[roots[-1] :]
 
 
+@pytest.mark.slow
 def test_the_report_trace_show_and_live_view_count_turns_from_where_the_run_resumed(
     tmp_path: Path,
 ) -> None:
@@ -185,6 +188,7 @@ def test_the_report_trace_show_and_live_view_count_turns_from_where_the_run_resu
     ]
 
 
+@pytest.mark.slow
 def test_a_failure_after_the_resume_names_the_agents_turn(tmp_path: Path) -> None:
     project = _killed_at_turn_7(tmp_path)
     again = _run(project, tmp_path, FAIL_REDUCE="yes")

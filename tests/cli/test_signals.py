@@ -183,6 +183,7 @@ def nap(text, ctx):
     assert f"- nap [c1]: cancelled: {message}" in err
 
 
+@pytest.mark.slow
 def test_signals_after_the_run_ended_never_kill_the_process(tmp_path: Path) -> None:
     """Late signals (while the process exits) are ignored: exit 7, never death by SIGINT."""
     path = _agent(tmp_path, COOPERATIVE)

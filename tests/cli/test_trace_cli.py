@@ -784,6 +784,7 @@ def test_a_real_process_keeps_hostile_text_off_stdout(hostile_trace: Recorded) -
 
 
 # -- end to end, as processes -----------------------------------------------------------------
+@pytest.mark.slow
 def test_exit_codes_as_a_real_process(scripted: Recorded, tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.ndjson"
     corrupt.write_text("[]\n", encoding="utf-8")

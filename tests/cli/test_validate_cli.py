@@ -189,6 +189,7 @@ def test_every_shipped_project_is_valid(project: Path, resolve: bool) -> None:
     assert invoke(*args) == Outcome(0, f"ok: {project}\n", "")
 
 
+@pytest.mark.slow
 def test_the_projects_folder_validates_end_to_end_with_and_without_resolve() -> None:
     expected = "".join(f"ok: projects/{path.name}\n" for path in SHIPPED)
     assert tubeless_process("validate", "projects") == Outcome(0, expected, "")
@@ -427,6 +428,7 @@ def test_text_output_escapes_control_characters_from_the_file(tmp_path: Path) ->
 
 
 # -- --resolve ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_bad_reference_is_found_only_with_resolve(tmp_path: Path) -> None:
     project = write(
         tmp_path / "project.yaml",

@@ -217,6 +217,7 @@ def test_approve_is_refused_while_a_run_holds_the_key(
     assert _document(store)["status"] == "waiting"
 
 
+@pytest.mark.slow
 def test_the_exit_8_round_trip_in_real_processes_runs_the_tool_exactly_once(
     tmp_path: Path,
 ) -> None:

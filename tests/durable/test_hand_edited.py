@@ -133,6 +133,7 @@ def test_an_edited_checkpoint_is_refused_and_nothing_runs(
     assert marker.read_text(encoding="utf-8") == before
 
 
+@pytest.mark.slow
 def test_what_runs_write_is_accepted_and_resumes(tmp_path: Path) -> None:
     """The same killed runs, unedited, pass the check and finish (the check refuses nothing a
     writer produces, at either point)."""

@@ -96,6 +96,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return write_project(tmp_path, PROJECT, MODULE)
 
 
+@pytest.mark.slow
 def test_a_flag_spelling_the_default_and_no_flag_are_one_task(
     project: Path, tmp_path: Path
 ) -> None:
@@ -112,6 +113,7 @@ def test_a_flag_spelling_the_default_and_no_flag_are_one_task(
     assert _marks(marks) == {"0": 1, "1": 1}
 
 
+@pytest.mark.slow
 def test_a_key_written_by_the_round_2_rule_is_found_and_resumed(
     project: Path, tmp_path: Path
 ) -> None:
@@ -144,6 +146,7 @@ def test_the_python_api_finds_a_round_2_key_too(project: Path, tmp_path: Path) -
     assert [stored.key for stored in fresh.list()] == [KEY]
 
 
+@pytest.mark.slow
 def test_a_new_key_names_an_unfinished_key_of_the_same_entry(project: Path, tmp_path: Path) -> None:
     store, marks = tmp_path / "runs.sqlite", tmp_path / "marks"
     killed = _run(project, store, "--n", "5", "-q", CRASH="1", MARKS=str(marks))

@@ -17,6 +17,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fixtures.processes import ROOT, cli_env, finish, wait_for_file, write_project
 from tubeless import load_project
 from tubeless.durable import MemoryCheckpoints
@@ -195,6 +197,7 @@ def _uninterrupted(project: Path, tmp_path: Path, monkeypatch: Any) -> Any:
     return run.value
 
 
+@pytest.mark.slow
 def test_kill_9_anywhere_then_rerun_finishes_with_the_uninterrupted_result(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -249,6 +252,7 @@ def test_kill_9_anywhere_then_rerun_finishes_with_the_uninterrupted_result(
     assert marker.read_text(encoding="utf-8").splitlines() == lines
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_key_one_runs_the_other_fails_fast(
     tmp_path: Path,
 ) -> None:

@@ -122,6 +122,7 @@ def test_the_message_says_what_was_lost_and_what_to_copy(tmp_path: Path) -> None
     assert f"{store}: checkpoint 'task' lacks commits its lease file recorded" in err
 
 
+@pytest.mark.slow
 def test_restart_starts_a_refused_key_over(tmp_path: Path) -> None:
     """--restart is the way out: the key runs from the start (its unsafe call runs again, as
     the user asked)."""

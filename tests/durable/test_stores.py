@@ -273,6 +273,7 @@ def test_a_clean_close_folds_the_wal_into_the_file(tmp_path: Path) -> None:
         opened.close()
 
 
+@pytest.mark.slow
 def test_processes_sharing_a_file_each_mark_their_keys_and_none_fails(tmp_path: Path) -> None:
     """Each lease's first write puts its mark in the main file by a checkpoint; processes
     checkpointing at once make SQLite answer busy, which is waited out, never a failed write."""

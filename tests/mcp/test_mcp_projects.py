@@ -195,6 +195,7 @@ def test_invalid_servers_and_includes_are_definition_errors(make: object, messag
     )
 
 
+@pytest.mark.slow
 def test_sigint_during_an_mcp_call_cancels_it_at_the_server_and_stops_the_server(
     tmp_path: Path,
 ) -> None:

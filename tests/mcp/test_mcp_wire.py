@@ -148,6 +148,7 @@ def test_max_result_bytes_must_be_a_positive_int() -> None:
 # -- 2. input schemas in their own dialect; unusable tools refused by name ---------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("tool", "good", "bad"),
     [
@@ -395,6 +396,7 @@ def test_a_refused_connection_names_the_url() -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flags", "shown"), [(["--quiet"], False), ([], False), (["-v"], True)], ids=str
 )

@@ -284,6 +284,7 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_a_project_using_the_adapter_validates_plans_and_inspects_without_a_key(
     tmp_path: Path,
 ) -> None:

@@ -328,6 +328,7 @@ async def test_a_tool_outside_the_strict_subset_is_offered_with_strict_false_and
 
 
 # -- no key, no request ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_project_using_the_adapter_loads_plans_and_inspects_without_a_key(
     tmp_path: Path,
 ) -> None:

@@ -592,6 +592,7 @@ def _check(decision: Any, run: PipelineRun, expected: str) -> None:
         assert HARNESS.decided == [1]
 
 
+@pytest.mark.slow
 @settings(
     max_examples=300,
     deadline=None,

@@ -550,7 +550,13 @@ def warm_cli(tmp_path_factory: pytest.TempPathFactory) -> None:
         load_project(path)
 
 
-@pytest.mark.parametrize("kind", HOSTILE)
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(kind, marks=pytest.mark.slow) if kind == "nesting-10000" else kind
+        for kind in HOSTILE
+    ],
+)
 def test_a_hostile_file_is_refused_by_the_loader_bounds_with_little_memory(
     tmp_path: Path, kind: str, warm_cli: None
 ) -> None:

@@ -170,6 +170,7 @@ def long_run() -> Records:
     return records
 
 
+@pytest.mark.slow
 def test_500_turns_of_20_calls_stay_within_the_row_and_container_bounds(
     long_run: Records,
 ) -> None:
@@ -352,6 +353,7 @@ FUZZ = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(FUZZ, max_size=30))
 def test_mistyped_fields_are_read_without_dropping_the_record(records: Records) -> None:

@@ -563,6 +563,7 @@ RECORD = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(RECORD, max_size=25))
 def test_mistyped_fields_are_read_without_dropping_the_record(records: Records) -> None:

@@ -36,6 +36,7 @@ from tubeless.errors import (
     FINAL_RESULT_VALIDATION_FAILED,
     FINALIZATION_FAILED,
     OPTIONS_VALIDATION_FAILED,
+    UNKNOWN_ERROR,
     TubelessError,
     without_period,
 )
@@ -67,7 +68,7 @@ def run_error_line(run: Any, error: Any, flags: Mapping[str, str] | None = None)
         flags: The command line's derived flags, input property → option name (without
             ``--``), used to say which flag supplies a missing input.
     """
-    code = str(getattr(error, "code", "TUBELESS_ERROR"))
+    code = str(getattr(error, "code", UNKNOWN_ERROR))
     source = getattr(error, "source_code", None)
     prefix = code if not source or source == code else f"{code} ({source})"
     if getattr(error, "kind", None) == "cancellation" or getattr(error, "phase", None) in (

@@ -44,6 +44,7 @@ from tubeless.agent._trace import CallStatus, agent_trace
 from tubeless.durable._encode import DocumentEncoder
 from tubeless.durable._session import DOCUMENT_VERSION, CheckpointSession
 from tubeless.errors import (
+    AGENT_EXECUTION_FAILED,
     CALL_INTERRUPTED,
     CHECKPOINT_INVALID,
     CHECKPOINT_MISMATCH,
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CheckpointJournal", "run_durable"]
 
-_FAILED = "TUBELESS_AGENT_EXECUTION_FAILED"
 #: Entry fields holding values that never change once set: encoded once (``DocumentEncoder``).
 _LARGE = frozenset({"state", "definition", "result", "input", "outcome"})
 
@@ -399,7 +399,7 @@ class CheckpointJournal(TurnHooks):
         self.entry["phase"] = "failed"
         self.entry.pop("decision", None)
         self.entry["failure"] = {
-            "code": code if isinstance(code, str) else _FAILED,
+            "code": code if isinstance(code, str) else AGENT_EXECUTION_FAILED,
             "message": message
             if isinstance(message, str)
             else f"{type(original).__name__}: {original}",

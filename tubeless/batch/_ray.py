@@ -44,6 +44,7 @@ from tubeless.errors import (
     BATCH_ENGINE_UNAVAILABLE,
     BATCH_WORKER_DIED,
     CASSETTE_INVALID,
+    RUN_CANCELLED,
     BatchError,
 )
 from tubeless.mcp import SharedConnections
@@ -324,7 +325,7 @@ class RayEngine:
                         self._on_records(json.loads(line))
         except ray.exceptions.TaskCancelledError:
             self._idle.put_nowait(actor)
-            outcome = failed_row(item, key, "TUBELESS_RUN_CANCELLED", "the row was cancelled")
+            outcome = failed_row(item, key, RUN_CANCELLED, "the row was cancelled")
             outcome.row["status"] = "cancelled"
             return outcome
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:

@@ -1,8 +1,18 @@
-"""The MCP error and its codes (outcome codes are the agent's, fatal ones are ``McpError``)."""
+"""The MCP error; its codes live in ``tubeless.errors`` (outcome codes are the agent's, fatal ones
+are ``McpError``) and are re-exported here."""
 
 from __future__ import annotations
 
-from tubeless.errors import TubelessError
+from tubeless.errors import (
+    MCP_CONNECTION_FAILED,
+    MCP_PROTOCOL_ERROR,
+    MCP_TIMEOUT,
+    MCP_TOOL_ERROR,
+    MCP_TOOL_MISSING,
+    MCP_TOOL_UNUSABLE,
+    MCP_UNAVAILABLE,
+    TubelessError,
+)
 
 __all__ = [
     "MCP_CONNECTION_FAILED",
@@ -14,16 +24,6 @@ __all__ = [
     "MCP_UNAVAILABLE",
     "McpError",
 ]
-
-#: Outcome codes (recoverable: the agent sees them and goes on).
-MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
-MCP_PROTOCOL_ERROR = "MCP_PROTOCOL_ERROR"
-#: Fatal codes (the run fails).
-MCP_UNAVAILABLE = "TUBELESS_MCP_UNAVAILABLE"
-MCP_CONNECTION_FAILED = "TUBELESS_MCP_CONNECTION_FAILED"
-MCP_TIMEOUT = "TUBELESS_MCP_TIMEOUT"
-MCP_TOOL_MISSING = "TUBELESS_MCP_TOOL_MISSING"
-MCP_TOOL_UNUSABLE = "TUBELESS_MCP_TOOL_UNUSABLE"
 
 
 class McpError(TubelessError):

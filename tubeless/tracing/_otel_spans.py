@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from tubeless.errors import RUN_CANCELLED, RUN_FAILED
 from tubeless.tracing._server_text import recordable_model, recordable_reason
 from tubeless.tracing.runs import Run, Step
 
@@ -209,7 +210,7 @@ def run_error(run: Run) -> tuple[str, str] | None:
         return None
     error = _first_error(run)
     code = _error_field(error, "code") or (
-        "TUBELESS_RUN_CANCELLED" if run.status == "cancelled" else "TUBELESS_RUN_FAILED"
+        RUN_CANCELLED if run.status == "cancelled" else RUN_FAILED
     )
     return code, _error_field(error, "message") or run.status
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from tubeless.errors import APPROVAL_REQUIRED
+
 __all__ = [
     "SETTLED",
     "TURN_STEPS",
@@ -49,7 +51,6 @@ StepStatus = Literal["planned", "running", "completed", "skipped", "failed", "ca
 TURN_STEPS: Final = ("decide", "calls", "reduce")
 #: ``agent.callStatus`` values of calls settled without a run of their own.
 SETTLED: Final = frozenset({"waiting", "denied", "interrupted", "reconciled", "restored"})
-_APPROVAL_REQUIRED: Final = "TUBELESS_APPROVAL_REQUIRED"
 
 _NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
 
@@ -69,7 +70,7 @@ def waiting_error(error: Mapping[str, Any] | None) -> bool:
     origin); a run is waiting when this holds and a call below it waits (:attr:`Run.waits`)."""
     if error is None:
         return False
-    return (error.get("sourceCode") or error.get("code")) == _APPROVAL_REQUIRED
+    return (error.get("sourceCode") or error.get("code")) == APPROVAL_REQUIRED
 
 
 @dataclass(eq=False, slots=True)
