@@ -2,8 +2,8 @@
 
 An agent is compiled into ordinary pipelines (``_agent.define_agent``)::
 
-    pipeline <id>                 one step "agent", finalized by it
-      step "agent"                iterate_pipeline(<id>/turn, max_iterations=max_turns)
+    pipeline <id>                 one step "agent", finalized by it              (_agent_step)
+      step "agent"                an AgentStep: iterate_pipeline(<id>/turn, max_turns)
     pipeline <id>/turn            decide → calls → reduce, finalized by reduce   (_turn)
     pipeline <id>/tool/<name>     one per handler tool: one step "tool"          (_agent)
 
@@ -11,7 +11,7 @@ A pipeline tool runs its own pipeline (or agent) as the call's child run instead
 
 One turn, with the module that owns each arrow::
 
-    run_agent             an Invocation: route, Scope, approver, hooks       _agent, _invocation
+    AgentStep             an Invocation: route, Scope, approver, hooks  _agent_step, _invocation
       iterate → turn      one child run per turn (lean path untraced)        pipeline
         decide
           ask             charge max_decisions; decide() under a permit      _turn

@@ -41,6 +41,7 @@ from tubeless.agent._invocation import Invocation, turn_hooks
 from tubeless.agent._scope import SCOPE_SLOT, Budget
 from tubeless.agent._tools import ToolContext, ToolError
 from tubeless.agent._trace import CallStatus, agent_trace
+from tubeless.agent._turn import TurnInput
 from tubeless.durable._encode import DocumentEncoder
 from tubeless.durable._session import DOCUMENT_VERSION, CheckpointSession
 from tubeless.errors import (
@@ -61,7 +62,7 @@ from tubeless.schema import Schema
 if TYPE_CHECKING:
     from tubeless.agent._hooks import CallSite, Proceed
     from tubeless.agent._prepare import PreparedCall
-    from tubeless.agent._turn import TurnInput, TurnSpec
+    from tubeless.agent._turn import TurnSpec
 
 __all__ = ["CheckpointJournal", "run_durable"]
 
@@ -252,12 +253,12 @@ class CheckpointJournal(TurnHooks):
             return saved[index]
         return next(c for c in saved if c["id"] == call.id)
 
-    def resumed_turn(self) -> tuple[Any, int, int, int] | None:
-        """``(state, turn, state_version, calls)`` the loop resumes from, if it resumes."""
+    def resumed_turn(self, invocation: Invocation) -> TurnInput | None:
+        """The turn input the loop resumes from, if it resumes."""
         if self.resuming is None:
             return None
         e = self.entry
-        return freeze(e["state"]), e["turn"], e["state_version"], e["calls"]
+        return TurnInput(freeze(e["state"]), e["turn"], e["state_version"], e["calls"], invocation)
 
     def reserved(self, t: TurnInput) -> None:
         self.resuming = None
@@ -455,7 +456,7 @@ async def run_durable(
     invocation.hooks = turn_hooks(invocation.tape, journal, ctx.tracing)
     invocation.idempotency_base = journal.base
     invocation.approval_key = session.key
-    invocation.resumed = journal.resumed_turn()
+    invocation.resumed = journal.resumed_turn(invocation)
     slots: dict[str, Any] = {SCOPE_SLOT: scope}
     first_turn = entry.get("turn") if resumed else None
     if isinstance(first_turn, int):

@@ -34,7 +34,7 @@ outermost wrapper):
 A plain run has :data:`NO_HOOKS`, whose methods do nothing; a run with one feature has that
 feature's hooks alone, without a composite. A new feature subclasses :class:`TurnHooks`,
 overrides the points it needs and is added where the invocation's hooks are chosen
-(``_agent.run_agent``, ``_durable.run_durable``): nothing else changes.
+(``_invocation.turn_hooks``): nothing else changes.
 """
 
 from __future__ import annotations

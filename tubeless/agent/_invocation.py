@@ -1,6 +1,6 @@
 """One agent invocation: what every turn of it shares, made once when the agent starts.
 
-``run_agent`` (``_agent``) makes the :class:`Invocation` with the invocation's route (computed
+``AgentStep`` (``_agent_step``) makes the :class:`Invocation` with the invocation's route (computed
 once, with the ``#n`` rule of ``_scope.invocation_route``), its budget scope and its hooks; a
 checkpointed invocation's journal (``_durable.run_durable``) fills in the idempotency base and
 approval key it keeps and the turn it resumes from, and joins the hooks; connecting the tools'
@@ -23,10 +23,11 @@ if TYPE_CHECKING:
     from tubeless.agent._sources import LiveTools
     from tubeless.agent._tape import Tape
     from tubeless.agent._trace import AgentTrace
+    from tubeless.agent._turn import TurnInput
 
 __all__ = ["INVOCATION_SLOT", "Invocation", "turn_hooks"]
 
-#: The run-environment slot that hands an invocation from ``run_agent`` to its first turn.
+#: The run-environment slot that hands an invocation from ``AgentStep`` to its first turn.
 INVOCATION_SLOT = "tubeless.agent.invocation"
 
 
@@ -50,7 +51,8 @@ class Invocation:
             when nothing traces the run).
         tape: The cassette tape: where decisions come from when it replays, and what agents
             started by a call open their tapes below.
-        resumed: ``(state, turn, state_version, calls)`` a resumed invocation starts from.
+        resumed: The first turn's input of a resumed invocation (the checkpoint's state, turn,
+            state version and calls), set by its journal; ``None``: it starts from turn 1.
     """
 
     __slots__ = (
@@ -90,7 +92,7 @@ class Invocation:
         self.hooks = hooks
         self.trace = trace
         self.tape = tape
-        self.resumed: tuple[Any, int, int, int] | None = None
+        self.resumed: TurnInput | None = None
 
 
 def turn_hooks(tape: Tape, journal: TurnHooks | None, tracing: bool) -> TurnHooks:

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from tubeless.pipeline import StepContext
 
 __all__ = [
-    "REMOTES_ATTRIBUTE",
     "SOURCES_SLOT",
     "LiveTools",
     "Remote",
@@ -40,8 +39,6 @@ __all__ = [
 
 #: The run-environment slot carrying ``{source: session}`` down a run tree.
 SOURCES_SLOT = "tubeless.agent.sources"
-#: The attribute of an agent step's ``run`` holding ``{tool name: Remote}`` (see :func:`remotes`).
-REMOTES_ATTRIBUTE = "tubeless_remotes"
 #: What a sourced tool accepts before its server describes it: any JSON object.
 _PLACEHOLDER_SCHEMA: Mapping[str, Any] = {"type": "object"}
 _MAX_DESCRIPTION = 4096
@@ -122,12 +119,6 @@ def sourced_tool(source: ToolSource, name: str, *, description: str) -> Tool:
         remote=remote,
         replay="unsafe",  # the server's side effects are unknown (DESIGN.md §15)
     )
-
-
-def remotes(step: Any) -> Mapping[str, Remote]:
-    """The sourced tools of an agent step, by registered name (empty for any other step)."""
-    found = getattr(getattr(step, "run", None), REMOTES_ATTRIBUTE, None)
-    return found if isinstance(found, dict) else {}
 
 
 def sources_of(registry: Mapping[str, CompiledTool]) -> tuple[ToolSource, ...]:

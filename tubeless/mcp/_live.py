@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tubeless.agent._sources import Remote, remotes
+from tubeless.agent._agent_step import remotes
+from tubeless.agent._sources import Remote
 from tubeless.mcp._server import McpServer
 from tubeless.pipeline import Pipeline
 
