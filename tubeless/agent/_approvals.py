@@ -221,7 +221,7 @@ _MAX_REASON = 1024
 def _denied(call: PreparedCall, reason: str | None) -> FrozenDict:
     message = f"Call {shown(call.id)} to tool {shown(call.tool)} was denied"
     message += "." if not reason else f": {reason[:_MAX_REASON]}"
-    return outcomes.denied(call.id, call.tool, message)
+    return outcomes.denied(call, message)
 
 
 def gated_requests(

@@ -15,8 +15,9 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tubeless.agent import _outcomes as outcomes
 from tubeless.agent._hooks import CallSite
+from tubeless.agent._outcomes import failed as failed_outcome
+from tubeless.agent._outcomes import ok as ok_outcome
 from tubeless.agent._prepare import PreparedCall
 from tubeless.agent._scope import SCOPE_SLOT
 from tubeless.agent._tape import TAPE_SLOT
@@ -87,7 +88,7 @@ def _failed_outcome(
     if run.status == "failed" and not signal_cancelled:
         errors = _handler_tool_errors(run)
         if errors:
-            return outcomes.failed(call.id, call.tool, *_error_outcome(errors))
+            return failed_outcome(call, *_error_outcome(errors))
     raise ChildRunFailedError(run, alias=call.tool)
 
 
@@ -197,7 +198,7 @@ async def _run_call(site: CallSite) -> Mapping[str, Any]:
         ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
     )
     if ok:
-        return outcomes.ok(call.id, call.tool, result)
+        return ok_outcome(call, result)
     return _failed_outcome(call, result, ctx.signal.cancelled)
 
 

@@ -341,7 +341,7 @@ class CheckpointJournal(TurnHooks):
         status = saved.status
         if status == "completed":
             assert saved.outcome is not None  # the parser's word
-            restored = outcomes.from_saved(saved.outcome, call.id, call.tool, _schema_of(call))
+            restored = outcomes.from_saved(saved.outcome, call, _schema_of(call))
             _traced(ctx, execution, call, "restored", restored)
             return restored
         if status == "running":
@@ -351,7 +351,7 @@ class CheckpointJournal(TurnHooks):
                 return None  # runs again, with the same idempotency key
             if tool._reconcile is not None:
                 return self._reconcile(tool._reconcile, call, execution, ctx)
-            interrupted = outcomes.interrupted(call.id, call.tool)
+            interrupted = outcomes.interrupted(call)
             _traced(ctx, execution, call, "interrupted", interrupted)
             return interrupted
         saved.status = "running"
@@ -368,13 +368,13 @@ class CheckpointJournal(TurnHooks):
         try:
             value = await maybe_await(reconcile(call.value, ToolContext(ctx, execution)))
         except ToolError as exc:
-            failed = outcomes.failed(call.id, call.tool, exc.code, exc.message)
+            failed = outcomes.failed(call, exc.code, exc.message)
             _traced(ctx, execution, call, "reconciled", failed)
             return failed
         schema = call.pipeline.get_step("tool").output_schema
         if schema is not None:
             value = schema.validate(value)
-        outcome = outcomes.ok(call.id, call.tool, value)
+        outcome = outcomes.ok(call, value)
         _traced(ctx, execution, call, "reconciled", outcome)
         return outcome
 
@@ -382,7 +382,7 @@ class CheckpointJournal(TurnHooks):
         saved = self._saved(index, call)
         if saved.status == "completed":
             return
-        saved.outcome = outcomes.to_saved(call.id, call.tool, outcome)
+        saved.outcome = outcomes.to_saved(call, outcome)
         saved.status = "completed"
         self._commit()
 

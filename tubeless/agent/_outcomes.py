@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic_core
 
@@ -21,12 +21,22 @@ from tubeless.errors import CALL_INTERRUPTED, CHECKPOINT_INVALID, TOOL_DENIED, C
 from tubeless.frozen import FreezeError, FrozenDict, freeze
 from tubeless.schema import Schema
 
-__all__ = ["denied", "failed", "from_saved", "interrupted", "ok", "to_saved"]
+__all__ = ["Called", "denied", "failed", "from_saved", "interrupted", "ok", "to_saved"]
 
 
-def ok(call_id: str, tool: str, value: Any) -> Mapping[str, Any]:
+class Called(Protocol):
+    """The call an outcome is of (a prepared call): its id and its tool's name."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def tool(self) -> str: ...
+
+
+def ok(call: Called, value: Any) -> Mapping[str, Any]:
     """A call that returned ``value`` (frozen; a value that is not plain data stays as is)."""
-    outcome = {"id": call_id, "tool": tool, "ok": True, "value": value}
+    outcome = {"id": call.id, "tool": call.tool, "ok": True, "value": value}
     try:
         outcome["value"] = freeze(value)
     except FreezeError:
@@ -34,29 +44,28 @@ def ok(call_id: str, tool: str, value: Any) -> Mapping[str, Any]:
     return FrozenDict._trusted(outcome)
 
 
-def failed(call_id: str, tool: str, code: str, message: str) -> FrozenDict:
+def failed(call: Called, code: str, message: str) -> FrozenDict:
     """A call that failed in a way the agent may recover from (a tool error, a denial)."""
     error = FrozenDict({"code": code, "message": message})
-    return FrozenDict._trusted({"id": call_id, "tool": tool, "ok": False, "error": error})
+    return FrozenDict._trusted({"id": call.id, "tool": call.tool, "ok": False, "error": error})
 
 
-def interrupted(call_id: str, tool: str) -> FrozenDict:
+def interrupted(call: Called) -> FrozenDict:
     """A call that was running when its run stopped and cannot be run again safely."""
     return failed(
-        call_id,
-        tool,
+        call,
         CALL_INTERRUPTED,
-        f"Call {call_id!r} to tool {tool!r} was running when the run stopped; whether it took "
-        "effect is unknown",
+        f"Call {call.id!r} to tool {call.tool!r} was running when the run stopped; whether it "
+        "took effect is unknown",
     )
 
 
-def denied(call_id: str, tool: str, message: str) -> FrozenDict:
+def denied(call: Called, message: str) -> FrozenDict:
     """A call its approver denied (``message`` says which call and why)."""
-    return failed(call_id, tool, TOOL_DENIED, message)
+    return failed(call, TOOL_DENIED, message)
 
 
-def to_saved(call_id: str, tool: str, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
+def to_saved(call: Called, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
     """``outcome`` in the form a checkpoint saves: frozen outcomes as they are, a value that is
     not plain data in its JSON form, marked to be validated again when restored.
 
@@ -71,14 +80,14 @@ def to_saved(call_id: str, tool: str, outcome: Mapping[str, Any]) -> Mapping[str
     except Exception as exc:
         raise CheckpointError(
             CHECKPOINT_INVALID,
-            f"The value of call {call_id!r} to tool {tool!r} has no JSON form, so it cannot "
-            f"be checkpointed: {exc}",
+            f"The value of call {call.id!r} to tool {call.tool!r} has no JSON form, so it "
+            f"cannot be checkpointed: {exc}",
         ) from None
-    return {"id": call_id, "tool": tool, "ok": True, "value": value, "revalidate": True}
+    return {"id": call.id, "tool": call.tool, "ok": True, "value": value, "revalidate": True}
 
 
 def from_saved(
-    saved: Mapping[str, Any], call_id: str, tool: str, schema: Callable[[], Schema | None]
+    saved: Mapping[str, Any], call: Called, schema: Callable[[], Schema | None]
 ) -> Mapping[str, Any]:
     """The outcome a checkpoint saved (``to_saved``), its value validated again by the tool's
     ``schema()`` when it was converted to be saved."""
@@ -88,4 +97,4 @@ def from_saved(
     validator = schema()
     if validator is not None:
         value = validator.validate(value)
-    return MappingProxyType({"id": call_id, "tool": tool, "ok": True, "value": value})
+    return MappingProxyType({"id": call.id, "tool": call.tool, "ok": True, "value": value})
