@@ -198,6 +198,31 @@ def test_an_unknown_call_id_is_refused_listing_the_pending_ones(
     assert tubeless(capsys, "approve", tmp_path / "missing.sqlite", KEY, "go").code == 2
 
 
+def test_approve_refuses_a_document_no_run_writes_and_leaves_it_as_it_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``approve`` reads the document as a run does (issue 31, item 2): an edited one is
+    refused before a decision is written into it, not at the next run."""
+    path, store = _project(tmp_path), tmp_path / "runs.sqlite"
+    _run(capsys, path, store)
+    edited = _document(store)
+    edited["agents"]["gate"]["budget"]["calls"] = -1  # type: ignore[index]
+    text = json.dumps(edited)
+    with sqlite3.connect(store) as db:
+        db.execute("UPDATE checkpoints SET document = ? WHERE key = ?", (text, KEY))
+
+    outcome = tubeless(capsys, "approve", store, KEY, "go")
+
+    assert (outcome.code, outcome.out) == (2, "")
+    assert outcome.err.startswith(
+        "error: TUBELESS_CHECKPOINT_INVALID: checkpoint 'k1': $.agents['gate'].budget.calls is "
+        "-1, below 0; no run writes that (was the file edited?)"
+    ), outcome.err
+    with sqlite3.connect(store) as db:
+        [(kept,)] = db.execute("SELECT document FROM checkpoints WHERE key = ?", (KEY,))
+    assert kept == text
+
+
 def test_approve_is_refused_while_a_run_holds_the_key(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from tests.durable.test_kill import BODY, MODULE, _attempt, _kill
 from tests.fixtures.processes import ROOT, cli_env, finish, write_project
-from tubeless.agent._durable_document import check_document
+from tubeless.durable._document_parse import check_document
 from tubeless.errors import CheckpointError
 
 #: The child agent ``helper`` (started by call d1 in turn 2) is deciding its second turn.

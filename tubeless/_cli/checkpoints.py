@@ -113,28 +113,23 @@ def _read_for_run(lease: Any, restart: bool) -> str | None:
 
 
 def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
-    from tubeless.durable._session import decode
-
     if restart:
         return " (restarting)" if text is not None else " (new)"
     if text is None:
         return " (new)"
-    document = decode(text, f"checkpoint {key!r}")
-    from tubeless.agent._durable_document import check_document
+    from tubeless.durable._document import CheckpointDocument
 
-    check_document(document, key)  # refused before the run: an unreadable file, exit 2
-    status = document.get("status")
+    # Refused before the run: an unreadable file, exit 2.
+    document = CheckpointDocument.from_json(text, key)
+    status = document.status
     if status == "completed":
         return " (completed: its saved result follows, nothing runs)"
     if status == "failed":
         return " (failed: its saved failure follows; --restart runs it again)"
-    root = (document.get("agents") or {}).get(entry_id) or {}
-    turn = root.get("turn") if isinstance(root, dict) else None
-    where = f"resuming at turn {turn}" if isinstance(turn, int) else "resuming"
+    root = document.agents.get(entry_id)
+    where = "resuming" if root is None else f"resuming at turn {root.turn}"
     if status == "waiting":
-        from tubeless.durable._decide import pending_of
-
-        count = len(pending_of(document))
+        count = len(document.pending())
         return f" ({where}; {count} call{'' if count == 1 else 's'} still waiting for approval)"
     return f" ({where})"
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from tubeless._callables import is_awaitable
+from tubeless.agent import _outcomes as outcomes
 from tubeless.agent._decisions import DecisionError, shown
 from tubeless.agent._tools import Tool, ToolContext
 from tubeless.errors import (
@@ -220,17 +221,7 @@ _MAX_REASON = 1024
 def _denied(call: PreparedCall, reason: str | None) -> FrozenDict:
     message = f"Call {shown(call.id)} to tool {shown(call.tool)} was denied"
     message += "." if not reason else f": {reason[:_MAX_REASON]}"
-    return FrozenDict(
-        {
-            "id": call.id,
-            "tool": call.tool,
-            "ok": False,
-            "error": {
-                "code": TOOL_DENIED,
-                "message": message,
-            },
-        }
-    )
+    return outcomes.denied(call, message)
 
 
 def gated_requests(

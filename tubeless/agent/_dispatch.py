@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tubeless.agent._hooks import CallSite
+from tubeless.agent._outcomes import failed as failed_outcome
+from tubeless.agent._outcomes import ok as ok_outcome
 from tubeless.agent._prepare import PreparedCall
 from tubeless.agent._scope import SCOPE_SLOT
 from tubeless.agent._tape import TAPE_SLOT
 from tubeless.agent._tools import ToolError
 from tubeless.agent._trace import Progress
 from tubeless.errors import CHILD_FAILED, TOOL_ERRORS
-from tubeless.frozen import FreezeError, FrozenDict, FrozenTuple, freeze
+from tubeless.frozen import FrozenDict, FrozenTuple
 from tubeless.pipeline import (
     YIELD_EVERY,
     ChildRunFailedError,
@@ -72,22 +73,12 @@ def _handler_tool_errors(run: PipelineRun) -> list[ToolError] | None:
     return found
 
 
-def _error_outcome(errors: list[ToolError]) -> FrozenDict:
+def _error_outcome(errors: list[ToolError]) -> tuple[str, str]:
+    """The code and message of a failed outcome, from its handler's tool errors."""
     if len(errors) == 1:
-        return FrozenDict({"code": errors[0].code, "message": errors[0].message})
+        return errors[0].code, errors[0].message
     text = "; ".join(f"{e.code}: {e.message}" for e in errors[:_MAX_TOOL_ERRORS])
-    return FrozenDict({"code": TOOL_ERRORS, "message": text[:_MAX_MESSAGE]})
-
-
-def _outcome(call: PreparedCall, value: Any) -> Mapping[str, Any]:
-    outcome = {"id": call.id, "tool": call.tool, "ok": True, "value": value}
-    try:
-        outcome["value"] = freeze(value)
-    except FreezeError:
-        # Not plain data (e.g. a model instance): the outcome keeps the exact value in a
-        # read-only mapping, which state rejects, so it can never hide inside frozen state.
-        return MappingProxyType(outcome)
-    return FrozenDict._trusted(outcome)
+    return TOOL_ERRORS, text[:_MAX_MESSAGE]
 
 
 def _failed_outcome(
@@ -97,9 +88,7 @@ def _failed_outcome(
     if run.status == "failed" and not signal_cancelled:
         errors = _handler_tool_errors(run)
         if errors:
-            return FrozenDict(
-                {"id": call.id, "tool": call.tool, "ok": False, "error": _error_outcome(errors)}
-            )
+            return failed_outcome(call, *_error_outcome(errors))
     raise ChildRunFailedError(run, alias=call.tool)
 
 
@@ -209,7 +198,7 @@ async def _run_call(site: CallSite) -> Mapping[str, Any]:
         ctx, call.pipeline, None, item_key=call.id, validated=call.value, slots=slots
     )
     if ok:
-        return _outcome(call, result)
+        return ok_outcome(call, result)
     return _failed_outcome(call, result, ctx.signal.cancelled)
 
 

@@ -18,41 +18,45 @@ a time, and a failed write stops the run (``CheckpointSession.commit``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import pydantic_core
-
 from tubeless._callables import maybe_await
-from tubeless.agent._approvals import ApprovalWaiting
+from tubeless.agent import _outcomes as outcomes
+from tubeless.agent._approvals import ApprovalWaiting, RecordedApprovals
 from tubeless.agent._decisions import Call, Continue, Finish
-from tubeless.agent._durable_approvals import checkpoint_approver
 from tubeless.agent._durable_checks import (
     DurableAgent,
     check_saved,
     checked_servers,
     input_digest,
 )
-from tubeless.agent._durable_document import check_document
 from tubeless.agent._hooks import TurnHooks
 from tubeless.agent._invocation import Invocation, turn_hooks
 from tubeless.agent._scope import SCOPE_SLOT, Budget
 from tubeless.agent._tools import ToolContext, ToolError
 from tubeless.agent._trace import CallStatus, agent_trace
 from tubeless.agent._turn import TurnInput
-from tubeless.durable._encode import DocumentEncoder
+from tubeless.durable._document import (
+    AgentEntry,
+    Approvals,
+    CheckpointDocument,
+    Failure,
+    SavedBudget,
+    SavedCall,
+    SavedDecision,
+    slot_of,
+)
+from tubeless.durable._document_parse import parse
+from tubeless.durable._encode import Fragments
 from tubeless.durable._session import DOCUMENT_VERSION, CheckpointSession
 from tubeless.errors import (
     AGENT_EXECUTION_FAILED,
-    CALL_INTERRUPTED,
-    CHECKPOINT_INVALID,
     CHECKPOINT_MISMATCH,
     CheckpointError,
     TubelessError,
 )
-from tubeless.frozen import FreezeError, FrozenDict, freeze
+from tubeless.frozen import FrozenDict, freeze, thaw
 from tubeless.pipeline import StepContext
 from tubeless.pipeline._failures import ChildRunFailedError, is_cancellation
 from tubeless.pipeline._iterate import ITERATION_START_SLOT
@@ -65,9 +69,6 @@ if TYPE_CHECKING:
     from tubeless.agent._turn import TurnSpec
 
 __all__ = ["CheckpointJournal", "run_durable"]
-
-#: Entry fields holding values that never change once set: encoded once (``DocumentEncoder``).
-_LARGE = frozenset({"state", "definition", "result", "input", "outcome"})
 
 
 def _traced(
@@ -91,39 +92,17 @@ def _traced(
     )
 
 
-def _jsonable_outcome(call: PreparedCall, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
-    if type(outcome) is FrozenDict:
-        return outcome
-    try:
-        value = pydantic_core.to_jsonable_python(outcome["value"])
-        freeze(value)
-    except Exception as exc:
-        raise CheckpointError(
-            CHECKPOINT_INVALID,
-            f"The value of call {call.id!r} to tool {call.tool!r} has no JSON form, so it cannot "
-            f"be checkpointed: {exc}",
-        ) from None
-    return {"id": call.id, "tool": call.tool, "ok": True, "value": value, "revalidate": True}
-
-
-def _restored_outcome(saved: Mapping[str, Any], call: PreparedCall) -> Mapping[str, Any]:
-    if not saved.get("revalidate"):
-        return freeze(saved)  # type: ignore[no-any-return]  # a mapping freezes to FrozenDict
-    value = saved["value"]
-    schema: Schema | None = (
-        call.pipeline.get_step("tool").output_schema
-        if (not call.delegates)
-        else call.pipeline.result_schema
-    )
-    if schema is not None:
-        value = schema.validate(value)
-    return MappingProxyType({"id": call.id, "tool": call.tool, "ok": True, "value": value})
+def _schema_of(call: PreparedCall) -> Callable[[], Schema | None]:
+    """The schema a restored value of ``call`` is validated by (asked only when one is)."""
+    if call.delegates:
+        return lambda: call.pipeline.result_schema
+    return lambda: call.pipeline.get_step("tool").output_schema
 
 
 class Book:
     """The document of one checkpointed run, shared by every agent of its run tree."""
 
-    __slots__ = ("document", "encoder", "journals", "session")
+    __slots__ = ("document", "fragments", "journals", "session")
 
     def __init__(self, session: CheckpointSession) -> None:
         self.session = session
@@ -134,19 +113,13 @@ class Book:
                 f"Checkpoint {session.key!r} belongs to {saved.get('entry')!r}, not "
                 f"{session.entry!r}; use another key",
             )
-        if saved is not None:
-            check_document(saved, session.key)  # what no writer produces is refused
-        self.document: dict[str, Any] = saved or {
-            "version": DOCUMENT_VERSION,
-            "key": session.key,
-            "entry": session.entry,
-            "status": "running",
-            "agents": {},
-        }
-        self.journals: dict[str, CheckpointJournal] = {}
-        self.encoder = DocumentEncoder(
-            _LARGE, {"agents": "values", "decision": "record", "calls": "records"}
+        self.document = (
+            CheckpointDocument.new(DOCUMENT_VERSION, session.key, session.entry)
+            if saved is None
+            else parse(saved, session.key)  # what no writer produces is refused
         )
+        self.journals: dict[str, CheckpointJournal] = {}
+        self.fragments = Fragments()
 
     @staticmethod
     def of(session: CheckpointSession) -> Book:
@@ -155,19 +128,67 @@ class Book:
         book: Book = session.data
         return book
 
+    def _text(self, document: CheckpointDocument) -> str:
+        return document.to_json(self.fragments)
+
     def commit(self) -> None:
         for journal in self.journals.values():
             journal.sync()
         document = self.document
-        tops = [e for route, e in document["agents"].items() if "/" not in route]
-        phases = {e.get("phase") for e in tops}
-        pending = (document.get("approvals") or {}).get("pending")
-        status = "completed" if phases == {"completed"} else "waiting" if pending else "running"
-        document["status"] = "failed" if "failed" in phases else status
-        document["updated_at_ms"] = time.time_ns() // 1_000_000
-        self.session.commit(document, self.encoder.encode)
+        document.status = document.current_status()
+        document.touched()
+        self.session.commit(document, self._text)
         for journal in self.journals.values():
             journal.dirty = False
+
+
+class CheckpointApprover(RecordedApprovals):
+    """The approver of a gated batch of a checkpointed run (DESIGN.md §12): saved decisions
+    first, then the run's approver, each answer committed before the call it allows starts.
+
+    For a batch with gated calls, :meth:`for_batch` answers every request that has a saved
+    decision for its exact digest; commits the others as pending (a call re-requested with
+    other arguments waits again) before any call of the batch starts; then, with no approver,
+    raises :class:`ApprovalWaiting` (the document's status is ``waiting``).
+    """
+
+    __slots__ = ("_ask", "_book")
+
+    def __init__(self, book: Book, decisions: list[Any], ask: Callable[[Any], Any] | None) -> None:
+        super().__init__(decisions)
+        self._book = book
+        self._ask = ask
+
+    @staticmethod
+    def for_batch(
+        book: Book, requests: tuple[FrozenDict, ...], ask: Callable[[Any], Any] | None
+    ) -> CheckpointApprover:
+        document = book.document
+        if document.approvals is None:
+            document.approvals = Approvals([], [])
+        approver = CheckpointApprover(book, document.approvals.decisions or [], ask)
+        waiting = tuple(r for r in requests if approver.decision(r) is None)
+        document.approvals.waiting(map(slot_of, requests), [thaw(r) for r in waiting])
+        book.commit()  # the admitted batch and what it waits for, before any of it starts
+        if waiting and ask is None:
+            raise ApprovalWaiting(book.session.key, waiting)
+        return approver
+
+    def __call__(self, request: Mapping[str, Any]) -> Any:
+        decided = self.decision(request)
+        if decided is not None:
+            return decided
+        assert self._ask is not None, "for_batch raises when nobody can answer"
+        return self._ask(request)
+
+    def _answered(self, request: Mapping[str, Any], answer: bool) -> None:
+        if self.decision(request) is not None:
+            return  # a saved decision: already in the document
+        self._record(request, answer, None)
+        approvals = self._book.document.approvals
+        assert approvals is not None  # for_batch made them
+        approvals.answered([thaw(d) for d in self.to_data()], slot_of(request))
+        self._book.commit()  # before the approved call's running intent
 
 
 class CheckpointJournal(TurnHooks):
@@ -200,7 +221,7 @@ class CheckpointJournal(TurnHooks):
         self,
         book: Book,
         route: str,
-        entry: dict[str, Any],
+        entry: AgentEntry,
         budget: Budget,
         spec: TurnSpec,
         resumed: bool,
@@ -212,53 +233,52 @@ class CheckpointJournal(TurnHooks):
         self.registry = spec.registry
         self.base = f"{book.session.key}/{route}"
         self.resumed = resumed
-        self.resuming: int | None = entry["turn"] if resumed else None
+        self.resuming: int | None = entry.turn if resumed else None
         """The turn resumed from, until it is done."""
         self.dirty = False
 
     def connected(self, descriptors: Mapping[str, Mapping[str, Any]]) -> None:
         # Called once the checkpoint said there are turns to run (a completed or failed key
         # never contacts its servers); a changed server refuses the resume, saving nothing.
-        self.entry["definition"] = checked_servers(
-            self.entry["definition"], descriptors, self.book.session.key, self.route, self.resumed
+        self.entry.definition = checked_servers(
+            self.entry.definition, descriptors, self.book.session.key, self.route, self.resumed
         )
 
     def sync(self) -> None:
-        budget = self.entry["budget"]
-        budget["calls"] = self.budget.calls
-        budget["decisions"] = self.budget.decisions
+        budget = self.entry.budget
+        budget.calls = self.budget.calls
+        budget.decisions = self.budget.decisions
 
     def _commit(self) -> None:
         self.book.commit()
 
     def _at(self, t: TurnInput, phase: str) -> None:
-        entry = self.entry
-        entry["phase"] = phase
-        entry["turn"] = t.turn
-        entry["state_version"] = t.state_version
-        entry["calls"] = t.calls
-        entry["state"] = t.state
-        entry.pop("decision", None)
+        self.entry.at(phase, t.turn, t.state_version, t.calls, t.state)
 
     # -- the hooks ---------------------------------------------------------------------------
     def gated(
         self, t: TurnInput, requests: tuple[FrozenDict, ...], approver: Callable[[Any], Any] | None
     ) -> Callable[[Any], Any] | None:
-        return checkpoint_approver(self.book, self.book.session.key, requests, approver)
+        return CheckpointApprover.for_batch(self.book, requests, approver)
 
-    def _saved(self, index: int, call: PreparedCall) -> dict[str, Any]:
+    def _decision(self) -> SavedDecision:
+        decision = self.entry.decision
+        assert decision is not None, "a call runs in the calls phase"
+        return decision
+
+    def _saved(self, index: int, call: PreparedCall) -> SavedCall:
         """``call``'s saved entry (``index`` is its place in a gated batch's part, if one)."""
-        saved: list[dict[str, Any]] = self.entry["decision"]["calls"]
-        if index < len(saved) and saved[index]["id"] == call.id:
+        saved = self._decision().calls
+        if index < len(saved) and saved[index].id == call.id:
             return saved[index]
-        return next(c for c in saved if c["id"] == call.id)
+        return next(c for c in saved if c.id == call.id)
 
     def resumed_turn(self, invocation: Invocation) -> TurnInput | None:
         """The turn input the loop resumes from, if it resumes."""
         if self.resuming is None:
             return None
         e = self.entry
-        return TurnInput(freeze(e["state"]), e["turn"], e["state_version"], e["calls"], invocation)
+        return TurnInput(freeze(e.state), e.turn, e.state_version, e.calls, invocation)
 
     def reserved(self, t: TurnInput) -> None:
         self.resuming = None
@@ -266,44 +286,40 @@ class CheckpointJournal(TurnHooks):
         self._commit()
 
     def resume_decision(self, t: TurnInput) -> Continue | None:
-        if self.resuming != t.turn or self.entry["phase"] != "calls":
+        if self.resuming != t.turn or self.entry.phase != "calls":
             return None
-        saved = self.entry["decision"]["calls"]
-        return Continue(tuple(Call(c["id"], c["tool"], freeze(c["input"])) for c in saved))
+        saved = self._decision().calls
+        return Continue(tuple(Call(c.id, c.tool, freeze(c.input)) for c in saved))
 
     def decided(
         self, t: TurnInput, decision: Finish | Continue, prepared: tuple[PreparedCall, ...] | None
     ) -> None:
         if isinstance(decision, Finish):
             self._at(t, "completed")
-            self.entry["result"] = decision.result  # as decided (validated again when read)
+            self.entry.result = decision.result  # as decided (validated again when read)
             self._commit()
             return
         if self.resuming == t.turn:
             return  # the saved decision itself
         self._at(t, "calls")
-        self.entry["decision"] = {
-            "admitted": False,
-            "calls": [
-                {
-                    "id": call.id,
-                    "tool": call.tool,
-                    "input": call.input,
-                    "replay": self.registry[call.tool].tool.replay,
-                    "status": "pending",
-                }
+        self.entry.decision = SavedDecision(
+            False,
+            [
+                SavedCall(
+                    call.id, call.tool, "pending", call.input, self.registry[call.tool].tool.replay
+                )
                 for call in decision.calls
             ],
-        }
+        )
         self.dirty = True  # written with the first running intent (nothing runs before it)
 
     def readmitted(self, t: TurnInput) -> bool:
-        return self.resuming == t.turn and bool(self.entry["decision"]["admitted"])
+        return self.resuming == t.turn and self._decision().admitted
 
     def admitted(self, ctx: StepContext, t: TurnInput, count: int) -> None:
-        decision = self.entry["decision"]
-        if not decision["admitted"]:  # a resumed batch was charged before the stop
-            decision["admitted"] = True
+        decision = self._decision()
+        if not decision.admitted:  # a resumed batch was charged before the stop
+            decision.admitted = True
             self.dirty = True
 
     async def around_call(self, site: CallSite, proceed: Proceed) -> Mapping[str, Any]:
@@ -323,9 +339,10 @@ class CheckpointJournal(TurnHooks):
         """The running intent (committed; ``None``: run the call now), or the call's outcome
         known without running it (or an awaitable of it)."""
         saved = self._saved(index, call)
-        status = saved["status"]
+        status = saved.status
         if status == "completed":
-            restored = _restored_outcome(saved["outcome"], call)
+            assert saved.outcome is not None  # the parser's word
+            restored = outcomes.from_saved(saved.outcome, call, _schema_of(call))
             _traced(ctx, execution, call, "restored", restored)
             return restored
         if status == "running":
@@ -335,23 +352,10 @@ class CheckpointJournal(TurnHooks):
                 return None  # runs again, with the same idempotency key
             if tool._reconcile is not None:
                 return self._reconcile(tool._reconcile, call, execution, ctx)
-            interrupted = FrozenDict(
-                {
-                    "id": call.id,
-                    "tool": call.tool,
-                    "ok": False,
-                    "error": FrozenDict(
-                        {
-                            "code": CALL_INTERRUPTED,
-                            "message": f"Call {call.id!r} to tool {call.tool!r} was running when "
-                            "the run stopped; whether it took effect is unknown",
-                        }
-                    ),
-                }
-            )
+            interrupted = outcomes.interrupted(call)
             _traced(ctx, execution, call, "interrupted", interrupted)
             return interrupted
-        saved["status"] = "running"
+        saved.status = "running"
         self._commit()
         return None
 
@@ -365,26 +369,22 @@ class CheckpointJournal(TurnHooks):
         try:
             value = await maybe_await(reconcile(call.value, ToolContext(ctx, execution)))
         except ToolError as exc:
-            error = FrozenDict({"code": exc.code, "message": exc.message})
-            failed = FrozenDict({"id": call.id, "tool": call.tool, "ok": False, "error": error})
+            failed = outcomes.failed(call, exc.code, exc.message)
             _traced(ctx, execution, call, "reconciled", failed)
             return failed
         schema = call.pipeline.get_step("tool").output_schema
         if schema is not None:
             value = schema.validate(value)
-        outcome = {"id": call.id, "tool": call.tool, "ok": True, "value": value}
+        outcome = outcomes.ok(call, value)
         _traced(ctx, execution, call, "reconciled", outcome)
-        try:
-            return FrozenDict._trusted({**outcome, "value": freeze(value)})
-        except FreezeError:
-            return MappingProxyType(outcome)
+        return outcome
 
     def _settled(self, index: int, call: PreparedCall, outcome: Mapping[str, Any]) -> None:
         saved = self._saved(index, call)
-        if saved["status"] == "completed":
+        if saved.status == "completed":
             return
-        saved["outcome"] = _jsonable_outcome(call, outcome)
-        saved["status"] = "completed"
+        saved.outcome = outcomes.to_saved(call, outcome)
+        saved.status = "completed"
         self._commit()
 
     def reduced(self, ctx: StepContext, t: TurnInput, following: TurnInput) -> None:
@@ -397,14 +397,12 @@ class CheckpointJournal(TurnHooks):
         original = original_exception(exc) or exc
         code = getattr(original, "code", None)
         message = getattr(original, "message", None)
-        self.entry["phase"] = "failed"
-        self.entry.pop("decision", None)
-        self.entry["failure"] = {
-            "code": code if isinstance(code, str) else AGENT_EXECUTION_FAILED,
-            "message": message
-            if isinstance(message, str)
-            else f"{type(original).__name__}: {original}",
-        }
+        self.entry.phase = "failed"
+        self.entry.drop_decision()
+        self.entry.failure = Failure(
+            code if isinstance(code, str) else AGENT_EXECUTION_FAILED,
+            message if isinstance(message, str) else f"{type(original).__name__}: {original}",
+        )
         self._commit()
 
 
@@ -423,43 +421,42 @@ async def run_durable(
     route = scope.route  # unique in the run tree (``invocation_route``)
     definition = durable.definition()
     digest = input_digest(ctx.options)
-    saved = book.document["agents"].get(route)
+    saved = book.document.agents.get(route)
     resumed = saved is not None
     if saved is not None:
         entry = check_saved(saved, session.key, route, definition, digest, scope.depth)
-        if entry["phase"] == "completed":
+        if entry.phase == "completed":
             _report_resume(ctx, session, entry)
-            return spec.result_schema.validate(entry["result"])
-        if entry["phase"] == "failed":
-            failure = entry["failure"]
+            return spec.result_schema.validate(entry.result)
+        if entry.failure is not None:  # failed
             raise TubelessError(
-                str(failure["code"]),
-                f"{failure['message']} (saved by an earlier run of checkpoint {session.key!r}; "
-                "--restart runs it again, restart=True in Python)",
+                entry.failure.code,
+                f"{entry.failure.message} (saved by an earlier run of checkpoint "
+                f"{session.key!r}; --restart runs it again, restart=True in Python)",
             )
-        scope.budget.calls = entry["budget"]["calls"]
-        scope.budget.decisions = entry["budget"]["decisions"]
+        scope.budget.calls = entry.budget.calls
+        scope.budget.decisions = entry.budget.decisions
     else:
-        entry = {
-            "agent": spec.id,
-            "definition": definition,
-            "input": digest,
-            "budget": {"depth": scope.depth, "calls": 0, "decisions": 0},
-            "phase": "decide",
-            "turn": 1,
-            "state_version": 0,
-            "calls": 0,
-            "state": None,
-        }
-        book.document["agents"][route] = entry
+        entry = AgentEntry(
+            definition,
+            SavedBudget(scope.depth, 0, 0),
+            "decide",
+            1,
+            0,
+            0,
+            agent=spec.id,
+            input=digest,
+            state=None,
+        )
+        book.document.agents[route] = entry
     journal = CheckpointJournal(book, route, entry, scope.budget, spec, resumed)
     invocation.hooks = turn_hooks(invocation.tape, journal, ctx.tracing)
     invocation.idempotency_base = journal.base
     invocation.approval_key = session.key
     invocation.resumed = journal.resumed_turn(invocation)
     slots: dict[str, Any] = {SCOPE_SLOT: scope}
-    first_turn = entry.get("turn") if resumed else None
-    if isinstance(first_turn, int):
+    first_turn = entry.turn if resumed else None
+    if first_turn is not None:
         _report_resume(ctx, session, entry)
         # The turns' progress counts from the agent's own turn number, not from 1.
         slots[ITERATION_START_SLOT] = (ctx.run_id, ctx.step_id, first_turn)
@@ -467,7 +464,7 @@ async def run_durable(
     try:
         return await iterate(step_inputs, ctx.derive(gate=scope, **slots))
     except BaseException as exc:
-        if isinstance(first_turn, int) and isinstance(exc, ChildRunFailedError):
+        if first_turn is not None and isinstance(exc, ChildRunFailedError):
             # Read by the CLI's error line, which says turns as the agent numbers them.
             exc.first_turn = first_turn  # type: ignore[attr-defined]
         if session.poisoned:
@@ -483,12 +480,12 @@ async def run_durable(
         del book.journals[route]
 
 
-def _report_resume(ctx: StepContext, session: CheckpointSession, entry: Mapping[str, Any]) -> None:
+def _report_resume(ctx: StepContext, session: CheckpointSession, entry: AgentEntry) -> None:
     ctx.report_attempt(
         1,
         {
             "agent.runId": ctx.run_id,
             "agent.checkpointKey": session.key,
-            "agent.resumedTurn": entry.get("turn"),
+            "agent.resumedTurn": entry.turn,
         },
     )

@@ -1,9 +1,10 @@
 """What a checkpoint is compared with before an agent resumes from it (DESIGN.md §11).
 
-A saved entry must be well formed and must have been saved by the same definition: the same
-``implementation_version``, limits, tools (each tool's input schema and pipeline), result
-schema, delegation depth and input, and, for tools a server supplies (MCP), the same tools as
-that server described them (name, description, input schema); otherwise
+A saved entry (well formed: the document's parser refused any other) must have been saved by
+the same definition: the same ``implementation_version``, limits, tools (each tool's input
+schema and pipeline), result schema, delegation depth and input, and, for tools a server
+supplies (MCP), the same tools as that server described them (name, description, input
+schema); otherwise
 ``TUBELESS_AGENT_CHECKPOINT_MISMATCH`` says what changed (part by part, ``_changes``, for an
 entry saved with its parts) and how to start over (``--restart``).
 """
@@ -15,8 +16,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tubeless.agent._changes import changed_parts, definition_parts, said
+from tubeless.durable._document import ABSENT, AgentEntry
 from tubeless.durable._keys import json_form
-from tubeless.errors import CHECKPOINT_INVALID, CHECKPOINT_MISMATCH, CheckpointError
+from tubeless.errors import CHECKPOINT_MISMATCH, CheckpointError
 from tubeless.frozen import digest
 from tubeless.pipeline import Pipeline
 from tubeless.pipeline._identity import descriptor_fingerprint
@@ -197,43 +199,19 @@ def checked_servers(
 
 
 def check_saved(
-    saved: Any,
+    saved: AgentEntry,
     key: str,
     route: str,
     definition: Mapping[str, Any],
     digest: str | None,
     depth: int,
-) -> dict[str, Any]:
-    """The saved entry of ``route``, once it is well formed and matches this definition."""
-    try:
-        phase = saved["phase"]
-        budget = saved["budget"]
-        checks = [
-            phase in ("decide", "calls", "completed", "failed"),
-            isinstance(saved["definition"], dict),
-            type(budget["calls"]) is int and type(budget["decisions"]) is int,
-            type(saved["turn"]) is int and type(saved["calls"]) is int,
-            type(saved["state_version"]) is int,
-        ]
-        if phase == "calls":
-            checks.append(isinstance(saved["decision"]["admitted"], bool))
-            for call in saved["decision"]["calls"]:
-                checks.append(call["status"] in ("pending", "running", "completed"))
-                checks.append(isinstance(call["id"], str) and isinstance(call["tool"], str))
-                checks.append(call["status"] != "completed" or isinstance(call["outcome"], dict))
-        if phase == "failed":
-            checks.append(isinstance(saved["failure"]["code"], str))
-        well_formed = all(checks)
-    except (KeyError, TypeError, IndexError):
-        well_formed = False
-    if not well_formed:
-        raise CheckpointError(
-            CHECKPOINT_INVALID, f"checkpoint {key!r}: the entry of agent {route!r} is malformed"
-        )
-    what = _changed(saved["definition"], definition)
-    if what is None and budget.get("depth") != depth:
-        what = f"its delegation depth changed ({budget.get('depth')} -> {depth})"
-    if what is None and digest is not None and saved.get("input") not in (None, digest):
+) -> AgentEntry:
+    """The saved entry of ``route`` (well formed: ``_document_parse`` read it), once it was
+    saved by this definition, at this depth, for this input."""
+    what = _changed(saved.definition, definition)
+    if what is None and saved.budget.depth != depth:
+        what = f"its delegation depth changed ({saved.budget.depth} -> {depth})"
+    if what is None and digest is not None and saved.input not in (None, ABSENT, digest):
         what = "the input changed"
     if what is not None:
         raise CheckpointError(
@@ -241,4 +219,4 @@ def check_saved(
             f"Checkpoint {key!r} was saved by a different definition of agent {route!r}: "
             f"{what}; {RESTART}",
         )
-    return saved  # type: ignore[no-any-return]  # checked above
+    return saved

@@ -118,13 +118,11 @@ class CheckpointSession:
         """Whether a write failed (the run must stop; nothing more is written)."""
         return self._poisoned is not None
 
-    def commit(
-        self, document: dict[str, Any], encoder: Callable[[dict[str, Any]], str] | None = None
-    ) -> None:
+    def commit(self, document: Any, encoder: Callable[[Any], str] = encode) -> None:
         """Encode, check and durably write ``document``; a failure stops every later commit.
 
-        ``encoder`` replaces :func:`encode` (it must give the same text, checked the same way:
-        ``DocumentEncoder`` does).
+        ``encoder`` replaces :func:`encode` (for a typed document: it must give the same text,
+        checked the same way, as ``CheckpointDocument.to_json`` does).
         """
         if self._poisoned is not None:
             raise CheckpointError(
@@ -133,7 +131,7 @@ class CheckpointSession:
             ) from self._poisoned
         assert self._lease is not None, "commit before open"
         try:
-            text = (encoder or encode)(document)
+            text = encoder(document)
             self._lease.write(text)
         except Exception as exc:
             self._poisoned = exc

@@ -1,8 +1,10 @@
 """What ``tubeless checkpoints list`` and ``show`` say about a stored document.
 
-Only the document's outline is read here (status, the entry agent's turn and budget, each
-agent's phase); values (state, call inputs, outcomes, results) are shown only on request, since
-a checkpoint file holds them in full and must stay private.
+The document is read leniently, as stored, and never written: ``show`` is how a person looks
+at a document that a run refuses (``_document_parse``). Only its outline is read (status, the
+entry agent's turn and budget, each agent's phase); values (state, call inputs, outcomes,
+results) are shown only on request, since a checkpoint file holds them in full and must stay
+private.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tubeless.durable._decide import pending_of
 from tubeless.durable._session import decode
 from tubeless.durable._store import StoredCheckpoint, holder_of
 
@@ -26,6 +27,15 @@ def _root(document: Mapping[str, Any]) -> Mapping[str, Any]:
         return entry
     tops = [e for route, e in agents.items() if "/" not in route and isinstance(e, Mapping)]
     return tops[0] if tops else {}
+
+
+def _pending(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The requests of ``document`` waiting for a decision (none when it holds no approvals)."""
+    approvals = document.get("approvals")
+    pending = approvals.get("pending") if isinstance(approvals, Mapping) else None
+    if not isinstance(pending, list):
+        return []
+    return [p for p in pending if isinstance(p, Mapping)]
 
 
 def _calls(entry: Mapping[str, Any]) -> int:
@@ -53,7 +63,7 @@ def summary(stored: StoredCheckpoint, store: object = None) -> dict[str, Any]:
         "status": status,
         "turn": root.get("turn", 0),
         "calls": _calls(root),
-        "pending": [str(p.get("call_id")) for p in pending_of(document)],
+        "pending": [str(p.get("call_id")) for p in _pending(document)],
         "updated_at_ms": stored.updated_at_ms,
         "held_by": None if holder is None else holder.to_dict(),
         "interrupted": known and holder is None and status == "running",
@@ -102,5 +112,5 @@ def describe(
                 shown["result"] = entry["result"]
         agents.append(shown)
     fields = ("route", "turn", "call_id", "tool", "digest") + (("input",) if values else ())
-    pending = [{k: p.get(k) for k in fields} for p in pending_of(document)]
+    pending = [{k: p.get(k) for k in fields} for p in _pending(document)]
     return {**summary(stored, store), "agents": agents, "pending": pending}
