@@ -23,8 +23,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import pydantic_core
-
 from tubeless._callables import maybe_await
 from tubeless.agent._approvals import ApprovalWaiting
 from tubeless.agent._decisions import Call, Continue, Finish
@@ -93,6 +91,10 @@ def _traced(
 def _jsonable_outcome(call: PreparedCall, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
     if type(outcome) is FrozenDict:
         return outcome
+    # Imported here: pydantic_core is a third of what importing the agent API costs, and only
+    # durable runs with a non-frozen tool value come here.
+    import pydantic_core
+
     try:
         value = pydantic_core.to_jsonable_python(outcome["value"])
         freeze(value)
