@@ -126,12 +126,14 @@ def test_importing_the_agent_api_loads_neither_pydantic_nor_jsonschema() -> None
 
 def test_importing_the_agent_api_defers_what_only_runs_need() -> None:
     """The import leaves out pydantic_core (the durable journal encodes tool values with it),
-    ``secrets`` (run ids draw from ``os.urandom`` directly) and sqlite3 (a SQLite checkpoint
-    store loads it when first named)."""
+    ``secrets`` (run ids draw from ``os.urandom`` directly), sqlite3 (a SQLite checkpoint
+    store loads it when first named), decimal and difflib (a float's fingerprint and an
+    unknown tool's suggestion import them)."""
+    deferred = "{'pydantic_core', 'secrets', 'random', 'sqlite3', 'decimal', 'difflib'}"
     code = (
         "import sys\n"
         "from tubeless import define_agent, define_tool, Limits\n"
-        "print(sorted({'pydantic_core', 'secrets', 'random', 'sqlite3'} & set(sys.modules)))\n"
+        f"print(sorted({deferred} & set(sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
