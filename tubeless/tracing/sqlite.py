@@ -5,7 +5,8 @@ envelope in columns and ``payload``/``error``/``iteration`` as JSON text. Trigge
 and DELETE. Writers buffer rows and commit them in ``BEGIN IMMEDIATE`` transactions of 64, at
 the end of every turn and of the root run, a quarter second after a row was buffered, and on
 ``flush``/``close``; a crash can lose rows of an unfinished turn from the last quarter second,
-never a committed row.
+never a committed row. A commit is one multi-row INSERT; nothing is synced at a commit, only when
+the write-ahead log (up to 10,000 pages) is copied into the store.
 Readers open the file read-only, so a ``-wal`` sidecar left by a crashed writer is read, not
 refused.
 """
@@ -84,11 +85,10 @@ _WIDTH: Final = 14
 _ROW_PLACES: Final = "(" + ", ".join("?" * _WIDTH) + ")"
 #: Pages the write-ahead log grows to before a commit copies it into the store (SQLite's
 #: default is 1,000). Each copy syncs the log and the store (``synchronous = NORMAL``), which
-#: keeps the store whole after a power loss; a trace commits some ten pages a turn, so the
-#: default paid those syncs every hundred turns or so, on the run's thread.
+#: keeps the store whole after a power loss; an agent turn commits some 25 pages, so the
+#: default paid three syncs every 40 turns, on the run's thread. The log keeps its size once copied (up to some 40 MB while a sink is open; closing the last
+#: connection removes it): cutting it back made every cycle allocate the file's blocks again.
 _WAL_PAGES: Final = 10_000
-#: Bytes the log is cut back to once copied, so that an idle open sink does not hold 40 MB.
-_WAL_KEEP_BYTES: Final = 4 * 1024 * 1024
 _SELECT: Final = (
     "SELECT id, version, run_id, correlation_id, parent_run_id, pipeline_id, step_id,"
     " attempt_id, item_key, event_name, timestamp_ms, duration_ms, payload_json, error_json,"
@@ -277,7 +277,6 @@ class SqliteSink:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_PAGES}")
-            conn.execute(f"PRAGMA journal_size_limit = {_WAL_KEEP_BYTES}")
             conn.execute("PRAGMA foreign_keys = ON")
             _prepare(conn, self.path)
         except BaseException as exc:
