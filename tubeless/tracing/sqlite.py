@@ -86,8 +86,9 @@ _ROW_PLACES: Final = "(" + ", ".join("?" * _WIDTH) + ")"
 #: Pages the write-ahead log grows to before a commit copies it into the store (SQLite's
 #: default is 1,000). Each copy syncs the log and the store (``synchronous = NORMAL``), which
 #: keeps the store whole after a power loss; an agent turn commits some 25 pages, so the
-#: default paid three syncs every 40 turns, on the run's thread. The log keeps its size once copied (up to some 40 MB while a sink is open; closing the last
-#: connection removes it): cutting it back made every cycle allocate the file's blocks again.
+#: default paid three syncs every 40 turns, on the run's thread. The log keeps its size once
+#: copied (up to some 40 MB while a sink is open; closing the last connection removes it):
+#: cutting it back made every cycle allocate the file's blocks again.
 _WAL_PAGES: Final = 10_000
 _SELECT: Final = (
     "SELECT id, version, run_id, correlation_id, parent_run_id, pipeline_id, step_id,"
