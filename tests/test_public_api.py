@@ -124,6 +124,21 @@ def test_importing_the_agent_api_loads_neither_pydantic_nor_jsonschema() -> None
     assert out.stdout.split("\n")[:2] == ["[]", "['pydantic']"]
 
 
+def test_importing_the_agent_api_defers_what_only_runs_need() -> None:
+    """The import leaves out pydantic_core (the durable journal encodes tool values with it),
+    ``secrets`` (run ids draw from ``os.urandom`` directly), sqlite3 (a SQLite checkpoint
+    store loads it when first named), decimal and difflib (a float's fingerprint and an
+    unknown tool's suggestion import them)."""
+    deferred = "{'pydantic_core', 'secrets', 'random', 'sqlite3', 'decimal', 'difflib'}"
+    code = (
+        "import sys\n"
+        "from tubeless import define_agent, define_tool, Limits\n"
+        f"print(sorted({deferred} & set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_all_is_every_lazily_homed_name_plus_the_version() -> None:
     """``__all__`` and the ``_HOMES`` table that ``__getattr__`` reads name the same names."""
     homed = [name for names in tubeless._HOMES.values() for name in names]

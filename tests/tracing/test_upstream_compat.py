@@ -625,7 +625,6 @@ _INDEXES = {
     "pipeline_run_events_run_id_idx": ["run_id", "id"],
     "pipeline_run_events_pipeline_id_idx": ["pipeline_id", "id"],
     "pipeline_run_events_timestamp_idx": ["timestamp_ms"],
-    "pipeline_run_events_parent_run_id_idx": ["parent_run_id", "id"],
 }
 
 
@@ -643,12 +642,16 @@ def _indexes(path: Path) -> dict[str, list[str]]:
 
 
 def _old_layout_store(path: Path) -> None:
-    """A store as earlier tubeless wrote it: the timestamp index under its old name."""
+    """A store as earlier tubeless wrote it: the timestamp index under its old name, and an
+    index on (parent_run_id, id) that the original does not define."""
     write_trace(_fixture("plain.ndjson"), path)
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("DROP INDEX pipeline_run_events_timestamp_idx")
-        conn.execute("DROP INDEX pipeline_run_events_parent_run_id_idx")
+        conn.execute(
+            "CREATE INDEX pipeline_run_events_parent_run_id_idx"
+            " ON pipeline_run_events (parent_run_id, id)"
+        )
         conn.execute(
             "CREATE INDEX pipeline_run_events_timestamp_ms_idx"
             " ON pipeline_run_events (timestamp_ms DESC)"
@@ -661,7 +664,7 @@ def test_a_new_store_has_the_upstream_index_names(tmp_path: Path) -> None:
     assert _indexes(tmp_path / "new.sqlite") == _INDEXES
 
 
-def test_opening_an_older_store_for_writing_adds_the_missing_indexes(tmp_path: Path) -> None:
+def test_opening_an_older_store_for_writing_gives_it_the_upstream_indexes(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     _old_layout_store(path)
     with SqliteSink(path) as sink:
@@ -680,4 +683,4 @@ def test_reading_an_older_store_read_only_changes_nothing(tmp_path: Path) -> Non
     finally:
         path.chmod(0o644)
     assert _indexes(path) == before
-    assert "pipeline_run_events_parent_run_id_idx" not in before
+    assert "pipeline_run_events_parent_run_id_idx" in before

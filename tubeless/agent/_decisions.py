@@ -9,7 +9,6 @@ of what was found instead of a well-formed part, but never quote a value.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -130,6 +129,8 @@ def unknown_tool(name: str, tools: Iterable[str]) -> DecisionError:
     values, so they may be named."""
     names = sorted(tools)
     message = f"Unknown agent tool: {shown(name)}"
+    import difflib  # here: only a decision naming an unknown tool needs it
+
     # difflib is quadratic: a name far longer than any tool's is compared with nothing.
     close = difflib.get_close_matches(name, names, n=1) if len(name) <= _SHOWN else []
     if close:

@@ -15,8 +15,6 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
 
-import pydantic_core
-
 from tubeless.errors import CALL_INTERRUPTED, CHECKPOINT_INVALID, TOOL_DENIED, CheckpointError
 from tubeless.frozen import FreezeError, FrozenDict, freeze
 from tubeless.schema import Schema
@@ -74,6 +72,10 @@ def to_saved(call: Called, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
     """
     if type(outcome) is FrozenDict:
         return outcome
+    # Imported here: pydantic_core is a third of what importing the agent API costs, and only
+    # durable runs with a non-frozen tool value come here.
+    import pydantic_core
+
     try:
         value = pydantic_core.to_jsonable_python(outcome["value"])
         freeze(value)

@@ -28,7 +28,6 @@ from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
 from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
-from tubeless.tracing._otel_spans import model_request_attributes
 
 __all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline"]
 
@@ -182,6 +181,9 @@ class DecisionContext:
         """
         if not self._step.tracing:
             return
+        # Imported here: the span vocabulary is for traced model runs, not for every import.
+        from tubeless.tracing._otel_spans import model_request_attributes
+
         attributes = model_request_attributes(
             provider=provider,
             model=model,

@@ -18,8 +18,23 @@ belong together, and a file that lost commits is refused with ``TUBELESS_CHECKPO
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from tubeless.durable._memory import MemoryCheckpoints
-from tubeless.durable._sqlite import SqliteCheckpoints
 from tubeless.durable._store import CheckpointStore, Lease, StoredCheckpoint
 
+if TYPE_CHECKING:
+    from tubeless.durable._sqlite import SqliteCheckpoints
+
 __all__ = ["CheckpointStore", "Lease", "MemoryCheckpoints", "SqliteCheckpoints", "StoredCheckpoint"]
+
+
+def __getattr__(name: str) -> Any:
+    # Every run imports this package (its session slot), few use a SQLite store: sqlite3 and
+    # the store's module load on first use, not with ``import tubeless``.
+    if name == "SqliteCheckpoints":
+        from tubeless.durable._sqlite import SqliteCheckpoints
+
+        globals()[name] = SqliteCheckpoints
+        return SqliteCheckpoints
+    raise AttributeError(f"module 'tubeless.durable' has no attribute {name!r}")

@@ -32,7 +32,6 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from tubeless.frozen import thaw
@@ -125,6 +124,10 @@ def _js_number(number: float) -> str:
     if number == 0:
         return "0"
     sign = "-" if number < 0 else ""
+    # Imported here: only fingerprints of non-integral floats need it (decimal is ~1 % of
+    # ``import tubeless``).
+    from decimal import Decimal
+
     # repr gives the shortest digits that round-trip, as JavaScript does; only the layout differs.
     parts = Decimal(repr(abs(number))).as_tuple()
     digits = "".join(map(str, parts.digits)).rstrip("0") or "0"
