@@ -162,7 +162,7 @@ async def run_outcomes(
     rows = iter_inputs(inputs)  # a file is opened (and a JSON array or YAML list checked) now
     ledger = Ledger()
     try:
-        namer = RowNamer(pipeline, ledger)
+        namer = RowNamer(pipeline, ledger, earlier=checkpoints is not None or output is not None)
         planner = PlanMaker(
             checkpoints=checkpoints is not None,
             record_dir=record_dir,
@@ -338,7 +338,10 @@ class _Batch:
         while (named := await self._next()) is not None:
             if self.started is None:  # the workers start with the first row that runs
                 self.started = asyncio.ensure_future(self.engine.start())
-            await asyncio.shield(self.started)
+            if self.started.done():
+                self.started.result()  # raises if the workers could not start
+            else:
+                await asyncio.shield(self.started)
             row, key = named.row, named.key
             plan = self.planner.plan(named)
             try:
