@@ -468,6 +468,10 @@ def main() -> int:
         from benchmarks.providers import run as provider_workload
 
         provider_workload(rows, max(5, repeats // 2), emit=_emit)
+    if wanted("W11"):
+        from benchmarks.batch_driver import run as driver_workload
+
+        driver_workload(rows, max(5, repeats // 3), emit=_emit)
     print()
     print(f"{'workload':28} {'measure':>14} {'baseline':>12} {'ratio':>7}")
     for row in rows:

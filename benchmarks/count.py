@@ -8,6 +8,10 @@ Workloads: ``W1`` (200 turns), ``W2`` (20 turns of 5 calls), ``W3`` (200 one-tur
 ``W4-250``/``W4-4000`` and ``W4T-250``/``W4T-4000`` (the ``+ tuple(outcomes)`` reducer).
 Kinds: ``untraced``, ``bare`` (the hand-written loop), ``executor`` (untraced, lean path off),
 ``null`` (a sink that keeps nothing), ``ndjson``, ``sqlite``.
+
+``W11 batch`` and ``W11 bare``: 1,000 I/O-bound rows at concurrency 100 through ``run_batch``
+and through a bare loop of the same runs (benchmarks/batch_driver.py); their difference is the
+batch driver's own share.
 """
 
 from __future__ import annotations
@@ -56,8 +60,28 @@ def _sink(kind: str, folder: Path) -> Any:
     return _NullSink()
 
 
+def _driver(kind: str) -> int:
+    from benchmarks import batch_driver
+    from tubeless.batch import EntrySource
+
+    pipeline = EntrySource.of(batch_driver.PROJECT, "io-row").load()
+    raws = batch_driver.inputs()
+
+    async def once() -> None:
+        if kind == "bare":
+            await batch_driver.bare(pipeline, raws)
+        else:
+            await batch_driver.batched(pipeline, raws)
+
+    asyncio.run(once())  # warm-up
+    list(itertools.starmap(lambda: asyncio.run(once()), [()]))
+    return 0
+
+
 def main() -> int:
     name, kind = sys.argv[1], sys.argv[2]
+    if name == "W11":
+        return _driver(kind)
     turns, width, concurrency, runs, plain_tuple = _SHAPES[name]
     pipeline = agent(turns, width, concurrency=concurrency, plain_tuple=plain_tuple)
     folder = Path(tempfile.mkdtemp())

@@ -394,9 +394,14 @@ def canonical_json(value: Any, *, ensure_ascii: bool = False) -> str:
         ValueError: For NaN or infinities (not JSON).
         TypeError: For values JSON cannot represent.
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=ensure_ascii, allow_nan=False
-    )
+    return (_CANONICAL_ASCII if ensure_ascii else _CANONICAL).encode(value)
+
+
+# What ``json.dumps`` would build at every call (keys sorted, no spaces, no NaN), made once.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False
+)
+_CANONICAL_ASCII = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def digest(value: Any, *, ensure_ascii: bool = True) -> str:

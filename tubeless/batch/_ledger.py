@@ -6,6 +6,10 @@ output file holds each row (a rerun reuses completed rows). Both grow with the n
 so they live in a private temporary SQLite database (``sqlite3.connect("")``: a file SQLite
 creates in its temporary folder and deletes on close), whose page cache is bounded
 (:data:`CACHE_KIB`). A row costs about 60 bytes of temporary disk, and no memory.
+
+Key counts are kept in memory first, for the last :data:`RECENT_KEYS` keys at most, and written
+to the file in one statement when that many are held; a fixed filter (1 MiB of bits) remembers
+which keys were written, so a key never seen before, as most are, costs no query at all.
 """
 
 from __future__ import annotations
@@ -13,17 +17,26 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-__all__ = ["CACHE_KIB", "Ledger"]
+__all__ = ["CACHE_KIB", "RECENT_KEYS", "Ledger"]
 
 #: The page cache of the temporary database (SQLite's own memory, outside Python's heap).
 CACHE_KIB = 4096
+#: How many keys' counts are held in memory before they are written to the file.
+RECENT_KEYS = 4096
+_FILTER_BITS = 1 << 23
 
 _SCHEMA = """
-CREATE TABLE seen (family INTEGER NOT NULL, key TEXT NOT NULL, n INTEGER NOT NULL,
-                   PRIMARY KEY (family, key)) WITHOUT ROWID;
+CREATE TABLE seen (key TEXT PRIMARY KEY, keys INTEGER NOT NULL, earlier INTEGER NOT NULL)
+                   WITHOUT ROWID;
 CREATE TABLE previous (idx INTEGER PRIMARY KEY, key TEXT, completed INTEGER NOT NULL,
                        offset INTEGER NOT NULL, length INTEGER NOT NULL);
 """
+
+
+_SPILL = (
+    "INSERT INTO seen (key, keys, earlier) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+    "keys = keys + excluded.keys, earlier = earlier + excluded.earlier"
+)
 
 
 class Ledger:
@@ -36,15 +49,60 @@ class Ledger:
         self._db.execute("PRAGMA synchronous = OFF")
         self._db.executescript(_SCHEMA)
         self._db.execute("BEGIN")  # one transaction, never committed: the file is thrown away
+        self._counts: dict[str, list[int]] = {}
+        self._written: bytearray | None = None
+        """The filter of keys written to the file (``None`` until the first are)."""
 
-    def number(self, family: int, key: str) -> int:
-        """How many times ``key`` has been counted in ``family``, this time included."""
-        row = self._db.execute(
-            "INSERT INTO seen (family, key, n) VALUES (?, ?, 1) "
-            "ON CONFLICT (family, key) DO UPDATE SET n = n + 1 RETURNING n",
-            (family, key),
-        ).fetchone()
-        return int(row[0])
+    def number(self, key: str, earlier: str) -> tuple[int, int]:
+        """How many times ``key`` has been counted as a row's key and ``earlier`` as the key
+        round 2 gave a row, this time included (two separate counts)."""
+        first = self._entry(key)
+        first[0] += 1
+        first[2] += 1
+        second = first if earlier == key else self._entry(earlier)
+        second[1] += 1
+        second[3] += 1
+        return first[0], second[1]
+
+    def _entry(self, key: str) -> list[int]:
+        """``key``'s counts: ``[as a key, as an earlier key, and of those, not yet written]``."""
+        entry = self._counts.get(key)
+        if entry is not None:
+            return entry
+        if len(self._counts) >= RECENT_KEYS:
+            self._spill()
+        entry = [0, 0, 0, 0]
+        if self._written is not None and self._maybe_written(key, set_bits=False):
+            row = self._db.execute("SELECT keys, earlier FROM seen WHERE key = ?", (key,))
+            found = row.fetchone()
+            if found is not None:
+                entry[0], entry[1] = int(found[0]), int(found[1])
+        self._counts[key] = entry
+        return entry
+
+    def _spill(self) -> None:
+        """Write the counts held in memory to the file (adding to what it holds)."""
+        if self._written is None:
+            self._written = bytearray(_FILTER_BITS // 8)
+        self._db.executemany(
+            _SPILL, ((key, entry[2], entry[3]) for key, entry in self._counts.items())
+        )
+        for key in self._counts:
+            self._maybe_written(key, set_bits=True)
+        self._counts.clear()
+
+    def _maybe_written(self, key: str, *, set_bits: bool) -> bool:
+        """Whether ``key`` may have been written (a filter: never wrong when it says no)."""
+        assert self._written is not None
+        code = hash(key) & 0xFFFF_FFFF_FFFF_FFFF
+        found = True
+        for bit in (code % _FILTER_BITS, (code >> 32) % _FILTER_BITS):
+            byte, mask = bit >> 3, 1 << (bit & 7)
+            if set_bits:
+                self._written[byte] |= mask
+            elif not self._written[byte] & mask:
+                found = False
+        return found
 
     def remember(self, index: int, key: object, completed: bool, offset: int, length: int) -> None:
         """The previous output holds row ``index`` at ``offset`` (a later line replaces it)."""

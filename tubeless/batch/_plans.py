@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from tubeless.batch._inputs import InputRow, text_key
 from tubeless.batch._ledger import Ledger
-from tubeless.batch._row import RowPlan
+from tubeless.batch._row import NO_PLAN, RowPlan
 from tubeless.errors import TubelessError
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["NamedRow", "PlanMaker", "RowKeys", "RowNamer", "row_keys", "row_plans"]
 
-_KEYS, _EARLIER = 0, 1
 _NOT_JSON = (
     "not a JSON value (JSON has no NaN or infinity, no sets or other objects, and only "
     "strings as keys)"
@@ -55,37 +54,41 @@ class RowNamer:
     validated input, ``#2``, ``#3``... for later rows of the same input), and the keys round 2
     gave it. Repeats are counted in ``ledger``, not in memory."""
 
-    def __init__(self, pipeline: Pipeline, ledger: Ledger) -> None:
-        self.pipeline, self.ledger = pipeline, ledger
-
-    def name(self, row: InputRow) -> NamedRow:
+    def __init__(self, pipeline: Pipeline, ledger: Ledger, *, earlier: bool = True) -> None:
         from tubeless.pipeline._checkpoint_keys import checkpoint_keys, validated_or_unvalidated
 
+        self.pipeline, self.ledger = pipeline, ledger
+        # Round 2's keys are only looked up in a checkpoint file or a previous output: a batch
+        # with neither does not make them (``None``, as for an input whose keys agree).
+        self.earlier = earlier
+        self._keys, self._validated = checkpoint_keys, validated_or_unvalidated
+
+    def name(self, row: InputRow) -> NamedRow:
         raw_base: str | None = None
         if row.problem is None:
             try:
-                base, raw_base = checkpoint_keys(
-                    self.pipeline.id, row.raw, validated_or_unvalidated(self.pipeline, row.raw)
+                base, raw_base = self._keys(
+                    self.pipeline.id,
+                    row.raw,
+                    self._validated(self.pipeline, row.raw),
+                    earlier=self.earlier,
                 )
             except (TypeError, ValueError, RecursionError, TubelessError):
                 text = f"index {row.index}: {type(row.raw).__name__}"
                 row = replace(row, raw=None, problem=_NOT_JSON, text=text)
         if row.problem is not None:
             base = text_key(self.pipeline.id, row.text)
-        key = self._numbered(_KEYS, base)
         # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
-        old = self._numbered(_EARLIER, raw_base or base)
+        earlier = raw_base or base
+        count, earlier_count = self.ledger.number(base, earlier)
+        key = base if count == 1 else f"{base}#{count}"
+        old = earlier if earlier_count == 1 else f"{earlier}#{earlier_count}"
         return NamedRow(
             row=row,
             key=key,
             earlier_checkpoint=None if old == key else old,
-            earlier_row=None if (raw_base or base) == key else (raw_base or base),
+            earlier_row=None if earlier == key else earlier,
         )
-
-    def _numbered(self, family: int, base: str) -> str:
-        """``base``, the second time it occurs ``<base>#2``, the third ``#3``..."""
-        count = self.ledger.number(family, base)
-        return base if count == 1 else f"{base}#{count}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +138,8 @@ class PlanMaker:
             self.record.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def plan(self, named: NamedRow) -> RowPlan:
+        if not (self.checkpoints or self.record or self.replay or self.replays or self.records):
+            return NO_PLAN  # a row with nothing beyond its input (most batches)
         index = named.row.index
         name = f"{index}.cassette.jsonl"
         recorded = self.records.get(index)

@@ -76,12 +76,20 @@ class ProcessEngine:
             max_workers=workers + 1, thread_name_prefix="tubeless-batch-pipe"
         )
         self._remove_callback: Any = None
+        self._launched: list[_Worker] = []
+        """Workers started and not yet ready."""
+
+    def launch(self) -> None:
+        """Start every worker process now, all at once (they load the project in parallel,
+        while the driver goes on); :meth:`start` waits for them."""
+        if not self._launched:
+            self._launched = [self._spawn() for _ in range(self._size)]
 
     async def start(self) -> None:
-        started = [self._spawn() for _ in range(self._size)]
-        for worker in started:
-            await self._ready(worker)
-            self._idle.put_nowait(worker)
+        self.launch()
+        while self._launched:
+            await self._ready(self._launched[0])
+            self._idle.put_nowait(self._launched.pop(0))
         self._remove_callback = self._signal.add_callback(lambda: self.cancel("cancelled"))
 
     def _spawn(self) -> _Worker:
@@ -182,7 +190,8 @@ class ProcessEngine:
         if self._remove_callback is not None:
             self._remove_callback()
             self._remove_callback = None
-        workers: list[_Worker] = list(self._busy)
+        workers: list[_Worker] = list(self._busy) + self._launched
+        self._launched = []
         while not self._idle.empty():
             workers.append(self._idle.get_nowait())
         for worker in workers:

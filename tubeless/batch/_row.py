@@ -244,10 +244,15 @@ async def run_row(
                 "checkpoint_key": find_key(store, plan.checkpoint_key, plan.earlier_key),
                 "restart": plan.restart,
             }
-        with _cassette(plan):
+        if plan.record is None and plan.replay is None:
             run = await entry.run(
                 item.raw, trace=None if sink is None else [sink], signal=signal, **durable
             )
+        else:
+            with _cassette(plan):
+                run = await entry.run(
+                    item.raw, trace=None if sink is None else [sink], signal=signal, **durable
+                )
     except TubelessError as exc:  # the row's cassette or checkpoint cannot be used
         return failed_row(item, key, exc.code, exc.message, (time.perf_counter() - start) * 1000)
     except asyncio.CancelledError:
@@ -307,9 +312,6 @@ async def row_messages(
 @contextlib.contextmanager
 def _cassette(plan: RowPlan) -> Iterator[None]:
     """The row's cassette: recording into ``plan.record`` or replaying ``plan.replay``."""
-    if plan.record is None and plan.replay is None:
-        yield
-        return
     from tubeless.testing import record, replay
 
     if plan.record is not None:
@@ -326,9 +328,7 @@ def _row(
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"index": item.index, "key": key, "status": run.status}
     if run.status == "completed":
-        from pydantic_core import to_jsonable_python
-
-        row["result"] = to_jsonable_python(run.value)
+        row["result"] = _jsonable(run.value)
     else:
         row["error"] = _error(item, run)
     row["run_id"] = run.run_id
@@ -336,6 +336,18 @@ def _row(
     row["turns"] = turns
     row["calls"] = calls
     return row
+
+
+def _jsonable(value: Any) -> Any:
+    global _to_jsonable
+    if _to_jsonable is None:  # imported once, when the first row completes
+        from pydantic_core import to_jsonable_python
+
+        _to_jsonable = to_jsonable_python
+    return _to_jsonable(value)
+
+
+_to_jsonable: Callable[[Any], Any] | None = None
 
 
 def _error(item: InputRow, run: PipelineRun) -> dict[str, str]:

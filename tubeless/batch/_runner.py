@@ -158,11 +158,12 @@ async def run_outcomes(
         )
     if isinstance(entry, str | os.PathLike):
         entry = EntrySource.of(entry, entry_id)
-    pipeline = entry.load() if isinstance(entry, EntrySource) else entry
+    # The local engine runs the entry loaded here; other engines' workers load it themselves,
+    # and start doing so (below) before this process loads it for the rows' keys.
+    pipeline = entry.load() if engine == "local" and isinstance(entry, EntrySource) else None
     rows = iter_inputs(inputs)  # a file is opened (and a JSON array or YAML list checked) now
     ledger = Ledger()
     try:
-        namer = RowNamer(pipeline, ledger)
         planner = PlanMaker(
             checkpoints=checkpoints is not None,
             record_dir=record_dir,
@@ -177,7 +178,7 @@ async def run_outcomes(
         try:
             runner = make_engine(
                 engine,
-                pipeline if engine == "local" else entry,
+                entry if pipeline is None else pipeline,
                 concurrency=concurrency,
                 traced=bool(sinks),
                 signal=token,
@@ -188,19 +189,33 @@ async def run_outcomes(
                 row_retries=row_retries,
                 on_records=fanout.export if sinks else None,  # workers ship records as made
             )
-            store = BatchOutput(output, ledger) if output is not None else None
-            batch = _Batch(
-                (namer.name(row) for row in rows),
-                planner,
-                runner,
-                store,
-                fanout,
-                token,
-                retry_failed=retry_failed,
-                fail_fast=fail_fast,
-                on_row=on_row,
-                window=window(concurrency),
-            )
+            launch = getattr(runner, "launch", None)
+            driving = False
+            try:
+                if launch is not None:
+                    launch()  # worker processes start loading the project now, ahead of need
+                if pipeline is None:
+                    pipeline = entry.load() if isinstance(entry, EntrySource) else entry
+                namer = RowNamer(
+                    pipeline, ledger, earlier=checkpoints is not None or output is not None
+                )
+                store = BatchOutput(output, ledger) if output is not None else None
+                batch = _Batch(
+                    (namer.name(row) for row in rows),
+                    planner,
+                    runner,
+                    store,
+                    fanout,
+                    token,
+                    retry_failed=retry_failed,
+                    fail_fast=fail_fast,
+                    on_row=on_row,
+                    window=window(concurrency),
+                )
+                driving = True
+            finally:
+                if not driving:
+                    await runner.close()
             try:
                 async for outcome in batch.drive(concurrency):
                     yield outcome
@@ -338,7 +353,10 @@ class _Batch:
         while (named := await self._next()) is not None:
             if self.started is None:  # the workers start with the first row that runs
                 self.started = asyncio.ensure_future(self.engine.start())
-            await asyncio.shield(self.started)
+            if self.started.done():
+                self.started.result()  # raises if the workers could not start
+            else:
+                await asyncio.shield(self.started)
             row, key = named.row, named.key
             plan = self.planner.plan(named)
             try:

@@ -30,9 +30,12 @@ def validated_or_unvalidated(pipeline: Pipeline, raw_input: Any) -> Any:
         return UNVALIDATED
 
 
-def checkpoint_keys(entry_id: str, raw_input: Any, validated: Any) -> tuple[str, str | None]:
+def checkpoint_keys(
+    entry_id: str, raw_input: Any, validated: Any, *, earlier: bool = True
+) -> tuple[str, str | None]:
     """The default checkpoint key of a run (DESIGN.md §11) and the key round 2 gave the same
-    input, which is still looked up (``None`` when it is the same key or there was none)."""
+    input, which is still looked up (``None`` when it is the same key or there was none, or
+    when not asked for: ``earlier=False``)."""
     value = raw_input
     if validated is not UNVALIDATED:
         try:
@@ -40,5 +43,7 @@ def checkpoint_keys(entry_id: str, raw_input: Any, validated: Any) -> tuple[str,
         except (TypeError, ValueError):  # FreezeError is a ValueError
             value = raw_input  # a validated value with no JSON form: the raw input names it
     key = default_key(entry_id, value)
-    earlier = legacy_key(entry_id, raw_input)
-    return key, None if earlier == key else earlier
+    if not earlier:
+        return key, None
+    legacy = legacy_key(entry_id, raw_input)
+    return key, None if legacy == key else legacy
