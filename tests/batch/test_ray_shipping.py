@@ -154,24 +154,26 @@ def test_a_cluster_that_wants_a_token_is_refused_with_what_to_set(
     assert done.stderr.count("InvalidAuthToken") <= 1
 
 
-def test_a_project_whose_folders_share_only_the_root_is_refused_before_ray_starts(
+def test_a_project_whose_folders_share_only_the_home_folder_is_refused_before_ray_starts(
     tmp_path: Path,
 ) -> None:
     """Ray ships the folder holding the project and its python_path folders; when that is the
-    file system's root (or the home folder) the batch stops at once instead of packing it."""
-    folder = tmp_path / "p"
-    folder.mkdir()
+    home folder (or the file system's root) the batch stops at once instead of packing it. The
+    home folder is this test's own folder, so the refusal does not depend on where it runs."""
+    folder = tmp_path / "work" / "p"
+    folder.mkdir(parents=True)
+    (tmp_path / "lib").mkdir()
     project = rows_project(folder)
     text = project.read_text(encoding="utf-8")
-    project.write_text(text.replace("python_path: [.]", f"python_path: [., {ROOT}]"), "utf-8")
-    assert f"python_path: [., {ROOT}]" in project.read_text(encoding="utf-8")
+    project.write_text(text.replace("python_path: [.]", "python_path: [., ../../lib]"), "utf-8")
+    assert "python_path: [., ../../lib]" in project.read_text(encoding="utf-8")
     inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}])
 
     done = subprocess.run(
         [sys.executable, "-m", "tubeless", "batch", str(project), str(inputs), "--engine", "ray"],
         capture_output=True,
         text=True,
-        env=cli_env(),
+        env=cli_env(HOME=str(tmp_path)),
         timeout=HANG_GUARD * 4,  # importing Ray alone takes seconds on a loaded machine
         check=False,
     )
@@ -179,6 +181,6 @@ def test_a_project_whose_folders_share_only_the_root_is_refused_before_ray_start
     assert done.returncode == 2, done.stderr
     assert (
         "error: TUBELESS_BATCH_ENGINE_UNAVAILABLE: the Ray engine ships the folder that holds "
-        "project.yaml and its python_path folders, and here that is '/': keep the python_path "
-        "folders inside the project's folder"
+        f"project.yaml and its python_path folders, and here that is {str(tmp_path)!r}: keep "
+        "the python_path folders inside the project's folder"
     ) in done.stderr
