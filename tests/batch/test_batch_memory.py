@@ -11,27 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.batch import ECHO_MODULE, ECHO_PROJECT
 from tests.fixtures.processes import write_project
 from tubeless.batch import InputRow, run_batch
 from tubeless.batch._inputs import row_key
-
-# A pipeline of one step: what a row costs beyond its run is what is measured.
-PROJECT = """\
-    version: 1
-    project: {id: echo}
-    python_path: [.]
-    pipelines:
-      echo:
-        input: {schema: {type: object}}
-        result: {schema: {}}
-        steps:
-          - {id: a, run: "helpers:square"}
-        finalize: a
-    """
-MODULE = """\
-    def square(inputs, ctx):
-        return ctx.options["n"] ** 2
-    """
 
 
 def _dataset(folder: Path, rows: int) -> tuple[Path, Path]:
@@ -79,7 +62,7 @@ def _peak(project: Path, inputs: Path, output: Path) -> tuple[int, int]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a hang guard only: 110,000 rows take about 40 s on an idle machine
 def test_memory_does_not_grow_with_the_number_of_rows(tmp_path: Path) -> None:
-    project = write_project(tmp_path, PROJECT, MODULE)
+    project = write_project(tmp_path, ECHO_PROJECT, ECHO_MODULE)
     asyncio.run(_warm(project))  # imports and caches: not the batch's own memory
     small, small_rows = _peak(project, *_dataset(tmp_path, 10_000))
     large, large_rows = _peak(project, *_dataset(tmp_path, 100_000))

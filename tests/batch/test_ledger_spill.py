@@ -8,25 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.batch import ECHO_MODULE, ECHO_PROJECT
 from tests.fixtures.processes import write_project
 from tubeless.batch import _ledger, run_batch
 
-PROJECT = """\
-    version: 1
-    project: {id: echo}
-    python_path: [.]
-    pipelines:
-      echo:
-        input: {schema: {type: object}}
-        result: {schema: {}}
-        steps:
-          - {id: a, run: "helpers:square"}
-        finalize: a
-    """
-MODULE = """\
-    def square(inputs, ctx):
-        return ctx.options["n"] ** 2
-    """
 INPUTS = [{"n": n} for n in (1, 2, 3, 1, 4, 5, 1, 2, 6, 7, 8, 1)]
 
 
@@ -41,7 +26,7 @@ def _keys(project: Path, output: Path | None) -> list[str]:
 def test_repeats_are_numbered_alike_past_the_keys_held_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_output: bool
 ) -> None:
-    project = write_project(tmp_path, PROJECT, MODULE)
+    project = write_project(tmp_path, ECHO_PROJECT, ECHO_MODULE)
     output = tmp_path / "out.jsonl" if with_output else None
     held = _keys(project, output)
     if output is not None:

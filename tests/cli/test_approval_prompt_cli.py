@@ -14,26 +14,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from tests.fixtures.processes import HANG_GUARD, write_project
+from tests.fixtures.processes import GATED, HANG_GUARD, write_project
 from tests.fixtures.terminal import TerminalRun
 
-GATED = """\
-    version: 1
-    project: {id: gate}
-    python_path: [.]
-    agents:
-      gate:
-        input: {schema: {type: object}}
-        result: {schema: {}}
-        initial_state: "helpers:initial"
-        decide: "helpers:decide"
-        reduce: "helpers:reduce"
-        tools:
-          draft: {run: "helpers:draft", description: Draft.,
-                  input: {schema: {type: string}}, output: {schema: {type: string}}}
-          launch: {run: "helpers:launch", description: Launch., approval: always,
-                   input: {schema: {type: string}}, output: {schema: {type: string}}}
-    """
 MODULE = """\
     import pathlib, time
 
