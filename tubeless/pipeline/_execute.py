@@ -21,7 +21,7 @@ from tubeless.pipeline._failures import OutputInvalidError
 from tubeless.pipeline._finalize import finalize
 from tubeless.pipeline._ids import new_run_id
 from tubeless.pipeline._plan import Plan, PlanStep, skip_reason
-from tubeless.pipeline._resources import run_resources
+from tubeless.pipeline._resources import enter_run, leave_run
 from tubeless.pipeline._results import PipelineRun
 from tubeless.pipeline._run_state import UNVALIDATED, RunState
 from tubeless.schema import SchemaValidationError
@@ -123,23 +123,28 @@ async def run_root(
     if session is not None:
         slots[SESSION_SLOT] = session
     env = RunEnvironment(fanout, slots, correlation_id=correlation_id)
+    # Run-scoped resources (the model adapters' HTTP clients) close before sinks flush.
+    resources, token = enter_run()
     try:
-        # Run-scoped resources (the model adapters' HTTP clients) close before sinks flush.
-        async with run_resources():
-            return await execute(
-                pipeline,
-                raw_input,
-                controls,
-                env=env,
-                signal=signal or CancelToken(),
-                run_id=run_id,
-                validated=validated,
-            )
+        return await execute(
+            pipeline,
+            raw_input,
+            controls,
+            env=env,
+            signal=signal or CancelToken(),
+            run_id=run_id,
+            validated=validated,
+        )
     finally:
-        if session is not None:
-            session.close()
-        if fanout is not None:
-            fanout.flush()
+        closing = leave_run(resources, token)
+        try:
+            if closing is not None:
+                await closing
+        finally:
+            if session is not None:
+                session.close()
+            if fanout is not None:
+                fanout.flush()
 
 
 def execute(

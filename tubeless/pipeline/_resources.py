@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
-__all__ = ["RunResources", "run_resource", "run_resources"]
+__all__ = ["RunResources", "enter_run", "leave_run", "run_resource", "run_resources"]
 
 T = TypeVar("T")
 
@@ -55,16 +55,29 @@ class RunResources:
 _CURRENT: ContextVar[RunResources | None] = ContextVar("tubeless.run_resources", default=None)
 
 
+def enter_run() -> tuple[RunResources, Token[RunResources | None]]:
+    """Start the resources of a run tree (the root run's code; :func:`leave_run` ends them)."""
+    resources = RunResources()
+    return resources, _CURRENT.set(resources)
+
+
+def leave_run(resources: RunResources, token: Token[RunResources | None]) -> Awaitable[None] | None:
+    """End what :func:`enter_run` started: the closing to await, or ``None`` when the run made
+    no resource (the common case, which so costs no coroutine: W3 counts it per run)."""
+    _CURRENT.reset(token)
+    return resources.aclose() if resources._closers else None
+
+
 @asynccontextmanager
 async def run_resources() -> AsyncIterator[RunResources]:
     """Resources for the run tree started inside the block, closed when it exits."""
-    resources = RunResources()
-    token = _CURRENT.set(resources)
+    resources, token = enter_run()
     try:
         yield resources
     finally:
-        _CURRENT.reset(token)
-        await resources.aclose()
+        closing = leave_run(resources, token)
+        if closing is not None:
+            await closing
 
 
 def run_resource(
