@@ -173,6 +173,11 @@ def _code_literals(path: Path) -> list[tuple[int, str]]:
             isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
         ):
             skipped.update(id(item) for item in ast.walk(node.value))
+        # An environment variable's name (``TOKEN_ENV = "TUBELESS_SERVE_TOKEN"``) is no code.
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id.endswith("_ENV") for target in node.targets
+        ):
+            skipped.update(id(item) for item in ast.walk(node.value))
     return [
         (node.lineno, node.value)
         for node in ast.walk(tree)
