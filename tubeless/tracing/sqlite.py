@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import json
 import os
 import sqlite3
 import threading
@@ -24,10 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from tubeless.tracing._json import compact_json
-from tubeless.tracing._tails import progress_payload, running_progress
-from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, json_problem, record_problem
-from tubeless.tracing.records import ConstantPayload, TraceRecord
+from tubeless.tracing._rows import record_of, row_of
+from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = ["BATCH_SIZE", "STORE_VERSION", "TABLE", "SqliteSink", "read_sqlite"]
@@ -95,9 +92,6 @@ _SELECT: Final = (
     " attempt_id, item_key, event_name, timestamp_ms, duration_ms, payload_json, error_json,"
     f" {{iteration}} FROM {TABLE} ORDER BY id"
 )
-
-
-Row = tuple[Any, ...]
 
 
 @functools.cache
@@ -181,51 +175,6 @@ def _prepare(conn: sqlite3.Connection, path: Path) -> None:
         raise
 
 
-def _row(record: Mapping[str, Any]) -> Row:
-    get = record.get
-    payload = record["payload"]
-    error = get("error")
-    if type(record) is TraceRecord:
-        # The run's own columns come from its envelope, read once per run.
-        head, item_key, iteration_json = record.envelope.row_columns()
-        if type(payload) is ConstantPayload:
-            payload_json = payload.json()
-        elif record.tail is running_progress:  # details already encoded when bounded
-            payload_json = progress_payload(record) or compact_json(payload)
-        else:
-            payload_json = compact_json(payload) if payload else "{}"
-        return (
-            *head,
-            get("stepId"),
-            get("attemptId"),
-            item_key,
-            record["name"],
-            record["timestampMs"],
-            get("durationMs"),
-            payload_json,
-            None if error is None else compact_json(error),
-            iteration_json,
-        )
-    iteration = get("iteration")
-    iteration_json = None if iteration is None else compact_json(iteration)
-    return (
-        record["version"],
-        record["runId"],
-        get("correlationId"),
-        get("parentRunId"),
-        record["pipelineId"],
-        get("stepId"),
-        get("attemptId"),
-        get("itemKey"),
-        record["name"],
-        record["timestampMs"],
-        get("durationMs"),
-        compact_json(payload) if payload else "{}",
-        None if error is None else compact_json(error),
-        iteration_json,
-    )
-
-
 class SqliteSink:
     """A trace sink appending rows to a SQLite trace store (created when missing).
 
@@ -305,7 +254,7 @@ class SqliteSink:
         """Buffer one record; every 64th, and a turn's or root run's last, commit the batch."""
         if self._conn is None or self._failure is not None:
             self._refuse()
-        row = _row(record)
+        row = row_of(record)
         with self._lock:
             rows = self._rows
             rows += row
@@ -478,56 +427,9 @@ def _read_rows(
             raise TraceReadError(
                 f"more than the {max_records} records allowed", path=file, bound="max_records"
             )
-        record = _record(row, file)
+        record = record_of(row, file)
         problem = record_problem(record)
         if problem is not None:
             raise TraceReadError(f"row {row[0]}: not a trace record: {problem}", path=file)
         records.append(record)
     return records
-
-
-def _record(row: Row, file: Path) -> dict[str, Any]:
-    """The wire dict of one row, keys in the order the record constructors write them."""
-    (
-        row_id,
-        version,
-        run_id,
-        correlation_id,
-        parent_run_id,
-        pipeline_id,
-        step_id,
-        attempt_id,
-        item_key,
-        name,
-        timestamp_ms,
-        duration_ms,
-        payload_json,
-        error_json,
-        iteration_json,
-    ) = row
-    record: dict[str, Any] = {"version": version, "name": name, "runId": run_id}
-    record["pipelineId"] = pipeline_id
-    if parent_run_id is not None:
-        record["parentRunId"] = parent_run_id
-    if correlation_id is not None:
-        record["correlationId"] = correlation_id
-    if item_key is not None:
-        record["itemKey"] = item_key
-    try:
-        if iteration_json is not None:
-            record["iteration"] = json.loads(iteration_json)
-        record["timestampMs"] = timestamp_ms
-        if step_id is not None:
-            record["stepId"] = step_id
-        if attempt_id is not None:
-            record["attemptId"] = attempt_id
-        if duration_ms is not None:
-            record["durationMs"] = float(duration_ms)
-        if error_json is not None:
-            record["error"] = json.loads(error_json)
-        record["payload"] = json.loads(payload_json)
-    except RecursionError as exc:
-        raise TraceReadError(f"row {row_id}: {json_problem(exc)}", path=file) from exc
-    except (TypeError, ValueError) as exc:
-        raise TraceReadError(f"row {row_id}: invalid JSON column: {exc}", path=file) from exc
-    return record
