@@ -1,7 +1,8 @@
-"""Trace v3: the record model, sinks, storage (NDJSON, SQLite), the fold readers share, readers.
+"""Trace v3: the record model, sinks, storage (NDJSON, SQLite, Postgres), the fold readers
+share, readers, and :func:`read_since` for followers of a live run.
 
-The storage names are imported lazily: a run that records nothing never loads ``sqlite3``, and
-``OtelSink`` imports ``opentelemetry`` only when one is made.
+The storage names are imported lazily: a run that records nothing never loads ``sqlite3``,
+``OtelSink`` imports ``opentelemetry`` only when one is made, and ``PostgresSink`` ``psycopg``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from tubeless.tracing.sinks import TraceFanout, TraceSink
 
 if TYPE_CHECKING:
     from tubeless.tracing.fold import TraceFold
+    from tubeless.tracing.follow import read_since
     from tubeless.tracing.ndjson import NdjsonSink, read_ndjson
     from tubeless.tracing.otel import OtelSink
+    from tubeless.tracing.postgres import PostgresSink
     from tubeless.tracing.projection import (
         AgentHistory,
         CallNode,
@@ -38,6 +41,7 @@ __all__ = [
     "Envelope",
     "NdjsonSink",
     "OtelSink",
+    "PostgresSink",
     "RunTree",
     "SqliteSink",
     "StepNode",
@@ -51,6 +55,7 @@ __all__ = [
     "format_tree",
     "open_sink",
     "read_ndjson",
+    "read_since",
     "read_sqlite",
     "read_trace",
     "run_trees",
@@ -60,6 +65,8 @@ __all__ = [
 
 _HOMES = {
     "tubeless.tracing.fold": ("TraceFold",),
+    "tubeless.tracing.follow": ("read_since",),
+    "tubeless.tracing.postgres": ("PostgresSink",),
     "tubeless.tracing.ndjson": ("NdjsonSink", "read_ndjson"),
     "tubeless.tracing.otel": ("OtelSink",),
     "tubeless.tracing.reader": ("TraceReadError", "open_sink", "read_trace", "write_trace"),

@@ -1,7 +1,8 @@
-"""Reading stored traces back, and choosing a storage by file extension.
+"""Reading stored traces back, and choosing a storage by file extension or URL.
 
-``read_trace(path)`` returns the wire dicts of an NDJSON file (``.ndjson``, ``.jsonl``) or a
-SQLite store (``.sqlite``, ``.sqlite3``, ``.db``) in the order they were written;
+``read_trace(path)`` returns the wire dicts of an NDJSON file (``.ndjson``, ``.jsonl``), a
+SQLite store (``.sqlite``, ``.sqlite3``, ``.db``) or a Postgres store (a ``postgresql://`` or
+``postgres://`` URL) in the order they were written;
 ``open_sink(path)`` opens a sink of the matching kind (``-`` is NDJSON on stdout) and
 ``write_trace(records, path)`` copies records into one. Every problem with a stored trace is a
 :class:`TraceReadError` naming the file and, for NDJSON, the 1-based line.
@@ -46,6 +47,8 @@ MAX_TRACE_BYTES: Final = 64 * 1024 * 1024
 MAX_LINE_BYTES: Final = 1024 * 1024
 MAX_RECORDS: Final = 100_000
 SQLITE_SUFFIXES: Final = (".sqlite", ".sqlite3", ".db")
+#: Repeats ``tubeless.tracing.postgres.URL_SCHEMES`` (that module loads the row codec).
+_URL_SCHEMES: Final = ("postgresql://", "postgres://")
 
 _NAMES: Final = frozenset(RECORD_NAMES)
 _READ_VERSIONS: Final = (2, 3)
@@ -320,8 +323,11 @@ def _fan_out_failure_problem(failure: Any) -> str | None:
     return None
 
 
-def storage_kind(path: str | os.PathLike[str]) -> Literal["ndjson", "sqlite"]:
-    """``"ndjson"`` or ``"sqlite"`` by the file extension (``TraceReadError`` for others)."""
+def storage_kind(path: str | os.PathLike[str]) -> Literal["ndjson", "sqlite", "postgres"]:
+    """``"postgres"`` for a ``postgresql://``/``postgres://`` URL, else ``"ndjson"`` or
+    ``"sqlite"`` by the file extension (``TraceReadError`` for others)."""
+    if isinstance(path, str) and path[:13].lower().startswith(_URL_SCHEMES):
+        return "postgres"
     suffix = Path(path).suffix.lower()
     if suffix in NDJSON_SUFFIXES:
         return "ndjson"
@@ -342,10 +348,11 @@ def read_trace(
     max_records: int | None = MAX_RECORDS,
     allow_partial_tail: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every record of a stored trace, in the order written (NDJSON file or SQLite store).
+    """Every record of a stored trace, in the order written (NDJSON file, SQLite or Postgres
+    store).
 
     Args:
-        path: The trace file.
+        path: The trace file, or a ``postgresql://`` URL.
         max_bytes: Refuse a larger NDJSON file (``None``: no bound; lines are streamed).
         max_line_bytes: Refuse a longer NDJSON line.
         max_records: Refuse a trace with more records (``None``: no bound).
@@ -353,9 +360,15 @@ def read_trace(
 
     Raises:
         FileNotFoundError: The file does not exist.
+        ConnectionError: The Postgres server cannot be reached.
+        ImportError: A URL was given and psycopg is not installed.
         TraceReadError: Unknown extension, a bound exceeded, or the file is not a readable
             trace (naming the file, and the 1-based line of an NDJSON trace).
     """
+    if storage_kind(path) == "postgres":
+        from tubeless.tracing.postgres import read_postgres
+
+        return read_postgres(os.fspath(path), max_records=max_records)
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
     if storage_kind(path) == "ndjson":
@@ -374,7 +387,8 @@ def read_trace(
 
 
 def open_sink(target: str | os.PathLike[str]) -> TraceSink:
-    """A new sink for ``target``: NDJSON (``.ndjson``/``.jsonl``, or ``-`` for stdout) or SQLite.
+    """A new sink for ``target``: NDJSON (``.ndjson``/``.jsonl``, or ``-`` for stdout), SQLite,
+    or Postgres (a ``postgresql://`` or ``postgres://`` URL).
 
     The caller owns the sink and closes it.
     """
@@ -382,8 +396,13 @@ def open_sink(target: str | os.PathLike[str]) -> TraceSink:
 
     if isinstance(target, str) and target == "-":
         return NdjsonSink("-")
-    if storage_kind(target) == "ndjson":
+    kind = storage_kind(target)
+    if kind == "ndjson":
         return NdjsonSink(target)
+    if kind == "postgres":
+        from tubeless.tracing.postgres import PostgresSink
+
+        return PostgresSink(os.fspath(target))
     from tubeless.tracing.sqlite import SqliteSink
 
     return SqliteSink(target)
@@ -392,7 +411,7 @@ def open_sink(target: str | os.PathLike[str]) -> TraceSink:
 def write_trace(records: Iterable[Mapping[str, Any]], target: str | os.PathLike[str]) -> int:
     """Export ``records`` to a new sink for ``target`` and close it; the number written.
 
-    NDJSON files are appended to and SQLite stores added to, like any sink would.
+    NDJSON files are appended to and SQLite and Postgres stores added to, like any sink would.
     """
     sink = open_sink(target)
     count = 0

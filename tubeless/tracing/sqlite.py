@@ -19,15 +19,25 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-from tubeless.tracing._rows import record_of, row_of
+from tubeless.tracing._rows import COLUMNS, record_of, row_of
 from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
-__all__ = ["BATCH_SIZE", "STORE_VERSION", "TABLE", "SqliteSink", "read_sqlite"]
+__all__ = [
+    "BATCH_SIZE",
+    "STORE_VERSION",
+    "TABLE",
+    "SqliteSink",
+    "columns",
+    "query",
+    "read_sqlite",
+]
+
+_T = TypeVar("_T")
 
 #: ``PRAGMA user_version`` of the layout written here.
 STORE_VERSION: Final = 4
@@ -87,11 +97,6 @@ _ROW_PLACES: Final = "(" + ", ".join("?" * _WIDTH) + ")"
 #: copied (up to some 40 MB while a sink is open; closing the last connection removes it):
 #: cutting it back made every cycle allocate the file's blocks again.
 _WAL_PAGES: Final = 10_000
-_SELECT: Final = (
-    "SELECT id, version, run_id, correlation_id, parent_run_id, pipeline_id, step_id,"
-    " attempt_id, item_key, event_name, timestamp_ms, duration_ms, payload_json, error_json,"
-    f" {{iteration}} FROM {TABLE} ORDER BY id"
-)
 
 
 @functools.cache
@@ -367,6 +372,18 @@ def read_sqlite(
             read, or holds more than ``max_records`` records (100,000 by default; ``None``: no
             bound).
     """
+    return query(path, lambda conn, file, version: _read_rows(conn, file, version, max_records))
+
+
+def query(
+    path: str | os.PathLike[str],
+    work: Callable[[sqlite3.Connection, Path, int], _T],
+) -> _T:
+    """``work(connection, file, version)`` on a read-only connection to a trace store.
+
+    Opens the store as :func:`read_sqlite` describes, checks that it is a trace store of a
+    version this tubeless reads, and turns SQLite's errors into ``TraceReadError``.
+    """
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(file))
@@ -379,7 +396,7 @@ def read_sqlite(
     except sqlite3.Error as exc:
         raise TraceReadError(f"cannot open the trace store: {exc}", path=file) from exc
     try:
-        return _read_rows(conn, file, max_records)
+        return work(conn, file, _version(conn, file))
     except sqlite3.Error as exc:
         if _not_a_database(exc):
             raise TraceReadError(f"not a tubeless trace store: {exc}", path=file) from exc
@@ -406,10 +423,9 @@ def _non_empty(path: str) -> bool:
         return False
 
 
-def _read_rows(
-    conn: sqlite3.Connection, file: Path, max_records: int | None
-) -> list[dict[str, Any]]:
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+def _version(conn: sqlite3.Connection, file: Path) -> int:
+    """The store's version (3 or 4); ``TraceReadError`` when it is no trace store we read."""
+    version: int = conn.execute("PRAGMA user_version").fetchone()[0]
     if version not in (3, STORE_VERSION):
         if version == 0:
             raise TraceReadError(
@@ -420,7 +436,18 @@ def _read_rows(
         )
     if not _has_table(conn):
         raise TraceReadError(f"not a tubeless trace store: no {TABLE} table", path=file)
-    cursor = conn.execute(_SELECT.format(iteration="NULL" if version == 3 else "iteration_json"))
+    return version
+
+
+def columns(version: int) -> str:
+    """The SELECT list of a row, ``id`` first (a version-3 store has no ``iteration_json``)."""
+    return ", ".join(("id", *COLUMNS[:-1], "NULL" if version == 3 else COLUMNS[-1]))
+
+
+def _read_rows(
+    conn: sqlite3.Connection, file: Path, version: int, max_records: int | None
+) -> list[dict[str, Any]]:
+    cursor = conn.execute(f"SELECT {columns(version)} FROM {TABLE} ORDER BY id")
     records: list[dict[str, Any]] = []
     for row in cursor:
         if max_records is not None and len(records) == max_records:

@@ -1,0 +1,395 @@
+"""Postgres trace stores: one append-only table that many processes write, and reading it back.
+
+The rows are the SQLite store's (:mod:`tubeless.tracing._rows`) in ``tubeless_trace_events``,
+with an identity column ``id`` as the sequence. The tables are created on first use under a
+transaction-level advisory lock, so concurrent first writers do not race; the layout's version
+is the one row of ``tubeless_trace_schema``. Triggers refuse UPDATE, DELETE and TRUNCATE.
+
+A writer buffers rows like the SQLite sink and commits them at the same moments (64 rows, the
+end of a turn or of the root run, a quarter second after a row was buffered, ``flush`` and
+``close``), so a killed process leaves every finished turn readable. Each commit first takes a
+second advisory lock: the commits of all writers are serialised (they are short), so the ids of
+committed rows only grow, and a follower that has read up to id N never later finds a row below
+N (see :func:`tubeless.tracing.read_since`).
+
+``psycopg`` (3) is imported only when a store is opened (``pip install 'tubeless[postgres]'``).
+A DSN's password is never part of a message: :func:`redact_dsn` masks it everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from tubeless.tracing._rows import COLUMNS, WIDTH, Row, record_of, row_of
+from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, record_problem
+from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "INSTALL_HINT",
+    "SCHEMA_TABLE",
+    "STORE_VERSION",
+    "TABLE",
+    "URL_SCHEMES",
+    "PostgresSink",
+    "is_postgres_url",
+    "read_postgres",
+    "redact_dsn",
+]
+
+#: The URL schemes that name a Postgres store wherever a trace path is taken.
+URL_SCHEMES: Final = ("postgresql://", "postgres://")
+INSTALL_HINT: Final = "pip install 'tubeless[postgres]'"
+TABLE: Final = "tubeless_trace_events"
+SCHEMA_TABLE: Final = "tubeless_trace_schema"
+#: The layout's version, kept in ``tubeless_trace_schema``.
+STORE_VERSION: Final = 1
+#: Rows committed per transaction at most.
+BATCH_SIZE: Final = 64
+#: Advisory lock keys (``pg_advisory_xact_lock(bigint)``): creating the tables, and commits.
+_SCHEMA_LOCK: Final = 0x7475_6265_7472_0001
+_COMMIT_LOCK: Final = 0x7475_6265_7472_0002
+
+_T = TypeVar("_T")
+
+_CREATE: Final = (
+    f"""CREATE TABLE {TABLE} (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    version integer NOT NULL,
+    run_id text NOT NULL,
+    correlation_id text,
+    parent_run_id text,
+    pipeline_id text NOT NULL,
+    step_id text,
+    attempt_id text,
+    item_key text,
+    event_name text NOT NULL,
+    timestamp_ms bigint NOT NULL,
+    duration_ms double precision,
+    payload_json text NOT NULL,
+    error_json text,
+    iteration_json text
+)""",
+    f"CREATE INDEX {TABLE}_run_idx ON {TABLE} (run_id, id)",
+    # A run's children are found by their first record; the other rows need no parent entry.
+    f"CREATE INDEX {TABLE}_parent_idx ON {TABLE} (parent_run_id, id)"
+    " WHERE event_name = 'pipeline.started'",
+    f"CREATE INDEX {TABLE}_pipeline_idx ON {TABLE} (pipeline_id, id DESC)",
+    f"""CREATE FUNCTION {TABLE}_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '{TABLE} is append-only: rows cannot be changed or removed (%)', TG_OP;
+END $$""",
+    f"CREATE TRIGGER {TABLE}_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON {TABLE}"
+    f" FOR EACH STATEMENT EXECUTE FUNCTION {TABLE}_append_only()",
+)
+_INSERT: Final = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * WIDTH)})"
+_SELECT: Final = f"SELECT id, {', '.join(COLUMNS)} FROM {TABLE}"
+
+
+def is_postgres_url(value: object) -> bool:
+    """Whether a CLI or API value names a Postgres store (``postgresql://`` or ``postgres://``)."""
+    return isinstance(value, str) and value[:13].lower().startswith(URL_SCHEMES)
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` with its password (in the user part or a ``password=`` parameter) as ``***``."""
+    try:
+        parts = urlsplit(dsn)
+        netloc = parts.netloc
+        if "@" in netloc:
+            user, _, host = netloc.rpartition("@")
+            if ":" in user:
+                user = user.split(":", 1)[0] + ":***"
+            netloc = f"{user}@{host}"
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            if any(key.lower() == "password" for key, _ in pairs):
+                query = urlencode(
+                    [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*"
+                )
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:  # not a URL at all: show only its scheme
+        return dsn.split("://", 1)[0] + "://***"
+
+
+def _password(dsn: str) -> str | None:
+    try:
+        parts = urlsplit(dsn)
+        found = parts.password
+        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+            if key.lower() == "password":
+                found = value
+        return found or None
+    except ValueError:
+        return None
+
+
+def _scrub(text: str, dsn: str) -> str:
+    """``text`` without the DSN's password, should a driver ever repeat it."""
+    secret = _password(dsn)
+    return text.replace(secret, "***") if secret else text
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise ImportError(
+            f"Postgres trace stores need psycopg, which is not installed: {INSTALL_HINT}"
+        ) from exc
+    return psycopg
+
+
+def _connect(dsn: str, *, timeout: float) -> psycopg.Connection[Any]:
+    """A connection in autocommit mode; a refused connection is an ``OSError`` naming the URL."""
+    driver = _psycopg()
+    try:
+        conn: psycopg.Connection[Any] = driver.connect(
+            dsn, autocommit=True, connect_timeout=max(1, round(timeout))
+        )
+    except driver.Error as exc:
+        raise ConnectionError(
+            f"cannot connect to the trace database {redact_dsn(dsn)}: {_scrub(str(exc), dsn)}"
+        ) from None
+    return conn
+
+
+def _stored_version(conn: psycopg.Connection[Any]) -> int | None:
+    """The layout version of the database's trace tables, ``None`` when it has none."""
+    found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (SCHEMA_TABLE,)).fetchone()
+    if not found or not found[0]:
+        return None
+    row = conn.execute(f"SELECT max(version) FROM {SCHEMA_TABLE}").fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _check_version(version: int | None, where: str) -> None:
+    if version is not None and version != STORE_VERSION:
+        raise TraceReadError(
+            f"unsupported trace store version {version} (this tubeless reads {STORE_VERSION})",
+            path=where,
+        )
+
+
+def _prepare(conn: psycopg.Connection[Any], where: str) -> None:
+    """Create the tables on first use (once, whoever comes first), or check their version."""
+    _check_version(_stored_version(conn), where)
+    if _stored_version(conn) == STORE_VERSION:
+        return
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version integer NOT NULL)")
+        version = _stored_version(conn)
+        _check_version(version, where)
+        if version is None:
+            for statement in _CREATE:
+                conn.execute(statement)
+            conn.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (%s)", (STORE_VERSION,))
+
+
+class PostgresSink:
+    """A trace sink appending rows to a Postgres trace store (tables created on first use).
+
+    Args:
+        dsn: A ``postgresql://`` (or ``postgres://``) URL, or any libpq connection string.
+        timeout: Seconds to wait for the server when connecting.
+
+    Rows are committed at the moments the SQLite sink commits them, so a killed writer leaves
+    every finished turn readable; many processes may write one database at once. After a failed
+    write the sink refuses further exports (the run's fan-out then retires it). The password
+    of ``dsn`` appears in no message and no ``repr``.
+
+    Raises:
+        ImportError: psycopg is not installed (``pip install 'tubeless[postgres]'``).
+        ConnectionError: The server cannot be reached or refused the connection.
+        TraceReadError: The database holds trace tables of another layout version.
+    """
+
+    __slots__ = ("__weakref__", "_conn", "_failure", "_lock", "_rows", "_timer", "location")
+
+    def __init__(self, dsn: str, *, timeout: float = 10.0) -> None:
+        #: The DSN with its password masked.
+        self.location = redact_dsn(dsn)
+        self._rows: list[Row] = []
+        self._failure: BaseException | None = None
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        conn = _connect(dsn, timeout=timeout)
+        try:
+            _prepare(conn, self.location)
+        except Exception as exc:
+            conn.close()
+            if isinstance(exc, TraceReadError):
+                raise
+            raise OSError(
+                f"cannot prepare the trace store {self.location}: {_scrub(str(exc), dsn)}"
+            ) from None
+        self._conn = conn
+
+    def __repr__(self) -> str:
+        return f"PostgresSink({self.location!r})"
+
+    def export(self, record: Mapping[str, Any]) -> None:
+        """Buffer one record; every 64th, and a turn's or root run's last, commit the batch."""
+        if self._conn is None or self._failure is not None:
+            self._refuse()
+        row = row_of(record)
+        with self._lock:
+            rows = self._rows
+            rows.append(row)
+            if len(rows) >= BATCH_SIZE or (
+                record.get("name") == RUN_END and writes_through(record)
+            ):
+                self._commit()
+            elif self._timer is None:
+                self._timer = flush_later(self._on_timer)
+
+    def flush(self) -> None:
+        """Commit the buffered rows."""
+        if self._conn is None or self._failure is not None:
+            self._refuse()
+        with self._lock:
+            self._commit()
+
+    def close(self) -> None:
+        """Commit the buffered rows (unless a write failed before) and close the connection."""
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:  # outside the lock, which a firing timer may be waiting for
+            timer.cancel()
+            timer.join()
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                return
+            try:
+                if self._failure is None:
+                    self._commit()
+            finally:
+                self._conn = None
+                self._rows = []
+                conn.close()
+
+    def __enter__(self) -> PostgresSink:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _refuse(self) -> None:
+        if self._conn is None:
+            raise ValueError(f"{self!r} is closed")
+        raise ValueError(
+            f"{self!r} refuses records after a failed write: {self._failure}"
+        ) from self._failure
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._conn is None or self._failure is not None:
+                return
+            with contextlib.suppress(Exception):  # kept in _failure for the next export
+                self._commit()
+
+    def _commit(self) -> None:
+        """Commit the buffered rows in one transaction, after every earlier writer's commit."""
+        rows = self._rows
+        if not rows:
+            return
+        conn = self._conn
+        assert conn is not None
+        self._rows = []
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_COMMIT_LOCK,))
+                with conn.cursor() as cursor:
+                    cursor.executemany(_INSERT, rows)
+        except Exception as exc:
+            failure = OSError(f"cannot write the trace store {self.location}: {exc}")
+            self._failure = failure
+            raise failure from exc
+
+
+@contextlib.contextmanager
+def reading(dsn: str, *, timeout: float = 10.0) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to a trace store that exists and has this layout (``TraceReadError``
+    otherwise); driver errors while reading become ``TraceReadError`` naming the URL."""
+    where = redact_dsn(dsn)
+    conn = _connect(dsn, timeout=timeout)
+    driver = _psycopg()
+    try:
+        version = _stored_version(conn)
+        if version is None:
+            raise TraceReadError(f"not a tubeless trace store: no {TABLE} table", path=where)
+        _check_version(version, where)
+        yield conn
+    except driver.Error as exc:
+        raise TraceReadError(
+            f"cannot read the trace store: {_scrub(str(exc), dsn)}", path=where
+        ) from None
+    finally:
+        conn.close()
+
+
+def decoded(
+    rows: Iterator[Row], where: str, check: Callable[[int], None]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(id, record)`` for rows read back as ``(id, *COLUMNS)``; ``check(count)`` bounds them."""
+    for count, row in enumerate(rows):
+        check(count)
+        record = record_of(row, where)
+        problem = record_problem(record)
+        if problem is not None:
+            raise TraceReadError(f"row {row[0]}: not a trace record: {problem}", path=where)
+        yield int(row[0]), record
+
+
+def read_postgres(dsn: str, *, max_records: int | None = MAX_RECORDS) -> list[dict[str, Any]]:
+    """Every record of a Postgres trace store, in the order committed (by ``id``).
+
+    Raises:
+        ImportError: psycopg is not installed.
+        ConnectionError: The server cannot be reached.
+        TraceReadError: The database holds no trace store, one of another version, more than
+            ``max_records`` records (``None``: no bound), or a row that is no trace record.
+    """
+    where = redact_dsn(dsn)
+
+    def check(count: int) -> None:
+        if max_records is not None and count == max_records:
+            raise TraceReadError(
+                f"more than the {max_records} records allowed", path=where, bound="max_records"
+            )
+
+    with reading(dsn) as conn:
+        limit = "" if max_records is None else f" LIMIT {max_records + 1}"
+        rows = conn.execute(f"{_SELECT} ORDER BY id{limit}")
+        return [record for _, record in decoded(iter(rows), where, check)]
+
+
+def since(dsn: str, *, run_id: str, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+    """The rows of ``run_id``'s tree after ``after`` (see :func:`tubeless.tracing.read_since`).
+
+    The tree is the run and every run whose ``pipeline.started`` names a run of the tree as its
+    parent, found by a recursive query over the partial parent index.
+    """
+    where = redact_dsn(dsn)
+    query = f"""WITH RECURSIVE tree(run_id) AS (
+    SELECT %(run)s::text
+    UNION
+    SELECT e.run_id FROM {TABLE} e JOIN tree t ON e.parent_run_id = t.run_id
+    WHERE e.event_name = 'pipeline.started'
+)
+{_SELECT} WHERE run_id IN (SELECT run_id FROM tree) AND id > %(after)s
+ORDER BY id LIMIT %(limit)s"""
+    with reading(dsn) as conn:
+        rows = conn.execute(query, {"run": run_id, "after": after, "limit": limit})
+        return list(decoded(iter(rows), where, lambda count: None))
