@@ -56,7 +56,8 @@ def engine_options(unit: str, whole: str) -> Callable[[_F], _F]:
             "--trace",
             multiple=True,
             metavar="PATH",
-            help=f"Record every {unit}: .ndjson/.jsonl or .sqlite/.sqlite3/.db (repeatable).",
+            help=f"Record every {unit}: .ndjson/.jsonl, .sqlite/.sqlite3/.db or a "
+            "postgresql:// URL (repeatable).",
         ),
     )
 

@@ -74,8 +74,8 @@ def builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cli
             ["--trace"],
             multiple=True,
             metavar="PATH|-",
-            help="Record the run: .ndjson/.jsonl, .sqlite/.sqlite3/.db, or - for "
-            "NDJSON on stdout (repeatable).",
+            help="Record the run: .ndjson/.jsonl, .sqlite/.sqlite3/.db, a "
+            "postgresql:// URL (tubeless[postgres]), or - for NDJSON on stdout (repeatable).",
         ),
         click.Option(
             ["--otel"],

@@ -1,9 +1,10 @@
 """``tubeless trace show|convert|export-otel``: read a stored trace back, copy it to the other
 storage, or send it to an OpenTelemetry collector.
 
-Both commands read with :func:`tubeless.tracing.read_trace`, so they accept NDJSON
-(``.ndjson``, ``.jsonl``) and SQLite (``.sqlite``, ``.sqlite3``, ``.db``) traces alike. Exit codes
-follow the ``trace`` column of DESIGN.md §6: a missing or unreadable trace exits 2 (a
+The commands read with :func:`tubeless.tracing.read_trace`, so they accept NDJSON
+(``.ndjson``, ``.jsonl``) and SQLite (``.sqlite``, ``.sqlite3``, ``.db``) traces and Postgres
+stores (a ``postgresql://`` or ``postgres://`` URL, shown with its password masked) alike.
+Exit codes follow the ``trace`` column of DESIGN.md §6: a missing or unreadable trace exits 2 (a
 ``FileNotFoundError`` or a ``TraceReadError`` reaching :func:`tubeless._cli._exit.exit_code_for`),
 an unknown or ambiguous run id exits 1 (a :class:`CliLoadError` under ``trace``), and so does
 a refused ``convert`` and ``export-otel`` without the SDK; spans the collector did not take exit 2
@@ -39,7 +40,8 @@ _STDOUT: Final = "-"
 
 @click.group("trace", no_args_is_help=False)
 def trace() -> None:
-    """Show stored traces, convert them between NDJSON and SQLite, or export them as spans."""
+    """Show stored traces, convert them between NDJSON, SQLite and Postgres, or export them as
+    spans."""
 
 
 def _bound_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -82,7 +84,8 @@ def show(
 ) -> None:
     """List the runs in TRACE, or show one run as a tree of steps, turns and calls.
 
-    TRACE is an NDJSON (.ndjson, .jsonl) or SQLite (.sqlite, .sqlite3, .db) trace. Without
+    TRACE is an NDJSON (.ndjson, .jsonl) or SQLite (.sqlite, .sqlite3, .db) trace, or a
+    Postgres trace store (postgresql://USER@HOST/DB). Without
     RUN_ID, one line per root run; with RUN_ID, that run (any run of the file, such as an agent
     turn) with everything it started. RUN_ID may be the start of a run id that begins no other
     run; --last shows the run that started last.
@@ -94,7 +97,7 @@ def show(
     trees = run_trees(_read(trace_file, max_bytes, max_records))
     if last:
         if not trees:
-            raise CliLoadError(f"{_safe(trace_file)} holds no runs")
+            raise CliLoadError(f"{_where(trace_file)} holds no runs")
         tree = trees[-1]
     elif run_id is None:
         if as_json:
@@ -115,30 +118,35 @@ def convert(source: str, target: str, max_bytes: int, max_records: int) -> None:
     """Copy the records of trace IN into a new trace OUT, in order.
 
     The storage of each side follows its extension: .ndjson or .jsonl for NDJSON, .sqlite,
-    .sqlite3 or .db for SQLite; OUT may be - for NDJSON on standard output. OUT must not exist.
+    .sqlite3 or .db for SQLite, a postgresql:// URL for Postgres; OUT may be - for NDJSON on
+    standard output. An OUT file must not exist; a Postgres OUT is added to, as runs add to it.
     """
     from tubeless.tracing.reader import TraceReadError, storage_kind, write_trace
 
     to_stdout = target == _STDOUT
+    to_file = not to_stdout
     if not to_stdout:
         try:
-            storage_kind(target)
+            to_file = storage_kind(target) != "postgres"
         except TraceReadError as exc:
             raise click.BadParameter(_problem_of(exc), param_hint="OUT") from exc
-        _refuse_existing(source, target)
+        if to_file:
+            _refuse_existing(source, target)
+        elif source == target:
+            raise click.ClickException(f"IN and OUT are the same store: {_where(target)}")
     records = _read(source, max_bytes, max_records)
-    if not to_stdout:
+    if to_file:
         _claim(target)
     try:
         count = write_trace(records, target)
     except BaseException as exc:
-        if not to_stdout:
+        if to_file:
             _discard(target)
         if _is_sqlite_error(exc):
             raise OSError(f"cannot write {_safe(target)}: {exc}") from exc
         raise
     noun = "record" if count == 1 else "records"
-    click.echo(f"wrote {count} {noun} to {_safe(target)}", err=True)
+    click.echo(f"wrote {count} {noun} to {_where(target)}", err=True)
 
 
 @trace.command("export-otel")
@@ -217,6 +225,18 @@ def _safe(text: str) -> str:
     return terminal_safe(text)
 
 
+def _where(trace: str) -> str:
+    """A trace's name for messages: a store URL with its password masked, a path as it is."""
+    from tubeless.tracing.reader import storage_kind
+
+    with contextlib.suppress(Exception):
+        if storage_kind(trace) == "postgres":
+            from tubeless.tracing.postgres import redact_dsn
+
+            return _safe(redact_dsn(trace))
+    return _safe(trace)
+
+
 def _find(run_id: str, trace_file: str, trees: Sequence[RunTree]) -> RunTree:
     """The run called ``run_id``, else the one run whose id begins with it."""
     from tubeless.tracing.projection import find_run
@@ -232,14 +252,14 @@ def _find(run_id: str, trace_file: str, trees: Sequence[RunTree]) -> RunTree:
         more = len(begun) - _MAX_LISTED_RUNS
         suffix = f" (and {more} more)" if more > 0 else ""
         raise CliLoadError(
-            f"run {_safe(run_id)!r} is ambiguous: {len(begun)} runs in {_safe(trace_file)} "
+            f"run {_safe(run_id)!r} is ambiguous: {len(begun)} runs in {_where(trace_file)} "
             f"begin with it: {listed}{suffix}"
         )
     return begun[0]
 
 
 def _unknown_run(run_id: str, trace_file: str, trees: Sequence[RunTree]) -> str:
-    where = _safe(trace_file)
+    where = _where(trace_file)
     asked = repr(_safe(run_id))
     if not trees:
         return f"unknown run {asked}; {where} holds no runs"
