@@ -3,11 +3,13 @@
 ``python -m benchmarks.sqlite_sink OLD_SQLITE_PY`` loads ``OLD_SQLITE_PY`` (a copy of
 ``tubeless/tracing/sqlite.py`` from another commit, e.g. ``git show HEAD~1:tubeless/tracing/
 sqlite.py > /tmp/old.py``) beside this tree's module, opens one store with each, and runs the
-200-turn W1 agent into them in turn with the untraced run, each store staying open as a process
-appending its runs. Printed per turn: wall, user and system seconds of the running thread, and
-the median of the per-round ratios new/old. Python's ``sqlite3`` adapters are process-wide, so an
-adapter the new module registers speeds the old one up too: the ratio understates the change
-(``python -m benchmarks.count W1 sqlite`` under callgrind, run in each tree, does not).
+200-turn W1 agent into them in turn with the untraced run and a run into a sink that keeps
+nothing (``null``: the records are built, so ``new`` - ``null`` is the sink's own share), each
+store staying open as a process appending its runs. Printed per turn: wall, user and system
+seconds of the running thread, and the median of the per-round ratios new/old. Python's
+``sqlite3`` adapters are process-wide, so an adapter the new module registers speeds the old one
+up too: the ratio understates the change (``python -m benchmarks.count W1 sqlite`` under
+callgrind, run in each tree, does not).
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ def _old_sink(path: str) -> Any:
     return module.SqliteSink
 
 
+class _NullSink:
+    def export(self, record: Any) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sqlite_sink")
     parser.add_argument("old", help="another version of tubeless/tracing/sqlite.py")
@@ -45,8 +58,12 @@ def main() -> int:
     pipeline = agent(args.turns, 1)
     folder = Path(tempfile.mkdtemp())
     old = _old_sink(args.old)
-    sinks = {"old": old(folder / "old.sqlite"), "new": SqliteSink(folder / "new.sqlite")}
-    kinds = ("old", "new", "untraced")
+    sinks = {
+        "old": old(folder / "old.sqlite"),
+        "new": SqliteSink(folder / "new.sqlite"),
+        "null": _NullSink(),
+    }
+    kinds = ("old", "new", "null", "untraced")
 
     async def measure() -> dict[str, list[tuple[float, float, float]]]:
         timings: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in kinds}

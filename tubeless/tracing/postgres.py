@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from tubeless.tracing._rows import COLUMNS, WIDTH, Row, record_of, row_of
+from tubeless.tracing._rows import COLUMNS, Row, record_of, row_of
 from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
@@ -88,7 +88,36 @@ END $$""",
     f"CREATE TRIGGER {TABLE}_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON {TABLE}"
     f" FOR EACH STATEMENT EXECUTE FUNCTION {TABLE}_append_only()",
 )
-_INSERT: Final = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * WIDTH)})"
+#: The server types of :data:`COLUMNS`.
+_TYPES: Final = (
+    "integer",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "bigint",
+    "double precision",
+    "text",
+    "text",
+    "text",
+)
+#: One statement that takes the commit lock and inserts the buffered rows, passed as one array
+#: per column (a short statement the driver caches and the server prepares, whatever the number
+#: of rows). Run in autocommit it is its own transaction: one round trip per commit. The lock
+#: is taken before the first row gets its id (every row comes out of the join with the lock's
+#: one row) and held until the statement commits; the rows are inserted in buffer order.
+_INSERT: Final = (
+    "WITH commit_lock AS (SELECT pg_advisory_xact_lock(%s))"
+    f" INSERT INTO {TABLE} ({', '.join(COLUMNS)})"
+    f" SELECT {', '.join(f'u.{column}' for column in COLUMNS)}"
+    " FROM commit_lock, unnest("
+    + ", ".join(f"%b::{kind}[]" for kind in _TYPES)
+    + f") WITH ORDINALITY AS u({', '.join(COLUMNS)}, n) ORDER BY u.n"
+)
 _SELECT: Final = f"SELECT id, {', '.join(COLUMNS)} FROM {TABLE}"
 
 
@@ -308,10 +337,7 @@ class PostgresSink:
         assert conn is not None
         self._rows = []
         try:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_COMMIT_LOCK,))
-                with conn.cursor() as cursor:
-                    cursor.executemany(_INSERT, rows)
+            conn.execute(_INSERT, [_COMMIT_LOCK, *map(list, zip(*rows, strict=True))])
         except Exception as exc:
             failure = OSError(f"cannot write the trace store {self.location}: {exc}")
             self._failure = failure
