@@ -198,3 +198,25 @@ def test_without_psycopg_the_error_names_the_extra(
         PostgresSink("postgresql://nobody@127.0.0.1:1/none")
     with pytest.raises(ImportError, match=r"pip install 'tubeless\[postgres\]'"):
         read_trace("postgres://nobody@127.0.0.1:1/none")
+
+
+def test_a_connection_lost_mid_run_retires_the_sink_and_the_run_goes_on(
+    postgres_dsn: str,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = PostgresSink(postgres_dsn)
+    try:
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with caplog.at_level("WARNING", logger="tubeless.trace"):
+            run = asyncio.run(_agent().run({}, trace=sink))
+        assert run.status == "completed"
+        (warning,) = [r.getMessage() for r in caplog.records if r.name == "tubeless.trace"]
+        assert "failed and was retired" in warning and "cannot write the trace store" in warning
+        with pytest.raises(ValueError, match="refuses records after a failed write"):
+            sink.flush()
+    finally:
+        sink.close()
