@@ -94,13 +94,14 @@ _ROW_PLACES: Final = "(" + ", ".join("?" * _WIDTH) + ")"
 #: default is 1,000). Each copy syncs the log and the store (``synchronous = NORMAL``), which
 #: keeps the store whole after a power loss; an agent turn commits some 25 pages, so the
 #: default paid three syncs every 40 turns, on the run's thread. The log keeps its size once
-#: copied (up to some 40 MB while a sink is open; closing the last connection removes it):
+#: copied (up to some 20 MB while a sink is open; closing the last connection removes it):
 #: cutting it back made every cycle allocate the file's blocks again.
 _WAL_PAGES: Final = 10_000
 #: The page size of a new store (SQLite's default is 4,096). A turn's commit dirties some 25
 #: pages whatever their size (a leaf or two of the table, and of each index, where the turn's
-#: rows land, and the pages above them), and the log takes each whole: smaller pages write,
-#: checksum and copy a quarter of the bytes. An existing store keeps its page size.
+#: rows land, and the pages above them), and the log takes each whole: half-size pages write,
+#: checksum and copy half the bytes (1,024 wrote a quarter, but b-tree rebalancing cost more
+#: than that saved). An existing store keeps its page size.
 _PAGE_BYTES: Final = 2048
 
 
