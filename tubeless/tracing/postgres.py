@@ -22,8 +22,8 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tubeless.tracing._dsn import URL_SCHEMES, is_postgres_url, redact_dsn, scrub
 from tubeless.tracing._rows import COLUMNS, Row, record_of, row_of
 from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
@@ -43,8 +43,6 @@ __all__ = [
     "redact_dsn",
 ]
 
-#: The URL schemes that name a Postgres store wherever a trace path is taken.
-URL_SCHEMES: Final = ("postgresql://", "postgres://")
 INSTALL_HINT: Final = "pip install 'tubeless[postgres]'"
 TABLE: Final = "tubeless_trace_events"
 SCHEMA_TABLE: Final = "tubeless_trace_schema"
@@ -121,51 +119,6 @@ _INSERT: Final = (
 _SELECT: Final = f"SELECT id, {', '.join(COLUMNS)} FROM {TABLE}"
 
 
-def is_postgres_url(value: object) -> bool:
-    """Whether a CLI or API value names a Postgres store (``postgresql://`` or ``postgres://``)."""
-    return isinstance(value, str) and value[:13].lower().startswith(URL_SCHEMES)
-
-
-def redact_dsn(dsn: str) -> str:
-    """``dsn`` with its password (in the user part or a ``password=`` parameter) as ``***``."""
-    try:
-        parts = urlsplit(dsn)
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, _, host = netloc.rpartition("@")
-            if ":" in user:
-                user = user.split(":", 1)[0] + ":***"
-            netloc = f"{user}@{host}"
-        query = parts.query
-        if query:
-            pairs = parse_qsl(query, keep_blank_values=True)
-            if any(key.lower() == "password" for key, _ in pairs):
-                query = urlencode(
-                    [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*"
-                )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:  # not a URL at all: show only its scheme
-        return dsn.split("://", 1)[0] + "://***"
-
-
-def _password(dsn: str) -> str | None:
-    try:
-        parts = urlsplit(dsn)
-        found = parts.password
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
-            if key.lower() == "password":
-                found = value
-        return found or None
-    except ValueError:
-        return None
-
-
-def _scrub(text: str, dsn: str) -> str:
-    """``text`` without the DSN's password, should a driver ever repeat it."""
-    secret = _password(dsn)
-    return text.replace(secret, "***") if secret else text
-
-
 def _psycopg() -> Any:
     try:
         import psycopg
@@ -185,7 +138,7 @@ def _connect(dsn: str, *, timeout: float) -> psycopg.Connection[Any]:
         )
     except driver.Error as exc:
         raise ConnectionError(
-            f"cannot connect to the trace database {redact_dsn(dsn)}: {_scrub(str(exc), dsn)}"
+            f"cannot connect to the trace database {redact_dsn(dsn)}: {scrub(str(exc), dsn)}"
         ) from None
     return conn
 
@@ -259,7 +212,7 @@ class PostgresSink:
             if isinstance(exc, TraceReadError):
                 raise
             raise OSError(
-                f"cannot prepare the trace store {self.location}: {_scrub(str(exc), dsn)}"
+                f"cannot prepare the trace store {self.location}: {scrub(str(exc), dsn)}"
             ) from None
         self._conn = conn
 
@@ -359,7 +312,7 @@ def reading(dsn: str, *, timeout: float = 10.0) -> Iterator[psycopg.Connection[A
         yield conn
     except driver.Error as exc:
         raise TraceReadError(
-            f"cannot read the trace store: {_scrub(str(exc), dsn)}", path=where
+            f"cannot read the trace store: {scrub(str(exc), dsn)}", path=where
         ) from None
     finally:
         conn.close()
