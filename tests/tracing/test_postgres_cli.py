@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,3 +125,24 @@ def test_export_otel_reads_a_postgres_trace(
     exported = tubeless(capsys, "trace", "export-otel", postgres_dsn)
     assert exported.code == 0, exported.err
     assert exported.err.startswith("sent ") and collector.spans()
+
+
+def test_without_psycopg_a_url_is_a_usage_error_naming_the_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    url = "postgresql://app@127.0.0.1:1/traces"
+    hint = "need psycopg, which is not installed: pip install 'tubeless[postgres]'"
+    project = rows_project(tmp_path)
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}])
+    local = tmp_path / "local.ndjson"
+    assert tubeless(capsys, "run", SCRIPTED, "--trace", local, "--quiet").code == 0
+    for args, option in [
+        (("run", SCRIPTED, "--trace", url, "--quiet"), "--trace"),
+        (("batch", project, inputs, "--output", tmp_path / "o.jsonl", "--trace", url), "--trace"),
+        (("trace", "show", url), "TRACE"),
+        (("trace", "convert", local, url), "OUT"),
+    ]:
+        outcome = tubeless(capsys, *args)
+        assert outcome.code == 1, args
+        assert f"error: {option}: Postgres trace stores {hint}" in outcome.err, outcome.err

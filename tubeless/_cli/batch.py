@@ -337,10 +337,10 @@ def run_cli_batch(
     import contextlib
 
     from tubeless._cli._signals import RunSignals
+    from tubeless._cli._trace_stores import open_trace_sink
     from tubeless.batch import EntrySource
     from tubeless.batch._summary import SummaryCounter
     from tubeless.pipeline import CancelToken
-    from tubeless.tracing import open_sink
 
     total = len(rows) if isinstance(rows, list) else rows.total
     progress = BatchProgress(sys.stderr, total, label=label)
@@ -352,7 +352,7 @@ def run_cli_batch(
     finished = SummaryCounter()
     try:
         for target in trace:
-            sinks.append(open_sink(target))
+            sinks.append(open_trace_sink(target))
         source: Any = entry if engine == "local" else EntrySource.of(project, entry_id)
 
         async def drive() -> None:

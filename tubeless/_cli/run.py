@@ -258,7 +258,7 @@ def _execute(
     signals.install()
     try:
         try:
-            from tubeless.tracing import open_sink
+            from tubeless._cli._trace_stores import open_trace_sink
 
             if options["checkpoints"] is not None and not options["dry_run"]:
                 from tubeless._cli.checkpoints import open_for_run
@@ -275,7 +275,7 @@ def _execute(
                 if hasattr(reporter, "use_denial_reasons"):
                     reporter.use_denial_reasons(_denial_reasons(store, key, entry.id))
             for target in options["trace"]:
-                sinks.append(open_sink(target))
+                sinks.append(open_trace_sink(target))
             if options["otel"]:
                 from tubeless._cli._otel import hold_sdk_logs, open_otlp_sink
 

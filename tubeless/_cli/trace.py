@@ -142,6 +142,10 @@ def convert(source: str, target: str, max_bytes: int, max_records: int) -> None:
     except BaseException as exc:
         if to_file:
             _discard(target)
+        if isinstance(exc, ImportError):
+            from tubeless._cli._trace_stores import missing_driver
+
+            raise missing_driver("OUT", exc) from None
         if _is_sqlite_error(exc):
             raise OSError(f"cannot write {_safe(target)}: {exc}") from exc
         raise
@@ -188,10 +192,11 @@ _BOUND_OPTIONS: Final = {"max_bytes": "--max-bytes", "max_records": "--max-recor
 
 def _read(trace_file: str, max_bytes: int, max_records: int) -> list[dict[str, Any]]:
     """The records of ``trace_file``; a bound error names the option that raises the bound."""
-    from tubeless.tracing.reader import TraceReadError, read_trace
+    from tubeless._cli._trace_stores import read_trace_value
+    from tubeless.tracing.reader import TraceReadError
 
     try:
-        return read_trace(trace_file, max_bytes=max_bytes, max_records=max_records)
+        return read_trace_value(trace_file, max_bytes=max_bytes, max_records=max_records)
     except TraceReadError as exc:
         option = _BOUND_OPTIONS.get(exc.bound or "")
         if option is None:
