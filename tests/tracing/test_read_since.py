@@ -164,3 +164,33 @@ def test_a_missing_file_is_not_found(tmp_path: Path) -> None:
     for name in ("t.sqlite", "t.ndjson"):
         with pytest.raises(FileNotFoundError):
             read_since(tmp_path / name, run_id="R")
+
+
+def test_postgres_followers_reuse_connections_and_survive_their_loss(
+    postgres_dsn: str,  # noqa: F811
+) -> None:
+    import psycopg
+
+    records = _records(rounds=2)
+    write_trace(records, postgres_dsn)
+    expected = read_since(postgres_dsn, run_id="R")
+
+    def backends() -> int:
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+    for _ in range(20):
+        assert read_since(postgres_dsn, run_id="R") == expected
+    assert backends() == 1  # one kept for the next call, not one per call
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    assert read_since(postgres_dsn, run_id="R") == expected

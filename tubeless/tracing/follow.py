@@ -64,7 +64,7 @@ def read_since(
         raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
     kind = storage_kind(source)
     if kind == "postgres":
-        from tubeless.tracing.postgres import since
+        from tubeless.tracing._pg_follow import since
 
         return since(os.fspath(source), run_id=run_id, after=after, limit=limit)
     if kind == "sqlite":

@@ -298,11 +298,18 @@ class PostgresSink:
 
 
 @contextlib.contextmanager
-def reading(dsn: str, *, timeout: float = 10.0) -> Iterator[psycopg.Connection[Any]]:
+def reading(
+    dsn: str, *, timeout: float = 10.0, conn: psycopg.Connection[Any] | None = None
+) -> Iterator[psycopg.Connection[Any]]:
     """A connection to a trace store that exists and has this layout (``TraceReadError``
-    otherwise); driver errors while reading become ``TraceReadError`` naming the URL."""
+    otherwise); driver errors while reading become ``TraceReadError`` naming the URL.
+
+    A new connection is closed at the end; a given ``conn`` is used, and left open.
+    """
     where = redact_dsn(dsn)
-    conn = _connect(dsn, timeout=timeout)
+    own = conn is None
+    if conn is None:
+        conn = _connect(dsn, timeout=timeout)
     driver = _psycopg()
     try:
         version = _stored_version(conn)
@@ -313,9 +320,10 @@ def reading(dsn: str, *, timeout: float = 10.0) -> Iterator[psycopg.Connection[A
     except driver.Error as exc:
         raise TraceReadError(
             f"cannot read the trace store: {scrub(str(exc), dsn)}", path=where
-        ) from None
+        ) from exc if not own else None
     finally:
-        conn.close()
+        if own:
+            conn.close()
 
 
 def decoded(
@@ -352,23 +360,3 @@ def read_postgres(dsn: str, *, max_records: int | None = MAX_RECORDS) -> list[di
         limit = "" if max_records is None else f" LIMIT {max_records + 1}"
         rows = conn.execute(f"{_SELECT} ORDER BY id{limit}")
         return [record for _, record in decoded(iter(rows), where, check)]
-
-
-def since(dsn: str, *, run_id: str, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
-    """The rows of ``run_id``'s tree after ``after`` (see :func:`tubeless.tracing.read_since`).
-
-    The tree is the run and every run whose ``pipeline.started`` names a run of the tree as its
-    parent, found by a recursive query over the partial parent index.
-    """
-    where = redact_dsn(dsn)
-    query = f"""WITH RECURSIVE tree(run_id) AS (
-    SELECT %(run)s::text
-    UNION
-    SELECT e.run_id FROM {TABLE} e JOIN tree t ON e.parent_run_id = t.run_id
-    WHERE e.event_name = 'pipeline.started'
-)
-{_SELECT} WHERE run_id IN (SELECT run_id FROM tree) AND id > %(after)s
-ORDER BY id LIMIT %(limit)s"""
-    with reading(dsn) as conn:
-        rows = conn.execute(query, {"run": run_id, "after": after, "limit": limit})
-        return list(decoded(iter(rows), where, lambda count: None))
