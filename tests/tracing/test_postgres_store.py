@@ -220,3 +220,20 @@ def test_a_connection_lost_mid_run_retires_the_sink_and_the_run_goes_on(
             sink.flush()
     finally:
         sink.close()
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://app:pw@db/traces", "postgresql://app:***@db/traces"),
+        (
+            "postgres://app@db/traces?password=pw&sslmode=require",
+            "postgres://app@db/traces?password=***&sslmode=require",
+        ),
+        ("host=db password=pw user=app", "host=db password=*** user=app"),
+        ("host=db password = 'p w\\'x' user=app", "host=db password = *** user=app"),
+        ("postgresql://app@db/traces", "postgresql://app@db/traces"),
+    ],
+)
+def test_redact_dsn_masks_every_form_of_password(dsn: str, shown: str) -> None:
+    assert redact_dsn(dsn) == shown

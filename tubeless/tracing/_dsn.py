@@ -5,6 +5,7 @@ Needs no driver, so a message can name a store even where psycopg is missing.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -19,8 +20,15 @@ def is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value[:13].lower().startswith(URL_SCHEMES)
 
 
+#: A ``password`` of a libpq ``key=value`` connection string: a quoted or a bare value.
+_KEYWORD_PASSWORD: Final = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.I)
+
+
 def redact_dsn(dsn: str) -> str:
-    """``dsn`` with its password (in the user part or a ``password=`` parameter) as ``***``."""
+    """``dsn`` with its password (in the user part or a ``password=`` parameter of a URL, or
+    the ``password`` of a ``key=value`` string) as ``***``."""
+    if not is_postgres_url(dsn):
+        return _KEYWORD_PASSWORD.sub(r"\1***", dsn)
     try:
         parts = urlsplit(dsn)
         netloc = parts.netloc
@@ -42,6 +50,9 @@ def redact_dsn(dsn: str) -> str:
 
 
 def _password(dsn: str) -> str | None:
+    if not is_postgres_url(dsn):
+        match = _KEYWORD_PASSWORD.search(dsn)
+        return match.group(2).strip("'") if match else None
     try:
         parts = urlsplit(dsn)
         found = parts.password

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 from tubeless.tracing._dsn import URL_SCHEMES, is_postgres_url, redact_dsn, scrub
 from tubeless.tracing._rows import COLUMNS, Row, record_of, row_of
@@ -54,7 +54,6 @@ BATCH_SIZE: Final = 64
 _SCHEMA_LOCK: Final = 0x7475_6265_7472_0001
 _COMMIT_LOCK: Final = 0x7475_6265_7472_0002
 
-_T = TypeVar("_T")
 
 _CREATE: Final = (
     f"""CREATE TABLE {TABLE} (
@@ -162,8 +161,9 @@ def _check_version(version: int | None, where: str) -> None:
 
 def _prepare(conn: psycopg.Connection[Any], where: str) -> None:
     """Create the tables on first use (once, whoever comes first), or check their version."""
-    _check_version(_stored_version(conn), where)
-    if _stored_version(conn) == STORE_VERSION:
+    found = _stored_version(conn)
+    _check_version(found, where)
+    if found == STORE_VERSION:
         return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
