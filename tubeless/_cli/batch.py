@@ -36,9 +36,9 @@ _EVERY = 1000
 
 def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
     """The project's entry (exit 2 for a missing file or unknown id), and the id asked for."""
-    from tubeless._cli.run import _load
+    from tubeless._cli._entry import load
 
-    project = _load(path)
+    project = load(path)
     try:
         return project.entry(entry_id), entry_id
     except KeyError as exc:
