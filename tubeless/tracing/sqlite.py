@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
+from tubeless.tracing._read_checks import MAX_RECORDS, TraceReadError, json_problem, record_problem
 from tubeless.tracing._tails import progress_payload, running_progress
-from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, json_problem, record_problem
 from tubeless.tracing.records import ConstantPayload, TraceRecord
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
