@@ -36,7 +36,7 @@ from tubeless.pipeline import (
 from tubeless.pipeline._child import run_child_value
 
 if TYPE_CHECKING:
-    from tubeless.agent._turn import TurnInput
+    from tubeless.agent._turn_types import TurnInput
 
 __all__ = ["DEPTH_SLOT", "EXECUTION_SLOT", "dispatch", "outcomes_of"]
 

@@ -36,7 +36,7 @@ from tubeless.agent._invocation import Invocation, turn_hooks
 from tubeless.agent._scope import SCOPE_SLOT, Budget
 from tubeless.agent._tools import ToolContext, ToolError
 from tubeless.agent._trace import CallStatus, agent_trace
-from tubeless.agent._turn import TurnInput
+from tubeless.agent._turn_types import TurnInput
 from tubeless.durable._document import (
     AgentEntry,
     Approvals,
@@ -66,7 +66,7 @@ from tubeless.schema import Schema
 if TYPE_CHECKING:
     from tubeless.agent._hooks import CallSite, Proceed
     from tubeless.agent._prepare import PreparedCall
-    from tubeless.agent._turn import TurnSpec
+    from tubeless.agent._turn_types import TurnSpec
 
 __all__ = ["CheckpointJournal", "run_durable"]
 

@@ -24,7 +24,7 @@ from tubeless.pipeline import Pipeline
 from tubeless.pipeline._identity import descriptor_fingerprint
 
 if TYPE_CHECKING:
-    from tubeless.agent._turn import TurnSpec
+    from tubeless.agent._turn_types import TurnSpec
 
 __all__ = [
     "RESTART",
