@@ -18,15 +18,10 @@ import pytest
 from examples.agent_delegation import delegating_agent
 from tubeless import define_pipeline, step
 from tubeless.testing import capture_trace
-from tubeless.tracing import (
-    NdjsonSink,
-    SqliteSink,
-    open_sink,
-    read_ndjson,
-    read_sqlite,
-    read_trace,
-    write_trace,
-)
+from tubeless.tracing import NdjsonSink, SqliteSink, read_trace
+from tubeless.tracing.ndjson import read_ndjson
+from tubeless.tracing.reader import open_sink, write_trace
+from tubeless.tracing.sqlite import read_sqlite
 
 QUESTION = {"question": "red blue green"}
 

@@ -22,8 +22,7 @@ from tubeless._cli._paths import refuse_shared_files
 from tubeless._cli._sink_warnings import SinkWarnings
 
 if TYPE_CHECKING:
-    from tubeless.batch import InputRow, RowOutcome
-    from tubeless.batch._inputs import InputSource
+    from tubeless.batch._spi import InputRow, InputSource, RowOutcome
     from tubeless.pipeline import Pipeline
 
 __all__ = ["BatchProgress", "batch", "load_entry"]
@@ -48,7 +47,7 @@ def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
 def read_rows(inputs: str) -> InputSource:
     """The inputs, opened (exit 2 when the file is missing or not a list of inputs); rows are
     read as the batch needs them."""
-    from tubeless.batch._inputs import open_inputs
+    from tubeless.batch._spi import open_inputs
     from tubeless.errors import BatchError
 
     if inputs != "-" and not Path(inputs).exists():
@@ -338,9 +337,9 @@ def run_cli_batch(
 
     from tubeless._cli._signals import RunSignals
     from tubeless.batch import EntrySource
-    from tubeless.batch._summary import SummaryCounter
+    from tubeless.batch._spi import SummaryCounter
     from tubeless.pipeline import CancelToken
-    from tubeless.tracing import open_sink
+    from tubeless.tracing.reader import open_sink
 
     total = len(rows) if isinstance(rows, list) else rows.total
     progress = BatchProgress(sys.stderr, total, label=label)
@@ -356,7 +355,7 @@ def run_cli_batch(
         source: Any = entry if engine == "local" else EntrySource.of(project, entry_id)
 
         async def drive() -> None:
-            from tubeless.batch import run_outcomes
+            from tubeless.batch._spi import run_outcomes
 
             signals.attach()
             try:
@@ -384,7 +383,7 @@ def run_cli_batch(
                     if collect is not None:
                         collect.append(outcome)
                     if output is None and label == "batch":
-                        from tubeless.batch._output import row_line
+                        from tubeless.batch._spi import row_line
 
                         rows_out.write(row_line(outcome.row))
                         rows_out.flush()

@@ -109,7 +109,7 @@ def _execute(
     signals.install()
     try:
         try:
-            from tubeless.tracing import open_sink
+            from tubeless.tracing.reader import open_sink
 
             if options["checkpoints"] is not None and not options["dry_run"]:
                 from tubeless._cli.checkpoints import open_for_run

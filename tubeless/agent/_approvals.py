@@ -36,7 +36,7 @@ from tubeless.errors import (
     TubelessError,
 )
 from tubeless.frozen import FreezeError, FrozenDict, digest, freeze
-from tubeless.pipeline import RunCancelledError
+from tubeless.pipeline._spi import RunCancelledError
 
 if TYPE_CHECKING:
     from tubeless.agent._prepare import PreparedCall

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, final
 from tubeless.errors import AgentDefinitionError
 from tubeless.frozen import FreezeError, FrozenDict, canonical_json, freeze
 from tubeless.pipeline import Pipeline
-from tubeless.pipeline._step import is_async_callable
+from tubeless.pipeline._spi import is_async_callable
 from tubeless.schema import Schema
 
 if TYPE_CHECKING:

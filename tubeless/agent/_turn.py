@@ -26,8 +26,7 @@ from tubeless.agent._scope import Scope
 from tubeless.agent._state import freeze_state
 from tubeless.agent._turn_types import TurnInput, TurnSpec
 from tubeless.frozen import FrozenDict
-from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
-from tubeless.pipeline._step import Step
+from tubeless.pipeline import Pipeline, Step, StepContext, StepLogger, define_pipeline
 from tubeless.schema import SchemaValidationError
 
 __all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline"]
@@ -143,7 +142,7 @@ class DecisionContext:
         if not self._step.tracing:
             return
         # Imported here: the span vocabulary is for traced model runs, not for every import.
-        from tubeless.tracing._otel_spans import model_request_attributes
+        from tubeless.tracing._spi import model_request_attributes
 
         attributes = model_request_attributes(
             provider=provider,

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
 from tubeless._callables import is_awaitable, maybe_await
-from tubeless.durable._session import SESSION_SLOT, CheckpointSession
-from tubeless.durable._store import CheckpointStore
+from tubeless.durable import CheckpointStore
+from tubeless.durable._spi import SESSION_SLOT, CheckpointSession
 from tubeless.errors import TubelessError
 from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._cancel import CancelToken
