@@ -77,7 +77,7 @@ def test_an_ndjson_trace_written_by_another_process_is_read(tmp_path: Path) -> N
         f"""
         import asyncio
         from examples.scripted_agent import scripted_agent
-        from tubeless.tracing import open_sink
+        from tubeless.tracing.reader import open_sink
 
         async def main():
             sink = open_sink({str(path)!r})
