@@ -69,8 +69,8 @@ plan: $(VENV)/.stamp-run
 	$(BIN)/tubeless plan $(PROJECT) $(PLAN_ARGS)
 
 test: $(VENV)/.stamp-dev
-	$(BIN)/ruff check tubeless tests
-	$(BIN)/ruff format --check tubeless tests benchmarks examples
+	$(BIN)/ruff check tubeless tests tools
+	$(BIN)/ruff format --check tubeless tests benchmarks examples tools
 	$(BIN)/mypy tubeless
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n 2
@@ -81,8 +81,8 @@ test-fast: lint
 	$(BIN)/pytest -n 2 -m "not slow"
 
 lint: $(VENV)/.stamp-dev
-	$(BIN)/ruff check tubeless tests
-	$(BIN)/ruff format --check tubeless tests benchmarks examples
+	$(BIN)/ruff check tubeless tests tools
+	$(BIN)/ruff format --check tubeless tests benchmarks examples tools
 	$(BIN)/mypy tubeless
 	$(BIN)/lint-imports
 

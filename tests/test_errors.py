@@ -26,7 +26,7 @@ from tubeless import (
 )
 from tubeless import errors as codes
 from tubeless.errors import ErrorCause, ProjectError, cause_chain, deepest_source_code
-from tubeless.pipeline import ChildRunFailedError
+from tubeless.pipeline._spi import ChildRunFailedError
 
 TREE = tubeless.errors.__doc__ or ""
 # A drawn entry: tree branches (or indentation), the class name, then what the line says of it.

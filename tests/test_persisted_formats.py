@@ -17,7 +17,7 @@ import pytest
 from tubeless.agent import RecordedApprovals, call_digest
 from tubeless.agent._cassette import digest as cassette_digest
 from tubeless.agent._durable_checks import input_digest, server_tools
-from tubeless.batch import InputRow, row_key
+from tubeless.batch._spi import InputRow, row_key
 from tubeless.durable._keys import default_key, legacy_key
 from tubeless.frozen import canonical_json, digest, fingerprint
 from tubeless.schema import Schema

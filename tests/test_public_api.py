@@ -190,3 +190,75 @@ def test_every_documented_import_names_public_names() -> None:
 
     assert imported, "no documented imports were found"
     assert imported <= set(tubeless.__all__)
+
+
+#: The public names of the layer packages users import from directly (the machinery other
+#: tubeless packages use is named in each package's ``_spi`` module instead).
+SUBPACKAGES = {
+    "tubeless.pipeline": [
+        "CancelToken",
+        "DefinitionIdentity",
+        "Pipeline",
+        "PipelineRun",
+        "Plan",
+        "Step",
+        "StepContext",
+        "StepLogger",
+        "StepReport",
+        "define_pipeline",
+        "for_each_pipeline",
+        "from_pipeline",
+        "iterate_pipeline",
+        "lean_path",
+        "require_outputs",
+        "step",
+    ],
+    "tubeless.batch": [
+        "CaseResult",
+        "EngineName",
+        "EntrySource",
+        "Finding",
+        "run_batch",
+        "run_eval",
+    ],
+    "tubeless.tracing": [
+        "NdjsonSink",
+        "OtelSink",
+        "PostgresSink",
+        "RunTree",
+        "SqliteSink",
+        "TraceFold",
+        "TraceReadError",
+        "TraceSink",
+        "find_run",
+        "format_tree",
+        "read_since",
+        "read_trace",
+        "run_trees",
+    ],
+}
+_SUBPACKAGE_IMPORT = re.compile(
+    r"^from (tubeless\.(?:pipeline|batch|tracing)) import \(?([\w, \n]+?)\)?$", re.MULTILINE
+)
+
+
+def test_the_layer_packages_export_what_is_pinned() -> None:
+    """``tubeless.pipeline``, ``tubeless.batch`` and ``tubeless.tracing`` name what users need,
+    not the machinery; each name resolves (the tracing storages lazily)."""
+    for module_name, expected in SUBPACKAGES.items():
+        module = import_module(module_name)
+        assert module.__all__ == expected, module_name
+        for name in expected:
+            assert getattr(module, name) is not None, (module_name, name)
+
+
+def test_every_documented_subpackage_import_names_public_names() -> None:
+    """``from tubeless.pipeline|batch|tracing import ...`` in the docs names pinned names only."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = 0
+    for path in documents:
+        for match in _SUBPACKAGE_IMPORT.finditer(path.read_text(encoding="utf-8")):
+            names = {name.strip() for name in match.group(2).split(",") if name.strip()}
+            found += 1
+            assert names <= set(SUBPACKAGES[match.group(1)]), (path.name, match.group(0))
+    assert found >= 3, "no documented subpackage imports were found"

@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tubeless.agent._tape import Recording, Replaying, recording, replaying
+from tubeless.agent._spi import Recording, Replaying, recording, replaying
 
 __all__ = [
     "CapturedTrace",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tubeless import define_agent, define_tool
-from tubeless.tracing import open_sink
+from tubeless.tracing.reader import open_sink
 
 PACKAGE = str(Path(__import__("tubeless").__file__).parent)
 

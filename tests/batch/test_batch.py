@@ -12,7 +12,8 @@ import pytest
 
 from tests.fixtures.batch import marks, read_rows, rows_project, without_ids, write_inputs
 from tests.fixtures.cli import tubeless
-from tubeless.batch import run_batch, summarize
+from tubeless.batch import run_batch
+from tubeless.batch._spi import summarize
 
 
 def _run(project: Path, inputs: Any, **options: Any) -> list[dict[str, Any]]:

@@ -13,8 +13,9 @@ import pytest
 
 from tests.fixtures.batch import ECHO_MODULE, ECHO_PROJECT
 from tests.fixtures.processes import write_project
-from tubeless.batch import InputRow, run_batch
+from tubeless.batch import run_batch
 from tubeless.batch._inputs import row_key
+from tubeless.batch._spi import InputRow
 
 
 def _dataset(folder: Path, rows: int) -> tuple[Path, Path]:

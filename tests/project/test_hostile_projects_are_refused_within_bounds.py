@@ -444,7 +444,8 @@ def test_ordinary_templates_render_as_before_under_the_budget(tmp_path: Path) ->
 def test_a_render_can_be_stopped_cooperatively_by_its_check_callback() -> None:
     """Issue 14 item 8: the renderer calls ``check`` every few hundred operations; what it
     raises (``CancelToken.raise_if_cancelled`` raises RunCancelledError) ends the render."""
-    from tubeless.pipeline import CancelToken, RunCancelledError
+    from tubeless.pipeline import CancelToken
+    from tubeless.pipeline._spi import RunCancelledError
     from tubeless.project._templates import compile_template_mapping
 
     render = compile_template_mapping(

@@ -703,7 +703,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from examples.scripted_agent import scripted_agent
-    from tubeless.tracing import open_sink
+    from tubeless.tracing.reader import open_sink
 
     sink = open_sink(sys.argv[1])
     try:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tubeless import define_pipeline, step
-from tubeless.tracing import NdjsonSink, TraceReadError, read_ndjson, read_trace
+from tubeless.tracing import NdjsonSink, TraceReadError, read_trace
+from tubeless.tracing.ndjson import read_ndjson
 from tubeless.tracing.reader import TRACE_INVALID
 
 

@@ -18,8 +18,9 @@ from tests.fixtures.postgres import postgres_dsn, postgres_server  # noqa: F401 
 from tests.tracing.test_flushing import _assert_finished, _killed_mid_turn_2, _turn_tree
 from tubeless.agent import define_agent, define_tool
 from tubeless.errors import TRACE_INVALID
-from tubeless.tracing import PostgresSink, SqliteSink, open_sink, read_trace
+from tubeless.tracing import PostgresSink, SqliteSink, read_trace
 from tubeless.tracing.postgres import SCHEMA_TABLE, STORE_VERSION, TABLE, redact_dsn
+from tubeless.tracing.reader import open_sink
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD = 60.0  # seconds; a hang guard, never a timing assertion

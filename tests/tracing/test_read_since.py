@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.fixtures.postgres import postgres_dsn, postgres_server  # noqa: F401 (fixtures)
-from tubeless.tracing import open_sink, read_since, read_trace, write_trace
+from tubeless.tracing import read_since, read_trace
+from tubeless.tracing.reader import open_sink, write_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD = 60.0  # seconds; a hang guard, never a timing assertion
@@ -55,7 +56,7 @@ def _tree(records: list[dict[str, Any]], root: str) -> list[dict[str, Any]]:
 WRITER = """\
 import json, sys, time
 from pathlib import Path
-from tubeless.tracing import open_sink
+from tubeless.tracing.reader import open_sink
 
 target, records, go = sys.argv[1], json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3])
 with open_sink(target) as sink:

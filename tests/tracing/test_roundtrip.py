@@ -18,15 +18,10 @@ import pytest
 from examples.agent_delegation import delegating_agent
 from tubeless import define_pipeline, step
 from tubeless.testing import capture_trace
-from tubeless.tracing import (
-    NdjsonSink,
-    SqliteSink,
-    open_sink,
-    read_ndjson,
-    read_sqlite,
-    read_trace,
-    write_trace,
-)
+from tubeless.tracing import NdjsonSink, SqliteSink, read_trace
+from tubeless.tracing.ndjson import read_ndjson
+from tubeless.tracing.reader import open_sink, write_trace
+from tubeless.tracing.sqlite import read_sqlite
 
 QUESTION = {"question": "red blue green"}
 
@@ -82,7 +77,7 @@ def test_an_ndjson_trace_written_by_another_process_is_read(tmp_path: Path) -> N
         f"""
         import asyncio
         from examples.scripted_agent import scripted_agent
-        from tubeless.tracing import open_sink
+        from tubeless.tracing.reader import open_sink
 
         async def main():
             sink = open_sink({str(path)!r})

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from tubeless.tracing import SqliteSink, TraceReadError, read_sqlite, read_trace
+from tubeless.tracing import SqliteSink, TraceReadError, read_trace
 from tubeless.tracing.reader import TRACE_INVALID
+from tubeless.tracing.sqlite import read_sqlite
 
 COLUMNS = [
     # name, declared type, NOT NULL, primary key

@@ -80,7 +80,7 @@ def choose_approver(
 
 def _shown(request: Mapping[str, Any]) -> str:
     from tubeless.frozen import thaw
-    from tubeless.tracing._projection_text import terminal_safe
+    from tubeless.tracing.projection import terminal_safe
 
     text = json.dumps(thaw(request["input"]), ensure_ascii=False, indent=2, sort_keys=True)
     if len(text) > SHOWN_ARGUMENTS:
@@ -112,7 +112,7 @@ class TerminalApprover:
         """Set while a prompt's thread waits for an answer."""
 
     async def __call__(self, request: Mapping[str, Any]) -> bool:
-        from tubeless.tracing._projection_text import terminal_safe
+        from tubeless.tracing.projection import terminal_safe
 
         async with self._turn:
             text = (

@@ -15,6 +15,9 @@ from typing import Any, TypeVar
 import click
 from click.shell_completion import CompletionItem
 
+from tubeless._cli._entry import entry_command_for, find_project
+from tubeless._cli._run_options import VALUE_OPTIONS
+
 __all__ = ["RunCommand", "complete_entry_id", "entry_ids", "project_argument"]
 
 #: Larger files are not read for completion (the loader refuses them anyway).
@@ -66,8 +69,6 @@ class RunCommand(click.Command):
     """``tubeless run``: its arguments are parsed by hand, so it completes them by hand too."""
 
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
-        from tubeless._cli._run_options import VALUE_OPTIONS
-        from tubeless._cli.run import find_project
 
         args = [arg for arg in ctx.args if arg != "--"]
         previous = args[-1] if args else ""
@@ -90,8 +91,6 @@ class RunCommand(click.Command):
     def _complete_option(
         self, path: str, args: list[str], previous: str, incomplete: str
     ) -> list[CompletionItem]:
-        from tubeless._cli.run import entry_command_for
-
         command = entry_command_for(path, args)
         if command is None:
             return []

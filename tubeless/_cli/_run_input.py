@@ -28,7 +28,7 @@ def read_input_file(name: str) -> Any:
             raise click.FileError(name, hint=exc.strerror) from None
     try:
         if name.endswith((".yaml", ".yml")):
-            from tubeless.batch._yaml_inputs import yaml_value
+            from tubeless.batch._spi import yaml_value
 
             # The project loader's bounds (depth, aliases, values), as for inputs files.
             return yaml_value(text, name)

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from tubeless.errors import RUN_CANCELLED
-from tubeless.pipeline import clear_interrupt, interrupt, stop_waiting
+from tubeless.pipeline._spi import clear_interrupt, interrupt, stop_waiting
 
 __all__ = ["RunSignals"]
 

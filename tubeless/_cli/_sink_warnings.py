@@ -1,6 +1,6 @@
 """The one ``warning:`` line of each trace sink a run retires (DESIGN.md §6).
 
-The fan-out (:class:`tubeless.tracing.TraceFanout`) reports a failing sink once on the
+The fan-out (:class:`tubeless.tracing.sinks.TraceFanout`) reports a failing sink once on the
 ``tubeless.trace`` logger and carries on; the commands that write traces (``run``, ``batch``,
 ``eval``) print that report as a ``warning:`` line and leave the exit code alone.
 """

@@ -24,7 +24,7 @@ _EXTRA = "tubeless[postgres]"
 
 def open_trace_sink(target: str, option: str = "--trace") -> TraceSink:
     """A new sink for ``target``, which the caller closes."""
-    from tubeless.tracing import open_sink
+    from tubeless.tracing.reader import open_sink
 
     try:
         return open_sink(target)

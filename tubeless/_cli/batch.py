@@ -22,8 +22,7 @@ from tubeless._cli._paths import refuse_shared_files
 from tubeless._cli._sink_warnings import SinkWarnings
 
 if TYPE_CHECKING:
-    from tubeless.batch import InputRow, RowOutcome
-    from tubeless.batch._inputs import InputSource
+    from tubeless.batch._spi import InputRow, InputSource, RowOutcome
     from tubeless.pipeline import Pipeline
 
 __all__ = ["BatchProgress", "batch", "load_entry"]
@@ -36,9 +35,9 @@ _EVERY = 1000
 
 def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
     """The project's entry (exit 2 for a missing file or unknown id), and the id asked for."""
-    from tubeless._cli.run import _load
+    from tubeless._cli._entry import load
 
-    project = _load(path)
+    project = load(path)
     try:
         return project.entry(entry_id), entry_id
     except KeyError as exc:
@@ -48,7 +47,7 @@ def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
 def read_rows(inputs: str) -> InputSource:
     """The inputs, opened (exit 2 when the file is missing or not a list of inputs); rows are
     read as the batch needs them."""
-    from tubeless.batch._inputs import open_inputs
+    from tubeless.batch._spi import open_inputs
     from tubeless.errors import BatchError
 
     if inputs != "-" and not Path(inputs).exists():
@@ -339,7 +338,7 @@ def run_cli_batch(
     from tubeless._cli._signals import RunSignals
     from tubeless._cli._trace_stores import open_trace_sink
     from tubeless.batch import EntrySource
-    from tubeless.batch._summary import SummaryCounter
+    from tubeless.batch._spi import SummaryCounter
     from tubeless.pipeline import CancelToken
 
     total = len(rows) if isinstance(rows, list) else rows.total
@@ -356,7 +355,7 @@ def run_cli_batch(
         source: Any = entry if engine == "local" else EntrySource.of(project, entry_id)
 
         async def drive() -> None:
-            from tubeless.batch import run_outcomes
+            from tubeless.batch._spi import run_outcomes
 
             signals.attach()
             try:
@@ -384,7 +383,7 @@ def run_cli_batch(
                     if collect is not None:
                         collect.append(outcome)
                     if output is None and label == "batch":
-                        from tubeless.batch._output import row_line
+                        from tubeless.batch._spi import row_line
 
                         rows_out.write(row_line(outcome.row))
                         rows_out.flush()

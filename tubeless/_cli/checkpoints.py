@@ -33,7 +33,7 @@ def _open(path: str) -> SqliteCheckpoints:
 
 def _echo(text: str, *, err: bool = False) -> None:
     """One line, with control and bidi characters replaced (keys and ids are user data)."""
-    from tubeless.tracing import terminal_safe
+    from tubeless.tracing.projection import terminal_safe
 
     click.echo(terminal_safe(text), err=err)
 
@@ -51,9 +51,9 @@ def open_for_run(
 ) -> tuple[SqliteCheckpoints, str]:
     """The store and key of ``run --checkpoints``; says on stderr what the run will do."""
     from tubeless.durable import SqliteCheckpoints
-    from tubeless.durable._keys import find_key
-    from tubeless.pipeline._checkpoint_keys import checkpoint_keys, validated_or_unvalidated
-    from tubeless.tracing import terminal_safe
+    from tubeless.durable._spi import find_key
+    from tubeless.pipeline._spi import checkpoint_keys, validated_or_unvalidated
+    from tubeless.tracing.projection import terminal_safe
 
     for trace in traces:
         if _same_file(path, trace):
@@ -84,7 +84,7 @@ def _note_unfinished(store: SqliteCheckpoints, path: str, entry_id: str, key: st
     one: the same task spelled another way (or keyed by hand) would otherwise be run twice."""
     import shlex
 
-    from tubeless.durable._keys import unfinished_of
+    from tubeless.durable._spi import unfinished_of
 
     found = unfinished_of(store.list(), entry_id, but=key)
     if not found:
@@ -117,7 +117,7 @@ def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
         return " (restarting)" if text is not None else " (new)"
     if text is None:
         return " (new)"
-    from tubeless.durable._document import CheckpointDocument
+    from tubeless.durable._spi import CheckpointDocument
 
     # Refused before the run: an unreadable file, exit 2.
     document = CheckpointDocument.from_json(text, key)
@@ -141,7 +141,7 @@ def report_waiting(run_record: Any, path: str) -> int | None:
 
     from tubeless._cli._exit import EXIT_WAITING
     from tubeless.agent import ApprovalWaiting
-    from tubeless.pipeline._pipeline import original_exception
+    from tubeless.pipeline._spi import original_exception
 
     waits = [original_exception(error.exception) for error in run_record.errors]
     found = [w for w in waits if isinstance(w, ApprovalWaiting)]
@@ -180,7 +180,7 @@ def _status(row: dict[str, Any]) -> str:
     """The status a person reads: who holds a live key, and whether a dead run's key resumes."""
     held = row.get("held_by")
     if held is not None:
-        from tubeless.durable._store import LeaseHolder
+        from tubeless.durable._spi import LeaseHolder
 
         return f"{row['status']} ({LeaseHolder(pid=held['pid'], host=held['host'])})"
     if row.get("interrupted"):
@@ -219,7 +219,7 @@ def _unknown(key: str, path: str, keys: list[str]) -> CliLoadError:
 def list_(path: str, as_json: bool) -> None:
     """One line per key: status (a live run's holder, or a dead run's key that resumes),
     turn, calls, last update."""
-    from tubeless.durable._summary import summary
+    from tubeless.durable._spi import summary
 
     store = _open(path)
     try:
@@ -250,7 +250,7 @@ def show(path: str, key: str, as_json: bool, values: bool) -> None:
 
     KEY may be the start of a key that begins no other key of PATH.
     """
-    from tubeless.durable._summary import describe
+    from tubeless.durable._spi import describe
 
     store = _open(path)
     try:

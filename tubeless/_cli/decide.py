@@ -20,7 +20,7 @@ _ROUTE_HELP = "The agent route of the call, when calls of several agents share i
 def _decide(
     path: str, key: str, call_id: str, *, approved: bool, reason: str | None, route: str | None
 ) -> None:
-    from tubeless.durable._decide import record_decision
+    from tubeless.durable._spi import record_decision
 
     store = _open(path)
     try:

@@ -57,8 +57,14 @@ def eval_(
     record: str | None,
 ) -> None:
     """Run the cases of CASES (YAML) on PROJECT and check each case's expectations."""
-    from tubeless.batch import RowOutcome, check_case, format_table, junit_xml
-    from tubeless.batch._eval import case_cassettes, case_rows
+    from tubeless.batch._spi import (
+        RowOutcome,
+        case_cassettes,
+        case_rows,
+        check_case,
+        format_table,
+        junit_xml,
+    )
     from tubeless.project.cases import load_cases
 
     if not Path(cases).is_file():

@@ -175,7 +175,7 @@ def _live_tools(pipeline: Any) -> dict[str, dict[str, Any]]:
 
 def _strict_notes(pipeline: Any, live: Any = None) -> dict[str, list[str]]:
     """Per tool of each agent step, why OpenAI's strict mode cannot apply (empty: it can)."""
-    from tubeless.providers._calls import strict_problems, wrap_parameters
+    from tubeless.providers._spi import strict_problems, wrap_parameters
     from tubeless.reporting.graph import agent_tools
 
     notes: dict[str, list[str]] = {}
@@ -262,7 +262,7 @@ def list_(ctx: click.Context, project: str, as_json: bool) -> None:
 def _project_files(folder: str) -> list[str]:
     """The project files in ``folder``, in sorted order: the rule of ``tubeless validate DIR``
     (this is the one place ``list`` decides which files are projects)."""
-    from tubeless.project._files import projects_in
+    from tubeless.project._spi import projects_in
 
     return list(projects_in(folder))
 

@@ -156,7 +156,7 @@ def validate(
 def _files(paths: Sequence[str]) -> tuple[list[str], list[str]]:
     """The files to check, in argument order (each directory's in sorted order), once each; and
     the directories in which none was found."""
-    from tubeless.project._files import projects_in
+    from tubeless.project._spi import projects_in
 
     found: dict[str, None] = {}
     empty_folders: list[str] = []
@@ -177,7 +177,7 @@ def _named_file_is_checked(path: str) -> bool:
     Anything that is not a regular file (missing, a special file) is left to the check, which
     reports it; so is a file that cannot be read.
     """
-    from tubeless.project._files import not_a_project
+    from tubeless.project._spi import not_a_project
 
     if not os.path.isfile(path):
         return True
@@ -244,7 +244,7 @@ def _definition_problems(
 # -- reporting ----------------------------------------------------------------------------------
 def _report_nothing_found(paths: Sequence[str], output_format: Format) -> None:
     """The error for a run whose paths hold no project file (each format stays well formed)."""
-    from tubeless.project._files import RULE
+    from tubeless.project._spi import RULE
 
     message = _printable(
         f"{', '.join(paths)}: no project files found ({RULE}); pass --allow-empty to accept this"

@@ -25,7 +25,7 @@ from tubeless.agent._turn import TurnSpec
 from tubeless.errors import AgentDefinitionError, PipelineDefinitionError
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, define_pipeline, step
-from tubeless.pipeline._step import is_async_callable
+from tubeless.pipeline._spi import is_async_callable
 from tubeless.schema import Schema
 
 __all__ = ["define_agent"]

@@ -32,18 +32,17 @@ from tubeless.agent._state import freeze_state
 from tubeless.agent._tape import TAPE_SLOT, open_tape
 from tubeless.agent._trace import agent_trace
 from tubeless.agent._turn import TurnInput, TurnSpec, build_turn_pipeline
-from tubeless.durable._session import SESSION_SLOT
+from tubeless.durable._spi import SESSION_SLOT
 from tubeless.frozen import thaw
 from tubeless.pipeline import (
     DefinitionIdentity,
     Pipeline,
+    Step,
     StepContext,
     define_pipeline,
     iterate_pipeline,
 )
-from tubeless.pipeline._execute import APPROVER_SLOT
-from tubeless.pipeline._identity import descriptor_fingerprint, schema_fingerprint
-from tubeless.pipeline._step import Step
+from tubeless.pipeline._spi import APPROVER_SLOT, descriptor_fingerprint, schema_fingerprint
 from tubeless.schema import Schema
 
 __all__ = ["AgentStep", "remotes"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from tubeless._callables import is_awaitable
 from tubeless.agent import _outcomes as outcomes
@@ -36,25 +36,21 @@ from tubeless.errors import (
     TubelessError,
 )
 from tubeless.frozen import FreezeError, FrozenDict, digest, freeze
-from tubeless.pipeline import RunCancelledError
+from tubeless.pipeline._spi import RunCancelledError
 
 if TYPE_CHECKING:
     from tubeless.agent._prepare import PreparedCall
-    from tubeless.agent._turn import TurnInput
+    from tubeless.agent._turn_types import ApprovalPolicy, TurnInput
     from tubeless.pipeline import CancelToken, StepContext
 
 __all__ = [
     "ApprovalError",
-    "ApprovalPolicy",
     "ApprovalWaiting",
     "RecordedApprovals",
     "call_digest",
     "dispatch_gated",
     "gated_requests",
 ]
-
-#: ``define_tool(approval=...)``: never, always, or ``predicate(input, ctx) -> bool``.
-ApprovalPolicy = Literal["never", "always"] | Callable[[Any, ToolContext], Any]
 
 
 class ApprovalError(TubelessError):

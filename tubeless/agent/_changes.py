@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from tubeless.frozen import thaw
 from tubeless.pipeline import Pipeline
-from tubeless.pipeline._identity import descriptor_fingerprint, schema_fingerprint
+from tubeless.pipeline._spi import descriptor_fingerprint, schema_fingerprint
 
 __all__ = ["changed_parts", "definition_parts", "said"]
 

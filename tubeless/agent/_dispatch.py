@@ -25,18 +25,17 @@ from tubeless.agent._tools import ToolError
 from tubeless.agent._trace import Progress
 from tubeless.errors import CHILD_FAILED, TOOL_ERRORS
 from tubeless.frozen import FrozenDict, FrozenTuple
-from tubeless.pipeline import (
+from tubeless.pipeline import PipelineRun, StepContext
+from tubeless.pipeline._spi import (
     YIELD_EVERY,
     ChildRunFailedError,
     FanOutFailedError,
-    PipelineRun,
     RunCancelledError,
-    StepContext,
+    run_child_value,
 )
-from tubeless.pipeline._child import run_child_value
 
 if TYPE_CHECKING:
-    from tubeless.agent._turn import TurnInput
+    from tubeless.agent._turn_types import TurnInput
 
 __all__ = ["DEPTH_SLOT", "EXECUTION_SLOT", "dispatch", "outcomes_of"]
 

@@ -36,20 +36,21 @@ from tubeless.agent._invocation import Invocation, turn_hooks
 from tubeless.agent._scope import SCOPE_SLOT, Budget
 from tubeless.agent._tools import ToolContext, ToolError
 from tubeless.agent._trace import CallStatus, agent_trace
-from tubeless.agent._turn import TurnInput
-from tubeless.durable._document import (
+from tubeless.agent._turn_types import TurnInput
+from tubeless.durable._spi import (
+    DOCUMENT_VERSION,
     AgentEntry,
     Approvals,
     CheckpointDocument,
+    CheckpointSession,
     Failure,
+    Fragments,
     SavedBudget,
     SavedCall,
     SavedDecision,
+    parse,
     slot_of,
 )
-from tubeless.durable._document_parse import parse
-from tubeless.durable._encode import Fragments
-from tubeless.durable._session import DOCUMENT_VERSION, CheckpointSession
 from tubeless.errors import (
     AGENT_EXECUTION_FAILED,
     CHECKPOINT_MISMATCH,
@@ -58,15 +59,18 @@ from tubeless.errors import (
 )
 from tubeless.frozen import FrozenDict, freeze, thaw
 from tubeless.pipeline import StepContext
-from tubeless.pipeline._failures import ChildRunFailedError, is_cancellation
-from tubeless.pipeline._iterate import ITERATION_START_SLOT
-from tubeless.pipeline._pipeline import original_exception
+from tubeless.pipeline._spi import (
+    ITERATION_START_SLOT,
+    ChildRunFailedError,
+    is_cancellation,
+    original_exception,
+)
 from tubeless.schema import Schema
 
 if TYPE_CHECKING:
     from tubeless.agent._hooks import CallSite, Proceed
     from tubeless.agent._prepare import PreparedCall
-    from tubeless.agent._turn import TurnSpec
+    from tubeless.agent._turn_types import TurnSpec
 
 __all__ = ["CheckpointJournal", "run_durable"]
 

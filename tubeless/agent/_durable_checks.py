@@ -16,15 +16,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tubeless.agent._changes import changed_parts, definition_parts, said
-from tubeless.durable._document import ABSENT, AgentEntry
-from tubeless.durable._keys import json_form
+from tubeless.durable._spi import ABSENT, AgentEntry, json_form
 from tubeless.errors import CHECKPOINT_MISMATCH, CheckpointError
 from tubeless.frozen import digest
 from tubeless.pipeline import Pipeline
-from tubeless.pipeline._identity import descriptor_fingerprint
+from tubeless.pipeline._spi import descriptor_fingerprint
 
 if TYPE_CHECKING:
-    from tubeless.agent._turn import TurnSpec
+    from tubeless.agent._turn_types import TurnSpec
 
 __all__ = [
     "RESTART",

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tubeless.agent._decisions import Continue, Finish
     from tubeless.agent._prepare import PreparedCall
-    from tubeless.agent._turn import TurnInput
+    from tubeless.agent._turn_types import TurnInput
     from tubeless.frozen import FrozenDict
     from tubeless.pipeline import StepContext
 

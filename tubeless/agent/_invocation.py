@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tubeless.agent._sources import LiveTools
     from tubeless.agent._tape import Tape
     from tubeless.agent._trace import AgentTrace
-    from tubeless.agent._turn import TurnInput
+    from tubeless.agent._turn_types import TurnInput
 
 __all__ = ["INVOCATION_SLOT", "Invocation", "turn_hooks"]
 

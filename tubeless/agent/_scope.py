@@ -16,8 +16,8 @@ from contextvars import ContextVar
 from typing import Any, Literal
 
 from tubeless.agent._limits import LimitReachedError, Limits
-from tubeless.pipeline import CancelToken, RunCancelledError
-from tubeless.pipeline._execute import TREE_SLOT
+from tubeless.pipeline import CancelToken
+from tubeless.pipeline._spi import TREE_SLOT, RunCancelledError
 
 __all__ = [
     "ROOT_BUDGETS",

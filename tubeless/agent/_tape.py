@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from tubeless.agent._hooks import CallSite, Proceed
     from tubeless.agent._prepare import PreparedCall
-    from tubeless.agent._turn import TurnInput
+    from tubeless.agent._turn_types import TurnInput
     from tubeless.pipeline import DefinitionIdentity, StepContext
 
 __all__ = ["NO_TAPE", "TAPE_SLOT", "Recording", "Replaying", "Tape", "open_tape"]

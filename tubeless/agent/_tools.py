@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any, Literal, final
 from tubeless.errors import AgentDefinitionError
 from tubeless.frozen import FreezeError, FrozenDict, canonical_json, freeze
 from tubeless.pipeline import Pipeline
-from tubeless.pipeline._step import is_async_callable
+from tubeless.pipeline._spi import is_async_callable
 from tubeless.schema import Schema
 
 if TYPE_CHECKING:
+    from tubeless.agent._turn_types import ApprovalPolicy
     from tubeless.pipeline import CancelToken, StepContext, StepLogger
 
 __all__ = [
@@ -133,7 +134,7 @@ class Tool:
     """The frozen draft 2020-12 descriptor models see (keys sorted)."""
     pipeline: Pipeline | None
     """For pipeline tools: the child pipeline (or agent) the tool runs."""
-    approval: Any
+    approval: ApprovalPolicy
     """``"never"``, ``"always"`` or a predicate ``(input, ctx) -> bool`` (see ``define_tool``)."""
     remote: Any
     """For tools a server supplies at run time (``tubeless.agent._sources.Remote``), else None."""
@@ -195,9 +196,10 @@ def descriptor(value: Any, label: str) -> FrozenDict:
     return frozen
 
 
-def _approval(value: Any) -> Any:
+def _approval(value: Any) -> ApprovalPolicy:
     if value in ("never", "always") or (callable(value) and not isinstance(value, str)):
-        return value
+        policy: ApprovalPolicy = value
+        return policy
     raise AgentDefinitionError(
         "A tool's approval must be 'never', 'always' or a callable predicate(input, ctx)."
     )

@@ -36,7 +36,7 @@ from tubeless.agent._hooks import TurnHooks
 if TYPE_CHECKING:
     from tubeless.agent._hooks import CallSite, Proceed
     from tubeless.agent._prepare import PreparedCall
-    from tubeless.agent._turn import TurnInput
+    from tubeless.agent._turn_types import TurnInput
     from tubeless.pipeline import StepContext
 
 __all__ = ["TRACED", "TRACE_HOOKS", "UNTRACED", "AgentTrace", "CallStatus", "agent_trace"]

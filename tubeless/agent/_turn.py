@@ -10,7 +10,7 @@ through ``t.invocation.hooks`` (``_hooks``), the agent's other records go throug
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,56 +20,16 @@ from tubeless.agent._approvals import dispatch_gated, gated_requests
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
 from tubeless.agent._invocation import Invocation
-from tubeless.agent._limits import LimitReachedError, Limits
-from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
+from tubeless.agent._limits import LimitReachedError
+from tubeless.agent._prepare import PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._state import freeze_state
+from tubeless.agent._turn_types import TurnInput, TurnSpec
 from tubeless.frozen import FrozenDict
-from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
-from tubeless.pipeline._step import Step
-from tubeless.schema import Schema, SchemaValidationError
+from tubeless.pipeline import Pipeline, Step, StepContext, StepLogger, define_pipeline
+from tubeless.schema import SchemaValidationError
 
 __all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline"]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TurnSpec:
-    """Everything the turn steps need about their agent (fixed at definition time)."""
-
-    id: str
-    decide: Callable[..., Any]
-    dry_run: Callable[..., Any] | None
-    reduce: Callable[..., Any] | None
-    result_schema: Schema
-    result_json_schema: FrozenDict
-    capabilities: tuple[FrozenDict, ...]
-    registry: Mapping[str, CompiledTool]
-    limits: Limits
-    approvals: bool = False
-    """Whether any tool may need approval (otherwise batches skip that check entirely)."""
-
-
-@dataclass(slots=True)
-class TurnInput:
-    """The iteration state handed from one turn to the next (never validated or traced).
-
-    A slotted class rather than a named tuple: a turn reads its fields some forty times, and
-    slot reads are the interpreter's fast attribute path (W1: 3.3 % fewer instructions). Nothing
-    changes one after it is made (not frozen: a frozen dataclass is slower to build).
-    """
-
-    state: Any
-    turn: int
-    state_version: int
-    calls: int
-    """Calls this agent invocation admitted before this turn."""
-    invocation: Invocation
-    """What every turn of the invocation shares (route, scope, approver, tools, hooks)."""
-
-    @property
-    def agent_run_id(self) -> str:
-        """The agent run's id (its invocation's)."""
-        return self.invocation.run_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +142,7 @@ class DecisionContext:
         if not self._step.tracing:
             return
         # Imported here: the span vocabulary is for traced model runs, not for every import.
-        from tubeless.tracing._otel_spans import model_request_attributes
+        from tubeless.tracing._spi import model_request_attributes
 
         attributes = model_request_attributes(
             provider=provider,

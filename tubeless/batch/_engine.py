@@ -1,4 +1,4 @@
-"""The engine interface, where an entry comes from, and the ``local`` engine.
+"""The engine interface and the ``local`` engine (where an entry comes from: ``_entry_source``).
 
 An engine runs one row at a time per slot; the batch runner keeps ``concurrency`` rows in
 flight and awaits :meth:`Engine.run` for each. An engine never raises for a row's own failure:
@@ -10,15 +10,13 @@ records to the driver as they are made (``on_records``), so an attempt that died
 
 from __future__ import annotations
 
-import os
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
+from tubeless.batch._entry_source import EntrySource, OnRecord
 from tubeless.batch._inputs import InputRow
+from tubeless.batch._retries import DEFAULT_ROW_RETRIES, with_row_retries
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, run_row
-from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
+from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BatchError
 from tubeless.mcp import SharedConnections
 
 if TYPE_CHECKING:
@@ -39,31 +37,6 @@ __all__ = [
 
 EngineName = Literal["local", "process", "ray"]
 ENGINES: tuple[EngineName, ...] = ("local", "process", "ray")
-#: How many more times a row whose worker died runs (``--row-retries``).
-DEFAULT_ROW_RETRIES = 2
-
-OnRecord = Callable[[Mapping[str, Any]], None]
-"""Given each trace record a worker shipped, as it arrives (the driver writes the sinks)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EntrySource:
-    """An entry that workers load from its project file (``process`` and ``ray`` engines)."""
-
-    path: str
-    """The project file (absolute)."""
-    entry_id: str | None = None
-    """The entry's id; ``None`` for the project's only entry or its default."""
-
-    @classmethod
-    def of(cls, path: str | os.PathLike[str], entry_id: str | None = None) -> EntrySource:
-        return cls(path=str(Path(path).resolve()), entry_id=entry_id)
-
-    def load(self) -> Pipeline:
-        """Load the project and pick the entry (``KeyError`` for an unknown id)."""
-        from tubeless.project import load_project
-
-        return load_project(self.path).entry(self.entry_id)
 
 
 class Engine(Protocol):
@@ -128,35 +101,6 @@ class LocalEngine:
 
     async def close(self) -> None:
         await self._connections.close()
-
-
-async def with_row_retries(
-    attempt: Callable[[bool], Awaitable[RowOutcome]],
-    *,
-    retries: int,
-    retry: bool,
-    signal: CancelToken,
-) -> RowOutcome:
-    """Run a row by ``attempt(retry)``; while its worker died (``TUBELESS_BATCH_WORKER_DIED``)
-    and the batch is not cancelled, run it again on another worker (``attempt(True)``),
-    ``retries`` more times at most. The row that still failed says how often it ran."""
-    outcome = await attempt(retry)
-    runs = 1
-    while _worker_died(outcome) and runs <= retries and not signal.cancelled:
-        outcome = await attempt(True)
-        runs += 1
-    if runs > 1 and _worker_died(outcome):
-        error = outcome.row["error"]
-        error["message"] = (
-            f"{error['message']}; it ran {runs} times and its worker died each time "
-            f"(--row-retries {retries})"
-        )
-    return outcome
-
-
-def _worker_died(outcome: RowOutcome) -> bool:
-    error = outcome.row.get("error")
-    return isinstance(error, dict) and error.get("code") == BATCH_WORKER_DIED
 
 
 def make_engine(

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from tubeless.agent._cassette import _MISSING as _ABSENT
-from tubeless.agent._cassette import first_difference, shown_value
+from tubeless.agent._spi import MISSING as _ABSENT
+from tubeless.agent._spi import first_difference, shown_value
 from tubeless.batch._engine import EngineName
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._row import RowOutcome

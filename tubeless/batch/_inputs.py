@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from tubeless.durable._keys import default_key
+from tubeless.durable._spi import default_key
 from tubeless.errors import BATCH_INPUT_INVALID, BatchError
 
 __all__ = [

@@ -55,7 +55,7 @@ class RowNamer:
     gave it. Repeats are counted in ``ledger``, not in memory."""
 
     def __init__(self, pipeline: Pipeline, ledger: Ledger, *, earlier: bool = True) -> None:
-        from tubeless.pipeline._checkpoint_keys import checkpoint_keys, validated_or_unvalidated
+        from tubeless.pipeline._spi import checkpoint_keys, validated_or_unvalidated
 
         self.pipeline, self.ledger = pipeline, ledger
         # Round 2's keys are only looked up in a checkpoint file or a previous output: a batch

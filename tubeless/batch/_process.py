@@ -24,8 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from tubeless.batch._engine import DEFAULT_ROW_RETRIES, EntrySource, OnRecord, with_row_retries
+from tubeless.batch._entry_source import EntrySource, OnRecord
 from tubeless.batch._inputs import InputRow
+from tubeless.batch._retries import DEFAULT_ROW_RETRIES, with_row_retries
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row, run_row
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
 from tubeless.mcp import SharedConnections

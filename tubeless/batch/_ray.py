@@ -28,9 +28,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tubeless.batch._engine import DEFAULT_ROW_RETRIES, EntrySource, OnRecord, with_row_retries
+from tubeless.batch._entry_source import EntrySource, OnRecord
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._ray_setup import EXCLUDES, file_identity, init_ray, not_the_drivers
+from tubeless.batch._retries import DEFAULT_ROW_RETRIES, with_row_retries
 from tubeless.batch._row import (
     NO_PLAN,
     RowMessage,

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tubeless.batch._engine import EntrySource
+from tubeless.batch._entry_source import EntrySource
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BatchError
 
 __all__ = [

@@ -228,7 +228,7 @@ async def run_row(
     """
     if item.problem is not None:
         return failed_row(item, key, BATCH_INPUT_INVALID, f"line {item.line}: {item.problem}")
-    from tubeless.agent._scope import ROOT_BUDGETS
+    from tubeless.agent._spi import ROOT_BUDGETS
 
     sink = RowSink(keep=traced, forward=forward if traced else None) if traced or tools else None
     budgets: list[Any] = []
@@ -237,7 +237,7 @@ async def run_row(
     durable: dict[str, Any] = {}
     try:
         if store is not None and plan.checkpoint_key is not None:
-            from tubeless.durable._keys import find_key
+            from tubeless.durable._spi import find_key
 
             durable = {
                 "checkpoints": store,

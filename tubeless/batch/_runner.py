@@ -150,7 +150,7 @@ async def run_outcomes(
     calls per tool name too (what eval needs); ``replays`` and ``records`` give rows their own
     cassette to replay or record (by index; before ``replay_dir`` and ``record_dir``)."""
     from tubeless.pipeline import CancelToken
-    from tubeless.tracing import TraceFanout
+    from tubeless.tracing.sinks import TraceFanout
 
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise TubelessError(

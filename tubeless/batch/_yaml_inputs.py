@@ -17,17 +17,17 @@ from typing import Any
 import yaml
 
 from tubeless.errors import BATCH_INPUT_INVALID, BatchError, DocumentError
-from tubeless.project._yaml_events import (
+from tubeless.project._spi import (
     FAST_LOADER,
     MAX_ALIASES,
     MAX_DEPTH,
     Bounds,
+    Converter,
     Loader,
     Replay,
     checked_events,
     fast_path_agrees,
 )
-from tubeless.project._yaml_nodes import Converter
 
 __all__ = ["INPUT_BOUNDS", "MAX_INPUT_NODES", "yaml_items", "yaml_loader", "yaml_value"]
 
@@ -139,7 +139,7 @@ def yaml_value(text: str, file: str) -> Any:
     Raises:
         ValueError: The problem, as ``<file>:<line>:<col> <pointer>: <message>``.
     """
-    from tubeless.project._yaml_events import events
+    from tubeless.project._spi import events
 
     try:
         recorded = events(text, file, INPUT_BOUNDS)

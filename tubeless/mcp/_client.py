@@ -39,7 +39,7 @@ from tubeless.mcp._notices import Progress
 from tubeless.mcp._schemas import input_validator, output_problem, output_validator
 from tubeless.mcp._screen import Screen, refused
 from tubeless.mcp._transport import CONNECTION_CLOSED, REQUEST_TIMEOUT, failure
-from tubeless.pipeline import RunCancelledError
+from tubeless.pipeline._spi import RunCancelledError
 from tubeless.schema import Schema
 
 if TYPE_CHECKING:

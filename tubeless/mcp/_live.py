@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tubeless.agent._agent_step import remotes
-from tubeless.agent._sources import Remote
+from tubeless.agent._spi import Remote, remotes
 from tubeless.mcp._server import McpServer
 from tubeless.pipeline import Pipeline
 

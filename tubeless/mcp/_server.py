@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tubeless.agent import Tool
-from tubeless.agent._sources import sourced_tool
-from tubeless.agent._tools import TOOL_NAME
+from tubeless.agent._spi import TOOL_NAME, sourced_tool
 from tubeless.errors import AgentDefinitionError
 
 if TYPE_CHECKING:
-    from tubeless.agent._sources import SourceSession
+    from tubeless.agent._spi import SourceSession
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BLOCKS",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tubeless.durable._keys import default_key, json_form, legacy_key
+from tubeless.durable._spi import default_key, json_form, legacy_key
 from tubeless.pipeline._run_state import UNVALIDATED
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless import errors as codes
 from tubeless._callables import is_awaitable, maybe_await
-from tubeless.durable._session import SESSION_SLOT, CheckpointSession
-from tubeless.durable._store import CheckpointStore
+from tubeless.durable import CheckpointStore
+from tubeless.durable._spi import SESSION_SLOT, CheckpointSession
 from tubeless.errors import TubelessError
 from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._cancel import CancelToken
@@ -48,9 +48,6 @@ APPROVER_SLOT = "tubeless.approver"
 #: The slot carrying a dict shared by every run of one run tree, where upper layers keep what
 #: must be unique across the tree (the agent harness: the route of each agent invocation).
 TREE_SLOT = "tubeless.tree"
-
-_PUBLISHED = frozenset({"completed", "policy"})
-_GATE_FAILED = frozenset({"failed", "cancelled"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -175,38 +172,65 @@ def execute(
     return runner.go(raw_input, validated, now_ms(), time.perf_counter())
 
 
-class Run(RunState):
-    """One run: applies the skip ladder, starts steps, and drives them to the end.
+class Run:
+    """One run's scheduler: applies the skip ladder, starts steps, and drives them to the end.
 
-    The lean path's take-over (``_lean._TakeOver``) is a subclass: it overrides the hooks
-    ``validate_options``, ``settled_without_running`` and ``start`` for what already happened.
+    What happened is kept by its collaborator ``record`` (:class:`RunState`, ``_run_state.py``):
+    the scheduler decides what runs and tells the record each outcome; the record turns them
+    into reports, errors and trace records. The lean path's take-over (``_lean._TakeOver``) is a
+    subclass: it overrides ``validate_options``, ``settled_without_running`` and ``start`` for
+    what already happened.
     """
 
-    __slots__ = ()
+    __slots__ = ("record",)
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        controls: Controls,
+        *,
+        env: RunEnvironment,
+        signal: CancelToken,
+        run_id: str,
+        parent_run_id: str | None,
+        item_key: str | None,
+        iteration: Mapping[str, Any] | None,
+    ) -> None:
+        self.record = RunState(
+            pipeline,
+            controls,
+            env=env,
+            signal=signal,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            item_key=item_key,
+            iteration=iteration,
+        )
 
     # -- the run ------------------------------------------------------------------------------
     async def go(self, raw_input: Any, validated: Any, started_ms: int, t0: float) -> PipelineRun:
         """Run to the end; ``t0`` is the ``perf_counter`` reading at the start (traced only)."""
-        pipeline, controls = self.pipeline, self.controls
+        record = self.record
+        pipeline, controls = record.pipeline, record.controls
         plan = pipeline.plan(
             dry_run=controls.dry_run, targets=controls.targets, step_ids=controls.step_ids
         )
-        envelope = self.envelope
+        envelope = record.envelope
         if envelope is not None:
-            snapshot = self.parent_run_id is None or pipeline.has_agent
-            self.emit(
+            snapshot = record.parent_run_id is None or pipeline.has_agent
+            record.emit(
                 envelope.pipeline_started_with(
                     started_ms, plan.started_payload(pipeline, snapshot=snapshot)
                 )
             )
         if not plan.ok:
-            self.run_errors.extend(plan.errors)
-            return self.complete(plan, started_ms, t0, steps=False)
+            record.run_errors.extend(plan.errors)
+            return record.complete(plan, started_ms, t0, steps=False)
         if not self.validate_options(raw_input, validated):
-            return self.complete(plan, started_ms, t0, steps=False)
+            return record.complete(plan, started_ms, t0, steps=False)
         if envelope is not None:
             for ps, payload in zip(plan.steps, plan.planned_payloads(), strict=True):
-                self.emit(envelope.step_planned(now_ms(), step_id=ps.id, payload=payload))
+                record.emit(envelope.step_planned(now_ms(), step_id=ps.id, payload=payload))
 
         interrupted = False
         try:
@@ -219,33 +243,38 @@ class Run(RunState):
             # The task awaiting the run was cancelled: cancel the tree cooperatively, record
             # what never ran, finish the trace, and only then let the cancellation continue.
             interrupted = True
-            self.signal.cancel("The run was interrupted.")
-            self.stop = "cancelled"
+            record.signal.cancel("The run was interrupted.")
+            record.stop = "cancelled"
             for ps in plan.steps:
-                if ps.id not in self.reports:
-                    self.record_remaining(ps)
-        result = self.complete(plan, started_ms, t0, steps=True)
+                if ps.id not in record.reports:
+                    record.record_remaining(ps)
+        result = record.complete(plan, started_ms, t0, steps=True)
         if interrupted:
             raise asyncio.CancelledError
         return result
 
+    def validate_options(self, raw_input: Any, validated: Any) -> bool:
+        return self.record.validate_options(raw_input, validated)
+
     async def sequential(self, plan: Plan) -> None:
+        record = self.record
         for ps in plan.steps:
-            if self.stop is not None:
-                self.record_remaining(ps)
+            if record.stop is not None:
+                record.record_remaining(ps)
             elif not self.settled_without_running(ps):
-                await self.start(ps, self.inputs(ps))
+                await self.start(ps, record.inputs(ps))
 
     async def concurrent(self, plan: Plan) -> None:
+        record = self.record
         pending = list(plan.steps)
         active: dict[asyncio.Task[None], PlanStep] = {}
-        limit = self.controls.max_concurrency
+        limit = record.controls.max_concurrency
         try:
             while pending or active:
                 waiting: list[PlanStep] = []
                 for ps in pending:
-                    if self.stop is not None or any(
-                        dep not in self.state for dep in ps.step.dependency_ids
+                    if record.stop is not None or any(
+                        dep not in record.state for dep in ps.step.dependency_ids
                     ):
                         waiting.append(ps)
                         continue
@@ -254,18 +283,18 @@ class Run(RunState):
                     if len(active) >= limit:
                         waiting.append(ps)
                         continue
-                    task = asyncio.ensure_future(self.start_quietly(ps, self.inputs(ps)))
+                    task = asyncio.ensure_future(self.start_quietly(ps, record.inputs(ps)))
                     active[task] = ps
                 pending = waiting
                 if not active:
                     for ps in pending:
-                        self.record_remaining(ps)
+                        record.record_remaining(ps)
                     return
                 done, _ = await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     del active[task]
         except asyncio.CancelledError:
-            self.signal.cancel("The run was interrupted.")
+            record.signal.cancel("The run was interrupted.")
             for task in active:
                 task.cancel()
             if active:
@@ -275,8 +304,9 @@ class Run(RunState):
     # -- one step -----------------------------------------------------------------------------
     def settled_without_running(self, ps: PlanStep) -> bool:
         """Apply the skip ladder and the cancel check; record the step if it must not start."""
+        record = self.record
         step = ps.step
-        dry_run = self.controls.dry_run
+        dry_run = record.controls.dry_run
         if (
             not ps.selected
             or step.depends_on
@@ -287,36 +317,18 @@ class Run(RunState):
                 step,
                 selected=ps.selected,
                 dry_run=dry_run,
-                is_met=self.is_met,
-                gate_failed=self.gate_failed,
+                is_met=record.is_met,
+                gate_failed=record.gate_failed,
             )
         else:
             disposition = None  # nothing on the ladder can apply: skip the call
         if disposition is not None:
-            self.skipped(ps, disposition[0], dependency_id=disposition[1])
+            record.skipped(ps, disposition[0], dependency_id=disposition[1])
             return True
-        if self.signal.cancelled:
-            self.cancelled_unstarted(ps)
+        if record.signal.cancelled:
+            record.cancelled_unstarted(ps)
             return True
         return False
-
-    def is_met(self, dep: str) -> bool:
-        """A required dependency completed or was policy-skipped (it published)."""
-        return self.state.get(dep) in _PUBLISHED
-
-    def gate_failed(self, gate: str) -> bool:
-        """A failure gate failed or was cancelled."""
-        return self.state.get(gate) in _GATE_FAILED
-
-    def inputs(self, ps: PlanStep) -> dict[str, Any]:
-        """Required dependency outputs plus the optional ones that were published."""
-        s = ps.step
-        outputs = self.outputs
-        inputs = {dep: outputs[dep] for dep in s.depends_on}
-        for dep in s.optional_depends_on:
-            if dep in outputs:
-                inputs[dep] = outputs[dep]
-        return inputs
 
     async def start_quietly(self, ps: PlanStep, inputs: dict[str, Any]) -> None:
         try:
@@ -325,75 +337,79 @@ class Run(RunState):
             return  # recorded by start(); the scheduler decides what happens next
 
     async def start(self, ps: PlanStep, inputs: dict[str, Any]) -> None:
+        record = self.record
         s = ps.step
         if s.skip is not None and await self.policy_skipped(ps, inputs):
             return
-        attempt = self.open_attempt(ps)
-        ctx = self.context(ps.id, attempt.id)
+        attempt = record.open_attempt(ps)
+        ctx = record.context(ps.id, attempt.id)
         from_handler = not s.orchestration
         try:
-            value = call_step(s, inputs, ctx, self.env, dry_run=self.controls.dry_run)
+            value = call_step(s, inputs, ctx, record.env, dry_run=record.controls.dry_run)
             if is_awaitable(value):
                 value = await value
             from_handler = False
             value = checked_output(s, ps.id, value)
         except asyncio.CancelledError as exc:
             ctx.close()
-            self.failed(ps, attempt, exc)
+            record.failed(ps, attempt, exc)
             raise
         except BaseException as exc:  # user code may raise SystemExit or its own BaseException
             ctx.close()
-            self.failed(ps, attempt, exc, from_handler=from_handler)
+            record.failed(ps, attempt, exc, from_handler=from_handler)
             return
         ctx.close()
-        self.completed(ps, attempt, value)
+        record.completed(ps, attempt, value)
 
     async def policy_skipped(self, ps: PlanStep, inputs: dict[str, Any]) -> bool:
+        record = self.record
         step = ps.step
         assert step.skip is not None
         try:
-            decision = await maybe_await(step.skip(inputs, self.context(ps.id, None)))
+            decision = await maybe_await(step.skip(inputs, record.context(ps.id, None)))
             parsed = _parse_skip(decision)
         except asyncio.CancelledError as exc:
-            self.failed(ps, None, exc)
+            record.failed(ps, None, exc)
             raise
         except BaseException as exc:
-            self.failed(ps, self.open_attempt(ps), exc)
+            record.failed(ps, record.open_attempt(ps), exc)
             return True
         if parsed is None:
             return False
         message, value = parsed
         attempt = None
         if step.output_schema is not None:
-            attempt = self.open_attempt(ps)
+            attempt = record.open_attempt(ps)
             try:
                 value = step.output_schema.validate(value)
             except SchemaValidationError as exc:
-                self.failed(ps, attempt, OutputInvalidError(ps.id, exc))
+                record.failed(ps, attempt, OutputInvalidError(ps.id, exc))
                 return True
-        self.outputs[ps.id] = value
-        self.skipped(ps, "policy", message=message, attempt=attempt, state="policy")
+        record.outputs[ps.id] = value
+        record.skipped(ps, "policy", message=message, attempt=attempt, state="policy")
         return True
 
     async def finalize_if_allowed(self, plan: Plan) -> None:
-        if self.step_errors and (
-            not self.controls.continue_on_error
-            or any(e.kind == "cancellation" for e in self.step_errors.values())
+        record = self.record
+        if record.step_errors and (
+            not record.controls.continue_on_error
+            or any(e.kind == "cancellation" for e in record.step_errors.values())
         ):
             return
-        finalizer = self.pipeline.finalizer
+        pipeline = record.pipeline
+        finalizer = pipeline.finalizer
         if (
             finalizer.kind == "step"
-            and self.envelope is None
-            and self.pipeline.result_schema is None
-            and not self.signal.cancelled
-            and finalizer.required[0] in self.outputs
+            and record.envelope is None
+            and pipeline.result_schema is None
+            and not record.signal.cancelled
+            and finalizer.required[0] in record.outputs
         ):
             # The common case (agents, turns, tools): the result is one published output.
-            self.value = self.outputs[finalizer.required[0]]
-            self.finalized = True
+            record.value = record.outputs[finalizer.required[0]]
+            record.finalized = True
             return
-        await finalize(self, plan)
+        await finalize(record, plan)
 
 
 def _parse_skip(decision: Any) -> tuple[str | None, Any] | None:

@@ -249,7 +249,7 @@ class _TakeOver(Run):
 
     def validate_options(self, raw_input: Any, validated: Any) -> bool:
         if self.options_error is not None:
-            self.options_rejected(self.options_error)
+            self.record.options_rejected(self.options_error)
             return False
         return super().validate_options(raw_input, validated)
 
@@ -263,15 +263,16 @@ class _TakeOver(Run):
         if done is None:
             await super().start(ps, inputs)
             return
-        self.attempts += 1
+        record = self.record
+        record.attempts += 1
         error = done.error
         if error is None:
-            self.completed(ps, done.attempt, done.value)
+            record.completed(ps, done.attempt, done.value)
         elif isinstance(error, asyncio.CancelledError):
-            self.failed(ps, done.attempt, error)
+            record.failed(ps, done.attempt, error)
             raise error
         else:
-            self.failed(ps, done.attempt, error, from_handler=done.from_handler)
+            record.failed(ps, done.attempt, error, from_handler=done.from_handler)
 
 
 async def value_of(child: Awaitable[PipelineRun]) -> tuple[bool, Any]:

@@ -12,7 +12,7 @@ from tubeless.pipeline._results import PipelineRun as PipelineRunType
 from tubeless.schema import Schema
 
 if TYPE_CHECKING:
-    from tubeless.durable._store import CheckpointStore
+    from tubeless.durable import CheckpointStore
     from tubeless.pipeline._cancel import CancelToken
     from tubeless.pipeline._plan import Plan
     from tubeless.pipeline._results import DefinitionIdentity, PipelineRun

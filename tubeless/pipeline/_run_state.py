@@ -35,6 +35,9 @@ StepState = Literal["completed", "skipped", "cancelled", "failed", "policy"]
 #: Pass as ``validated`` when the input still needs the options schema.
 UNVALIDATED: Any = object()
 
+_PUBLISHED = frozenset({"completed", "policy"})
+_GATE_FAILED = frozenset({"failed", "cancelled"})
+
 
 class Attempt(NamedTuple):
     """One attempt of a step: its id, when it started, and the clock reading for its duration."""
@@ -49,8 +52,10 @@ class Attempt(NamedTuple):
 class RunState:
     """The mutable state of one run, and everything that records what happened to it.
 
-    The scheduler (:class:`tubeless.pipeline._execute.Run`, a subclass) decides what runs; this
-    class turns each outcome into immutable reports, errors and trace records.
+    The scheduler (:class:`tubeless.pipeline._execute.Run`) holds one as its ``record``, decides
+    what runs and tells it each outcome; this class turns them into immutable reports, errors
+    and trace records, and answers what the scheduler asks of the state so far (``is_met``,
+    ``gate_failed``, ``inputs``).
     """
 
     __slots__ = (
@@ -173,6 +178,24 @@ class RunState:
             envelope=self.envelope,
             attempt_id=attempt_id,
         )
+
+    def is_met(self, dep: str) -> bool:
+        """A required dependency completed or was policy-skipped (it published)."""
+        return self.state.get(dep) in _PUBLISHED
+
+    def gate_failed(self, gate: str) -> bool:
+        """A failure gate failed or was cancelled."""
+        return self.state.get(gate) in _GATE_FAILED
+
+    def inputs(self, ps: PlanStep) -> dict[str, Any]:
+        """Required dependency outputs plus the optional ones that were published."""
+        s = ps.step
+        outputs = self.outputs
+        inputs = {dep: outputs[dep] for dep in s.depends_on}
+        for dep in s.optional_depends_on:
+            if dep in outputs:
+                inputs[dep] = outputs[dep]
+        return inputs
 
     # -- recording ----------------------------------------------------------------------------
     def completed(self, ps: PlanStep, attempt: Attempt, value: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from jinja2 import Undefined
 
 from tubeless.errors import TemplateError, one_line
-from tubeless.pipeline import interruptibly
+from tubeless.pipeline._spi import interruptibly
 from tubeless.project._budget import TemplateLimit, running
 from tubeless.project._sandbox import compile_expression, compile_text
 from tubeless.project._template_check import PARSE_ERRORS, template_problem

@@ -42,7 +42,7 @@ from tubeless.agent import DecisionContext
 from tubeless.errors import TemplateError, one_line
 from tubeless.frozen import FrozenDict, freeze, thaw
 from tubeless.providers._errors import PROVIDER_INVALID_RESPONSE, ProviderError
-from tubeless.tracing._server_text import looks_like_key
+from tubeless.tracing._spi import looks_like_key
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",

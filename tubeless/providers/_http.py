@@ -60,8 +60,8 @@ from typing import Any
 
 import httpx
 
-from tubeless.pipeline import CancelToken, RunCancelledError
-from tubeless.pipeline._resources import run_resource
+from tubeless.pipeline import CancelToken
+from tubeless.pipeline._spi import RunCancelledError, run_resource
 from tubeless.providers._errors import (
     PROVIDER_INVALID_RESPONSE,
     PROVIDER_NOT_CONFIGURED,

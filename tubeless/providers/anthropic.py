@@ -44,7 +44,7 @@ from tubeless.providers._settings import (
     count,
     object_at,
 )
-from tubeless.tracing._server_text import OTHER_REASON, recordable_model
+from tubeless.tracing._spi import OTHER_REASON, recordable_model
 
 __all__ = [
     "DEFAULT_ANTHROPIC_VERSION",

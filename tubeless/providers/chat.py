@@ -46,7 +46,7 @@ from tubeless.providers._settings import (
     count,
     object_at,
 )
-from tubeless.tracing._server_text import OTHER_REASON, recordable_model
+from tubeless.tracing._spi import OTHER_REASON, recordable_model
 
 __all__ = [
     "DEFAULT_BASE_URL",

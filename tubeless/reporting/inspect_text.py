@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from tubeless.agent._agent_step import remotes
+from tubeless.agent._spi import remotes
 from tubeless.frozen import thaw
 from tubeless.pipeline import DefinitionIdentity, Pipeline, Step
 from tubeless.reporting.graph import agent_tools

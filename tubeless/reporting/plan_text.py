@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tubeless.pipeline import Plan, PlanStep, SelectionReason
+from tubeless.pipeline import Plan
+from tubeless.pipeline._spi import PlanStep, SelectionReason
 
 __all__ = ["format_plan"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TextIO
 
 from tubeless.tracing._json import compact_ascii, compact_json
-from tubeless.tracing.reader import (
+from tubeless.tracing._read_checks import (
     MAX_LINE_BYTES,
     MAX_RECORDS,
     MAX_TRACE_BYTES,

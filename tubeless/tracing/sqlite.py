@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from tubeless.tracing._read_checks import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing._rows import COLUMNS, record_of, row_of
-from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = [

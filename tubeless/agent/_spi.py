@@ -1,0 +1,72 @@
+"""The service interface of the agent layer: what other packages may use of its private modules.
+
+Another package uses a private module of this one only through here: ``from tubeless.agent._spi
+import NAME``. The import-linter contract "Private modules stay inside their package"
+(``pyproject.toml``) refuses any other import of a ``tubeless.agent._*`` module from outside the
+package, so this list is everything other layers depend on beyond the public ``tubeless.agent``
+names. Users today: mcp (sourced tools, remotes), batch (cassette comparisons, budgets of a
+row), reporting (the remotes an agent lists) and ``tubeless.testing`` (the tape).
+
+Each name is loaded from its home module when first imported from here, so importing this
+module costs nothing and never loads a module its caller does not need.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tubeless.agent._agent_step import remotes
+    from tubeless.agent._cassette import _MISSING as MISSING
+    from tubeless.agent._cassette import first_difference, shown_value
+    from tubeless.agent._scope import ROOT_BUDGETS
+    from tubeless.agent._sources import Remote, SourceSession, sourced_tool
+    from tubeless.agent._tape import Recording, Replaying, recording, replaying
+    from tubeless.agent._tools import TOOL_NAME
+
+__all__ = [
+    "MISSING",
+    "ROOT_BUDGETS",
+    "TOOL_NAME",
+    "Recording",
+    "Remote",
+    "Replaying",
+    "SourceSession",
+    "first_difference",
+    "recording",
+    "remotes",
+    "replaying",
+    "shown_value",
+    "sourced_tool",
+]
+
+#: Each name's home: (module, attribute).
+_HOMES: dict[str, tuple[str, str]] = {
+    "MISSING": ("tubeless.agent._cassette", "_MISSING"),
+    "ROOT_BUDGETS": ("tubeless.agent._scope", "ROOT_BUDGETS"),
+    "Recording": ("tubeless.agent._tape", "Recording"),
+    "Remote": ("tubeless.agent._sources", "Remote"),
+    "Replaying": ("tubeless.agent._tape", "Replaying"),
+    "SourceSession": ("tubeless.agent._sources", "SourceSession"),
+    "TOOL_NAME": ("tubeless.agent._tools", "TOOL_NAME"),
+    "first_difference": ("tubeless.agent._cassette", "first_difference"),
+    "recording": ("tubeless.agent._tape", "recording"),
+    "remotes": ("tubeless.agent._agent_step", "remotes"),
+    "replaying": ("tubeless.agent._tape", "replaying"),
+    "shown_value": ("tubeless.agent._cassette", "shown_value"),
+    "sourced_tool": ("tubeless.agent._sources", "sourced_tool"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home[0]), home[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
