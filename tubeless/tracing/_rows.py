@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
+from tubeless.tracing._read_checks import TraceReadError, json_problem
 from tubeless.tracing._tails import progress_payload, running_progress
-from tubeless.tracing.reader import TraceReadError, json_problem
 from tubeless.tracing.records import ConstantPayload, TraceRecord
 
 __all__ = ["COLUMNS", "WIDTH", "Row", "record_of", "row_of"]

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from tubeless.tracing._dsn import URL_SCHEMES, is_postgres_url, redact_dsn, scrub
+from tubeless.tracing._read_checks import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing._rows import COLUMNS, Row, record_of, row_of
-from tubeless.tracing.reader import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 if TYPE_CHECKING:
