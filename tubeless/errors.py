@@ -90,6 +90,9 @@ Internal ones never reach a caller::
     _Interrupted                        tubeless.pipeline: a signal stopping a render, becomes
                                         RunCancelledError (a KeyboardInterrupt, so no ``except
                                         Exception`` in the interrupted code catches it)
+    RequestError                        tubeless.serve: a refused HTTP request; answered as
+                                        {"error": {code, message}} with its status (400-429)
+    BodyTooLarge                        tubeless.serve: a streamed body past 1 MiB, answered 413
 
 Plain data (never raised; recorded on runs and in traces)::
 

@@ -29,6 +29,7 @@ from tubeless.errors import (
     SERVE_BUSY,
     SERVE_CONFLICT,
     SERVE_NOT_FOUND,
+    UNKNOWN_ERROR,
 )
 from tubeless.serve._claims import Claims
 from tubeless.serve._entries import Entries, RequestError
@@ -228,7 +229,7 @@ class RunManager:
             self.registry.update(
                 row.run_id,
                 status="failed",
-                error={"code": getattr(exc, "code", "TUBELESS_ERROR"), "message": "internal"},
+                error={"code": getattr(exc, "code", UNKNOWN_ERROR), "message": "internal"},
             )
         finally:
             try:
