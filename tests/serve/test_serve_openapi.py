@@ -68,7 +68,7 @@ def test_every_operation_answers_as_its_document_says(server_url: str) -> None:
         def fuzz(case: Any, with_token: bool) -> None:
             headers = {"authorization": f"Bearer {TOKEN}"} if with_token else {}
             response = case.call(base_url=server_url, headers=headers, timeout=10)
-            assert response.status_code < 500, (operation.label, response.text)
+            assert response.status_code < 500, (case.operation.label, response.text)
             case.validate_response(
                 response, checks=[not_a_server_error, *chosen, _no_traceback], headers=headers
             )
