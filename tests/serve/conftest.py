@@ -181,8 +181,14 @@ class Served:
         self.project.write_text(_PROJECT.replace('"helpers:', f'"{name}:'), encoding="utf-8")
         self.servers: list[Server] = []
 
-    def start(self, *args: str, port: int | None = None, token: str | None = TOKEN) -> Server:
-        env = cli_env(SERVE_TEST_DIR=str(self.marks_dir))
+    def start(
+        self,
+        *args: str,
+        port: int | None = None,
+        token: str | None = TOKEN,
+        env: dict[str, str] | None = None,
+    ) -> Server:
+        env = cli_env(SERVE_TEST_DIR=str(self.marks_dir), **(env or {}))
         if token is not None:
             env["TUBELESS_SERVE_TOKEN"] = token
         else:

@@ -77,3 +77,17 @@ def test_several_workers_serve_the_same_runs(served: Served) -> None:
         named = client.get("/healthz", headers={"host": "tubeless.internal:8421"})
         assert named.status_code == 200
     assert httpx.get(f"{server.url}/healthz").status_code == 200
+
+
+def test_a_missing_extra_is_named_with_its_install_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a)
+    )
+    served = Served(tmp_path)
+    assert main(["serve", str(served.project)]) == 1
+    assert "pip install 'tubeless[serve]'" in capsys.readouterr().err

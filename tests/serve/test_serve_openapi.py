@@ -16,7 +16,7 @@ from tests.serve.conftest import TOKEN, Served
 
 schemathesis = pytest.importorskip("schemathesis")
 
-EXAMPLES = 12
+EXAMPLES = 8
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +37,7 @@ def _no_traceback(ctx: Any, response: Any, case: Any) -> bool | None:
     return None
 
 
+@pytest.mark.slow
 def test_every_operation_answers_as_its_document_says(server_url: str) -> None:
     from schemathesis.checks import load_all_checks
     from schemathesis.specs.openapi import checks

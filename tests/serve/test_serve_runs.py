@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from tests.serve.conftest import Served, read_stream, wait_status
 
 
@@ -42,14 +44,23 @@ def test_an_approval_needs_the_pending_calls_digest_and_the_run_then_resumes_by_
         assert again.status_code == 404
 
 
-def test_a_denied_call_becomes_an_outcome(served: Served) -> None:
-    server = served.start()
+def test_a_denied_call_becomes_an_outcome_and_a_quiet_stream_gets_keep_alive_comments(
+    served: Served,
+) -> None:
+    server = served.start(env={"TUBELESS_SERVE_KEEPALIVE_S": "0.2"})
     with server.client() as client:
         run = client.post(
             "/v1/entries/worker/runs",
             json={"input": {"text": "q", "mode": "publish"}, "wait_s": 30},
         ).json()
         (pending,) = run["pending_approvals"]
+        seen: list[str] = []
+        with client.stream("GET", f"/v1/runs/{run['run_id']}/events") as response:
+            for line in response.iter_lines():  # a waiting run writes nothing for a while
+                seen.append(line)
+                if line.startswith(":"):
+                    break
+        assert "event: status" in seen and seen[-1].startswith(": ping")
         client.post(
             f"/v1/runs/{run['run_id']}/approvals/c1",
             json={"approve": False, "digest": pending["digest"], "reason": "not today"},
@@ -90,6 +101,7 @@ def test_a_held_run_conflicts_on_its_key_is_cancelled_and_max_runs_answers_429(
         }
 
 
+@pytest.mark.slow
 def test_kill_9_mid_call_then_restart_finishes_the_run_without_repeating_the_unsafe_call(
     served: Served,
 ) -> None:
@@ -121,6 +133,7 @@ def test_kill_9_mid_call_then_restart_finishes_the_run_without_repeating_the_uns
     assert rest[-1]["event"] == "end"
 
 
+@pytest.mark.slow
 def test_two_servers_share_one_store_and_b_finishes_what_a_started(served: Served) -> None:
     served.hold()
     a = served.start()

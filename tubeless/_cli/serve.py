@@ -126,6 +126,7 @@ def serve(
         allow_hosts=allow_hosts,
         cors_origins=cors_origins,
         max_runs=max_runs,
+        keepalive_s=_keepalive_s(),
     )
     if os.path.abspath(config.checkpoints) == os.path.abspath(config.trace):
         raise click.UsageError(
@@ -139,6 +140,19 @@ def serve(
         err=True,
     )
     _run_uvicorn(config, workers)
+
+
+def _keepalive_s() -> float:
+    """Seconds between the event streams' keep-alive comments (``TUBELESS_SERVE_KEEPALIVE_S``,
+    default 15: proxies commonly close a connection quiet for 30 to 60 seconds)."""
+    text = os.environ.get("TUBELESS_SERVE_KEEPALIVE_S", "15")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.05 <= value <= 3600:
+        raise click.UsageError("TUBELESS_SERVE_KEEPALIVE_S must be a number of seconds (0.05-3600)")
+    return value
 
 
 def _run_uvicorn(config: object, workers: int) -> None:

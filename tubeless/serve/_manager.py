@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from tubeless.errors import (
     APPROVAL_REQUIRED,
     CHECKPOINT_LOCKED,
+    FINAL_RESULT_VALIDATION_FAILED,
     RUN_CANCELLED,
     SERVE_BUSY,
     SERVE_CONFLICT,
@@ -244,15 +245,27 @@ class RunManager:
                 local.done.set()
 
     def _document(self, key: str) -> dict[str, Any] | None:
-        """The key's checkpoint document as plain JSON (read without taking its lease)."""
-        for stored in self.store.list():
-            if stored.key == key:
-                try:
-                    found = json.loads(stored.document)
-                except ValueError:
-                    return None
-                return found if isinstance(found, dict) else None
-        return None
+        """The key's checkpoint document as plain JSON, read once its run let the lease go.
+
+        Only the worker holding the run's claim calls this, so no other run of the key can be
+        starting; a lease held anyway (``tubeless approve`` from a terminal) falls back to
+        reading every stored document without a lease.
+        """
+        from tubeless.errors import CheckpointError
+
+        text: str | None = None
+        try:
+            with self.store.acquire(key) as lease:
+                text = lease.read()
+        except CheckpointError:
+            text = next((s.document for s in self.store.list() if s.key == key), None)
+        if text is None:
+            return None
+        try:
+            found = json.loads(text)
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
 
     def _record_end(self, row: RunRow, run: PipelineRun, local: _Local) -> None:
         document = self._document(row.key) or {}
@@ -260,9 +273,21 @@ class RunManager:
         if run.status == "completed":
             from pydantic_core import to_jsonable_python
 
-            self.registry.update(
-                row.run_id, status="completed", result=to_jsonable_python(run.value), **progress
-            )
+            result = to_jsonable_python(run.value)
+            try:
+                json.dumps(result, allow_nan=False)
+            except ValueError:  # NaN, an infinity: no JSON answer can carry it
+                self.registry.update(
+                    row.run_id,
+                    status="failed",
+                    error={
+                        "code": FINAL_RESULT_VALIDATION_FAILED,
+                        "message": "the result cannot be written as JSON (NaN or an infinity)",
+                    },
+                    **progress,
+                )
+                return
+            self.registry.update(row.run_id, status="completed", result=result, **progress)
             return
         first = run.errors[0] if run.errors else None
         code = (first.source_code or first.code) if first is not None else None
