@@ -3,10 +3,12 @@ servers: each on its own ``tubeless serve`` process(es)."""
 
 from __future__ import annotations
 
+import signal
 from collections import Counter
 
 import pytest
 
+from tests.fixtures.processes import HANG_GUARD
 from tests.serve.conftest import Served, read_stream, wait_status
 
 
@@ -150,3 +152,23 @@ def test_two_servers_share_one_store_and_b_finishes_what_a_started(served: Serve
     # A safe call interrupted by the kill runs again on B.
     assert done["result"] == {"outs": ["S-1"]}
     assert len(served.marks()) == 2
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_sync_tool_call_stops_the_server_and_the_run_resumes_at_the_next_start(
+    served: Served,
+) -> None:
+    served.hold()
+    server = served.start()
+    with server.client() as client:
+        run = client.post("/v1/entries/worker/runs", json={"input": {"text": "t"}}).json()
+        served.wait_holding()
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(HANG_GUARD) == 0  # after the grace period, not the tool's end
+    assert "they resume at the next start" in server.stderr()
+    served.release()
+    again = served.start(port=server.port)
+    with again.client() as client:
+        done = wait_status(client, run["run_id"], {"completed", "failed"})
+    assert done["result"] == {"outs": ["TUBELESS_AGENT_CALL_INTERRUPTED"]}
+    assert len(served.marks()) == 1

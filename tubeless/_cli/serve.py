@@ -127,6 +127,7 @@ def serve(
         cors_origins=cors_origins,
         max_runs=max_runs,
         keepalive_s=_keepalive_s(),
+        exit_when_stuck=True,
     )
     if os.path.abspath(config.checkpoints) == os.path.abspath(config.trace):
         raise click.UsageError(

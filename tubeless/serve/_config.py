@@ -62,6 +62,11 @@ class ServeConfig:
     max_runs: int = 16
     sweep_s: float = 1.0
     keepalive_s: float = 15.0
+    stop_grace_s: float = 5.0
+    """How long a stopping worker waits for runs to settle (a synchronous tool cannot be
+    interrupted)."""
+    exit_when_stuck: bool = False
+    """Leave the process at once when runs did not settle in time (the CLI sets it)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @staticmethod

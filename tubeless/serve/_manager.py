@@ -90,7 +90,14 @@ class RunManager:
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="tubeless-serve-sweep")
 
     async def stop(self) -> None:
-        """Cancel this worker's runs (left resumable) and close the stores."""
+        """Cancel this worker's runs (left resumable) and close the stores.
+
+        A run whose tool is a synchronous handler cannot be interrupted: it settles when the
+        handler returns. After ``stop_grace_s`` the worker stops waiting for such runs; with
+        ``exit_when_stuck`` (the CLI) it then leaves at once, everything flushed and closed, as
+        ``tubeless run`` does after a second signal: their checkpoints resume at the next start
+        (an unsafe call that was running is not run again).
+        """
         self._stopping = True
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -99,13 +106,26 @@ class RunManager:
         tasks = [local.task for local in self._local.values() if local.task is not None]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        stuck: set[asyncio.Task[None]] = set()
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=self.config.stop_grace_s)
         self.claims.release_all()
         for close in (self.sink.close, self.store.close, self.registry.close):
             with contextlib.suppress(Exception):
                 close()
+        if stuck:
+            log.warning(
+                "serve: stopped while %d run(s) were in a tool call; they resume at the next start",
+                len(stuck),
+            )
+            if self.config.exit_when_stuck:
+                import os
+                import sys
+
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+                os._exit(0)
 
     async def _sweep_forever(self) -> None:
         while True:
