@@ -14,6 +14,8 @@ import click
 
 __all__ = ["serve"]
 
+KEEPALIVE_ENV = "TUBELESS_SERVE_KEEPALIVE_S"
+
 
 def _is_url(value: str | None) -> bool:
     return value is not None and value.startswith(("postgresql://", "postgres://"))
@@ -146,13 +148,13 @@ def serve(
 def _keepalive_s() -> float:
     """Seconds between the event streams' keep-alive comments (``TUBELESS_SERVE_KEEPALIVE_S``,
     default 15: proxies commonly close a connection quiet for 30 to 60 seconds)."""
-    text = os.environ.get("TUBELESS_SERVE_KEEPALIVE_S", "15")
+    text = os.environ.get(KEEPALIVE_ENV, "15")
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0.05 <= value <= 3600:
-        raise click.UsageError("TUBELESS_SERVE_KEEPALIVE_S must be a number of seconds (0.05-3600)")
+        raise click.UsageError(f"{KEEPALIVE_ENV} must be a number of seconds (0.05-3600)")
     return value
 
 
