@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -23,9 +22,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tubeless.errors import (
-    APPROVAL_REQUIRED,
-    CHECKPOINT_LOCKED,
-    FINAL_RESULT_VALIDATION_FAILED,
     RUN_CANCELLED,
     SERVE_BUSY,
     SERVE_CONFLICT,
@@ -33,6 +29,7 @@ from tubeless.errors import (
     UNKNOWN_ERROR,
 )
 from tubeless.serve._claims import Claims
+from tubeless.serve._ends import read_document, record_end, run_view
 from tubeless.serve._entries import Entries, RequestError
 from tubeless.serve._metrics import Metrics
 from tubeless.serve._registry import LIVE, RunRegistry, RunRow
@@ -44,15 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["RunManager"]
 
 log = logging.getLogger("tubeless.serve")
-
-_USAGE_KEYS = ("decisions", "calls", "input_tokens", "output_tokens", "total_tokens", "cost_usd")
-
-
-def iso(ms: int) -> str:
-    """Epoch milliseconds as RFC 3339 UTC text."""
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -264,73 +252,9 @@ class RunManager:
                 self.claims.release(row.run_id)
                 local.done.set()
 
-    def _document(self, key: str) -> dict[str, Any] | None:
-        """The key's checkpoint document as plain JSON, read once its run let the lease go.
-
-        Only the worker holding the run's claim calls this, so no other run of the key can be
-        starting; a lease held anyway (``tubeless approve`` from a terminal) falls back to
-        reading every stored document without a lease.
-        """
-        from tubeless.errors import CheckpointError
-
-        text: str | None = None
-        try:
-            with self.store.acquire(key) as lease:
-                text = lease.read()
-        except CheckpointError:
-            text = next((s.document for s in self.store.list() if s.key == key), None)
-        if text is None:
-            return None
-        try:
-            found = json.loads(text)
-        except ValueError:
-            return None
-        return found if isinstance(found, dict) else None
-
     def _record_end(self, row: RunRow, run: PipelineRun, local: _Local) -> None:
-        document = self._document(row.key) or {}
-        progress = _progress(document, row.entry)
-        if run.status == "completed":
-            from pydantic_core import to_jsonable_python
-
-            result = to_jsonable_python(run.value)
-            try:
-                json.dumps(result, allow_nan=False)
-            except ValueError:  # NaN, an infinity: no JSON answer can carry it
-                self.registry.update(
-                    row.run_id,
-                    status="failed",
-                    error={
-                        "code": FINAL_RESULT_VALIDATION_FAILED,
-                        "message": "the result cannot be written as JSON (NaN or an infinity)",
-                    },
-                    **progress,
-                )
-                return
-            self.registry.update(row.run_id, status="completed", result=result, **progress)
-            return
-        first = run.errors[0] if run.errors else None
-        code = (first.source_code or first.code) if first is not None else None
-        if run.status == "cancelled":
-            if local.user_cancelled:
-                self.registry.update(
-                    row.run_id,
-                    status="cancelled",
-                    error={"code": RUN_CANCELLED, "message": "the run was cancelled"},
-                    **progress,
-                )
-            return  # otherwise a signal stopped it (shutdown): it resumes later
-        if code == CHECKPOINT_LOCKED:
-            return  # another worker holds the key; it records the end
-        if code == APPROVAL_REQUIRED or document.get("status") == "waiting":
-            pending = [_pending(p, row.run_id, document) for p in _requests(document)]
-            self.registry.update(
-                row.run_id, status="waiting", error=None, pending=pending, **progress
-            )
-            return
-        message = first.message if first is not None else "the run failed"
-        self.registry.update(
-            row.run_id, status="failed", error={"code": code, "message": message}, **progress
+        record_end(
+            self.registry, row, run, read_document(self.store, row.key), local.user_cancelled
         )
 
     # -- reading ---------------------------------------------------------------------------------
@@ -342,25 +266,7 @@ class RunManager:
 
     def view(self, row: RunRow) -> dict[str, Any]:
         """The run object of the API."""
-        shown: dict[str, Any] = {
-            "run_id": row.run_id,
-            "entry": row.entry,
-            "key": row.key,
-            "status": row.status,
-        }
-        if row.status == "completed":
-            shown["result"] = row.result
-        if row.error is not None and row.status in ("failed", "cancelled"):
-            shown["error"] = row.error
-        shown.update(
-            turns=row.turns,
-            calls=row.calls,
-            usage=row.usage or {},
-            pending_approvals=self.registry.pending(row.run_id) if row.status == "waiting" else [],
-            created_at=iso(row.created_at_ms),
-            updated_at=iso(row.updated_at_ms),
-        )
-        return shown
+        return run_view(self.registry, row)
 
     async def wait(self, run_id: str, wait_s: float) -> RunRow:
         """The run once it is no longer queued or running, or after ``wait_s``."""
@@ -457,42 +363,3 @@ class RunManager:
         for row in self.registry.with_status(("waiting",)):
             found.extend(self.registry.pending(row.run_id))
         return found
-
-
-def _progress(document: dict[str, Any], entry: str) -> dict[str, Any]:
-    """``turns``, ``calls`` and ``usage`` of the entry agent, from its checkpoint document."""
-    agents = document.get("agents")
-    root = agents.get(entry) if isinstance(agents, dict) else None
-    if not isinstance(root, dict):
-        return {"turns": 0, "calls": 0, "usage": {}}
-    saved = root.get("budget")
-    budget: dict[str, Any] = saved if isinstance(saved, dict) else {}
-    turn = root.get("turn")
-    calls = budget.get("calls")
-    usage = {k: budget[k] for k in _USAGE_KEYS if isinstance(budget.get(k), (int, float, str))}
-    return {
-        "turns": turn if isinstance(turn, int) else 0,
-        "calls": calls if isinstance(calls, int) else 0,
-        "usage": usage,
-    }
-
-
-def _requests(document: dict[str, Any]) -> list[dict[str, Any]]:
-    approvals = document.get("approvals")
-    pending = approvals.get("pending") if isinstance(approvals, dict) else None
-    return [p for p in pending or () if isinstance(p, dict)]
-
-
-def _pending(request: dict[str, Any], run_id: str, document: dict[str, Any]) -> dict[str, Any]:
-    updated = document.get("updated_at_ms")
-    return {
-        "run_id": run_id,
-        "key": request.get("key", document.get("key")),
-        "route": request.get("route"),
-        "turn": request.get("turn"),
-        "call_id": request.get("call_id"),
-        "tool": request.get("tool"),
-        "input": request.get("input"),
-        "digest": request.get("digest"),
-        "requested_at": iso(updated if isinstance(updated, int) else int(time.time() * 1000)),
-    }
