@@ -94,6 +94,7 @@ def record_end(
         if user_cancelled:
             registry.update(
                 row.run_id,
+                durable=True,
                 status="cancelled",
                 error={"code": RUN_CANCELLED, "message": "the run was cancelled"},
                 **progress,

@@ -293,7 +293,7 @@ class RunManager:
             local.user_cancelled = True
             local.token.cancel("cancelled through the API")
             return row
-        self.registry.update(run_id, cancel_requested=True)
+        self.registry.update(run_id, durable=True, cancel_requested=True)
         if self.claims.take(run_id):  # nobody runs it (waiting, or not yet picked up)
             try:
                 self._finish_cancelled(run_id)
@@ -302,10 +302,12 @@ class RunManager:
         return self.get(run_id)
 
     def _finish_cancelled(self, run_id: str) -> None:
-        self.registry.set_status_if(run_id, LIVE, "cancelled")
-        self.registry.update(
-            run_id, error={"code": RUN_CANCELLED, "message": "the run was cancelled"}
-        )
+        if self.registry.set_status_if(run_id, LIVE, "cancelled"):
+            self.registry.update(
+                run_id,
+                durable=True,
+                error={"code": RUN_CANCELLED, "message": "the run was cancelled"},
+            )
 
     def answer(
         self, run_id: str, call_id: str, *, approve: bool, digest: str, reason: str | None
