@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -54,8 +55,9 @@ async def stream_events(request: Request, manager: RunManager) -> Response:
         nonlocal after
         shown: str | None = None
         while True:
-            records = await asyncio.to_thread(
-                read_since, source, run_id=run_id, after=after, limit=_BATCH
+            records = await asyncio.get_running_loop().run_in_executor(
+                manager.readers,
+                partial(read_since, source, run_id=run_id, after=after, limit=_BATCH),
             )
             for sequence, record in records:
                 after = sequence

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +70,9 @@ class RunManager:
         self.claims = Claims(config.claims)
         self.metrics = Metrics()
         self._local: dict[str, _Local] = {}
+        # Event streams read the trace store here, not in the default executor, where
+        # synchronous tool handlers may hold every thread for as long as they run.
+        self.readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tubeless-serve-read")
         self._sweeper: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -98,6 +102,7 @@ class RunManager:
         if tasks:
             _, stuck = await asyncio.wait(tasks, timeout=self.config.stop_grace_s)
         self.claims.release_all()
+        self.readers.shutdown(wait=False, cancel_futures=True)
         for close in (self.sink.close, self.store.close, self.registry.close):
             with contextlib.suppress(Exception):
                 close()
