@@ -107,3 +107,12 @@ def test_the_depth_bound_matches_the_nesting(value: Any, wrap: int) -> None:
     for _ in range(wrap):
         value = [value]
     assert _depth_ok(value) == (_depth(value) <= 64)
+
+
+def test_a_self_authenticating_mount_is_passed_through_and_nothing_beside_it() -> None:
+    guard = Guard(_inner, token=TOKEN, hosts=HOSTS, cors_origins=(), self_authenticated=("/ui",))
+    assert [guard._open(p) for p in ("/ui", "/ui/runs/x", "/uix", "/v1/runs", "/healthz")] == [
+        True, True, False, False, True
+    ]  # fmt: skip
+    plain = Guard(_inner, token=TOKEN, hosts=HOSTS, cors_origins=())
+    assert not plain._open("/ui/runs")

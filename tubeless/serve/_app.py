@@ -77,7 +77,8 @@ def create_app(
         config: The whole configuration (``project`` and the options below are then ignored).
         token: The bearer token required (``None``: no auth; the CLI only allows that on a
             loopback address).
-        ui: A factory of the web pages' ASGI app, mounted at ``/ui`` (``tubeless ui`` adds it).
+        ui: A factory of the web pages' ASGI app, mounted at ``/ui``; it gets the run manager
+            and must authenticate its own requests (the bearer guard passes ``/ui`` through).
         options: ``ServeConfig`` fields: ``checkpoints``, ``trace``, ``allow_hosts``,
             ``cors_origins``, ``max_runs``, ...
     """
@@ -126,4 +127,10 @@ def create_app(
         },
     )
     app.state.manager = manager
-    return Guard(app, token=config.token, hosts=config.hosts(), cors_origins=config.cors_origins)
+    return Guard(
+        app,
+        token=config.token,
+        hosts=config.hosts(),
+        cors_origins=config.cors_origins,
+        self_authenticated=("/ui",) if ui is not None else (),
+    )

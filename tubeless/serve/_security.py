@@ -6,7 +6,9 @@
    allowed origin is answered here; answers to allowed origins carry
    ``Access-Control-Allow-Origin``.
 3. Bearer token on everything except ``/healthz``, ``/openapi.json`` and the agent card,
-   compared in constant time; 401 ``TUBELESS_SERVE_UNAUTHORIZED`` otherwise.
+   compared in constant time; 401 ``TUBELESS_SERVE_UNAUTHORIZED`` otherwise. Mounts that
+   authenticate by themselves (``/ui``, whose pages exchange the token for a cookie) are
+   passed through; the Host, CORS and size guards still apply to them.
 4. Bodies over ``MAX_BODY_BYTES``: 413 ``TUBELESS_SERVE_TOO_LARGE``, from ``Content-Length``
    before anything is read, or as soon as a streamed body passes the limit.
 5. Anything a route raises that it did not mean: 500 with a code and a message, never a trace.
@@ -93,8 +95,10 @@ class Guard:
         hosts: frozenset[str],
         cors_origins: tuple[str, ...],
         max_body: int = MAX_BODY_BYTES,
+        self_authenticated: tuple[str, ...] = (),
     ) -> None:
         self.app = app
+        self.self_authenticated = self_authenticated
         self.token = token
         self.hosts = hosts
         self.origins = frozenset(cors_origins)
@@ -122,7 +126,7 @@ class Guard:
             await self._preflight(send, origin)
             return
         path = scope.get("path", "")
-        if self.token is not None and path not in OPEN_PATHS and not path.startswith("/ui/static"):
+        if self.token is not None and not self._open(path):
             presented = _bearer(_header(scope, b"authorization"))
             if not token_matches(self.token, presented):
                 await _answer(
@@ -142,6 +146,13 @@ class Guard:
             )
             return
         await self._inner(scope, receive, send, origin if allowed_origin else None)
+
+    def _open(self, path: str) -> bool:
+        """Whether ``path`` needs no bearer token here: the open paths, and the mounts that
+        authenticate by themselves (the web pages: the token exchanged for a cookie)."""
+        if path in OPEN_PATHS:
+            return True
+        return any(path == p or path.startswith(p + "/") for p in self.self_authenticated)
 
     async def _preflight(self, send: Send, origin: str) -> None:
         await send(
