@@ -91,3 +91,16 @@ def test_a_missing_extra_is_named_with_its_install_command(
     served = Served(tmp_path)
     assert main(["serve", str(served.project)]) == 1
     assert "pip install 'tubeless[serve]'" in capsys.readouterr().err
+
+
+def test_an_unusable_store_fails_before_anything_listens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served = Served(tmp_path)
+    bad = tmp_path / "c.sqlite"
+    bad.write_text("not a database")
+    bad.chmod(0o600)
+    args = ["serve", str(served.project), "--checkpoints", str(bad), "--workers", "2"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "error: TUBELESS_CHECKPOINT_INVALID" in err and "serving" not in err

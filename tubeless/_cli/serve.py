@@ -135,6 +135,9 @@ def serve(
         raise click.UsageError(
             "--checkpoints and --trace name the same file: checkpoints hold inputs, traces never"
         )
+    from tubeless.serve._manager import RunManager
+
+    RunManager.check_stores(config)  # a store that cannot be used fails before anything listens
     shown = f"[{host}]" if ":" in host else host
     auth = "no auth" if token is None else "bearer token required"
     click.echo(

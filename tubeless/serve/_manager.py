@@ -76,6 +76,17 @@ class RunManager:
         self._sweeper: asyncio.Task[None] | None = None
         self._stopping = False
 
+    @staticmethod
+    def check_stores(config: ServeConfig) -> None:
+        """Open and close the stores once, so a store that cannot be used fails here, with its
+        code, rather than in every worker process as it starts."""
+        from tubeless.durable import SqliteCheckpoints
+        from tubeless.tracing import SqliteSink
+
+        SqliteCheckpoints(config.checkpoints).close()
+        SqliteSink(config.trace).close()
+        RunRegistry(config.registry).close()
+
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         self._sweep()
