@@ -94,9 +94,10 @@ def test_a_missing_extra_is_named_with_its_install_command(
 
 
 def test_an_unusable_store_fails_before_anything_listens(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     served = Served(tmp_path)
+    monkeypatch.setenv("SERVE_TEST_DIR", str(served.marks_dir))
     bad = tmp_path / "c.sqlite"
     bad.write_text("not a database")
     bad.chmod(0o600)
