@@ -16,6 +16,7 @@ from tubeless.errors import (
     CHECKPOINT_LOCKED,
     FINAL_RESULT_VALIDATION_FAILED,
     RUN_CANCELLED,
+    UNKNOWN_ERROR,
 )
 from tubeless.serve._registry import RunRegistry, RunRow
 
@@ -108,7 +109,10 @@ def record_end(
         return
     message = first.message if first is not None else "the run failed"
     registry.update(
-        row.run_id, status="failed", error={"code": code, "message": message}, **progress
+        row.run_id,
+        status="failed",
+        error={"code": code or UNKNOWN_ERROR, "message": message},
+        **progress,
     )
 
 

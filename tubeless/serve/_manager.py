@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless.errors import (
     RUN_CANCELLED,
+    SERVE_BAD_REQUEST,
     SERVE_BUSY,
     SERVE_CONFLICT,
     SERVE_NOT_FOUND,
@@ -188,7 +189,7 @@ class RunManager:
             try:
                 check_key(key)
             except Exception as exc:
-                code = getattr(exc, "code", SERVE_CONFLICT)
+                code = getattr(exc, "code", SERVE_BAD_REQUEST)
                 raise RequestError(422, code, str(exc)) from None
         live = self.registry.live_on_key(key)
         if live is not None:
