@@ -55,6 +55,8 @@ def reduce(state, outcomes):
 def _work(text, ctx, kind):
     with open(_DIR / "marks.txt", "a") as f:
         f.write(f"{kind} {ctx.execution['idempotency_key']}\\n")
+    secret = sorted(k for k in os.environ if k.startswith("TUBELESS_SERVE"))
+    (_DIR / "environment.txt").write_text(" ".join(secret))
     if (_DIR / "hold").exists():
         (_DIR / "holding").write_text(text)
         deadline = time.monotonic() + 30

@@ -49,6 +49,8 @@ def test_a_waited_run_answers_200_with_the_run_object_and_its_result(
     assert run["result"] == {"outs": ["A-1", "A-2"]}
     assert run["key"].startswith("worker:") and run["pending_approvals"] == []
     assert client.get(f"/v1/runs/{run['run_id']}").json() == run
+    served, _ = shared  # the token was in the server's environment: its tools never see it
+    assert (served.marks_dir / "environment.txt").read_text() == ""
 
 
 def test_without_wait_s_a_run_is_202_and_then_completes(

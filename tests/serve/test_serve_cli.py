@@ -74,6 +74,8 @@ def test_several_workers_serve_the_same_runs(served: Served) -> None:
         ]
         for n, run_id in enumerate(ids):
             assert wait_status(client, run_id, {"completed"})["result"] == {"outs": [f"W{n}-1"]}
+        # Tools never see the token (nor the config the workers got it through).
+        assert (served.marks_dir / "environment.txt").read_text() == ""
         named = client.get("/healthz", headers={"host": "tubeless.internal:8421"})
         assert named.status_code == 200
     assert httpx.get(f"{server.url}/healthz").status_code == 200

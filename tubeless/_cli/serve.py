@@ -107,13 +107,15 @@ def serve(
     home = Path(project).resolve().parent / ".tubeless"
     token: str | None = None
     if not no_auth:
-        from tubeless._serve_token import load_token
+        from tubeless._serve_token import TOKEN_ENV, load_token
 
         try:
             found = load_token(home, token_file=token_file)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         token = found.value
+        # Read once: the processes that tools start never inherit it from this server.
+        os.environ.pop(TOKEN_ENV, None)
         if found.made:
             click.echo(
                 f"token: {found.value}  (saved 0600 to {found.source}; shown only now)", err=True

@@ -111,7 +111,9 @@ def to_environment(config: ServeConfig) -> str:
 
 
 def from_environment(environ: dict[str, str] | None = None) -> ServeConfig:
-    text = (os.environ if environ is None else environ)[CONFIG_ENV]
+    """The config a worker was given, taken out of the environment (it holds the token, which
+    the processes a tool starts must not inherit)."""
+    text = (os.environ if environ is None else environ).pop(CONFIG_ENV)
     data = json.loads(text)
     data["allow_hosts"] = tuple(data["allow_hosts"])
     data["cors_origins"] = tuple(data["cors_origins"])
