@@ -63,7 +63,12 @@ class Entries:
     """The entries of one project, and variants of its agents with tighter limits."""
 
     def __init__(self, project: Project) -> None:
+        from tubeless.project import check_project
+
         self.project = project
+        # The document as it was when the project loaded: a variant compiled later is that
+        # project with lower limits, whatever the file holds by then.
+        self._checked = check_project(project.path)
         self._variants: dict[tuple[str, tuple[tuple[str, int], ...]], Pipeline] = {}
         self._lock = threading.Lock()
 
@@ -177,10 +182,9 @@ class Entries:
         return found
 
     def _compile(self, entry_id: str, limits: dict[str, int]) -> Pipeline:
-        from tubeless.project import check_project
         from tubeless.project._compile import Compiler
 
-        checked = check_project(self.project.path)
+        checked = self._checked
         spec = checked.spec
         agent = spec.agents[entry_id]
         merged = {**agent.limits.model_dump(), **limits}
