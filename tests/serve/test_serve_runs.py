@@ -142,7 +142,9 @@ def test_two_servers_share_one_store_and_b_finishes_what_a_started(served: Serve
     b = served.start()
     with a.client() as client_a, b.client() as client_b:
         run = client_a.post(
-            "/v1/entries/worker/runs", json={"input": {"text": "s", "mode": "safe"}}
+            "/v1/entries/worker/runs",
+            # Tighter limits: B rebuilds the same agent from them, so the checkpoint matches.
+            json={"input": {"text": "s", "mode": "safe"}, "limits": {"max_calls": 5}},
         ).json()
         served.wait_holding()
         assert client_b.get(f"/v1/runs/{run['run_id']}").json()["status"] == "running"
