@@ -116,3 +116,35 @@ def test_a_self_authenticating_mount_is_passed_through_and_nothing_beside_it() -
     ]  # fmt: skip
     plain = Guard(_inner, token=TOKEN, hosts=HOSTS, cors_origins=())
     assert not plain._open("/ui/runs")
+
+
+def test_a_websocket_from_a_foreign_host_or_without_the_token_is_closed() -> None:
+    reached: list[str] = []
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+
+    guard = Guard(inner, token=TOKEN, hosts=HOSTS, cors_origins=())
+
+    def connect(headers: dict[str, str]) -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+        scope = {
+            "type": "websocket",
+            "path": "/ws",
+            "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+        }
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "websocket.connect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        asyncio.run(guard(scope, receive, send))
+        return sent
+
+    closed = {"type": "websocket.close", "code": 1008}
+    assert connect({"host": "evil.example", "authorization": f"Bearer {TOKEN}"}) == [closed]
+    assert connect({"host": "localhost"}) == [closed]
+    assert connect({"host": "localhost", "authorization": f"Bearer {TOKEN}"}) == []
+    assert reached == ["/ws"]

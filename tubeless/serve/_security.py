@@ -105,6 +105,15 @@ class Guard:
         self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # none is served; a mount's must pass the same checks
+            host = _header(scope, b"host")
+            token_ok = self.token is None or self._open(scope.get("path", ""))
+            token_ok = token_ok or token_matches(
+                self.token or "", _bearer(_header(scope, b"authorization"))
+            )
+            if host is None or _host_name(host) not in self.hosts or not token_ok:
+                await send({"type": "websocket.close", "code": 1008})
+                return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
