@@ -28,6 +28,7 @@ def test_a_missing_project_exits_2_and_a_postgres_url_is_refused(tmp_path: Path)
     assert main(["serve", str(served.project), "--checkpoints", "postgresql://x/y"]) == 1
 
 
+@pytest.mark.slow
 def test_the_token_is_made_once_0600_printed_once_and_reused(served: Served) -> None:
     first = served.start(token=None)
     lines = [line for line in first.stderr().splitlines() if line.startswith("token: ")]
