@@ -90,6 +90,9 @@ Internal ones never reach a caller::
     _Interrupted                        tubeless.pipeline: a signal stopping a render, becomes
                                         RunCancelledError (a KeyboardInterrupt, so no ``except
                                         Exception`` in the interrupted code catches it)
+    RequestError                        tubeless.serve: a refused HTTP request; answered as
+                                        {"error": {code, message}} with its status (400-429)
+    BodyTooLarge                        tubeless.serve: a streamed body past 1 MiB, answered 413
 
 Plain data (never raised; recorded on runs and in traces)::
 
@@ -237,6 +240,27 @@ BATCH_INPUT_INVALID = "TUBELESS_BATCH_INPUT_INVALID"
 BATCH_WORKER_DIED = "TUBELESS_BATCH_WORKER_DIED"
 #: An engine cannot be used: Ray not installed, or an entry workers cannot load from its files.
 BATCH_ENGINE_UNAVAILABLE = "TUBELESS_BATCH_ENGINE_UNAVAILABLE"
+
+# -- tubeless serve (round 3): HTTP answers {"error": {"code", "message"}} ---------------------
+#: 401: no bearer token, or not the server's.
+SERVE_UNAUTHORIZED = "TUBELESS_SERVE_UNAUTHORIZED"
+#: 403: a Host header outside the allowlist (DNS rebinding), or a CORS origin not allowed.
+SERVE_FORBIDDEN_HOST = "TUBELESS_SERVE_FORBIDDEN_HOST"
+#: 409: a live run holds the key (the error carries its ``run_id``), or an approval's digest
+#: is not the pending call's.
+SERVE_CONFLICT = "TUBELESS_SERVE_CONFLICT"
+#: 413: a request body over the limit, refused before it is parsed.
+SERVE_TOO_LARGE = "TUBELESS_SERVE_TOO_LARGE"
+#: 429: ``--max-runs`` runs are live; the answer carries ``Retry-After``.
+SERVE_BUSY = "TUBELESS_SERVE_BUSY"
+#: 404: no such run, entry, pending call or route.
+SERVE_NOT_FOUND = "TUBELESS_SERVE_NOT_FOUND"
+#: 400: a body that is not JSON, too deep, or not the shape an endpoint takes.
+SERVE_BAD_REQUEST = "TUBELESS_SERVE_BAD_REQUEST"
+#: 405: a method the route does not take.
+SERVE_METHOD_NOT_ALLOWED = "TUBELESS_SERVE_METHOD_NOT_ALLOWED"
+#: 500: something the server did not expect (never a traceback: see the server's log).
+SERVE_INTERNAL = "TUBELESS_SERVE_INTERNAL"
 
 # -- model providers (ProviderError, tubeless.providers) -----------------------------------------
 #: A UTF-8 byte budget was exceeded: question, observation history or encoded request body.

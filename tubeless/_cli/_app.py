@@ -27,6 +27,7 @@ from tubeless._cli.init import init
 from tubeless._cli.look import graph, inspect, list_, plan
 from tubeless._cli.run import run
 from tubeless._cli.schema import schema
+from tubeless._cli.serve import serve
 from tubeless._cli.trace import trace
 from tubeless._cli.validate import validate
 from tubeless._version import __version__
@@ -247,5 +248,6 @@ cli.add_command(list_)
 cli.add_command(plan)
 cli.add_command(run)
 cli.add_command(schema)
+cli.add_command(serve)
 cli.add_command(trace)
 cli.add_command(validate)

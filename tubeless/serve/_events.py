@@ -1,0 +1,87 @@
+"""``GET /v1/runs/{run_id}/events``: the run's trace as Server-Sent Events a client can resume.
+
+The trace store is the buffer: each record is a ``record`` event whose ``id:`` is its sequence
+there, so ``Last-Event-ID`` (or ``?since=``) picks up exactly after it, from any worker and
+after any restart. ``status`` events (no id) say when the run's status changes; ``end`` is
+last, once the run finished and every record it wrote was sent. A comment every
+``keepalive_s`` keeps proxies from closing a quiet stream. Only what the trace holds is sent
+(never inputs, outputs or state): a client reads the result from the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tubeless.errors import SERVE_BAD_REQUEST
+from tubeless.serve._entries import RequestError
+from tubeless.serve._follow import read_since
+from tubeless.serve._registry import TERMINAL
+
+if TYPE_CHECKING:
+    from tubeless.serve._manager import RunManager
+
+__all__ = ["stream_events"]
+
+#: How often a quiet stream looks for new records.
+POLL_S = 0.1
+_BATCH = 500
+
+
+def _since(request: Request) -> int:
+    text = request.headers.get("last-event-id") or request.query_params.get("since") or "0"
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise RequestError(
+            400, SERVE_BAD_REQUEST, "Last-Event-ID and since are record sequences (integers)"
+        )
+    return int(text)
+
+
+async def stream_events(request: Request, manager: RunManager) -> Response:
+    from sse_starlette import EventSourceResponse, ServerSentEvent
+
+    run_id = request.path_params["run_id"]
+    manager.get(run_id)  # 404 before the stream opens
+    after = _since(request)
+    source = manager.config.trace
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        nonlocal after
+        shown: str | None = None
+        while True:
+            records = await asyncio.get_running_loop().run_in_executor(
+                manager.readers,
+                partial(read_since, source, run_id=run_id, after=after, limit=_BATCH),
+            )
+            for sequence, record in records:
+                after = sequence
+                yield ServerSentEvent(
+                    data=json.dumps(record, separators=(",", ":")), event="record", id=str(sequence)
+                )
+            row = manager.get(run_id)
+            if row.status != shown:
+                shown = row.status
+                yield ServerSentEvent(data=json.dumps(_status(row)), event="status")
+            if row.status in TERMINAL and len(records) < _BATCH:
+                if not records:  # one more look: the last records may have landed just now
+                    yield ServerSentEvent(data=json.dumps(_status(row)), event="end")
+                    return
+                continue
+            if len(records) < _BATCH:
+                await asyncio.sleep(POLL_S)
+
+    return EventSourceResponse(
+        events(),
+        ping=manager.config.keepalive_s,
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
+
+
+def _status(row: Any) -> dict[str, Any]:
+    return {"run_id": row.run_id, "status": row.status}
