@@ -84,7 +84,7 @@ def serve(
     Every run is checkpointed; a server started again resumes the runs a crash interrupted.
     Requests need `Authorization: Bearer <token>` (the token is made once and printed)."""
     from tubeless.serve import missing_extra
-    from tubeless.serve._config import ServeConfig, is_loopback
+    from tubeless.serve._spi import ServeConfig, is_loopback
 
     problem = missing_extra()
     if problem is not None:
@@ -137,7 +137,7 @@ def serve(
         raise click.UsageError(
             "--checkpoints and --trace name the same file: checkpoints hold inputs, traces never"
         )
-    from tubeless.serve._manager import RunManager
+    from tubeless.serve._spi import RunManager
 
     RunManager.check_stores(config)  # a store that cannot be used fails before anything listens
     shown = f"[{host}]" if ":" in host else host
@@ -166,7 +166,7 @@ def _keepalive_s() -> float:
 def _run_uvicorn(config: object, workers: int) -> None:
     import uvicorn
 
-    from tubeless.serve._config import CONFIG_ENV, ServeConfig, to_environment
+    from tubeless.serve._spi import CONFIG_ENV, ServeConfig, to_environment
 
     assert isinstance(config, ServeConfig)
     common = {

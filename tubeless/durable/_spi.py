@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tubeless.durable._encode import Fragments
     from tubeless.durable._keys import default_key, find_key, json_form, legacy_key, unfinished_of
     from tubeless.durable._session import DOCUMENT_VERSION, SESSION_SLOT, CheckpointSession
-    from tubeless.durable._store import LeaseHolder
+    from tubeless.durable._store import LeaseHolder, check_key
     from tubeless.durable._summary import describe, summary
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "SavedBudget",
     "SavedCall",
     "SavedDecision",
+    "check_key",
     "default_key",
     "describe",
     "find_key",
@@ -65,6 +66,7 @@ __all__ = [
 
 #: Each name's home: (module, attribute).
 _HOMES: dict[str, tuple[str, str]] = {
+    "check_key": ("tubeless.durable._store", "check_key"),
     "ABSENT": ("tubeless.durable._document", "ABSENT"),
     "AgentEntry": ("tubeless.durable._document", "AgentEntry"),
     "Approvals": ("tubeless.durable._document", "Approvals"),

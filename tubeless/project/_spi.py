@@ -17,6 +17,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tubeless.project._compile import Compiler
     from tubeless.project._files import RULE, not_a_project, projects_in
     from tubeless.project._yaml_events import (
         FAST_LOADER,
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_DEPTH",
     "RULE",
     "Bounds",
+    "Compiler",
     "Converter",
     "Loader",
     "Replay",
@@ -49,6 +51,7 @@ __all__ = [
 
 #: Each name's home: (module, attribute).
 _HOMES: dict[str, tuple[str, str]] = {
+    "Compiler": ("tubeless.project._compile", "Compiler"),
     "Bounds": ("tubeless.project._yaml_events", "Bounds"),
     "Converter": ("tubeless.project._yaml_nodes", "Converter"),
     "FAST_LOADER": ("tubeless.project._yaml_events", "FAST_LOADER"),

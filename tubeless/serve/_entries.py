@@ -182,7 +182,7 @@ class Entries:
         return found
 
     def _compile(self, entry_id: str, limits: dict[str, int]) -> Pipeline:
-        from tubeless.project._compile import Compiler
+        from tubeless.project._spi import Compiler
 
         checked = self._checked
         spec = checked.spec

@@ -180,11 +180,11 @@ class RunManager:
         checked_limits = self.entries.check_limits(entry_id, limits)
         validated = self.entries.validate_input(entry, raw_input)
         if key is None:
-            from tubeless.pipeline._checkpoint_keys import checkpoint_keys
+            from tubeless.pipeline._spi import checkpoint_keys
 
             key, _ = checkpoint_keys(entry_id, raw_input, validated, earlier=False)
         else:
-            from tubeless.durable._store import check_key
+            from tubeless.durable._spi import check_key
 
             try:
                 check_key(key)
@@ -330,7 +330,7 @@ class RunManager:
         self, run_id: str, call_id: str, *, approve: bool, digest: str, reason: str | None
     ) -> RunRow:
         """Record a decision for a pending call and, once none is left, resume the run."""
-        from tubeless.durable._decide import record_decision
+        from tubeless.durable._spi import record_decision
 
         row = self.get(run_id)
         pending = self.registry.pending(run_id) if row.status == "waiting" else []

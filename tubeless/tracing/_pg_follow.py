@@ -41,6 +41,9 @@ _QUERY: Final = f"""WITH RECURSIVE tree(run_id) AS (
 {_SELECT} WHERE run_id IN (SELECT run_id FROM tree) AND id > %(after)s
 ORDER BY id LIMIT %(limit)s"""
 
+_BY_CORRELATION: Final = f"""{_SELECT} WHERE correlation_id = %(run)s AND id > %(after)s
+ORDER BY id LIMIT %(limit)s"""
+
 
 def _borrow(dsn: str) -> psycopg.Connection[Any] | None:
     key = (os.getpid(), dsn)
@@ -72,19 +75,23 @@ def _close_idle() -> None:
         conn.close()
 
 
-def since(dsn: str, *, run_id: str, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
-    """The rows of ``run_id``'s tree after ``after`` (see :func:`tubeless.tracing.read_since`).
+def since(
+    dsn: str, *, run_id: str, after: int, limit: int, correlated: bool = False
+) -> list[tuple[int, dict[str, Any]]]:
+    """The rows of ``run_id``'s tree after ``after`` (see :func:`tubeless.tracing.read_since`),
+    or with ``correlated`` the rows whose correlation id is ``run_id``.
 
     The tree is the run and every run whose ``pipeline.started`` names a run of the tree as its
     parent, found in the same statement by a recursive query over the partial parent index.
     """
     where = redact_dsn(dsn)
     params = {"run": run_id, "after": after, "limit": limit}
+    statement = _BY_CORRELATION if correlated else _QUERY
     borrowed = _borrow(dsn)
     if borrowed is not None:
         try:
             with reading(dsn, conn=borrowed) as conn:
-                found = list(decoded(iter(conn.execute(_QUERY, params)), where, _unbounded))
+                found = list(decoded(iter(conn.execute(statement, params)), where, _unbounded))
         except TraceReadError as exc:
             borrowed.close()
             if not isinstance(exc.__cause__, _psycopg().OperationalError):
@@ -99,7 +106,7 @@ def since(dsn: str, *, run_id: str, after: int, limit: int) -> list[tuple[int, d
     conn = _connect(dsn, timeout=10.0)
     try:
         with reading(dsn, conn=conn):
-            found = list(decoded(iter(conn.execute(_QUERY, params)), where, _unbounded))
+            found = list(decoded(iter(conn.execute(statement, params)), where, _unbounded))
     except BaseException:
         conn.close()
         raise

@@ -9,8 +9,9 @@ commit), so no row can appear later below a sequence already read.
 
 The records *of a run* are its tree: the run's own records and those of every run it started,
 directly or through its children, found through ``parentRunId`` (a child's records all carry
-it). ``correlationId`` is not followed: it ties separate root runs together, and each root has
-a tree of its own.
+it). ``correlationId`` ties separate root runs together (each with a tree of its own): asked
+for by ``correlation_id``, the records of every run that carries it are returned instead, which
+is how a served run that was resumed several times (one root run each time) is followed.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ Sequenced = tuple[int, dict[str, Any]]
 def read_since(
     source: str | os.PathLike[str],
     *,
-    run_id: str,
+    run_id: str | None = None,
+    correlation_id: str | None = None,
     after: int = 0,
     limit: int = DEFAULT_LIMIT,
 ) -> list[Sequenced]:
@@ -48,13 +50,15 @@ def read_since(
             (``postgresql://...``) or an NDJSON file (the sequence is the line number; a
             partial last line, which a writer may be in the middle of, is left for later).
         run_id: The run to follow (a root run, or any run of a tree: then its own subtree).
+        correlation_id: Instead of ``run_id``: every record whose ``correlationId`` it is.
         after: The last sequence already seen (0 at first).
         limit: The most records returned; call again with the last sequence for more.
 
     An unknown run (not started yet, say) has no records: the answer is ``[]``.
 
     Raises:
-        ValueError: ``after`` < 0 or ``limit`` < 1.
+        ValueError: ``after`` < 0, ``limit`` < 1, or not exactly one of ``run_id`` and
+            ``correlation_id``.
         FileNotFoundError: The file does not exist.
         TraceReadError: The source is no trace store (or of an unsupported version).
     """
@@ -62,7 +66,12 @@ def read_since(
         raise ValueError(f"after must be an integer >= 0, got {after!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+    if (run_id is None) == (correlation_id is None):
+        raise ValueError("give exactly one of run_id and correlation_id")
     kind = storage_kind(source)
+    if correlation_id is not None:
+        return _correlated(source, kind, correlation_id, after, limit)
+    assert run_id is not None
     if kind == "postgres":
         from tubeless.tracing._pg_follow import since
 
@@ -70,6 +79,48 @@ def read_since(
     if kind == "sqlite":
         return _sqlite_since(source, run_id, after, limit)
     return _ndjson_since(source, run_id, after, limit)
+
+
+def _correlated(
+    source: str | os.PathLike[str], kind: str, correlation_id: str, after: int, limit: int
+) -> list[Sequenced]:
+    if kind == "postgres":
+        from tubeless.tracing._pg_follow import since
+
+        return since(
+            os.fspath(source), run_id=correlation_id, after=after, limit=limit, correlated=True
+        )
+    if kind == "sqlite":
+        from tubeless.tracing._rows import record_of
+        from tubeless.tracing.sqlite import TABLE, columns, query
+
+        def work(conn: sqlite3.Connection, file: Path, version: int) -> list[Sequenced]:
+            rows = conn.execute(
+                f"SELECT {columns(version)} FROM {TABLE} WHERE id > ? AND correlation_id = ?"
+                " ORDER BY id LIMIT ?",
+                (after, correlation_id, limit),
+            )
+            return [(row[0], _checked(record_of(row, file), row[0], file)) for row in rows]
+
+        return query(source, work)
+    from tubeless.tracing.ndjson import iter_ndjson
+
+    found: list[Sequenced] = []
+    for sequence, record in iter_ndjson(source, allow_partial_tail=True):
+        if sequence > after and record.get("correlationId") == correlation_id:
+            found.append((sequence, record))
+            if len(found) == limit:
+                break
+    return found
+
+
+def _checked(record: dict[str, Any], row: int, file: Path) -> dict[str, Any]:
+    from tubeless.tracing._read_checks import TraceReadError, record_problem
+
+    problem = record_problem(record)
+    if problem is not None:
+        raise TraceReadError(f"row {row}: not a trace record: {problem}", path=file)
+    return record
 
 
 def _tree_rows(rows: Iterable[Sequenced], run_id: str, after: int, limit: int) -> list[Sequenced]:
