@@ -1,0 +1,137 @@
+"""The pages' content, driven through Starlette's TestClient over traces of real runs."""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+from pathlib import Path
+from urllib.parse import quote
+
+from starlette.testclient import TestClient
+
+from tests.fixtures import ui as made
+from tests.ui.conftest import client_for
+from tubeless.tracing import read_trace, run_trees
+
+
+def _root(trace: Path, entry: str) -> str:
+    return next(t.run_id for t in run_trees(read_trace(trace)) if t.pipeline_id == entry)
+
+
+def _rows(html: str, kind: str) -> int:
+    return html.count(f'data-row="{kind}"')
+
+
+def _text(html: str) -> str:
+    return unescape(re.sub(r"<[^>]+>", " ", html))
+
+
+def test_runs_page_lists_root_runs_newest_first_with_their_counts(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert _rows(page.text, "run") == 5  # delegation, scripted, approvals, drift x2
+    entries = re.findall(r'<td class="entry">([^<]+)</td>', page.text)
+    assert entries == ["drift", "drift", "scripted-agent", "delegating-agent", "approvals"]
+    text = _text(page.text)
+    assert "waiting" in text and "failed" in text and "completed" in text
+
+
+def test_runs_page_filters_by_entry_status_prefix_and_time(
+    client: TestClient, stores: dict[str, Path]
+) -> None:
+    assert _rows(client.get("/?entry=drift").text, "run") == 2
+    assert _rows(client.get("/?entry=drift&status=failed").text, "run") == 1
+    assert _rows(client.get("/?status=waiting").text, "run") == 1
+    run_id = _root(stores["delegation"], "delegating-agent")
+    found = client.get("/", params={"q": run_id[:24]})
+    assert _rows(found.text, "run") == 1 and quote(run_id, safe="") in found.text
+    assert _rows(client.get("/?since=2999-01-01T00:00").text, "run") == 0
+    assert _rows(client.get("/?until=2000-01-01T00:00").text, "run") == 0
+    assert _rows(client.get("/?since=2000-01-01T00:00&status=bogus&page=x").text, "run") == 5
+
+
+def test_a_delegation_run_nests_child_agents_under_the_calls_that_ran_them(
+    client: TestClient, stores: dict[str, Path]
+) -> None:
+    run_id = _root(stores["delegation"], "delegating-agent")
+    page = client.get(f"/runs/{quote(run_id, safe='')}")
+    assert page.status_code == 200
+    html = page.text
+    assert html.count('class="child-agent"') == 2  # process_word ran scripted-agent twice
+    child = html.split('class="child-agent"')[1]
+    assert "scripted-agent" in child and "uppercase" in child and "count" in child
+    text = _text(html)
+    assert run_id in text and "sha256:" in text  # the run id and the definition id
+    assert "turns: 3 of 3" in text and "calls: 3 of 100" in text
+    assert _rows(html, "turn") == 3 + 2 * 2  # its turns and each child's two turns
+
+
+def test_a_failed_call_shows_its_deepest_code_and_the_wrapping_one(
+    client: TestClient, stores: dict[str, Path]
+) -> None:
+    run_id = _root(stores["scripted"], "scripted-agent")
+    html = client.get(f"/runs/{quote(run_id, safe='')}").text
+    failed = [c for c in html.split('data-row="call"')[1:] if 'data-status="failed"' in c[:40]]
+    assert len(failed) == 1
+    assert "NOT_FOUND" in failed[0] and "TUBELESS_STEP_FAILED" in failed[0]
+
+
+def test_a_waiting_run_shows_its_waiting_call_and_links_to_approvals(
+    client: TestClient, stores: dict[str, Path]
+) -> None:
+    run_id = _root(stores["approvals"], "approvals")
+    html = client.get(f"/runs/{quote(run_id, safe='')}").text
+    waiting = [c for c in html.split('data-row="call"')[1:] if 'data-status="waiting"' in c[:40]]
+    assert len(waiting) == 1 and "publish" in waiting[0] and "/approvals" in waiting[0]
+    assert "TUBELESS_APPROVAL_REQUIRED" in html  # the cause chain
+
+
+def test_compare_marks_the_first_difference_of_a_drifted_replay(
+    client: TestClient, stores: dict[str, Path]
+) -> None:
+    trees = run_trees(read_trace(stores["drift"]))
+    recorded, replayed = (t.run_id for t in trees)
+    page = client.get("/compare", params={"a": recorded, "b": replayed})
+    assert page.status_code == 200
+    marked = re.findall(r'<tr class="([^"]*)" id="first-difference"', page.text)
+    assert marked == ["turn differs first-difference"]
+    row = _text(page.text.split('id="first-difference"')[1].split("</tr>")[0])
+    assert "turn 2" in row and "TUBELESS_REPLAY_DIVERGED" in row and "call 'read'" in row
+    assert "First difference" in _text(page.text)
+    same = client.get("/compare", params={"a": recorded, "b": recorded})
+    assert 'id="first-difference"' not in same.text and "No difference" in same.text
+    missing = client.get("/compare", params={"a": recorded, "b": "nope"})
+    assert "Not in these traces" in _text(missing.text)
+
+
+def test_a_missing_run_is_a_404_page(client: TestClient) -> None:
+    page = client.get("/runs/nope:1")
+    assert page.status_code == 404 and "Run not found" in page.text
+
+
+def test_graph_page_draws_a_project_or_says_how_to_get_one(stores: dict[str, Path]) -> None:
+    with client_for([stores["delegation"]]) as plain:
+        page = plain.get("/graph")
+        assert page.status_code == 200 and "--project" in page.text and "<svg" not in page.text
+    project = str(made.PROJECTS / "delegation.yaml")
+    with client_for([stores["delegation"]], project=project) as drawn:
+        page = drawn.get("/graph")
+        assert page.text.count("<svg") == 1
+        assert "agent: scripted-agent" in page.text and "pipeline: agent-summary" in page.text
+        other = drawn.get("/graph?entry=scripted-agent")
+        assert ">uppercase<" in other.text and ">count<" in other.text
+
+
+def test_batch_output_files_list_their_rows_linked_to_runs(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text('{"question": "a b"}\n{"question": "missing c"}\n', encoding="utf-8")
+    trace, output = tmp_path / "batch.ndjson", tmp_path / "rows.jsonl"
+    project = made.PROJECTS / "scripted-agent.yaml"
+    assert made.cli("batch", project, inputs, "--output", output, "--trace", trace) == 0
+    with client_for([trace, output]) as one:
+        runs = one.get("/")
+        assert _rows(runs.text, "run") == 2 and runs.text.count(">batch 1</a>") == 2
+        batch = one.get("/batches/1")
+        assert batch.status_code == 200 and _rows(batch.text, "batch-row") == 2
+        assert batch.text.count('href="/runs/') == 2
+        assert one.get("/batches/2").status_code == 404
