@@ -94,7 +94,7 @@ def test_compare_marks_the_first_difference_of_a_drifted_replay(
     page = client.get("/compare", params={"a": recorded, "b": replayed})
     assert page.status_code == 200
     marked = re.findall(r'<tr class="([^"]*)" id="first-difference"', page.text)
-    assert marked == ["turn differs first-difference"]
+    assert marked == ["line-turn differs first-difference"]
     row = _text(page.text.split('id="first-difference"')[1].split("</tr>")[0])
     assert "turn 2" in row and "TUBELESS_REPLAY_DIVERGED" in row and "call 'read'" in row
     assert "First difference" in _text(page.text)

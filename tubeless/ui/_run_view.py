@@ -96,7 +96,7 @@ def run_page(snapshot: Snapshot, run_id: str, *, turn_page: int = 1) -> dict[str
         "meters": _meters(snapshot, tree),
         "usage": snapshot.usage(tree),
         "errors": cause_chain(None if facts is None else facts.error),
-        "timeline": _timeline(snapshot, shown, depth=0),
+        "timeline": _timeline(snapshot, shown, depth=0, over=root.status != "running"),
         "turn_count": len(turns),
         "turn_page": page,
         "turn_pages": pages,
@@ -142,8 +142,11 @@ def _meters(snapshot: Snapshot, tree: RunTree) -> list[dict[str, Any]]:
     return meters
 
 
-def _timeline(snapshot: Snapshot, turns: tuple[TurnNode, ...], *, depth: int) -> dict[str, Any]:
-    rows = [_turn(snapshot, turn, depth=depth) for turn in turns]
+def _timeline(
+    snapshot: Snapshot, turns: tuple[TurnNode, ...], *, depth: int, over: bool
+) -> dict[str, Any]:
+    """The turns' rows; ``over``: the root run ended, so a call still running is in doubt."""
+    rows = [_turn(snapshot, turn, depth=depth, over=over) for turn in turns]
     longest = max((row["total_ms"] for row in rows), default=0.0)
     for row in rows:
         x = 0.0
@@ -155,7 +158,7 @@ def _timeline(snapshot: Snapshot, turns: tuple[TurnNode, ...], *, depth: int) ->
     return {"turns": rows, "longest_ms": longest}
 
 
-def _turn(snapshot: Snapshot, turn: TurnNode, *, depth: int) -> dict[str, Any]:
+def _turn(snapshot: Snapshot, turn: TurnNode, *, depth: int, over: bool) -> dict[str, Any]:
     run = snapshot.trees.get(turn.run_id)
     segments = []
     if run is not None:
@@ -176,12 +179,12 @@ def _turn(snapshot: Snapshot, turn: TurnNode, *, depth: int) -> dict[str, Any]:
         "segments": segments,
         "total_ms": sum(s["duration_ms"] for s in segments),
         "duration_ms": None if run is None else run.duration_ms,
-        "calls": [_call(snapshot, call, depth=depth) for call in calls],
+        "calls": [_call(snapshot, call, depth=depth, over=over) for call in calls],
         "more_calls": len(turn.calls) - len(calls),
     }
 
 
-def _call(snapshot: Snapshot, call: CallNode, *, depth: int) -> dict[str, Any]:
+def _call(snapshot: Snapshot, call: CallNode, *, depth: int, over: bool) -> dict[str, Any]:
     agents = []
     if depth < MAX_NESTING:
         for child_id in call.child_agent_run_ids:
@@ -192,7 +195,9 @@ def _call(snapshot: Snapshot, call: CallNode, *, depth: int) -> dict[str, Any]:
             agents.append(
                 {
                     "run": child,
-                    "timeline": _timeline(snapshot, turns[:NESTED_TURNS], depth=depth + 1),
+                    "timeline": _timeline(
+                        snapshot, turns[:NESTED_TURNS], depth=depth + 1, over=over
+                    ),
                     "more_turns": max(0, len(turns) - NESTED_TURNS),
                 }
             )
@@ -200,9 +205,10 @@ def _call(snapshot: Snapshot, call: CallNode, *, depth: int) -> dict[str, Any]:
     progress = None
     if run is not None and run.status == "running":
         progress = next((s.id for s in run.steps if s.status == "running"), None)
+    doubtful = call.status == "unknown" or (call.status == "running" and over)
     return {
         "call": call,
-        "status": "in doubt" if call.status == "unknown" else call.status,
+        "status": "in doubt" if doubtful else call.status,
         "agents": agents,
         "progress": progress,
     }
