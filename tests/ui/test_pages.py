@@ -135,3 +135,24 @@ def test_batch_output_files_list_their_rows_linked_to_runs(tmp_path: Path) -> No
         assert batch.status_code == 200 and _rows(batch.text, "batch-row") == 2
         assert batch.text.count('href="/runs/') == 2
         assert one.get("/batches/2").status_code == 404
+
+
+def test_eval_reports_show_failed_cases_with_expected_and_actual(tmp_path: Path) -> None:
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(
+        "version: 1\nentry: scripted-agent\ncases:\n"
+        "  - {id: right, input: {question: hi}, expect: {result: {answer: '2 characters; HI'}}}\n"
+        "  - {id: wrong, input: {question: ray}, expect: {result: {answer: '<b>RAY</b>'}}}\n",
+        encoding="utf-8",
+    )
+    report, trace = tmp_path / "report.xml", tmp_path / "eval.ndjson"
+    project = made.PROJECTS / "scripted-agent.yaml"
+    assert made.cli("eval", project, cases, "--junit", report, "--trace", trace) == 6
+    with client_for([trace, report]) as one:
+        runs = one.get("/").text
+        assert 'href="/evals/1"' in runs and "1 failed" in runs
+        page = one.get("/evals/1")
+    assert page.status_code == 200 and _rows(page.text, "case") == 2
+    wrong = _text(page.text.split('data-row="case"')[2])
+    assert 'expected "<b>RAY</b>", got "3 characters; RAY"' in wrong
+    assert "&lt;b&gt;RAY" in page.text  # escaped, as every value

@@ -136,6 +136,13 @@ class _Pages:
             return self.render(request, "error.html", 404, message="No such batch.")
         return self.render(request, "batch.html", batch=found, trees=snapshot.trees)
 
+    async def evaluation(self, request: Request) -> Response:
+        number = request.path_params["number"]
+        found = next((e for e in self.library.snapshot().evals if e.number == number), None)
+        if found is None:
+            return self.render(request, "error.html", 404, message="No such eval report.")
+        return self.render(request, "eval.html", report=found)
+
     async def compare(self, request: Request) -> Response:
         a = request.query_params.get("a", "").strip()
         b = request.query_params.get("b", "").strip()
@@ -320,6 +327,7 @@ def build_app(
         Route("/", g(pages.runs)),
         Route("/runs/{run_id:path}", g(pages.run)),
         Route("/batches/{number:int}", g(pages.batch)),
+        Route("/evals/{number:int}", g(pages.evaluation)),
         Route("/compare", g(pages.compare)),
         Route("/graph", g(pages.graph)),
         Route("/approvals", g(pages.approvals_page), methods=["GET"]),

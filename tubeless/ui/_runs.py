@@ -101,6 +101,7 @@ def runs_page(snapshot: Snapshot, wanted: RunFilter) -> dict[str, Any]:
         "entries": sorted({row.entry for row in snapshot.rows}),
         "statuses": STATUSES,
         "batches": snapshot.batches,
+        "evals": snapshot.evals,
         "problems": snapshot.problems,
         "filter": wanted,
         "record_count": snapshot.record_count,

@@ -7,7 +7,8 @@ run trees :func:`tubeless.tracing.run_trees` folds, one :class:`RunRow` per root
 runs page, and the few facts the fold does not keep (:class:`RunFacts`: correlation id,
 definition id, the limits as recorded, the decide attempts' usage, each run's raw error with its
 cause chain), gathered in one pass over the records. Batch output files (``tubeless batch
---output``) given among the traces become :class:`Batch` objects.
+--output``) given among the traces become :class:`Batch` objects, and JUnit files of ``tubeless
+eval --junit`` eval reports (:mod:`tubeless.ui._evals`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tubeless.tracing import RunTree, TraceReadError, read_trace, run_trees
+from tubeless.ui._evals import EvalReport, read_junit
 
 __all__ = [
     "URL_TTL_S",
@@ -113,6 +115,7 @@ class Snapshot:
     """Which root each run id sits under."""
     facts: Mapping[str, RunFacts]
     batches: tuple[Batch, ...]
+    evals: tuple[EvalReport, ...]
     problems: tuple[str, ...]
     """One line per store that could not be read."""
     record_count: int
@@ -174,8 +177,17 @@ def _stamp(source: str) -> tuple[int, int] | None:
 def _load(sources: Sequence[str]) -> Snapshot:
     records: list[Mapping[str, Any]] = []
     batches: list[Batch] = []
+    evals: list[EvalReport] = []
     problems: list[str] = []
     for source in sources:
+        try:
+            report = read_junit(source, len(evals) + 1)
+        except (OSError, ValueError) as exc:
+            problems.append(str(exc))
+            continue
+        if report is not None:
+            evals.append(report)
+            continue
         batch = _read_batch(source, len(batches) + 1)
         if batch is not None:
             batches.append(batch)
@@ -201,6 +213,7 @@ def _load(sources: Sequence[str]) -> Snapshot:
         roots=roots,
         facts=facts,
         batches=tuple(batches),
+        evals=tuple(evals),
         problems=tuple(problems),
         record_count=len(records),
     )
