@@ -76,6 +76,8 @@ def _mounted(trace: Path, host: FakeHost) -> TestClient:
     ui = create_ui_app([str(trace)], checkpoints=None, token=made.TOKEN, actions=actions)
     app = Starlette(routes=[Mount("/ui", app=ui)])
     client = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False)
+    sent = client.get("/ui/approvals?x=1")
+    assert sent.headers["location"] == "/ui/login?next=%2Fapprovals%3Fx%3D1"
     login = client.get("/ui/login")
     assert login.status_code == 200 and 'action="/ui/login"' in login.text
     csrf = client.cookies["tubeless_csrf"]

@@ -223,3 +223,95 @@ def test_markup_in_a_trace_never_runs(site: dict[str, Any], browser: Any, shots:
             one.shot(shots, "xss")
         finally:
             one.close()
+
+
+class _LiveHost:
+    """A host that streams one run's events: nothing until ``finished`` is set, then a
+    ``record`` and the ``end`` event (the way serve's ``/v1/runs/{id}/events`` ends)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.finished = threading.Event()
+
+    def entries(self) -> list[Any]:
+        return []
+
+    async def start_run(self, entry: str, raw_input: Any) -> str:
+        raise AssertionError("not used")
+
+    async def pending_approvals(self) -> list[Any]:
+        return []
+
+    async def answer_approval(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError("not used")
+
+    def events_url(self, run_id: str) -> str | None:
+        return f"/v1/runs/{quote(run_id, safe='')}/events"
+
+    async def events(self, request: Any) -> Any:
+        import asyncio
+
+        from starlette.responses import StreamingResponse
+
+        async def stream() -> Any:
+            for _ in range(600):  # a hang guard of 30 s, never a timing
+                if self.finished.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            yield "event: record\nid: 1\ndata: {}\n\n"
+            yield "event: end\ndata: {}\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+@pytest.mark.slow
+def test_a_running_run_page_updates_live_from_the_hosts_event_stream(
+    site: dict[str, Any], browser: Any, shots: Path
+) -> None:
+    import socket
+    import threading
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.routing import Mount, Route
+
+    from tubeless.ui import create_ui_app
+
+    records = site["delegation"].read_text(encoding="utf-8").splitlines(keepends=True)
+    live = site["folder"] / "live.ndjson"
+    live.write_text("".join(records[:-1]), encoding="utf-8")  # no pipeline.completed yet
+    run_id = run_trees(read_trace(site["delegation"]))[0].run_id
+    host = _LiveHost()
+    ui = create_ui_app([str(live)], checkpoints=None, token=made.TOKEN, actions=host)
+    app = Starlette(
+        routes=[Route("/v1/runs/{run_id:path}/events", host.events), Mount("/ui", app=ui)]
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(600):  # hang guard
+            if server.started:
+                break
+            threading.Event().wait(0.05)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/ui"
+        one = Page(browser, url, 1280)
+        try:
+            page = one.go(f"/runs/{quote(run_id, safe='')}")
+            assert page.locator("h1 .status").inner_text() == "running"
+            assert "Live" in page.locator("#live").inner_text()
+            with live.open("a", encoding="utf-8") as handle:
+                handle.write(records[-1])
+            host.finished.set()
+            page.wait_for_selector("h1 .status-completed", timeout=30_000)
+            page.wait_for_selector("#live:has-text('The run ended.')", timeout=30_000)
+            one.shot(shots, "live")
+        finally:
+            one.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

@@ -94,7 +94,9 @@ class _Pages:
                 if request.method != "GET":
                     return self.render(request, "error.html", 401, message="Log in first.")
                 base = request.scope.get("root_path", "").rstrip("/")
-                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                path = request.url.path  # the whole path, the mount's prefix included
+                path = path[len(base) :] if base and path.startswith(base) else path
+                target = path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse(f"{base}/login?{urlencode({'next': target})}", 303)
             if request.method == "POST":
                 form = await _form(request)

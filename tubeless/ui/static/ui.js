@@ -8,7 +8,9 @@
   if (!url || !window.EventSource) return;
   let pending = null;
   let source = null;
+  let ended = false;
   function refresh(final) {
+    ended = ended || final;
     if (pending) return;
     pending = setTimeout(async function () {
       pending = null;
@@ -19,10 +21,18 @@
         const fresh = doc.getElementById("main");
         if (!fresh) return;
         main.replaceChildren(...Array.from(fresh.childNodes).map((n) => document.importNode(n, true)));
-        if (!fresh.dataset.events || final) {
+        if (!fresh.dataset.events || ended) {
           delete main.dataset.events;
-          const live = document.getElementById("live");
-          if (live) live.textContent = "The run ended.";
+          let live = document.getElementById("live");
+          if (!live) {
+            live = document.createElement("p");
+            live.id = "live";
+            live.className = "live";
+            live.setAttribute("role", "status");
+            const heading = main.querySelector("h1");
+            if (heading) heading.after(live); else main.prepend(live);
+          }
+          live.textContent = "The run ended.";
           if (source) source.close();
         }
       } catch (err) {
