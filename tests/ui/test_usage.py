@@ -59,3 +59,10 @@ def test_an_unreadable_store_is_named_on_the_runs_page(tmp_path: Path) -> None:
         page = client.get("/")
     assert page.status_code == 200 and page.text.count('data-row="run"') == 1
     assert 'class="problem"' in page.text and "bad.ndjson:1" in page.text
+
+
+def test_a_store_url_that_cannot_be_read_never_shows_its_password(tmp_path: Path) -> None:
+    url = "postgresql://reader:s3cret-pw@127.0.0.1:1/traces"
+    with client_for([url]) as client:
+        page = client.get("/").text
+    assert "s3cret-pw" not in page and "postgresql://reader:***@127.0.0.1:1/traces" in page

@@ -21,6 +21,8 @@ _CHAR: Final = 7.2
 _NODE_H: Final = 36
 _GAP_X: Final = 28
 _GAP_Y: Final = 48
+#: Between an agent's turn steps and its tools: room for the arc under the steps and labels.
+_TOOL_GAP: Final = 72
 _PAD: Final = 16
 _MAX_LABEL: Final = 34
 _MAX_TITLE: Final = 64
@@ -55,7 +57,7 @@ def _agent(node: GraphNode, members: list[GraphNode], tools: list[GraphNode]) ->
     row2 = sum(b.w for b in box.tools) + _GAP_X * max(0, len(box.tools) - 1)
     title = len(_cut(node.label, _MAX_TITLE)) * _CHAR + 24
     box.w = max(row1, row2, title) + 2 * _PAD
-    box.h = _TITLE_H + _NODE_H + (_GAP_Y + _NODE_H if box.tools else 0) + _PAD + 18
+    box.h = _TITLE_H + _NODE_H + (_TOOL_GAP + _NODE_H if box.tools else 0) + _PAD + 18
     return box
 
 
@@ -109,7 +111,7 @@ def _layout(graph: Graph) -> tuple[list[_Box], float, float]:
                 inner_width = box.w - 2 * _PAD
                 top = box.y + _TITLE_H
                 _place_row(box.members, box.x + _PAD, top, inner_width)
-                _place_row(box.tools, box.x + _PAD, top + _NODE_H + _GAP_Y, inner_width)
+                _place_row(box.tools, box.x + _PAD, top + _NODE_H + _TOOL_GAP, inner_width)
         y += max(b.h for b in row) + _GAP_Y
     return tops, width, y - _GAP_Y + _PAD
 
@@ -149,7 +151,7 @@ def _edge(edge: GraphEdge, boxes: dict[str, _Box]) -> str:
         if y2 < y1:
             y1, y2 = a.y, b.y + b.h
         path = f"M{x1:.1f},{y1:.1f} L{x2:.1f},{y2:.1f}"
-        mid = f'x="{x1 + (x2 - x1) * 0.7:.1f}" y="{y1 + (y2 - y1) * 0.7 - 4:.1f}"'
+        mid = f'x="{x1 + (x2 - x1) * 0.75:.1f}" y="{y1 + (y2 - y1) * 0.75 - 4:.1f}"'
     text = f'<text class="edge-label" {mid} text-anchor="middle">{label}</text>' if label else ""
     return f'<g class="{css}"><path d="{path}" marker-end="url(#arrow)"/>{text}</g>'
 

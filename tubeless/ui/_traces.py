@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,6 +40,7 @@ __all__ = [
 URL_TTL_S: Final = 2.0
 _USAGE: Final = ("agent.usage.inputTokens", "agent.usage.outputTokens", "agent.usage.costUsd")
 _MAX_BATCH_ROWS: Final = 100_000
+_PASSWORD: Final = re.compile(r"^[a-z][a-z0-9+.-]*://[^:/@]*:([^@]*)@")
 
 
 @dataclass(slots=True)
@@ -195,9 +197,9 @@ def _load(sources: Sequence[str]) -> Snapshot:
         try:
             records.extend(read_trace(source))
         except TraceReadError as exc:
-            problems.append(str(exc))
+            problems.append(_redacted(str(exc), source))
         except OSError as exc:
-            problems.append(f"{source}: {exc.strerror or exc}")
+            problems.append(_redacted(f"{source}: {exc.strerror or exc}", source))
     trees = run_trees(records)
     facts = _facts(records)
     batch_of = {row.run_id: b.number for b in batches for row in b.rows if row.run_id}
@@ -221,6 +223,14 @@ def _load(sources: Sequence[str]) -> Snapshot:
     rows.sort(key=lambda row: row.started_at_ms or 0, reverse=True)
     object.__setattr__(snapshot, "rows", tuple(rows))
     return snapshot
+
+
+def _redacted(text: str, source: str) -> str:
+    """``text`` with the password of a URL ``source`` (``postgresql://user:pw@host``) hidden."""
+    match = _PASSWORD.search(source)
+    if match is None:
+        return text
+    return text.replace(source, source[: match.start(1)] + "***" + source[match.end(1) :])
 
 
 def _row(root: RunTree, snapshot: Snapshot, batch: int | None) -> RunRow:
