@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 from starlette.testclient import TestClient
 
@@ -39,6 +40,8 @@ def test_a_waiting_call_is_listed_with_its_arguments_and_digest(tmp_path: Path) 
     assert "publish" in page and "&#34;Release notes&#34;" in page  # arguments, from the store
     pending = _document(store)["approvals"]["pending"][0]  # type: ignore[index]
     assert pending["digest"] in page
+    run_id = run_trees(read_trace(trace))[0].run_id
+    assert f'href="/runs/{quote(run_id, safe="")}"' in page  # the run that waits for it
 
 
 def test_approving_records_the_decision_and_the_next_run_finishes(tmp_path: Path) -> None:

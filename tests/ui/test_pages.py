@@ -156,3 +156,24 @@ def test_eval_reports_show_failed_cases_with_expected_and_actual(tmp_path: Path)
     wrong = _text(page.text.split('data-row="case"')[2])
     assert 'expected "<b>RAY</b>", got "3 characters; RAY"' in wrong
     assert "&lt;b&gt;RAY" in page.text  # escaped, as every value
+
+
+def test_the_timeline_draws_every_turn_to_one_scale(stores: dict[str, Path]) -> None:
+    """Segments are laid end to end; the longest turn spans the whole bar, the others their
+    share of it."""
+    from tubeless.ui._run_view import run_page
+    from tubeless.ui._traces import TraceLibrary
+
+    snapshot = TraceLibrary([str(stores["delegation"])]).snapshot()
+    page = run_page(snapshot, _root(stores["delegation"], "delegating-agent"))
+    assert page is not None
+    rows = page["timeline"]["turns"]
+    longest = page["timeline"]["longest_ms"]
+    for row in rows:
+        segments = row["segments"]
+        assert [s["id"] for s in segments] == ["decide", "calls", "reduce"]
+        for before, after in zip(segments, segments[1:], strict=False):
+            assert after["x"] >= before["x"]
+        drawn = sum(100.0 * s["duration_ms"] / longest for s in segments)
+        assert abs(drawn - 100.0 * row["total_ms"] / longest) < 1e-6
+    assert max(row["total_ms"] for row in rows) == longest

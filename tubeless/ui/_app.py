@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 from tubeless.errors import TubelessError
 from tubeless.ui import _security as sec
 from tubeless.ui._actions import UiActions
-from tubeless.ui._approvals import CheckpointApprovals
+from tubeless.ui._approvals import CheckpointApprovals, waiting_run
 from tubeless.ui._compare import compare_page
 from tubeless.ui._format import FILTERS
 from tubeless.ui._forms import form_fields, form_input
@@ -165,6 +165,9 @@ class _Pages:
                 pending = [_shown(dict(p)) for p in await self.actions.pending_approvals()]
             elif self.approvals is not None:
                 pending = self.approvals.pending()
+                snapshot = self.library.snapshot()
+                for item in pending:
+                    item["run_id"] = waiting_run(snapshot, item)
         except (TubelessError, OSError) as exc:
             problem = str(exc)
         return self.render(

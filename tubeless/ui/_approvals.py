@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tubeless.durable import CheckpointStore
 from tubeless.durable._decide import record_decision
 from tubeless.durable._document import CheckpointDocument
 from tubeless.errors import CHECKPOINT_INVALID, TubelessError
 
-__all__ = ["MAX_ARGUMENT_CHARS", "MAX_PENDING", "CheckpointApprovals", "open_store"]
+if TYPE_CHECKING:
+    from tubeless.ui._traces import Snapshot
+
+__all__ = ["MAX_ARGUMENT_CHARS", "MAX_PENDING", "CheckpointApprovals", "open_store", "waiting_run"]
 
 #: Characters of a call's arguments shown on the page (the digest covers all of them).
 MAX_ARGUMENT_CHARS: Final = 4000
@@ -131,3 +134,28 @@ def _shown(key: str, request: Any, updated_at_ms: int) -> dict[str, Any]:
         "arguments": text,
         "requested_at": updated_at_ms,
     }
+
+
+def waiting_run(snapshot: Snapshot, request: dict[str, Any]) -> str | None:
+    """The run of the traces that waits for ``request``: the one waiting root run of the
+    request's entry (its route's first part) with that call waiting at that turn; ``None``
+    when no run, or more than one, fits (the trace does not record checkpoint keys)."""
+    entry = str(request.get("route", "")).split("/")[0]
+    found = []
+    for row in snapshot.rows:
+        if row.status != "waiting" or row.entry != entry:
+            continue
+        tree = snapshot.trees[row.run_id]
+        for run in tree.walk():
+            turns = () if run.agent is None else run.agent.turns
+            if any(
+                turn.index == request.get("turn")
+                and any(
+                    c.call_id == request.get("call_id") and c.status == "waiting"
+                    for c in turn.calls
+                )
+                for turn in turns
+            ):
+                found.append(row.run_id)
+                break
+    return found[0] if len(found) == 1 else None
