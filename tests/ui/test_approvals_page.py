@@ -85,3 +85,28 @@ def test_without_a_checkpoint_store_the_page_says_how_to_give_one(tmp_path: Path
     with client_for([trace]) as client:
         page = client.get("/approvals").text
     assert "--checkpoints PATH" in page and 'data-row="approval"' not in page
+
+
+def test_a_call_denied_from_the_page_shows_as_denied_with_a_reason(tmp_path: Path) -> None:
+    trace, store = made.waiting_approval(tmp_path)
+    with client_for([trace], checkpoints=str(store)) as client:
+        page = client.get("/approvals").text
+        assert client.post(
+            "/approvals", data=_answer(client, page, "deny", reason="no")
+        ).is_redirect
+        assert made.resume_approvals(tmp_path) == 0
+        resumed = run_trees(read_trace(trace))[-1].run_id
+        html = client.get(f"/runs/{quote(resumed, safe='')}").text
+    denied = [c for c in html.split('data-row="call"')[1:] if 'data-status="denied"' in c[:40]]
+    assert len(denied) == 1 and "publish" in denied[0] and "with a reason" in denied[0]
+
+
+def test_arguments_holding_markup_are_shown_escaped(tmp_path: Path) -> None:
+    trace, store = tmp_path / "a.ndjson", tmp_path / "c.sqlite"
+    title = "<script>alert(1)</script>"
+    project = made.PROJECTS / "approvals.yaml"
+    args = ("run", project, "--title", title, "--checkpoints", store, "-q", "--trace", trace)
+    assert made.cli(*args) == 8
+    with client_for([trace], checkpoints=str(store)) as client:
+        page = client.get("/approvals").text
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
