@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from html import unescape
 from pathlib import Path
@@ -172,7 +173,7 @@ def test_the_timeline_draws_every_turn_to_one_scale(stores: dict[str, Path]) -> 
     for row in rows:
         segments = row["segments"]
         assert [s["id"] for s in segments] == ["decide", "calls", "reduce"]
-        for before, after in zip(segments, segments[1:], strict=False):
+        for before, after in itertools.pairwise(segments):
             assert after["x"] >= before["x"]
         drawn = sum(100.0 * s["duration_ms"] / longest for s in segments)
         assert abs(drawn - 100.0 * row["total_ms"] / longest) < 1e-6
