@@ -13,6 +13,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -28,7 +29,7 @@ from tubeless.ui._forms import form_fields, form_input
 from tubeless.ui._graph_page import GraphSource
 from tubeless.ui._run_view import run_page
 from tubeless.ui._runs import RunFilter, runs_page
-from tubeless.ui._traces import TraceLibrary
+from tubeless.ui._traces import Snapshot, TraceLibrary
 
 __all__ = ["build_app"]
 
@@ -63,6 +64,11 @@ class _Pages:
         self.env.filters.update(FILTERS)
 
     # -- plumbing ------------------------------------------------------------------------------
+    async def snapshot(self) -> Snapshot:
+        """The stores' snapshot, read off the event loop: reading a large trace takes seconds,
+        and under serve the loop also drives runs."""
+        return await run_in_threadpool(self.library.snapshot)
+
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
         csrf = request.cookies.get(sec.CSRF_COOKIE) or sec.new_csrf()
         base = request.scope.get("root_path", "").rstrip("/")
@@ -114,7 +120,7 @@ class _Pages:
 
     # -- pages ---------------------------------------------------------------------------------
     async def runs(self, request: Request) -> Response:
-        data = runs_page(self.library.snapshot(), RunFilter.from_query(request.query_params))
+        data = runs_page(await self.snapshot(), RunFilter.from_query(request.query_params))
         return self.render(request, "runs.html", **data)
 
     async def run(self, request: Request) -> Response:
@@ -123,7 +129,7 @@ class _Pages:
             turn_page = int(request.query_params.get("turns", "1"))
         except ValueError:
             turn_page = 1
-        data = run_page(self.library.snapshot(), run_id, turn_page=turn_page)
+        data = run_page(await self.snapshot(), run_id, turn_page=turn_page)
         events = None if self.actions is None else self.actions.events_url(run_id)
         if data is None:
             return self.render(request, "missing.html", 404, run_id=run_id, events=events)
@@ -131,7 +137,7 @@ class _Pages:
         return self.render(request, "run.html", events=events if live else None, **data)
 
     async def batch(self, request: Request) -> Response:
-        snapshot = self.library.snapshot()
+        snapshot = await self.snapshot()
         number = request.path_params["number"]
         found = next((b for b in snapshot.batches if b.number == number), None)
         if found is None:
@@ -140,7 +146,8 @@ class _Pages:
 
     async def evaluation(self, request: Request) -> Response:
         number = request.path_params["number"]
-        found = next((e for e in self.library.snapshot().evals if e.number == number), None)
+        evals = (await self.snapshot()).evals
+        found = next((e for e in evals if e.number == number), None)
         if found is None:
             return self.render(request, "error.html", 404, message="No such eval report.")
         return self.render(request, "eval.html", report=found)
@@ -148,13 +155,13 @@ class _Pages:
     async def compare(self, request: Request) -> Response:
         a = request.query_params.get("a", "").strip()
         b = request.query_params.get("b", "").strip()
-        snapshot = self.library.snapshot()
+        snapshot = await self.snapshot()
         data = compare_page(snapshot, a, b) if a and b else None
         recent = snapshot.rows[:50]
         return self.render(request, "compare.html", data=data, a=a, b=b, recent=recent)
 
     async def graph(self, request: Request) -> Response:
-        data = self.graphs.page(request.query_params.get("entry"))
+        data = await run_in_threadpool(self.graphs.page, request.query_params.get("entry"))
         return self.render(request, "graph.html", **data)
 
     async def approvals_page(self, request: Request, notice: str | None = None) -> Response:
@@ -164,8 +171,8 @@ class _Pages:
             if self.actions is not None:
                 pending = [_shown(dict(p)) for p in await self.actions.pending_approvals()]
             elif self.approvals is not None:
-                pending = self.approvals.pending()
-                snapshot = self.library.snapshot()
+                pending = await run_in_threadpool(self.approvals.pending)
+                snapshot = await self.snapshot()
                 for item in pending:
                     item["run_id"] = waiting_run(snapshot, item)
         except (TubelessError, OSError) as exc:
@@ -194,7 +201,8 @@ class _Pages:
                     reason=None if approve else reason,
                 )
             elif self.approvals is not None:
-                self.approvals.answer(
+                await run_in_threadpool(
+                    self.approvals.answer,
                     key=form.get("key", ""),
                     call_id=call_id,
                     route=form.get("route") or None,
