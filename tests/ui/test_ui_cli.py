@@ -46,3 +46,21 @@ def test_the_token_is_made_once_printed_once_and_the_host_header_is_checked(
             assert "delegating-agent" in client.get("/", headers=auth).text
     with made.UiProcess(tmp_path, trace) as again:
         assert token not in again.said and "log in with the token from" in again.said
+
+
+def test_the_templates_css_and_js_are_package_data() -> None:
+    """The pages read their files from the installed package: every one matches a pattern of
+    ``package-data``, and there is one CSS and one JavaScript file, no more."""
+    import fnmatch
+    import tomllib
+
+    data = tomllib.loads((made.ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    shipped = data["tool"]["setuptools"]["package-data"]["tubeless"]
+    folder = made.ROOT / "tubeless" / "ui"
+    files = [
+        str(path.relative_to(folder.parent))
+        for path in folder.rglob("*")
+        if path.is_file() and path.suffix != ".py" and "__pycache__" not in path.parts
+    ]
+    assert files and all(any(fnmatch.fnmatch(f, p) for p in shipped) for f in files)
+    assert sorted(p.name for p in (folder / "static").iterdir()) == ["ui.css", "ui.js"]
