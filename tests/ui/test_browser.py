@@ -320,3 +320,26 @@ def test_a_running_run_page_updates_live_from_the_hosts_event_stream(
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+@pytest.mark.slow
+def test_every_page_works_with_javascript_off(site: dict[str, Any], browser: Any) -> None:
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto(site["url"] + "/")
+        page.fill("input[name=token]", made.TOKEN)
+        page.click("form.login button[type=submit]")
+        page.wait_for_selector("h1:has-text('Runs')")
+        page.select_option("select[name=status]", "completed")
+        page.click("form.filters button[type=submit]")
+        page.wait_for_url("**status=completed**")
+        statuses = page.locator("tr[data-row=run] .status").all_inner_texts()
+        assert len(statuses) >= 3 and set(statuses) == {"completed"}
+        page.click("tr[data-row=run] a.id >> nth=0")
+        page.wait_for_selector("h2#turns-h")
+        for path in ("/approvals", "/graph", "/compare"):
+            page.goto(site["url"] + path)
+            assert page.locator("main h1").count() == 1
+    finally:
+        context.close()
