@@ -178,3 +178,25 @@ def test_the_timeline_draws_every_turn_to_one_scale(stores: dict[str, Path]) -> 
         drawn = sum(100.0 * s["duration_ms"] / longest for s in segments)
         assert abs(drawn - 100.0 * row["total_ms"] / longest) < 1e-6
     assert max(row["total_ms"] for row in rows) == longest
+
+
+def test_a_trace_cut_anywhere_still_renders_every_page(stores: dict[str, Path]) -> None:
+    """A crash may cut a trace after any record: every run the prefix holds has a page."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    lines = stores["delegation"].read_text(encoding="utf-8").splitlines(keepends=True)
+    folder = stores["folder"]
+
+    @settings(max_examples=10, deadline=None)
+    @given(st.integers(min_value=1, max_value=len(lines)))
+    def check(cut: int) -> None:
+        trace = folder / f"cut-{cut}.ndjson"
+        trace.write_text("".join(lines[:cut]), encoding="utf-8")
+        with client_for([trace]) as client:
+            assert client.get("/").status_code == 200
+            for tree in run_trees(read_trace(trace)):
+                for run in tree.walk():
+                    assert client.get(f"/runs/{quote(run.run_id, safe='')}").status_code == 200
+
+    check()
