@@ -64,3 +64,18 @@ def test_the_templates_css_and_js_are_package_data() -> None:
     ]
     assert files and all(any(fnmatch.fnmatch(f, p) for p in shipped) for f in files)
     assert sorted(p.name for p in (folder / "static").iterdir()) == ["ui.css", "ui.js"]
+
+
+def test_without_stores_it_reads_what_serve_keeps_in_dot_tubeless(tmp_path: Path) -> None:
+    home = tmp_path / ".tubeless"
+    home.mkdir()
+    made.cli("trace", "convert", made.delegation_trace(tmp_path), home / "traces.sqlite")
+    _, store = made.waiting_approval(tmp_path)
+    store.rename(home / "checkpoints.sqlite")
+    with made.UiProcess(tmp_path, token=made.TOKEN) as process:
+        assert "reading .tubeless/traces.sqlite" in process.said
+        assert "reading .tubeless/checkpoints.sqlite" in process.said
+        auth = {"authorization": f"Bearer {made.TOKEN}"}
+        with httpx.Client(base_url=process.url, timeout=HANG_GUARD, headers=auth) as client:
+            assert "delegating-agent" in client.get("/").text
+            assert 'data-row="approval"' in client.get("/approvals").text

@@ -31,6 +31,15 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _hidden(store: str) -> str:
+    """``store`` with the password of a URL hidden."""
+    head, sep, tail = store.partition("@")
+    if not sep or "://" not in head or ":" not in head.split("://", 1)[1]:
+        return store
+    scheme, rest = head.split("://", 1)
+    return f"{scheme}://{rest.split(':', 1)[0]}:***@{tail}"
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -75,10 +84,18 @@ def ui(
     port: int,
     token_file: Path | None,
 ) -> None:
-    """Serve web pages over TRACE stores (NDJSON, SQLite, postgresql:// URLs; batch output
-    files too): runs, a run's turns and calls, approvals, compare, graph."""
+    """Serve web pages over TRACE stores (NDJSON, SQLite, postgresql:// URLs; batch outputs
+    and eval JUnit files too): runs, a run's turns and calls, approvals, compare, graph.
+
+    Without TRACE (or --checkpoints), the stores serve keeps in .tubeless/ are read when they
+    exist."""
     from tubeless._serve_token import load_token
 
+    home = Path(".tubeless")
+    if not traces and (home / "traces.sqlite").exists():
+        traces = (str(home / "traces.sqlite"),)  # what serve keeps here by default
+    if checkpoints is None and (home / "checkpoints.sqlite").exists():
+        checkpoints = str(home / "checkpoints.sqlite")
     for trace in traces:
         if "://" not in trace and not os.path.exists(trace):
             raise FileNotFoundError(2, "No such file or directory", trace)
@@ -87,7 +104,7 @@ def ui(
     if project is not None and not os.path.exists(project):
         raise FileNotFoundError(2, "No such file or directory", project)
     try:
-        token = load_token(Path(".tubeless"), token_file=token_file)
+        token = load_token(home, token_file=token_file)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     try:
@@ -113,6 +130,8 @@ def ui(
         click.echo(f"tubeless ui: login token (saved in {token.source}): {token.value}", err=True)
     else:
         click.echo(f"tubeless ui: log in with the token from {token.source}", err=True)
+    for store in (*traces, *([checkpoints] if checkpoints else [])):
+        click.echo(f"tubeless ui: reading {_hidden(store)}", err=True)
     click.echo(f"tubeless ui: http://{shown}:{bound}/", err=True)
     config = uvicorn.Config(guarded, log_level="warning", access_log=False, lifespan="off")
     try:
