@@ -200,3 +200,22 @@ def test_a_trace_cut_anywhere_still_renders_every_page(stores: dict[str, Path]) 
                     assert client.get(f"/runs/{quote(run.run_id, safe='')}").status_code == 200
 
     check()
+
+
+def test_the_runs_page_and_a_run_page_also_answer_json(
+    client: TestClient, stores: dict[str, Path]
+) -> None:
+    runs = client.get("/?format=json&entry=delegating-agent").json()
+    assert runs["total"] == 1 and runs["page"] == 1
+    (row,) = runs["runs"]
+    assert (row["entry"], row["status"], row["turns"], row["calls"]) == (
+        "delegating-agent",
+        "completed",
+        7,
+        7,
+    )
+    run = client.get(f"/runs/{quote(row['run_id'], safe='')}?format=json").json()
+    assert run["run"]["run_id"] == row["run_id"] and run["definition_id"].startswith("sha256:")
+    assert [t["decision"] for t in run["turns"]] == ["continue", "continue", "finish"]
+    assert run["turns"][0]["calls"][0]["child_agent_run_ids"]
+    assert client.get("/runs/nope:1?format=json").status_code == 404

@@ -15,7 +15,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -27,6 +27,7 @@ from tubeless.ui._compare import compare_page
 from tubeless.ui._format import FILTERS
 from tubeless.ui._forms import form_fields, form_input
 from tubeless.ui._graph_page import GraphSource
+from tubeless.ui._json import run_json, runs_json
 from tubeless.ui._run_view import run_page
 from tubeless.ui._runs import RunFilter, runs_page
 from tubeless.ui._traces import Snapshot, TraceLibrary
@@ -121,6 +122,8 @@ class _Pages:
     # -- pages ---------------------------------------------------------------------------------
     async def runs(self, request: Request) -> Response:
         data = runs_page(await self.snapshot(), RunFilter.from_query(request.query_params))
+        if request.query_params.get("format") == "json":
+            return JSONResponse(runs_json(data))
         return self.render(request, "runs.html", **data)
 
     async def run(self, request: Request) -> Response:
@@ -131,8 +134,13 @@ class _Pages:
             turn_page = 1
         data = run_page(await self.snapshot(), run_id, turn_page=turn_page)
         events = None if self.actions is None else self.actions.events_url(run_id)
+        as_json = request.query_params.get("format") == "json"
         if data is None:
+            if as_json:
+                return JSONResponse({"error": {"message": f"no trace holds run {run_id!r}"}}, 404)
             return self.render(request, "missing.html", 404, run_id=run_id, events=events)
+        if as_json:
+            return JSONResponse(run_json(data))
         live = data["root"].status in ("running", "waiting")
         return self.render(request, "run.html", events=events if live else None, **data)
 
