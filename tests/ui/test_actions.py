@@ -83,6 +83,7 @@ def _mounted(trace: Path, host: FakeHost) -> TestClient:
     csrf = client.cookies["tubeless_csrf"]
     done = client.post("/ui/login", data={"token": made.TOKEN, "csrf": csrf, "next": "/"})
     assert done.status_code == 303 and done.headers["location"] == "/ui/"
+    assert "Path=/;" in done.headers["set-cookie"] or done.headers["set-cookie"].endswith("Path=/")
     return client
 
 
@@ -163,3 +164,15 @@ def test_a_finished_run_and_tubeless_ui_alone_stream_nothing(tmp_path: Path) -> 
     with TestClient(alone) as plain:
         assert plain.get("/new").status_code == 404
         assert 'href="/new"' not in plain.get("/").text
+
+
+def test_a_host_accepts_the_pages_login_on_its_event_stream(tmp_path: Path) -> None:
+    """The session cookie is sent to the whole site (an EventSource outside the mount sends
+    it) and ``session_ok`` tells a host whether it is the pages' login."""
+    from tubeless.ui import SESSION_COOKIE, session_ok
+
+    trace = made.delegation_trace(tmp_path)
+    client = _mounted(trace, FakeHost("x:1"))
+    cookie = client.cookies.get(SESSION_COOKIE)
+    assert session_ok(made.TOKEN, cookie, None)
+    assert not session_ok(made.TOKEN, "forged", None) and not session_ok(made.TOKEN, None, None)

@@ -10,7 +10,9 @@ Example:
     >>> app = create_ui_app(["runs.sqlite"], checkpoints="checkpoints.sqlite", token=None)
     ... # doctest: +SKIP
 
-``starlette`` (the ``serve`` extra) is imported only when an app is made.
+``starlette`` (the ``serve`` extra) is imported only when an app is made. A host that streams
+events to the pages accepts the pages' login on that stream: ``session_ok(token,
+request.cookies.get(SESSION_COOKIE), None)`` (an ``EventSource`` cannot send a bearer header).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tubeless.ui._actions import UiActions, UiEntry
+from tubeless.ui._security import SESSION_COOKIE, session_ok
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-__all__ = ["UiActions", "UiEntry", "create_ui_app"]
+__all__ = ["SESSION_COOKIE", "UiActions", "UiEntry", "create_ui_app", "session_ok"]
 
 
 def create_ui_app(

@@ -280,12 +280,14 @@ class _Pages:
         if not sec.token_matches(self.token, form.get("token", "").strip()):
             return self.render(request, "login.html", 401, next=target, problem="wrong")
         response = RedirectResponse(base + target, 303)
+        # Path "/": under serve, the event stream the run page follows lives outside the mount
+        # (/v1/runs/{id}/events) and an EventSource can only authenticate with this cookie.
         response.set_cookie(
             sec.SESSION_COOKIE,
             sec.session_value(self.token),
             httponly=True,
             samesite="strict",
-            path=base or "/",
+            path="/",
         )
         return response
 

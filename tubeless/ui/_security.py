@@ -54,7 +54,8 @@ def session_value(token: str) -> str:
 
 
 def session_ok(token: str | None, cookie: str | None, authorization: str | None) -> bool:
-    """Whether a request is logged in (always, when the pages run without a token)."""
+    """Whether a request is logged in: its :data:`SESSION_COOKIE` value or its
+    ``Authorization`` header (always, when the pages run without a token)."""
     if token is None:
         return True
     if cookie is not None and hmac.compare_digest(cookie.encode(), session_value(token).encode()):
