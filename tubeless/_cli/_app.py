@@ -29,6 +29,7 @@ from tubeless._cli.run import run
 from tubeless._cli.schema import schema
 from tubeless._cli.serve import serve
 from tubeless._cli.trace import trace
+from tubeless._cli.ui import ui
 from tubeless._cli.validate import validate
 from tubeless._version import __version__
 
@@ -250,4 +251,5 @@ cli.add_command(run)
 cli.add_command(schema)
 cli.add_command(serve)
 cli.add_command(trace)
+cli.add_command(ui)
 cli.add_command(validate)
