@@ -265,6 +265,12 @@ MCP_TIMEOUT = "TUBELESS_MCP_TIMEOUT"
 MCP_TOOL_MISSING = "TUBELESS_MCP_TOOL_MISSING"
 MCP_TOOL_UNUSABLE = "TUBELESS_MCP_TOOL_UNUSABLE"
 
+# -- serving (tubeless.serve; its protocols answer with these too) -------------------------------
+#: No such entry or run (or a run another caller's token started).
+SERVE_NOT_FOUND = "TUBELESS_SERVE_NOT_FOUND"
+#: A live run holds the key, or an approval names a digest that is not the pending call's.
+SERVE_CONFLICT = "TUBELESS_SERVE_CONFLICT"
+
 # -- projects -------------------------------------------------------------------------------------
 DOCUMENT_INVALID = "TUBELESS_DOCUMENT_INVALID"
 REFERENCE_INVALID = "TUBELESS_REFERENCE_INVALID"
