@@ -132,6 +132,7 @@ class _Run:
             created_at_ms=self.created_at_ms,
             updated_at_ms=self.updated_at_ms,
             input=self.input,
+            events=len(self.events),
         )
 
 
@@ -320,7 +321,11 @@ class LocalRunner:
             run.error = {"code": "TUBELESS_RUN_CANCELLED", "message": "The run was cancelled."}
             run.become("cancelled")
         elif run.status == "running":
+            # The token asks cooperative handlers to stop; cancelling the task also cancels the
+            # handlers in flight (the run settles them and records the cancellation).
             run.token.cancel("cancelled by the client")
+            if run.task is not None:
+                run.task.cancel()
             await self.wait(run_id)
         return run.view()
 
@@ -329,6 +334,8 @@ class LocalRunner:
         tasks = [r.task for r in self._runs.values() if r.task is not None and not r.task.done()]
         for run in self._runs.values():
             run.token.cancel("the server is stopping")
+        for task in tasks:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
 

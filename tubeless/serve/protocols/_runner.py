@@ -128,6 +128,8 @@ class RunView:
     updated_at_ms: int = 0
     input: Any = field(default=None, repr=False)
     """The raw input the run was started with."""
+    events: int = 0
+    """How many events the run has had so far (``events(since=...)`` goes on from here)."""
 
     @property
     def live(self) -> bool:
