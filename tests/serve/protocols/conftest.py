@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -31,11 +32,12 @@ def make_runner(project: Path, checkpoints: Path) -> LocalRunner:
 @contextlib.contextmanager
 def serving(
     runner: LocalRunner,
-    routes: list[BaseRoute],
+    routes: list[BaseRoute] | Callable[[str], list[BaseRoute]],
     *,
     lifespans: tuple[Callable[[], Any], ...] = (),
 ) -> Iterator[str]:
-    """``routes`` served by uvicorn on 127.0.0.1 in a thread; yields the base URL. The app's
+    """``routes`` (or ``routes(base_url)``) served by uvicorn on 127.0.0.1 in a thread; yields
+    the base URL. The app's
     lifespan enters each of ``lifespans`` and, at shutdown, cancels the runner's live runs
     (on the server's own loop) and closes its store."""
 
@@ -49,9 +51,13 @@ def serving(
             finally:
                 await runner.close()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    with socket.socket() as probe:  # a free port, so that the routes may know their URL
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    app = Starlette(routes=routes(url) if callable(routes) else routes, lifespan=lifespan)
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -59,9 +65,8 @@ def serving(
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         server.should_exit = True
         thread.join(HANG_GUARD_S)
