@@ -32,7 +32,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tubeless.errors import SERVE_CONFLICT
+from tubeless.errors import RUN_FAILED, SERVE_CONFLICT
 from tubeless.serve.protocols._runner import (
     Caller,
     EntryInfo,
@@ -260,7 +260,7 @@ def _executor(runner: ProjectRunner) -> AgentExecutor:
             elif view.status == "cancelled":
                 await updater.cancel()
             else:
-                error = view.error or {"code": "TUBELESS_RUN_FAILED", "message": "failed"}
+                error = view.error or {"code": RUN_FAILED, "message": "failed"}
                 text = f"{error['code']}: {error['message']}"
                 await updater.failed(agent_message(updater, text, {"error": dict(error)}))
 

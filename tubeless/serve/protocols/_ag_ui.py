@@ -30,7 +30,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tubeless.errors import OPTIONS_VALIDATION_FAILED, SERVE_CONFLICT
+from tubeless.errors import OPTIONS_VALIDATION_FAILED, RUN_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
 from tubeless.serve.protocols._runner import (
     Caller,
     EntryInfo,
@@ -79,7 +79,7 @@ def _refusal(status: int, code: str, message: str) -> Response:
 
 
 def _status_of(error: RunnerError) -> int:
-    return {"TUBELESS_SERVE_NOT_FOUND": 404, "TUBELESS_SERVE_CONFLICT": 409}.get(error.code, 422)
+    return {SERVE_NOT_FOUND: 404, SERVE_CONFLICT: 409}.get(error.code, 422)
 
 
 async def _handle(runner: ProjectRunner, request: Request, caller: Caller) -> Response:
@@ -89,7 +89,7 @@ async def _handle(runner: ProjectRunner, request: Request, caller: Caller) -> Re
     entry_id = request.path_params["entry"]
     entry = runner.info.entries.get(entry_id)
     if entry is None:
-        return _refusal(404, "TUBELESS_SERVE_NOT_FOUND", f"No entry {entry_id!r}")
+        return _refusal(404, SERVE_NOT_FOUND, f"No entry {entry_id!r}")
     try:
         body = await request.json()
         agent_input = RunAgentInput.model_validate(body)
@@ -292,7 +292,7 @@ def translate(
     if final.status == "cancelled":
         cancelled = core.RunFinishedCancelledOutcome()
         return [core.RunFinishedEvent(thread_id=thread, run_id=run, outcome=cancelled)]
-    error = final.error or {"code": "TUBELESS_RUN_FAILED", "message": "The run failed."}
+    error = final.error or {"code": RUN_FAILED, "message": "The run failed."}
     return [core.RunErrorEvent(message=error["message"], code=error["code"])]
 
 

@@ -23,7 +23,14 @@ from pydantic_core import to_jsonable_python
 
 from tubeless.agent import ApprovalWaiting
 from tubeless.agent._invocation import OBSERVER
-from tubeless.errors import OPTIONS_VALIDATION_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
+from tubeless.errors import (
+    OPTIONS_VALIDATION_FAILED,
+    RUN_CANCELLED,
+    RUN_FAILED,
+    SERVE_CONFLICT,
+    SERVE_NOT_FOUND,
+    UNKNOWN_ERROR,
+)
 from tubeless.pipeline import CancelToken
 from tubeless.pipeline._pipeline import original_exception
 from tubeless.schema import SchemaValidationError
@@ -209,11 +216,11 @@ class LocalRunner:
         try:
             record = await pipeline.run(run.input, **options)
         except asyncio.CancelledError:
-            run.error = {"code": "TUBELESS_RUN_CANCELLED", "message": "The run was cancelled."}
+            run.error = {"code": RUN_CANCELLED, "message": "The run was cancelled."}
             run.become("cancelled")
             raise
         except Exception as exc:  # a failure the run record could not hold
-            run.error = {"code": getattr(exc, "code", "TUBELESS_ERROR"), "message": str(exc)}
+            run.error = {"code": getattr(exc, "code", UNKNOWN_ERROR), "message": str(exc)}
             run.become("failed")
             return
         self._settle(run, record)
@@ -237,7 +244,7 @@ class LocalRunner:
             run.become("waiting")
             return
         if first is None:
-            run.error = {"code": "TUBELESS_RUN_FAILED", "message": "The run failed."}
+            run.error = {"code": RUN_FAILED, "message": "The run failed."}
         else:
             run.error = {"code": first.source_code or first.code, "message": first.format()}
         run.become("cancelled" if record.status == "cancelled" else "failed")
@@ -318,7 +325,7 @@ class LocalRunner:
         run = self._own(run_id, caller)
         if run.status == "waiting":
             run.pending, run.decided = [], set()
-            run.error = {"code": "TUBELESS_RUN_CANCELLED", "message": "The run was cancelled."}
+            run.error = {"code": RUN_CANCELLED, "message": "The run was cancelled."}
             run.become("cancelled")
         elif run.status == "running":
             # The token asks cooperative handlers to stop; cancelling the task also cancels the
