@@ -205,7 +205,9 @@ class LocalRunner:
     def _launch(self, run: _Run) -> None:
         run.token = CancelToken()
         run.become("running")
-        run.task = asyncio.get_running_loop().create_task(self._execute(run))
+        task = asyncio.get_running_loop().create_task(self._execute(run))
+        task.add_done_callback(lambda done: _ended(run, done))
+        run.task = task
 
     async def _execute(self, run: _Run) -> None:
         pipeline = self._project.get(run.entry)
@@ -344,6 +346,14 @@ class LocalRunner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _ended(run: _Run, task: asyncio.Task[None]) -> None:
+    """A run task that ended without settling its run (cancelled before it started, say)."""
+    if run.task is not task or run.status != "running":
+        return
+    run.error = {"code": RUN_CANCELLED, "message": "The run was cancelled."}
+    run.become("cancelled")
 
 
 def _pending(request: Any) -> PendingApproval:
