@@ -33,7 +33,7 @@ from google.protobuf.struct_pb2 import Struct, Value
 from tests.serve.protocols.agents import agents_project
 from tests.serve.protocols.conftest import APPROVALS, HANG_GUARD_S, make_runner, serving
 from tubeless.durable import SqliteCheckpoints
-from tubeless.serve.protocols import LocalRunner
+from tubeless.serve.protocols import LocalRunner, bearer_identity
 from tubeless.serve.protocols._a2a import a2a_routes
 
 
@@ -192,10 +192,8 @@ def _kinds(runner: LocalRunner, run_id: str) -> list[str]:
     return [event.kind for event in runner._runs[run_id].events]
 
 
-def _caller(token: str) -> str:
-    import hashlib
-
-    return "bearer:" + hashlib.sha256(token.encode()).hexdigest()[:32]
+def _caller(token: str) -> str | None:
+    return bearer_identity({"authorization": f"Bearer {token}"})
 
 
 async def test_an_invalid_input_is_refused_before_a_task_exists(

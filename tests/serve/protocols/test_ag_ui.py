@@ -17,7 +17,7 @@ from tests.serve.protocols.agents import agents_project
 from tests.serve.protocols.conftest import APPROVALS, HANG_GUARD_S, SCRIPTED, make_runner, serving
 from tests.serve.protocols.sse import check_order, parse_sse
 from tubeless.durable import SqliteCheckpoints
-from tubeless.serve.protocols import LocalRunner
+from tubeless.serve.protocols import LocalRunner, bearer_identity
 from tubeless.serve.protocols._ag_ui import ag_ui_routes
 
 
@@ -47,9 +47,10 @@ def _body(thread: str, **fields: Any) -> dict[str, Any]:
     return {"threadId": thread, "runId": str(uuid.uuid4()), "messages": [], **fields}
 
 
-def _post(url: str, body: Any) -> tuple[httpx.Response, list[Any]]:
+def _post(url: str, body: Any, token: str = "one") -> tuple[httpx.Response, list[Any]]:
+    headers = {"Authorization": f"Bearer {token}"}
     with (
-        httpx.Client(timeout=HANG_GUARD_S) as client,
+        httpx.Client(timeout=HANG_GUARD_S, headers=headers) as client,
         client.stream("POST", url, json=body) as response,
     ):
         response.read()
@@ -187,7 +188,7 @@ def test_a_client_that_goes_away_mid_run_cancels_it(
     url, runner = python_agents
     body = _body("t-hang", forwardedProps={"input": {"text": "x"}})
     with (
-        httpx.Client(timeout=HANG_GUARD_S) as client,
+        httpx.Client(timeout=HANG_GUARD_S, headers={"Authorization": "Bearer one"}) as client,
         client.stream("POST", f"{url}/ag-ui/hanging", json=body) as response,
     ):
         for line in response.iter_lines():
@@ -195,9 +196,22 @@ def test_a_client_that_goes_away_mid_run_cancels_it(
                 break  # the tool is running now: leave
     deadline = time.monotonic() + HANG_GUARD_S
     while True:
-        view = runner.find("t-hang")
+        view = runner.find("t-hang", caller=bearer_identity({"authorization": "Bearer one"}))
         if view is not None and view.status == "cancelled":
             break
         assert time.monotonic() < deadline, view
         time.sleep(0.02)
     assert view.error is not None
+
+
+def test_a_thread_is_its_token_s_alone(approvals: str) -> None:
+    url = f"{approvals}/ag-ui/approvals"
+    start = _body("thread-b", forwardedProps={"input": {"to": "ops@elsewhere.org"}})
+    _, first = _post(url, start, token="one")
+    interrupt = first[-1].outcome.interrupts[0]
+    answer = {"interruptId": interrupt.id, "status": "resolved", "payload": {"approve": True}}
+    stolen, events = _post(url, _body("thread-b", resume=[answer]), token="two")
+    taken, _ = _post(url, start, token="two")
+    assert (stolen.status_code, stolen.json()["error"]["code"]) == (409, "TUBELESS_SERVE_CONFLICT")
+    assert events == []
+    assert (taken.status_code, taken.json()["error"]["code"]) == (409, "TUBELESS_SERVE_CONFLICT")

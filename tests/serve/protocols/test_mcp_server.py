@@ -13,7 +13,7 @@ from mcp import Client
 
 from tubeless.durable import SqliteCheckpoints
 from tubeless.project import load_project
-from tubeless.serve.protocols import LocalRunner
+from tubeless.serve.protocols import LocalRunner, bearer_identity
 from tubeless.serve.protocols._mcp import mcp_server
 
 ROOT = Path(__file__).parents[3]
@@ -67,6 +67,8 @@ async def test_elicitation_answers_the_approvals_and_the_run_completes(
 async def test_the_streamable_http_app_lists_and_calls_tools_over_real_http(
     tmp_path: Path,
 ) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
     from starlette.routing import Mount
 
     from tests.serve.protocols.conftest import SCRIPTED, make_runner, serving
@@ -81,7 +83,9 @@ async def test_the_streamable_http_app_lists_and_calls_tools_over_real_http(
 
     lifespan = lambda: app.router.lifespan_context(app)  # noqa: E731
     with serving(runner, [Mount("/", app)], lifespans=(lifespan,)) as url:
-        async with Client(f"{url}/mcp") as client:
+        http = httpx2.AsyncClient(headers={"Authorization": "Bearer one"})
+        transport = streamable_http_client(f"{url}/mcp", http_client=http)
+        async with http, Client(transport) as client:
             listed = await client.list_tools()
             result = await client.call_tool(
                 "scripted-agent", {"question": "over http"}, progress_callback=on_progress
@@ -89,3 +93,5 @@ async def test_the_streamable_http_app_lists_and_calls_tools_over_real_http(
     assert [tool.name for tool in listed.tools] == ["scripted-agent"]
     assert result.structured_content == {"answer": "9 characters; OVER; HTTP"}
     assert progress[-1] == "run completed"
+    owner = bearer_identity({"authorization": "Bearer one"})
+    assert [view.status for view in runner.list(caller=owner)] == ["completed"]

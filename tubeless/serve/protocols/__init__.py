@@ -16,8 +16,9 @@ The packages are imported only by the adapter that uses them (extra ``tubeless[s
 
 from __future__ import annotations
 
-from tubeless.serve.protocols._a2a import a2a_routes, agent_card, bearer_identity
+from tubeless.serve.protocols._a2a import a2a_routes, agent_card
 from tubeless.serve.protocols._ag_ui import ag_ui_routes
+from tubeless.serve.protocols._identity import bearer_identity
 from tubeless.serve.protocols._local import LocalRunner
 from tubeless.serve.protocols._mcp import mcp_http_app, mcp_server, serve_stdio
 from tubeless.serve.protocols._runner import (

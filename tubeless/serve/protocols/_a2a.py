@@ -28,11 +28,11 @@ or input-required) unless ``configuration.returnImmediately`` is set.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tubeless.errors import RUN_FAILED, SERVE_CONFLICT
+from tubeless.serve.protocols._identity import bearer_identity
 from tubeless.serve.protocols._runner import (
     Caller,
     EntryInfo,
@@ -49,22 +49,12 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.routing import BaseRoute
 
-__all__ = ["a2a_routes", "agent_card", "bearer_identity", "decisions_of"]
+__all__ = ["a2a_routes", "agent_card", "decisions_of"]
 
 #: Reads the caller's identity from a request (``None``: anonymous).
 CallerOf = Callable[["Request"], Caller]
 
 BEARER = "bearer"
-
-
-def bearer_identity(request: Request) -> Caller:
-    """The caller as a hash of its bearer token (``None`` without one): tasks are scoped to
-    the token that made them, and no token is kept."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return "bearer:" + hashlib.sha256(token.strip().encode()).hexdigest()[:32]
 
 
 def agent_card(info: ProjectInfo, base_url: str, *, rpc_path: str = "/a2a") -> AgentCard:

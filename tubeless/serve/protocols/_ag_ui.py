@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tubeless.errors import OPTIONS_VALIDATION_FAILED, RUN_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
+from tubeless.serve.protocols._identity import bearer_identity
 from tubeless.serve.protocols._runner import (
     Caller,
     EntryInfo,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ag_ui_routes", "entry_input", "translate"]
 
-#: What the request's caller is (the serve app's auth decides); ``None`` for everyone.
+#: Names the request's caller (default: a hash of its bearer token; ``None``: anonymous).
 CallerOf = Callable[["Request"], Caller]
 
 _APPROVAL_SCHEMA = {
@@ -60,7 +61,10 @@ _APPROVAL_SCHEMA = {
 
 
 def ag_ui_routes(
-    runner: ProjectRunner, *, caller_of: CallerOf | None = None, prefix: str = "/ag-ui"
+    runner: ProjectRunner,
+    *,
+    caller_of: CallerOf | None = bearer_identity,
+    prefix: str = "/ag-ui",
 ) -> list[Route]:
     """The ``POST {prefix}/{entry}`` route over ``runner`` (see the module docstring)."""
     from starlette.routing import Route

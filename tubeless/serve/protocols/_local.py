@@ -195,8 +195,12 @@ class LocalRunner:
         self.validate(entry, raw_input)
         key = key or f"{entry}:{uuid.uuid4().hex}"
         for other in self._runs.values():
-            if other.key == key and other.status == "running":
-                raise RunnerError(SERVE_CONFLICT, f"A run of key {key!r} is {other.status}")
+            if other.key != key:
+                continue
+            if other.caller != caller:  # a key is its first caller's: no one else resumes it
+                raise RunnerError(SERVE_CONFLICT, f"Key {key!r} belongs to another caller")
+            if other.status == "running":
+                raise RunnerError(SERVE_CONFLICT, f"A run of key {key!r} is running")
         run = _Run(entry, key, caller, raw_input)
         self._runs[run.run_id] = run
         self._launch(run)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless._version import __version__
 from tubeless.errors import APPROVAL_REQUIRED, RUN_CANCELLED, SERVE_NOT_FOUND
+from tubeless.serve.protocols._identity import bearer_identity
 from tubeless.serve.protocols._runner import (
     Caller,
     EntryInfo,
@@ -286,7 +287,7 @@ async def serve_stdio(runner: ProjectRunner) -> None:
 def mcp_http_app(
     runner: ProjectRunner,
     *,
-    caller_of: CallerOf | None = None,
+    caller_of: CallerOf | None = bearer_identity,
     path: str = "/mcp",
     allowed_hosts: list[str] | None = None,
 ) -> Starlette:
