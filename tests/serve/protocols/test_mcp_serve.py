@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
+from tests.fixtures.cli import tubeless
+
 ROOT = Path(__file__).parents[3]
 SCRIPTED = ROOT / "projects" / "scripted-agent.yaml"
 APPROVALS = ROOT / "projects" / "approvals.yaml"
@@ -78,3 +80,13 @@ async def test_a_call_needing_approval_fails_with_the_approval_code_without_elic
     assert result.structured_content is not None
     assert result.structured_content["error"]["code"] == "TUBELESS_APPROVAL_REQUIRED"
     assert "'publish'" in result.content[0].text
+
+
+def test_a_missing_project_is_one_error_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = tubeless(capsys, "mcp-serve", tmp_path / "missing.yaml")
+    assert outcome.code == 2
+    assert outcome.out == ""  # stdout is the protocol's
+    assert outcome.err.startswith("error: ")
+    assert len(outcome.err.splitlines()) == 1
