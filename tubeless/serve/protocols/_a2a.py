@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tubeless.errors import RUN_FAILED, SERVE_CONFLICT
+from tubeless.errors import RUN_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
 from tubeless.serve.protocols._identity import bearer_identity
 from tubeless.serve.protocols._runner import (
     Caller,
@@ -165,7 +165,7 @@ def _executor(runner: ProjectRunner) -> AgentExecutor:
         entry_id = metadata.get("entry") or info.default or next(iter(info.entries), None)
         entry = info.entries.get(str(entry_id))
         if entry is None:
-            raise InvalidParamsError(message=f"TUBELESS_SERVE_NOT_FOUND: no entry {entry_id!r}")
+            raise InvalidParamsError(message=f"{SERVE_NOT_FOUND}: no entry {entry_id!r}")
         data = get_data_parts(list(message.parts))
         if data:
             return entry, data[0]
