@@ -1,5 +1,6 @@
 """Agents for the protocol tests, defined in Python: one that hangs in a tool until cancelled,
-and one whose input is a single required string (what AG-UI takes from a user message)."""
+one whose input is a single required string (what AG-UI takes from a user message), and one
+that runs into its ``max_turns`` limit."""
 
 from __future__ import annotations
 
@@ -67,6 +68,28 @@ echo = define_agent(
     decide=_echo_decide,
 )
 
+looping = define_agent(
+    id="looping",
+    description="Calls its tool turn after turn: its max_turns limit ends it.",
+    input_schema=_TEXT,
+    result_schema=Schema.json({"type": "object"}),
+    initial_state=lambda value: {"text": value["text"], "outcomes": None},
+    decide=lambda state, ctx: {
+        "kind": "continue",
+        "calls": [{"id": f"again-{ctx.turn}", "tool": "echo", "input": state["text"]}],
+    },
+    reduce=_reduce,
+    limits={"max_turns": 2},
+    tools={
+        "echo": define_tool(
+            description="Answers its text.",
+            input_schema=Schema.json({"type": "string"}),
+            output_schema=Schema.json({"type": "string"}),
+            run=lambda text, ctx: text,
+        )
+    },
+)
+
 
 def agents_project(folder: Path) -> Project:
     """A project of both agents (``echo`` is the default entry)."""
@@ -76,5 +99,5 @@ def agents_project(folder: Path) -> Project:
         name="Protocol tests",
         description="Agents for the protocol tests.",
         default="echo",
-        agents={"echo": echo, "hanging": hanging},
+        agents={"echo": echo, "hanging": hanging, "looping": looping},
     )

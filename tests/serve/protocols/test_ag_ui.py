@@ -215,3 +215,16 @@ def test_a_thread_is_its_token_s_alone(approvals: str) -> None:
     assert (stolen.status_code, stolen.json()["error"]["code"]) == (409, "TUBELESS_SERVE_CONFLICT")
     assert events == []
     assert (taken.status_code, taken.json()["error"]["code"]) == (409, "TUBELESS_SERVE_CONFLICT")
+
+
+def test_a_failed_run_ends_with_run_error_and_its_code(
+    python_agents: tuple[str, LocalRunner],
+) -> None:
+    url, _ = python_agents
+    body = _body("t-loop", forwardedProps={"input": {"text": "x"}})
+    _, events = _post(f"{url}/ag-ui/looping", body)
+    check_order(events)
+    final = events[-1]
+    assert final.type.value == "RUN_ERROR"  # the file's limits apply
+    assert final.code == "TUBELESS_AGENT_LIMIT_REACHED"
+    assert "max_turns" in final.message

@@ -95,3 +95,16 @@ async def test_the_streamable_http_app_lists_and_calls_tools_over_real_http(
     assert progress[-1] == "run completed"
     owner = bearer_identity({"authorization": "Bearer one"})
     assert [view.status for view in runner.list(caller=owner)] == ["completed"]
+
+
+async def test_a_run_past_its_limits_is_a_tool_error_with_the_limit_code(tmp_path: Path) -> None:
+    from tests.serve.protocols.agents import agents_project
+
+    runner = LocalRunner(agents_project(tmp_path), checkpoints=SqliteCheckpoints(tmp_path / "r"))
+    try:
+        async with Client(mcp_server(runner)) as client:
+            result = await client.call_tool("looping", {"text": "x"})
+    finally:
+        await runner.close()
+    assert result.is_error
+    assert result.content[0].text.startswith("TUBELESS_AGENT_LIMIT_REACHED: ")

@@ -10,6 +10,7 @@ What it reports, per turn of the root agent (child agents run as tools stay insi
     around_call               the call's ``outcome`` (also one a resumed checkpoint restored)
     reduced                   ``outcome`` for each denied call (those never reach around_call),
                               step_started("reduce"), step_finished("reduce"), ``state``
+    ended                     step_finished("decide") when a failure left it open
 
 The reduce step is reported when its state has been committed: the hook points have no "reduce
 is about to start", and the commit is what a client can rely on.
@@ -102,3 +103,10 @@ class Feed(TurnHooks):
         self.emit("step_started", turn=t.turn, step="reduce")
         self.emit("step_finished", turn=t.turn, step="reduce")
         self.emit("state", turn=t.turn, data=thaw(following.state))
+
+    def ended(self, result: Any, error: BaseException | None) -> None:
+        # A decide step a failure interrupted (a limit reached, a refused decision) is closed,
+        # so that every step a client saw open is finished before the run's end.
+        if self._decide_open is not None:
+            self.emit("step_finished", turn=self._decide_open, step="decide")
+            self._decide_open = None
