@@ -228,3 +228,22 @@ def test_a_failed_run_ends_with_run_error_and_its_code(
     assert final.type.value == "RUN_ERROR"  # the file's limits apply
     assert final.code == "TUBELESS_AGENT_LIMIT_REACHED"
     assert "max_turns" in final.message
+
+
+def test_a_thread_runs_again_on_a_new_input_and_a_waiting_one_takes_only_answers(
+    scripted: str, approvals: str
+) -> None:
+    first = _body("t-chat", forwardedProps={"input": {"question": "one two"}})
+    second = _body("t-chat", forwardedProps={"input": {"question": "three"}})
+    _, one = _post(f"{scripted}/ag-ui/scripted-agent", first)
+    _, two = _post(f"{scripted}/ag-ui/scripted-agent", second)
+    assert one[-1].result == {"answer": "7 characters; ONE; TWO"}
+    assert two[-1].result == {"answer": "5 characters; THREE"}
+
+    start = _body("t-wait", forwardedProps={"input": {"to": "ops@elsewhere.org"}})
+    _, stopped = _post(f"{approvals}/ag-ui/approvals", start)
+    assert stopped[-1].outcome.type == "interrupt"
+    refused, events = _post(f"{approvals}/ag-ui/approvals", start)
+    assert refused.status_code == 409
+    assert "resume[]" in refused.json()["error"]["message"]
+    assert events == []

@@ -13,7 +13,9 @@ Built on ``ag-ui-protocol``'s own models and ``EventEncoder``. One request is on
 The input: ``forwardedProps.input`` when given; otherwise, when the entry's input schema is a
 string or has exactly one required string property, the text of the last user message. It is
 validated before anything is streamed: a malformed body or a refused input is a JSON error
-(422, or 404 for an unknown entry), never a started run. ``threadId`` is the checkpoint key.
+(422, or 404 for an unknown entry), never a started run. ``threadId`` is the checkpoint key: a
+new input on a thread whose last run ended starts the thread over (each request is one AG-UI
+run), and a thread that waits for answers takes only ``resume[]`` (409 otherwise).
 
 Approvals: a run that waits ends with ``outcome: interrupt``, one interrupt per pending call
 whose id is the call's digest. The next request on the thread answers them in ``resume[]``: an
@@ -141,8 +143,15 @@ async def _begin(
                 caller=caller,
             )
         return runner.get(waiting.run_id, caller=caller), since
+    if waiting is not None and waiting.status == "waiting":
+        raise RunnerError(
+            SERVE_CONFLICT,
+            f"Thread {key!r} waits for answers to its interrupts: send them in resume[]",
+        )
     raw = entry_input(entry, agent_input)
-    view = await runner.start(entry.id, raw, key=key, caller=caller)
+    # A new input on a thread whose run ended is a new run of the thread (each request is one
+    # AG-UI run); an unknown thread resumes whatever its checkpoint holds.
+    view = await runner.start(entry.id, raw, key=key, caller=caller, restart=waiting is not None)
     return view, 0
 
 

@@ -190,7 +190,13 @@ class LocalRunner:
             ) from None
 
     async def start(
-        self, entry: str, raw_input: Any, *, key: str | None = None, caller: Caller = None
+        self,
+        entry: str,
+        raw_input: Any,
+        *,
+        key: str | None = None,
+        caller: Caller = None,
+        restart: bool = False,
     ) -> RunView:
         self.validate(entry, raw_input)
         key = key or f"{entry}:{uuid.uuid4().hex}"
@@ -203,22 +209,22 @@ class LocalRunner:
                 raise RunnerError(SERVE_CONFLICT, f"A run of key {key!r} is running")
         run = _Run(entry, key, caller, raw_input)
         self._runs[run.run_id] = run
-        self._launch(run)
+        self._launch(run, restart=restart)
         return run.view()
 
-    def _launch(self, run: _Run) -> None:
+    def _launch(self, run: _Run, *, restart: bool = False) -> None:
         run.token = CancelToken()
         run.become("running")
-        task = asyncio.get_running_loop().create_task(self._execute(run))
+        task = asyncio.get_running_loop().create_task(self._execute(run, restart))
         task.add_done_callback(lambda done: _ended(run, done))
         run.task = task
 
-    async def _execute(self, run: _Run) -> None:
+    async def _execute(self, run: _Run, restart: bool) -> None:
         pipeline = self._project.get(run.entry)
         OBSERVER.set(Feed(run.emit))  # this task's context only
         options: dict[str, Any] = {"signal": run.token, "trace": self._trace}
         if self._store is not None:
-            options.update(checkpoints=self._store, checkpoint_key=run.key)
+            options.update(checkpoints=self._store, checkpoint_key=run.key, restart=restart)
         try:
             record = await pipeline.run(run.input, **options)
         except asyncio.CancelledError:

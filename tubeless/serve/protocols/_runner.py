@@ -151,11 +151,19 @@ class ProjectRunner(Protocol):
         ...
 
     async def start(
-        self, entry: str, raw_input: Any, *, key: str | None = None, caller: Caller = None
+        self,
+        entry: str,
+        raw_input: Any,
+        *,
+        key: str | None = None,
+        caller: Caller = None,
+        restart: bool = False,
     ) -> RunView:
         """Start (or resume, for a key whose run stopped) a run in the background.
 
-        ``key`` defaults to a new unique key. A key whose run is live → ``SERVE_CONFLICT``.
+        ``key`` defaults to a new unique key. A key whose run is live, or that another caller
+        started → ``SERVE_CONFLICT``. ``restart`` starts the key over instead of resuming it
+        (or returning its saved end).
         """
         ...
 
