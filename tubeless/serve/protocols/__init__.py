@@ -10,6 +10,7 @@ run manager. The adapters::
     a2a_routes(runner, ...)     the agent card and JSON-RPC at /a2a (a2a-sdk)
     mcp_server(runner)          each entry an MCP tool (stdio: ``tubeless mcp-serve``)
     mcp_http_app(runner)        the same over streamable HTTP, for ``/mcp``
+    protocol_routes(runner, base_url=...)   all three: the routes and the lifespan to mount
 
 The packages are imported only by the adapter that uses them (extra ``tubeless[serve]``).
 """
@@ -21,6 +22,7 @@ from tubeless.serve.protocols._ag_ui import ag_ui_routes
 from tubeless.serve.protocols._identity import bearer_identity
 from tubeless.serve.protocols._local import LocalRunner
 from tubeless.serve.protocols._mcp import mcp_http_app, mcp_server, serve_stdio
+from tubeless.serve.protocols._mount import ProtocolRoutes, protocol_routes
 from tubeless.serve.protocols._runner import (
     Caller,
     EntryInfo,
@@ -39,6 +41,7 @@ __all__ = [
     "PendingApproval",
     "ProjectInfo",
     "ProjectRunner",
+    "ProtocolRoutes",
     "RunEvent",
     "RunView",
     "RunnerError",
@@ -48,5 +51,6 @@ __all__ = [
     "bearer_identity",
     "mcp_http_app",
     "mcp_server",
+    "protocol_routes",
     "serve_stdio",
 ]

@@ -291,17 +291,19 @@ def mcp_http_app(
     path: str = "/mcp",
     allowed_hosts: list[str] | None = None,
 ) -> Starlette:
-    """The streamable-HTTP app (stateless, JSON answers off: SSE) serving ``runner`` at
-    ``path``. Authentication is the mounting app's middleware; ``caller_of`` reads the caller
-    from each request's headers so that runs stay with their token."""
-    server = mcp_server(runner, caller_of=caller_of)
-    security = None
-    if allowed_hosts is not None:
-        from mcp.server.transport_security import TransportSecuritySettings
+    """The streamable-HTTP app (stateless, answers as SSE) serving ``runner`` at ``path``.
+    Authentication is the mounting app's middleware; ``caller_of`` reads the caller from each
+    request's headers so that runs stay with their token; ``allowed_hosts`` turns on the SDK's
+    own Host check (``None``: the mounting app checks Host)."""
+    from mcp.server.transport_security import TransportSecuritySettings
 
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts
-        )
+    server = mcp_server(runner, caller_of=caller_of)
+    # Without a list, Host checks are the mounting app's (serve has its own allowlist); the
+    # SDK would otherwise allow only loopback names.
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=allowed_hosts is not None,
+        allowed_hosts=allowed_hosts or [],
+    )
     return server.streamable_http_app(
         streamable_http_path=path, stateless_http=True, transport_security=security
     )
