@@ -39,20 +39,24 @@ Emit = Callable[..., None]
 Outcome = Mapping[str, Any]
 
 
-def _root(t: TurnInput) -> bool:
-    """Whether ``t`` is a turn of the run's own agent (not of an agent called as a tool)."""
-    return len(t.invocation.scope.chain) == 1
-
-
 class Feed(TurnHooks):
     """Reports one run's root-agent turns through ``emit`` (see the module docstring)."""
 
-    __slots__ = ("_announced", "_decide_open", "emit")
+    __slots__ = ("_announced", "_decide_open", "_root", "emit")
 
     def __init__(self, emit: Emit) -> None:
         self.emit = emit
         self._decide_open: int | None = None
         self._announced: dict[str, str] = {}  # call id -> tool, without an outcome yet
+        self._root: object | None = None
+
+    def _is_root(self, t: TurnInput) -> bool:
+        """Whether ``t`` is a turn of the run's own agent: the first invocation without a
+        parent this feed hears (not an agent called as a tool, nor a run a tool started)."""
+        invocation = t.invocation
+        if self._root is None and len(invocation.scope.chain) == 1:
+            self._root = invocation
+        return invocation is self._root
 
     def _start_decide(self, turn: int) -> None:
         if self._decide_open != turn:
@@ -60,13 +64,13 @@ class Feed(TurnHooks):
             self.emit("step_started", turn=turn, step="decide")
 
     def reserved(self, t: TurnInput) -> None:
-        if _root(t):
+        if self._is_root(t):
             self._start_decide(t.turn)
 
     def decided(
         self, t: TurnInput, decision: Finish | Continue, prepared: tuple[PreparedCall, ...] | None
     ) -> None:
-        if not _root(t):
+        if not self._is_root(t):
             return
         self._start_decide(t.turn)  # a resumed decision was not reserved again
         self.emit("step_finished", turn=t.turn, step="decide")
@@ -76,7 +80,7 @@ class Feed(TurnHooks):
             self.emit("call", turn=t.turn, call_id=call.id, tool=call.tool, data=thaw(call.raw))
 
     def around_call(self, site: CallSite, proceed: Proceed) -> Awaitable[Outcome]:
-        if not _root(site.t):
+        if not self._is_root(site.t):
             return proceed(site)
         return self._reported(site, proceed)
 
@@ -88,7 +92,7 @@ class Feed(TurnHooks):
         return outcome
 
     def reduced(self, ctx: StepContext, t: TurnInput, following: TurnInput) -> None:
-        if not _root(t):
+        if not self._is_root(t):
             return
         for call_id, tool in self._announced.items():
             # Only a denied call settles without passing around_call (the gate answers it).
