@@ -51,9 +51,14 @@ varies shows its family. Grouped by the layer that raises them::
     ├── ProviderError                   TUBELESS_PROVIDER_* (.status)
     │
     │   MCP servers: tubeless.mcp (their tool outcomes are MCP_TOOL_ERROR, MCP_PROTOCOL_ERROR)
-    └── McpError                        TUBELESS_MCP_* (.server): no SDK, transport, timeout,
-                                        an included tool the server lacks or that cannot be
-                                        called (TOOL_UNUSABLE); fatal to a run
+    ├── McpError                        TUBELESS_MCP_* (.server): no SDK, transport, timeout,
+    │                                   an included tool the server lacks or that cannot be
+    │                                   called (TOOL_UNUSABLE); fatal to a run
+    │
+    │   protocols on serve: tubeless.serve.protocols
+    └── RunnerError                     TUBELESS_SERVE_* (NOT_FOUND, CONFLICT), and
+                                        TUBELESS_OPTIONS_VALIDATION_FAILED (.issues): a request
+                                        the run interface refuses before anything runs
 
 Other exceptions tubeless raises subclass the built-in their callers already catch::
 

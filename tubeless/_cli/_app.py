@@ -25,6 +25,7 @@ from tubeless._cli.decide import approve, deny
 from tubeless._cli.eval import eval_
 from tubeless._cli.init import init
 from tubeless._cli.look import graph, inspect, list_, plan
+from tubeless._cli.mcp_serve import mcp_serve
 from tubeless._cli.run import run
 from tubeless._cli.schema import schema
 from tubeless._cli.serve import serve
@@ -246,6 +247,7 @@ cli.add_command(graph)
 cli.add_command(init)
 cli.add_command(inspect)
 cli.add_command(list_)
+cli.add_command(mcp_serve)
 cli.add_command(plan)
 cli.add_command(run)
 cli.add_command(schema)

@@ -12,6 +12,7 @@ turn finds it in the run environment's :data:`INVOCATION_SLOT`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from tubeless.agent._hooks import NO_HOOKS, TurnHooks, combine
@@ -25,10 +26,16 @@ if TYPE_CHECKING:
     from tubeless.agent._trace import AgentTrace
     from tubeless.agent._turn_types import TurnInput
 
-__all__ = ["INVOCATION_SLOT", "Invocation", "turn_hooks"]
+__all__ = ["INVOCATION_SLOT", "OBSERVER", "Invocation", "turn_hooks"]
 
 #: The run-environment slot that hands an invocation from ``AgentStep`` to its first turn.
 INVOCATION_SLOT = "tubeless.agent.invocation"
+
+#: Hooks that watch every invocation started in this context (a server turning a run into a
+#: protocol's events: ``tubeless.serve.protocols``). A context variable rather than a ``run()``
+#: argument, so no layer between the caller and the turn carries it. It is the first member:
+#: its ``around_call`` sees every outcome, those a resumed journal restores included.
+OBSERVER: ContextVar[TurnHooks | None] = ContextVar("tubeless.agent.observer", default=None)
 
 
 class Invocation:
@@ -97,7 +104,14 @@ class Invocation:
 
 def turn_hooks(tape: Tape, journal: TurnHooks | None, tracing: bool) -> TurnHooks:
     """An invocation's hooks, in the order ``_hooks`` documents: the cassette tape, the
-    checkpoint journal, the trace (each only when the run has it; none: the null hooks)."""
-    if journal is None and tape is NO_TAPE:  # the common case, without the composite's search
+    checkpoint journal, the trace (each only when the run has it; none: the null hooks), after
+    the context's :data:`OBSERVER` when one watches."""
+    observer = OBSERVER.get()
+    if journal is None and tape is NO_TAPE and observer is None:  # the common case
         return TRACE_HOOKS if tracing else NO_HOOKS
-    return combine(None if tape is NO_TAPE else tape, journal, TRACE_HOOKS if tracing else None)
+    return combine(
+        observer,
+        None if tape is NO_TAPE else tape,
+        journal,
+        TRACE_HOOKS if tracing else None,
+    )

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from tubeless.durable import CheckpointStore
-from tubeless.durable._decide import record_decision
-from tubeless.durable._document import CheckpointDocument
+from tubeless.durable._spi import CheckpointDocument, record_decision
 from tubeless.errors import CHECKPOINT_INVALID, TubelessError
 
 if TYPE_CHECKING:
