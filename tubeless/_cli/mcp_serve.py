@@ -39,8 +39,7 @@ def mcp_serve(project: str, checkpoints_path: str | None) -> None:
     except ImportError:
         raise CliLoadError("mcp-serve needs the MCP SDK: pip install 'tubeless[mcp]'") from None
     from tubeless.project import load_project
-    from tubeless.serve.protocols import LocalRunner
-    from tubeless.serve.protocols._mcp import serve_stdio
+    from tubeless.serve.protocols import LocalRunner, serve_stdio
 
     if not Path(project).exists():
         raise FileNotFoundError(2, "No such file or directory", project)

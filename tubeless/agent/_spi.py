@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from tubeless.agent._agent_step import remotes
     from tubeless.agent._cassette import _MISSING as MISSING
     from tubeless.agent._cassette import first_difference, shown_value
+    from tubeless.agent._hooks import CallSite, Proceed, TurnHooks
+    from tubeless.agent._invocation import OBSERVER
     from tubeless.agent._scope import ROOT_BUDGETS
     from tubeless.agent._sources import Remote, SourceSession, sourced_tool
     from tubeless.agent._tape import Recording, Replaying, recording, replaying
@@ -27,12 +29,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MISSING",
+    "OBSERVER",
     "ROOT_BUDGETS",
     "TOOL_NAME",
+    "CallSite",
+    "Proceed",
     "Recording",
     "Remote",
     "Replaying",
     "SourceSession",
+    "TurnHooks",
     "first_difference",
     "recording",
     "remotes",
@@ -43,6 +49,10 @@ __all__ = [
 
 #: Each name's home: (module, attribute).
 _HOMES: dict[str, tuple[str, str]] = {
+    "OBSERVER": ("tubeless.agent._invocation", "OBSERVER"),
+    "TurnHooks": ("tubeless.agent._hooks", "TurnHooks"),
+    "Proceed": ("tubeless.agent._hooks", "Proceed"),
+    "CallSite": ("tubeless.agent._hooks", "CallSite"),
     "MISSING": ("tubeless.agent._cassette", "_MISSING"),
     "ROOT_BUDGETS": ("tubeless.agent._scope", "ROOT_BUDGETS"),
     "Recording": ("tubeless.agent._tape", "Recording"),

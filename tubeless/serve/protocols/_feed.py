@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tubeless.agent._hooks import CallSite, Proceed, TurnHooks
+from tubeless.agent._spi import CallSite, Proceed, TurnHooks
 from tubeless.errors import TOOL_DENIED
 from tubeless.frozen import thaw
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import to_jsonable_python
 
 from tubeless.agent import ApprovalWaiting
-from tubeless.agent._invocation import OBSERVER
+from tubeless.agent._spi import OBSERVER
 from tubeless.errors import (
     OPTIONS_VALIDATION_FAILED,
     RUN_CANCELLED,
@@ -32,7 +32,7 @@ from tubeless.errors import (
     UNKNOWN_ERROR,
 )
 from tubeless.pipeline import CancelToken
-from tubeless.pipeline._pipeline import original_exception
+from tubeless.pipeline._spi import original_exception
 from tubeless.schema import SchemaValidationError
 from tubeless.serve.protocols._feed import Feed
 from tubeless.serve.protocols._runner import (
@@ -381,7 +381,7 @@ def _record(
     store: CheckpointStore, key: str, request: PendingApproval, approve: bool, reason: str | None
 ) -> None:
     """Record the decision in the key's checkpoint, as ``tubeless approve|deny`` does."""
-    from tubeless.durable._decide import record_decision
+    from tubeless.durable._spi import record_decision
 
     with store.acquire(key) as lease:
         text = lease.read()
