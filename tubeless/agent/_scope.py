@@ -13,13 +13,18 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tubeless.agent._limits import LimitReachedError, Limits
+from tubeless.agent._usage import NO_USAGE, Ledger, Usage, ledger_for
 from tubeless.pipeline import CancelToken, RunCancelledError
 from tubeless.pipeline._execute import TREE_SLOT
 
+if TYPE_CHECKING:
+    from tubeless.agent._pricing import Priced
+
 __all__ = [
+    "OUTER_LEDGER",
     "ROOT_BUDGETS",
     "SCOPE_SLOT",
     "Budget",
@@ -36,6 +41,10 @@ SCOPE_SLOT = "tubeless.agent.scope"
 ROOT_BUDGETS: ContextVar[list[Budget] | None] = ContextVar(
     "tubeless.agent.root_budgets", default=None
 )
+
+#: Set by a caller that bounds several runs together (``batch --max-cost-usd``): the ledger
+#: every root agent invocation it starts charges first.
+OUTER_LEDGER: ContextVar[Ledger | None] = ContextVar("tubeless.agent.outer_ledger", default=None)
 
 
 class Routes:
@@ -183,15 +192,35 @@ def _reject(waiter: asyncio.Future[None]) -> None:
 class Scope:
     """The budget chain of one agent invocation (root first) and its root's permit pool."""
 
-    __slots__ = ("budget", "chain", "pool", "route")
+    __slots__ = ("budget", "chain", "ledger", "ledgers", "pool", "pricing", "route", "usage")
 
-    def __init__(self, budget: Budget, parent: Scope | None, route: str = "") -> None:
+    def __init__(
+        self,
+        budget: Budget,
+        parent: Scope | None,
+        route: str = "",
+        pricing: Mapping[str, Priced] | None = None,
+    ) -> None:
         self.budget = budget
         self.route = route
         """Where this invocation stands in the tree (:func:`invocation_route`): approvals,
         checkpoints and cassettes name it by this."""
         self.chain: tuple[Budget, ...] = (budget,) if parent is None else (*parent.chain, budget)
         self.pool: PermitPool = PermitPool() if parent is None else parent.pool
+        # Token and cost budgets: the chain of ledgers (outer first) and this invocation's own.
+        self.ledger = ledger_for(budget.id, budget.limits)
+        if parent is None:
+            outer = OUTER_LEDGER.get()
+            inherited: tuple[Ledger, ...] = () if outer is None else (outer,)
+            self.pricing: Mapping[str, Priced] = pricing or {}
+        else:
+            inherited = parent.ledgers
+            self.pricing = {**parent.pricing, **pricing} if pricing else parent.pricing
+        self.ledgers: tuple[Ledger, ...] = (
+            inherited if self.ledger is None else (*inherited, self.ledger)
+        )
+        self.usage: Usage = Usage(self.ledgers, self.pricing) if self.ledgers else NO_USAGE
+        """``ctx.usage`` of the invocation's decisions and tools."""
 
     @property
     def depth(self) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tubeless._callables import is_awaitable
 from tubeless.agent._approvals import dispatch_gated, gated_requests
@@ -24,10 +24,14 @@ from tubeless.agent._limits import LimitReachedError, Limits
 from tubeless.agent._prepare import CompiledTool, PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._state import freeze_state
+from tubeless.agent._usage import NO_USAGE, Usage
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, StepContext, StepLogger, define_pipeline
 from tubeless.pipeline._step import Step
 from tubeless.schema import Schema, SchemaValidationError
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 __all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline"]
 
@@ -47,6 +51,8 @@ class TurnSpec:
     limits: Limits
     approvals: bool = False
     """Whether any tool may need approval (otherwise batches skip that check entirely)."""
+    pricing: Mapping[str, Any] | None = None
+    """Model prices for cost budgets, by ``<provider>:<model>`` (``_pricing.price_table``)."""
 
 
 @dataclass(slots=True)
@@ -94,6 +100,8 @@ class DecisionContext:
             ``on_limit="finish"``; only a finish decision is accepted then.
         remaining: ``{turns, decisions, calls}`` still available (the tightest budget of the
             delegation chain; 0 where exhausted).
+        usage: Token and cost budgets: ``reserve`` before a model request, ``charge`` after
+            it, ``remaining`` (docs/budgets.md). The built-in providers use it.
     """
 
     __slots__ = (
@@ -101,6 +109,7 @@ class DecisionContext:
         "_key_base",
         "_max_turns",
         "_scope",
+        "_spent",
         "_step",
         "capabilities",
         "dry_run",
@@ -138,6 +147,8 @@ class DecisionContext:
         self.signal = step.signal
         self.dry_run = step.dry_run
         self._step = step
+        self._spent: list[Any] | None = None
+        """``[input_tokens, output_tokens, cost_usd]`` of this decision's model requests."""
 
     @property
     def log(self) -> StepLogger:
@@ -160,6 +171,11 @@ class DecisionContext:
         """``{turns, decisions, calls}`` still available; 0 where exhausted."""
         return remaining(self._scope, self._max_turns, self.turn)
 
+    @property
+    def usage(self) -> Usage:
+        """The token and cost budgets of the delegation chain (``reserve``, ``charge``)."""
+        return NO_USAGE if self._scope is None else self._scope.usage
+
     def report_model_request(
         self,
         *,
@@ -171,16 +187,26 @@ class DecisionContext:
         finish_reasons: Sequence[str] = (),
         response_model: str | None = None,
         error_type: str | None = None,
+        cost_usd: Decimal | None = None,
     ) -> None:
         """Record one model request in the trace (the adapters call it for every request).
 
         A ``step.attempted`` record on ``decide`` with GenAI attributes (``gen_ai.provider.name``,
         ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``, ...; ``error.type`` for a failed
         request): names, counts and codes, never a prompt or a response. The OpenTelemetry sink
-        makes it a ``chat <model>`` span. Ignored when nothing records the run.
+        makes it a ``chat <model>`` span. Ignored when nothing records the run. The counts and
+        ``cost_usd`` also add up into the decision's usage summary (``agent.usage.*``).
         """
         if not self._step.tracing:
             return
+        if input_tokens is not None or output_tokens is not None or cost_usd is not None:
+            spent = self._spent
+            if spent is None:
+                spent = self._spent = [0, 0, None]
+            spent[0] += input_tokens or 0
+            spent[1] += output_tokens or 0
+            if cost_usd is not None:
+                spent[2] = cost_usd if spent[2] is None else spent[2] + cost_usd
         # Imported here: the span vocabulary is for traced model runs, not for every import.
         from tubeless.tracing._otel_spans import model_request_attributes
 
@@ -299,6 +325,8 @@ async def ask(spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = F
             raw = await raw
     finally:
         scope.exit()
+        if decision_ctx._spent is not None:  # only traced decisions that asked a model
+            invocation.trace.usage(ctx, t, decision_ctx._spent)
     return raw
 
 
