@@ -41,7 +41,7 @@ from tubeless.agent._approvals import (
     call_digest,
 )
 from tubeless.agent._decisions import DecisionError
-from tubeless.agent._limits import LimitReachedError, Limits
+from tubeless.agent._limits import BudgetWaiting, LimitReachedError, Limits
 from tubeless.agent._state import StateError
 from tubeless.agent._tools import Tool, ToolContext, ToolError, define_tool, pipeline_tool
 from tubeless.agent._turn import DecisionContext
@@ -51,6 +51,7 @@ __all__ = [
     "NO_USAGE",
     "ApprovalError",
     "ApprovalWaiting",
+    "BudgetWaiting",
     "DecisionContext",
     "DecisionError",
     "LimitReachedError",

@@ -11,7 +11,15 @@ from tubeless.errors import AGENT_LIMIT_REACHED, AgentDefinitionError, TubelessE
 if TYPE_CHECKING:
     from decimal import Decimal
 
-__all__ = ["BUDGET_NAMES", "BudgetName", "LimitName", "LimitReachedError", "Limits", "OnLimit"]
+__all__ = [
+    "BUDGET_NAMES",
+    "BudgetName",
+    "BudgetWaiting",
+    "LimitName",
+    "LimitReachedError",
+    "Limits",
+    "OnLimit",
+]
 
 #: The token and cost budgets (absent: unbounded), shared down the delegation tree.
 BudgetName = Literal["max_input_tokens", "max_output_tokens", "max_total_tokens", "max_cost_usd"]
@@ -207,15 +215,37 @@ class LimitReachedError(TubelessError):
         requested: int | Decimal,
         scope: str,
         calls: int | None = None,
+        note: str | None = None,
     ) -> None:
-        super().__init__(
-            self.code,
+        message = (
             f"Agent {limit}={bound} exceeded "
-            f"(consumed={consumed}, requested={requested}, scope={scope})",
+            f"(consumed={consumed}, requested={requested}, scope={scope})"
         )
+        super().__init__(self.code, message if note is None else f"{message}; {note}")
         self.limit = limit
         self.bound = bound
         self.consumed = consumed
         self.requested = requested
         self.scope = scope
         self.calls = calls
+
+
+class BudgetWaiting(LimitReachedError):
+    """A checkpointed run with ``on_limit: wait`` stopped at an exhausted token or cost budget
+    (status ``waiting``, CLI exit 8); ``tubeless checkpoints raise`` then the same run command
+    resume it.
+
+    Attributes:
+        key: The checkpoint key to raise the budget of.
+    """
+
+    def __init__(self, reached: LimitReachedError, key: str) -> None:
+        super().__init__(
+            limit=reached.limit,
+            bound=reached.bound,
+            consumed=reached.consumed,
+            requested=reached.requested,
+            scope=reached.scope,
+            note=f"the run waits for a higher {reached.limit} (checkpoint {key!r})",
+        )
+        self.key = key

@@ -53,7 +53,15 @@ class Ledger:
         requests: Reservations made (the trace's and the checkpoint's count).
     """
 
-    __slots__ = ("bounds", "cost_usd", "id", "input_tokens", "listeners", "output_tokens")
+    __slots__ = (
+        "bounds",
+        "cost_usd",
+        "id",
+        "input_tokens",
+        "listeners",
+        "output_tokens",
+        "waiting",
+    )
 
     def __init__(self, id: str, bounds: Mapping[str, int | Decimal]) -> None:
         self.id = id
@@ -63,6 +71,13 @@ class Ledger:
         self.cost_usd: int | Decimal = _ZERO
         self.listeners: list[Callable[[Ledger], None]] = []
         """Called (outside the lock) after each reservation and charge: checkpoints commit."""
+        self.waiting: str | None = None
+        """The exhausted budget a checkpointed run waits to have raised (``on_limit: wait``)."""
+
+    def wait(self, name: str) -> None:
+        """Record that the run stops waiting for a higher ``name`` (and tell the listeners)."""
+        self.waiting = name
+        _notify((self,))
 
     def consumed(self, name: str) -> int | Decimal:
         """The consumed amount a budget is measured by."""
@@ -80,12 +95,15 @@ class Ledger:
 
     def snapshot(self) -> dict[str, Any]:
         """JSON data: the bounds and the consumed counts (a cost as its decimal string)."""
-        return {
+        out: dict[str, Any] = {
             "bounds": {k: str(v) if k == "max_cost_usd" else v for k, v in self.bounds.items()},
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cost_usd": str(self.cost_usd),
         }
+        if self.waiting is not None:
+            out["waiting"] = self.waiting
+        return out
 
     def restore(self, saved: Mapping[str, Any]) -> None:
         """Take back consumed counts (never fewer than now: a resume never refills) and any
