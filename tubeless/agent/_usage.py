@@ -60,6 +60,7 @@ class Ledger:
         "input_tokens",
         "listeners",
         "output_tokens",
+        "refused",
         "waiting",
     )
 
@@ -71,6 +72,8 @@ class Ledger:
         self.cost_usd: int | Decimal = _ZERO
         self.listeners: list[Callable[[Ledger], None]] = []
         """Called (outside the lock) after each reservation and charge: checkpoints commit."""
+        self.refused = False
+        """Whether a reservation was ever refused (a batch starts no row after that)."""
         self.waiting: str | None = None
         """The exhausted budget a checkpointed run waits to have raised (``on_limit: wait``)."""
 
@@ -88,6 +91,13 @@ class Ledger:
         if name == "max_total_tokens":
             return self.input_tokens + self.output_tokens
         return self.cost_usd
+
+    @property
+    def spent(self) -> bool:
+        """Whether nothing more fits: a reservation was refused, or a budget is used up."""
+        if self.refused:
+            return True
+        return any(self.consumed(name) >= bound for name, bound in self.bounds.items())
 
     def remaining(self) -> dict[str, int | Decimal]:
         """What each set budget still admits (0 once spent or overrun)."""
@@ -281,6 +291,7 @@ class Usage:
             for ledger in reversed(ledgers):  # the innermost budget is named first
                 refused = ledger._refusal(requested)
                 if refused is not None:
+                    ledger.refused = True
                     raise refused
             for ledger in ledgers:
                 ledger._add(input_tokens, output_tokens, cost)
