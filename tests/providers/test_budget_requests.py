@@ -238,3 +238,24 @@ def test_the_cli_exits_6_naming_the_unknown_price(tmp_path: Path) -> None:
     assert BUDGET_PRICE_UNKNOWN in outcome.err
     assert "'house-model-1'" in outcome.err
     assert "pricing:" in outcome.err
+
+
+def test_trace_show_meters_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    adapter = ADAPTERS[0]
+    server = adapter.server(*_replies(adapter, usage=True))
+    route_through(monkeypatch, server.transport)
+    text = _project(tmp_path, adapter, "max_cost_usd: '5', max_total_tokens: 200000")
+    path = tmp_path / "priced.yaml"
+    path.write_text(
+        text.read_text().replace("gpt-4.1-mini", "house-model-1")
+        + _PRICED.format(provider="openai", model="house-model-1")
+    )
+    trace = tmp_path / "trace.ndjson"
+    runner = CliRunner()
+    with runner.isolation():
+        assert main(["run", str(path), "--question", "hi", "--trace", str(trace)]) == 0
+    with runner.isolation() as streams:
+        assert main(["trace", "show", str(trace), "--last"]) == 0
+    shown = streams[0].getvalue().decode()
+    # Five requests of 15 tokens at $1000 per million: $0.075 of $5.00, 75 of 200k tokens.
+    assert "agent  finish  budget $0.07 of $5.00, 75 of 200k tokens\n" in shown

@@ -22,6 +22,7 @@ from tests.providers.test_budget_requests import (
     route_through,
 )
 from tubeless._cli import main
+from tubeless.tracing.meters import tokens
 
 
 def tubeless(*args: str | Path) -> Outcome:
@@ -73,6 +74,9 @@ def test_wait_then_raise_then_resume(
     assert raised.code == 0, raised.err
     assert f"max_total_tokens {bound} -> {raised_to}" in raised.out
     assert _listed(store)[0]["status"] == "running"
+    shown = tubeless("checkpoints", "show", store, key)
+    assert shown.code == 0, shown.err
+    assert f"budgets: max_total_tokens {tokens(bound - sizes[2] - MAX_OUT + 1)} of " in shown.out
 
     again = tubeless(*command)
     assert again.code == 0, again.err

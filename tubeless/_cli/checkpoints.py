@@ -300,6 +300,9 @@ def show(path: str, key: str, as_json: bool, values: bool) -> None:
             f"  agent {agent['route']}: {agent['phase']}, turn {agent['turn']}, "
             f"calls={budget['calls']} decisions={budget['decisions']} depth={budget['depth']}"
         )
+        usage = budget.get("usage")
+        if usage:
+            _echo(f"    budgets: {_meters(usage)}")
         for call in (agent.get("decision") or {}).get("calls", ()):
             _echo(f"    call {call['id']} ({call['tool']}, {call['replay']}): {call['status']}")
         if "failure" in agent:
@@ -311,6 +314,24 @@ def show(path: str, key: str, as_json: bool, values: bool) -> None:
             f"  waiting: call {request['call_id']} ({request['tool']}, agent "
             f"{request['route']}, turn {request['turn']})"
         )
+
+
+def _meters(usage: dict[str, Any]) -> str:
+    """``max_cost_usd $0.42 of $2.00, max_total_tokens 31k of 100k`` (waiting: named)."""
+    from tubeless.tracing.meters import meter
+
+    parts = []
+    tokens_in, tokens_out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+    consumed = {
+        "max_input_tokens": tokens_in,
+        "max_output_tokens": tokens_out,
+        "max_total_tokens": tokens_in + tokens_out,
+        "max_cost_usd": usage.get("cost_usd", "0"),
+    }
+    for name, bound in sorted((usage.get("bounds") or {}).items()):
+        parts.append(f"{name} {meter(name, consumed.get(name, 0), bound)}")
+    waiting = usage.get("waiting")
+    return ", ".join(parts) + (f" (waiting for a higher {waiting})" if waiting else "")
 
 
 @checkpoints.command("delete")

@@ -279,7 +279,8 @@ def _snapshot_metadata(spec: TurnSpec) -> dict[str, Any]:
     definition's metadata carries them (``pipeline._identity._metadata``).
     """
     return {
-        "limits": _limits(spec.limits),
+        # Budgets only when set (round 3): an unbudgeted agent's snapshot keeps its old shape.
+        "limits": {**_limits(spec.limits), **_budgets(spec.limits)},
         "capabilities": [
             {
                 "name": entry.name,
