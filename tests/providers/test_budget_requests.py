@@ -259,3 +259,23 @@ def test_trace_show_meters_the_budget(tmp_path: Path, monkeypatch: pytest.Monkey
     shown = streams[0].getvalue().decode()
     # Five requests of 15 tokens at $1000 per million: $0.075 of $5.00, 75 of 200k tokens.
     assert "agent  finish  budget $0.07 of $5.00, 75 of 200k tokens\n" in shown
+
+
+def test_otel_agent_spans_carry_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.fixtures.otel import memory_provider
+    from tubeless.tracing import OtelSink
+
+    adapter = ADAPTERS[0]
+    server = adapter.server(*_replies(adapter, usage=True))
+    route_through(monkeypatch, server.transport)
+    path = _project(tmp_path, adapter, "max_total_tokens: 200000")
+    provider, exporter = memory_provider()
+    with OtelSink(provider) as sink:
+        run = _run(path, trace=sink)
+    assert run.status == "completed"
+    spans = {span.name: dict(span.attributes or {}) for span in exporter.get_finished_spans()}
+    agent = spans["invoke_agent budgeted"]
+    assert agent["tubeless.budget.max_total_tokens.bound"] == 200000
+    assert agent["tubeless.budget.max_total_tokens.consumed"] == 75
+    chat = [a for name, a in spans.items() if name.startswith("chat ")]
+    assert chat and chat[0]["gen_ai.usage.input_tokens"] == 10
