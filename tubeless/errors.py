@@ -23,8 +23,8 @@ varies shows its family. Grouped by the layer that raises them::
     ├── DecisionError                   TUBELESS_AGENT_INVALID_DECISION (.issues)
     ├── StateError                      TUBELESS_AGENT_INVALID_STATE (.path)
     ├── LimitReachedError               TUBELESS_AGENT_LIMIT_REACHED (.limit, .bound, .scope, ...)
-    │   └── BudgetWaiting               the same code: a checkpointed run stopped waiting for a
-    │                                   raised token or cost budget (on_limit: wait)
+    │   └── BudgetWaiting               TUBELESS_AGENT_LIMIT_REACHED (.key): a checkpointed run
+    │                                   waits for a raised token or cost budget (on_limit: wait)
     ├── PriceUnknownError               TUBELESS_BUDGET_PRICE_UNKNOWN (.provider, .model)
     ├── ApprovalError                   TUBELESS_APPROVAL_* (.pending: the requests not decided)
     │   └── ApprovalWaiting             TUBELESS_APPROVAL_REQUIRED (.key): a checkpointed run

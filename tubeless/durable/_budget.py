@@ -19,10 +19,12 @@ Plain storage: amounts are JSON numbers and decimal strings, read and written he
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tubeless.durable._document import CheckpointDocument, SavedBudget
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 __all__ = ["BUDGET_FLAGS", "raise_budgets", "saved_usage", "store_usage", "waiting_budget"]
 
@@ -54,6 +56,8 @@ def waiting_budget(budget: SavedBudget) -> str | None:
 
 
 def _consumed(usage: Mapping[str, Any], name: str) -> Decimal:
+    from decimal import Decimal  # here: ``import tubeless`` stays without decimals
+
     tokens_in = Decimal(int(usage.get("input_tokens", 0)))
     tokens_out = Decimal(int(usage.get("output_tokens", 0)))
     if name == "max_input_tokens":
@@ -114,6 +118,8 @@ def _still_waiting(document: CheckpointDocument) -> bool:
 
 def parse_amount(name: str, value: str) -> Decimal:
     """A bound given on the command line: an integer for tokens, a decimal for dollars."""
+    from decimal import Decimal, InvalidOperation
+
     try:
         amount = Decimal(value.strip())
     except InvalidOperation:

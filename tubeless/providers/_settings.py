@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
 
@@ -15,6 +14,9 @@ from tubeless.agent import NO_USAGE, DecisionContext, Usage
 from tubeless.providers._budgets import encode_body, positive_int, positive_number
 from tubeless.providers._errors import PROVIDER_INVALID_RESPONSE, ProviderError
 from tubeless.providers._http import post_json, require_env
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 __all__ = [
     "AdapterSettings",
