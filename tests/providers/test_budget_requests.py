@@ -279,3 +279,24 @@ def test_otel_agent_spans_carry_the_budget(tmp_path: Path, monkeypatch: pytest.M
     assert agent["tubeless.budget.max_total_tokens.consumed"] == 75
     chat = [a for name, a in spans.items() if name.startswith("chat ")]
     assert chat and chat[0]["gen_ai.usage.input_tokens"] == 10
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.id)
+def test_on_limit_finish_keeps_room_for_an_answer(
+    adapter: Adapter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When what remains covers the next request but not one more after it, the adapter makes
+    that request the final one: only ``_finish`` is offered."""
+    sizes = _sizes(tmp_path, adapter, monkeypatch)
+    r1, r2 = sizes[0] + MAX_OUT, sizes[1] + MAX_OUT
+    bound = r1 + r2 + r2 // 2
+    replies = _replies(adapter, usage=False)
+    server = adapter.server(replies[0], replies[4])
+    route_through(monkeypatch, server.transport)
+    path = _project(tmp_path, adapter, f"max_total_tokens: {bound}, on_limit: finish")
+    run = _run(path)
+    assert run.status == "completed", [e.format() for e in run.errors]
+    assert len(server.requests) == 2
+    offered = server.requests[1].content.decode()
+    assert '"uppercase"' not in offered
+    assert '"_finish"' in offered

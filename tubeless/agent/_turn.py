@@ -97,7 +97,9 @@ class DecisionContext:
         dry_run: Whether decisions are previews.
         execution: ``{agent_run_id, turn, idempotency_key}``.
         final: True for the one decision asked after a limit was reached under
-            ``on_limit="finish"``; only a finish decision is accepted then.
+            ``on_limit="finish"``; only a finish decision is accepted then. A built-in adapter
+            also sets it when a budget could not cover this request and one more.
+        on_limit: The agent's limit policy (``fail``, ``finish`` or ``wait``).
         remaining: ``{turns, decisions, calls}`` still available (the tightest budget of the
             delegation chain; 0 where exhausted).
         usage: Token and cost budgets: ``reserve`` before a model request, ``charge`` after
@@ -170,6 +172,11 @@ class DecisionContext:
     def remaining(self) -> FrozenDict:
         """``{turns, decisions, calls}`` still available; 0 where exhausted."""
         return remaining(self._scope, self._max_turns, self.turn)
+
+    @property
+    def on_limit(self) -> str:
+        """The agent's limit policy: ``fail``, ``finish`` or ``wait``."""
+        return "fail" if self._scope is None else self._scope.budget.limits.on_limit
 
     @property
     def usage(self) -> Usage:

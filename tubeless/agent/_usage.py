@@ -243,6 +243,44 @@ class Usage:
             input_tokens, cached_input_tokens, output_tokens
         )
 
+    def fits(
+        self,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        provider: str | None = None,
+        model: str | None = None,
+        times: int = 1,
+    ) -> bool:
+        """Whether ``times`` requests of this worst case would fit what remains now (nothing
+        is reserved; an unknown price under a cost budget says no)."""
+        if not self._ledgers:
+            return True
+        cost: Any = _ZERO
+        if self.priced:
+            if provider is None or model is None:
+                return False
+            from tubeless.agent._pricing import PriceUnknownError
+
+            try:
+                cost = self.price(
+                    provider, model, input_tokens=input_tokens, output_tokens=output_tokens
+                )
+            except PriceUnknownError:
+                return False
+        requested: dict[str, int | Decimal] = {
+            "max_input_tokens": input_tokens * times,
+            "max_output_tokens": output_tokens * times,
+            "max_total_tokens": (input_tokens + output_tokens) * times,
+            "max_cost_usd": cost * times,
+        }
+        with _LOCK:
+            return all(
+                ledger.consumed(name) + requested[name] <= bound
+                for ledger in self._ledgers
+                for name, bound in ledger.bounds.items()
+            )
+
     def reserve(
         self,
         *,

@@ -152,17 +152,32 @@ def adapter_decide(
 
     async def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
         requested = model()
+        instructions = render(ctx)
         body = request_body(
             state,
             ctx,
             model=requested,
-            instructions=render(ctx),
+            instructions=instructions,
             max_output_tokens=settings.max_output_tokens,
         )
         encoded = encode_body(body, settings.max_request_bytes, provider)
         meter: Usage = getattr(ctx, "usage", NO_USAGE)  # contexts built by hand may lack it
         reservation = None
         if meter.budgeted:
+            if _last_that_fits(
+                ctx, meter, len(encoded), settings.max_output_tokens, system, requested
+            ):
+                # on_limit: finish keeps room for an answer: what remains could not cover this
+                # request and one more, so this one offers only _finish.
+                ctx.final = True
+                body = request_body(
+                    state,
+                    ctx,
+                    model=requested,
+                    instructions=instructions,
+                    max_output_tokens=settings.max_output_tokens,
+                )
+                encoded = encode_body(body, settings.max_request_bytes, provider)
             reservation = meter.reserve(
                 input_tokens=len(encoded),
                 output_tokens=settings.max_output_tokens,
@@ -214,6 +229,24 @@ def adapter_decide(
         return decision
 
     return decide
+
+
+def _last_that_fits(
+    ctx: DecisionContext,
+    meter: Usage,
+    input_tokens: int,
+    output_tokens: int,
+    system: str,
+    model: str,
+) -> bool:
+    """Under ``on_limit: finish``, whether this request must be the final one: it fits, but it
+    and one more of the same worst case would not."""
+    if getattr(ctx, "on_limit", "fail") != "finish" or getattr(ctx, "final", False):
+        return False
+    worst = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    return meter.fits(**worst, provider=system, model=model) and not meter.fits(
+        **worst, provider=system, model=model, times=2
+    )
 
 
 def holds_secret(data: Any, secret: str) -> bool:
