@@ -300,3 +300,21 @@ def test_on_limit_finish_keeps_room_for_an_answer(
     offered = server.requests[1].content.decode()
     assert '"uppercase"' not in offered
     assert '"_finish"' in offered
+
+
+def test_the_live_view_meters_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tubeless.reporting._live_model import LiveModel
+
+    adapter = ADAPTERS[0]
+    server = adapter.server(*_replies(adapter, usage=True))
+    route_through(monkeypatch, server.transport)
+    with capture_trace() as trace:
+        run = _run(_project(tmp_path, adapter, "max_total_tokens: 100000"), trace=trace)
+    assert run.status == "completed"
+    model = LiveModel()
+    shown = []
+    for record in trace.records:
+        model.feed(record)
+        shown.append(model.meters)
+    assert shown[-1] == "75 of 100k tokens"
+    assert "30 of 100k tokens" in shown  # after the second decision
