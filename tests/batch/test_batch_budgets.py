@@ -61,12 +61,12 @@ def test_rows_after_the_batch_budget_is_spent_are_skipped() -> None:
 
 
 def test_rows_in_flight_never_together_overrun_the_batch_budget() -> None:
-    from tubeless.agent._scope import OUTER_LEDGER
+    from tubeless.agent._scope import OUTER_LEDGERS
 
     seen: list[Any] = []
 
     async def decide(state: Any, ctx: Any) -> Any:
-        seen.append(OUTER_LEDGER.get())
+        seen.append(OUTER_LEDGERS.get()[0])
         return await _decide(state, ctx)
 
     agent = define_agent(
@@ -130,3 +130,44 @@ def test_the_cli_skips_rows_and_exits_6(tmp_path: Path) -> None:
         bad = main(["batch", str(project), str(inputs), "--max-cost-usd", "lots"])
     assert bad == 1
     assert "--max-cost-usd must be an amount in US dollars" in streams[1].getvalue().decode()
+
+
+def test_rows_show_their_metered_usage() -> None:
+    budgeted = asyncio.run(_rows(_agent({"max_total_tokens": 1000}), 2))
+    assert [row["usage"] for row in budgeted] == [
+        {"input_tokens": 40, "output_tokens": 20, "cost_usd": None}
+    ] * 2
+    in_a_budgeted_batch = asyncio.run(_rows(_agent(), 2, max_total_tokens=1000))
+    assert [row["usage"]["input_tokens"] for row in in_a_budgeted_batch] == [40, 40]
+    plain = asyncio.run(_rows(_agent(), 1))
+    assert "usage" not in plain[0]
+
+
+_CASES = """\
+version: 1
+entry: rowagent
+cases:
+  - {id: one, input: {n: 1}, expect: {status: completed}}
+  - {id: two, input: {n: 2}, expect: {status: completed}}
+"""
+
+
+def test_eval_tables_and_junit_show_usage(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    project = tmp_path / "p.yaml"
+    text = _PROJECT.format(root=root).replace(
+        "    tools:\n", "    limits: {max_total_tokens: 1000}\n    tools:\n"
+    )
+    project.write_text(text)
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(_CASES)
+    junit = tmp_path / "junit.xml"
+    runner = CliRunner()
+    with runner.isolation() as streams:
+        code = main(["eval", str(project), str(cases), "--junit", str(junit)])
+    out = streams[0].getvalue().decode() + streams[1].getvalue().decode()
+    assert code == 0, out
+    assert "usage" in out
+    assert "60 tokens" in out
+    xml = junit.read_text()
+    assert '<property name="tubeless.usage.input_tokens" value="40" />' in xml

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tubeless.agent._pricing import Priced
 
 __all__ = [
-    "OUTER_LEDGER",
+    "OUTER_LEDGERS",
     "ROOT_BUDGETS",
     "SCOPE_SLOT",
     "Budget",
@@ -44,9 +44,11 @@ ROOT_BUDGETS: ContextVar[list[Budget] | None] = ContextVar(
 
 _NO_PRICES: Mapping[str, Any] = {}
 
-#: Set by a caller that bounds several runs together (``batch --max-cost-usd``): the ledger
-#: every root agent invocation it starts charges first.
-OUTER_LEDGER: ContextVar[Ledger | None] = ContextVar("tubeless.agent.outer_ledger", default=None)
+#: Set by a caller that bounds or meters several runs together (``batch --max-cost-usd``, and
+#: a batch row's own meter): the ledgers every root agent invocation it starts charges first.
+OUTER_LEDGERS: ContextVar[tuple[Ledger, ...]] = ContextVar(
+    "tubeless.agent.outer_ledgers", default=()
+)
 
 
 class Routes:
@@ -97,7 +99,7 @@ def invocation_route(
 class Budget:
     """The counters of one agent invocation."""
 
-    __slots__ = ("active", "calls", "decisions", "depth", "id", "limits", "max_active")
+    __slots__ = ("active", "calls", "decisions", "depth", "id", "ledger", "limits", "max_active")
 
     def __init__(self, id: str, depth: int, limits: Limits) -> None:
         self.id = id
@@ -107,6 +109,8 @@ class Budget:
         self.calls = 0
         self.decisions = 0
         self.active = 0
+        self.ledger: Ledger | None = None
+        """The invocation's token and cost ledger, when it has budgets (set by its scope)."""
 
 
 class PermitPool:
@@ -215,17 +219,16 @@ class Scope:
         if (
             not pricing
             and not budget.limits.budgeted
-            and (not parent.ledgers if parent is not None else OUTER_LEDGER.get() is None)
+            and (not parent.ledgers if parent is not None else not OUTER_LEDGERS.get())
         ):
             self.ledger: Ledger | None = None
             self.ledgers: tuple[Ledger, ...] = ()
             self.pricing: Mapping[str, Priced] = _NO_PRICES if parent is None else parent.pricing
             self.usage: Usage = NO_USAGE
             return
-        self.ledger = ledger_for(budget.id, budget.limits)
+        self.ledger = budget.ledger = ledger_for(budget.id, budget.limits)
         if parent is None:
-            outer = OUTER_LEDGER.get()
-            inherited: tuple[Ledger, ...] = () if outer is None else (outer,)
+            inherited: tuple[Ledger, ...] = OUTER_LEDGERS.get()
             self.pricing = pricing or _NO_PRICES
         else:
             inherited = parent.ledgers

@@ -394,14 +394,16 @@ class _Batch:
         return self.exhausted or self.token.cancelled or self.stopping or self.closed
 
     async def _slot(self) -> None:
-        if self.budget is not None:
-            from tubeless.agent._scope import OUTER_LEDGER
-
-            OUTER_LEDGER.set(self.budget)  # this task's own context: its rows charge it
         while (named := await self._next()) is not None:
-            if self.budget is not None and self.budget.spent:
-                self._finished(_skipped(named))
-                continue
+            if self.budget is not None:
+                if self.budget.spent:
+                    self._finished(_skipped(named))
+                    continue
+                from tubeless.agent._scope import OUTER_LEDGERS
+                from tubeless.agent._usage import Ledger as BudgetLedger
+
+                # This task's own context: the row charges the batch, and meters itself.
+                OUTER_LEDGERS.set((self.budget, BudgetLedger(ROW_METER, {})))
             if self.started is None:  # the workers start with the first row that runs
                 self.started = asyncio.ensure_future(self.engine.start())
             if self.started.done():
@@ -465,6 +467,10 @@ class _Batch:
         if not self.exhausted:
             for named in self.named:
                 yield named.row.index, named
+
+
+#: The id of the unbounded ledger that meters one row of a budgeted batch.
+ROW_METER = "row"
 
 
 def _skipped(named: NamedRow) -> RowOutcome:
