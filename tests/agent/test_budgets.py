@@ -509,3 +509,50 @@ def test_reserved_costs_never_exceed_a_cost_bound(bound: Decimal, costs: list[De
             continue
         usage.charge(reservation, input_tokens=None, output_tokens=None)
         assert ledger.cost_usd <= bound
+
+
+def test_a_tool_in_a_worker_thread_commits_its_reservation(tmp_path: Path) -> None:
+    """A sync tool (a worker thread) reserving in a checkpointed run: the reservation is
+    committed on the loop before ``reserve`` returns, and a rerun of the key keeps it."""
+    from tubeless.durable import SqliteCheckpoints
+
+    committed: list[int] = []
+    store_path = tmp_path / "c.sqlite"
+
+    def read_usage() -> dict[str, Any]:
+        import json
+
+        store = SqliteCheckpoints(store_path)
+        try:
+            [stored] = store.list()
+            usage: dict[str, Any] = json.loads(stored.document)["agents"]["budgeted"]["budget"][
+                "usage"
+            ]
+        finally:
+            store.close()
+        return usage
+
+    def expensive(value: Any, ctx: Any) -> dict[str, Any]:
+        reservation = ctx.usage.reserve(input_tokens=40, output_tokens=0)
+        committed.append(read_usage()["input_tokens"])  # durable before the 'request'
+        ctx.usage.charge(reservation, input_tokens=30, output_tokens=0)
+        return {}
+
+    tool = define_tool(
+        description="Asks a model.", input_schema=dict, output_schema=dict, run=expensive
+    )
+
+    def decide(state: Any, ctx: Any) -> Any:
+        if ctx.turn > 2:
+            return finish("done")
+        return continue_with(call("ask", {}))
+
+    agent = _agent(decide, {"max_input_tokens": 100}, tools={"ask": tool})
+    store = SqliteCheckpoints(store_path)
+    try:
+        run = asyncio.run(agent.run({}, checkpoints=store))
+    finally:
+        store.close()
+    assert run.status == "completed", [e.format() for e in run.errors]
+    assert committed == [40, 70]
+    assert read_usage()["input_tokens"] == 60
