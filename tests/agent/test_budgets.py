@@ -75,7 +75,7 @@ def test_max_cost_usd_takes_a_decimal_an_int_or_a_decimal_string(given: Any, kep
     limits = Limits(max_cost_usd=given)
     assert limits.max_cost_usd == kept
     assert isinstance(limits.max_cost_usd, Decimal)
-    assert limits.to_dict()["max_cost_usd"] == str(kept)
+    assert Decimal(limits.to_dict()["max_cost_usd"]) == kept
 
 
 @pytest.mark.parametrize(
@@ -138,6 +138,8 @@ def test_a_budget_joins_the_identity_and_none_leaves_it_as_it_was() -> None:
     cost = _agent(decide, {"max_cost_usd": "2"}).identity.definition_id
     other_cost = _agent(decide, {"max_cost_usd": "3"}).identity.definition_id
     assert len({plain, tokens, cost, other_cost}) == 4
+    # One amount, however it is written, is one identity (YAML 2.0, Python Decimal("2.00")).
+    assert _agent(decide, {"max_cost_usd": Decimal("2.00")}).identity.definition_id == cost
 
 
 # -- ctx.usage ------------------------------------------------------------------------------------

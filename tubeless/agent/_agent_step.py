@@ -25,7 +25,7 @@ from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
 from tubeless.agent._durable import run_durable
 from tubeless.agent._durable_checks import DurableAgent
 from tubeless.agent._invocation import INVOCATION_SLOT, Invocation, turn_hooks
-from tubeless.agent._limits import Limits
+from tubeless.agent._limits import Limits, usd_text
 from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope, invocation_route
 from tubeless.agent._sources import Remote, connect_sources
 from tubeless.agent._state import freeze_state
@@ -238,7 +238,7 @@ def _budgets(limits: Limits) -> dict[str, int | str]:
     if not limits.budgeted:
         return {}
     return {
-        _CAMEL[name]: value if isinstance(value, int) else str(value)
+        _CAMEL[name]: value if isinstance(value, int) else usd_text(value)
         for name, value in limits.budgets().items()
     }
 

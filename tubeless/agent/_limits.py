@@ -19,6 +19,7 @@ __all__ = [
     "LimitReachedError",
     "Limits",
     "OnLimit",
+    "usd_text",
 ]
 
 #: The token and cost budgets (absent: unbounded), shared down the delegation tree.
@@ -158,8 +159,14 @@ class Limits:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            out[f.name] = str(value) if f.name == "max_cost_usd" else value
+            out[f.name] = usd_text(value) if f.name == "max_cost_usd" else value
         return out
+
+
+def usd_text(amount: Decimal) -> str:
+    """The canonical text of an amount: ``0.5`` for ``0.50``, ``100`` for ``1E+2``, so equal
+    amounts give equal identities however they were written."""
+    return format(amount.normalize(), "f")
 
 
 def usd(value: Any, name: str) -> Decimal:
