@@ -23,6 +23,9 @@ varies shows its family. Grouped by the layer that raises them::
     ├── DecisionError                   TUBELESS_AGENT_INVALID_DECISION (.issues)
     ├── StateError                      TUBELESS_AGENT_INVALID_STATE (.path)
     ├── LimitReachedError               TUBELESS_AGENT_LIMIT_REACHED (.limit, .bound, .scope, ...)
+    │   └── BudgetWaiting               TUBELESS_AGENT_LIMIT_REACHED (.key): a checkpointed run
+    │                                   waits for a raised token or cost budget (on_limit: wait)
+    ├── PriceUnknownError               TUBELESS_BUDGET_PRICE_UNKNOWN (.provider, .model)
     ├── ApprovalError                   TUBELESS_APPROVAL_* (.pending: the requests not decided)
     │   └── ApprovalWaiting             TUBELESS_APPROVAL_REQUIRED (.key): a checkpointed run
     │                                   stopped with status waiting; approve, deny, run again
@@ -211,6 +214,11 @@ UNKNOWN_ERROR = "TUBELESS_ERROR"
 AGENT_INVALID_DECISION = "TUBELESS_AGENT_INVALID_DECISION"
 AGENT_INVALID_STATE = "TUBELESS_AGENT_INVALID_STATE"
 AGENT_LIMIT_REACHED = "TUBELESS_AGENT_LIMIT_REACHED"
+#: A ``max_cost_usd`` budget needs the price of a model neither ``pricing:`` nor genai-prices
+#: knows; raised before the request is sent.
+BUDGET_PRICE_UNKNOWN = "TUBELESS_BUDGET_PRICE_UNKNOWN"
+#: A batch row not started because the batch-wide budget was spent (its status: skipped).
+BUDGET_EXHAUSTED = "TUBELESS_BUDGET_EXHAUSTED"
 TOOL_ERRORS = "TUBELESS_TOOL_ERRORS"
 TOOL_DENIED = "TUBELESS_TOOL_DENIED"
 """An outcome: the approver said no, so the call did not run."""

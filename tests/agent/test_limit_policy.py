@@ -156,7 +156,9 @@ def test_an_unknown_on_limit_is_a_definition_error() -> None:
     with pytest.raises(AgentDefinitionError) as caught:
         Limits(on_limit="stop")  # type: ignore[arg-type]
     assert caught.value.code == AGENT_INVALID_DEFINITION
-    assert caught.value.message == "Agent limit on_limit must be 'fail' or 'finish', not 'stop'."
+    assert caught.value.message == (
+        "Agent limit on_limit must be 'fail', 'finish' or 'wait', not 'stop'."
+    )
 
 
 async def test_a_subagent_finishes_when_its_parent_s_shared_call_budget_runs_out() -> None:

@@ -69,7 +69,7 @@ def test_a_lone_surrogate_in_a_key_is_escaped_in_every_validate_format(tmp_path:
         # Run from tmp_path, the annotation names the file relative to it (issue 15).
         "::error file=project.yaml,line=3,col=1,title=TUBELESS_DOCUMENT_INVALID::/\\udcff: unknown "
         "key '\\udcff'; valid keys: $schema, agents, allow_modules, mcp_servers, pipelines, "
-        "project, python_path, version\n"
+        "pricing, project, python_path, version\n"
     )
     assert outcomes["text"].stderr.startswith(f"error: {path}:3:1 /\\udcff: unknown key")
     assert json.loads(outcomes["json"].stdout)["files"][0]["errors"][0]["line"] == 3

@@ -209,14 +209,10 @@ def test_reading_usage_ignores_what_is_not_a_count() -> None:
     from tubeless.providers.openai import usage as responses_usage
 
     bad = {"input_tokens": -1, "output_tokens": True, "prompt_tokens": 1.5}
-    assert tuple(responses_usage({"usage": bad, "status": "failed"})) == (None, None, (), None)
-    assert tuple(chat_usage({"usage": bad, "choices": [{"finish_reason": 3}]})) == (
-        None,
-        None,
-        (),
-        None,
-    )
-    assert tuple(anthropic_usage({"usage": bad, "stop_reason": None})) == (None, None, (), None)
-    assert tuple(responses_usage(None)) == (None, None, (), None)
+    nothing = (None, None, (), None, None)
+    assert tuple(responses_usage({"usage": bad, "status": "failed"})) == nothing
+    assert tuple(chat_usage({"usage": bad, "choices": [{"finish_reason": 3}]})) == nothing
+    assert tuple(anthropic_usage({"usage": bad, "stop_reason": None})) == nothing
+    assert tuple(responses_usage(None)) == nothing
     incomplete = {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}
     assert responses_usage(incomplete).finish_reasons == ("max_output_tokens",)

@@ -1124,7 +1124,7 @@ async def test_the_decision_context_offers_no_callable_but_its_own_services() ->
     for ctx in contexts:
         assert isinstance(ctx.signal, CancelToken)
         assert isinstance(ctx.log, StepLogger)
-        strays, foreign = _walk_public(ctx, (ctx.signal, ctx.log))
+        strays, foreign = _walk_public(ctx, (ctx.signal, ctx.log, ctx.usage))
         assert strays == []
         assert foreign == []
         with pytest.raises(AttributeError):

@@ -172,6 +172,7 @@ def _scripted_history(word_0: dict[str, Any] | None = None) -> dict[str, Any]:
         "capabilities": ["count", "uppercase"],
         "resumed_turn": None,
         "checkpoint_key": None,
+        "usage": None,
         "turns": [
             _turn(
                 "scripted-agent/turn#1",
@@ -391,6 +392,7 @@ async def test_subagent_calls_link_their_agent_runs_which_hang_under_the_call_ru
         "capabilities": ["process_word", "summarize"],
         "resumed_turn": None,
         "checkpoint_key": None,
+        "usage": None,
         "turns": [
             _turn(
                 t1,
@@ -465,6 +467,7 @@ async def test_subagent_calls_link_their_agent_runs_which_hang_under_the_call_ru
             "capabilities": ["count", "uppercase"],
             "resumed_turn": None,
             "checkpoint_key": None,
+            "usage": None,
             "turns": [
                 _turn(
                     t1,
@@ -513,6 +516,7 @@ async def test_an_agent_stopped_by_a_limit_terminates_with_limit() -> None:
         "capabilities": ["count"],
         "resumed_turn": None,
         "checkpoint_key": None,
+        "usage": None,
         "turns": [
             _turn(
                 "limited/turn#1",
@@ -615,6 +619,7 @@ def test_a_trace_cut_off_mid_run_projects_running_runs_and_unfinished_steps() ->
         "capabilities": ["count", "uppercase"],
         "resumed_turn": None,
         "checkpoint_key": None,
+        "usage": None,
         "turns": [
             _turn(
                 "scripted-agent/turn#1",
@@ -660,6 +665,7 @@ def test_old_traces_without_agent_telemetry_keep_unknowns_and_guess_nothing() ->
         "capabilities": None,
         "resumed_turn": None,
         "checkpoint_key": None,
+        "usage": None,
         "turns": [
             _turn(
                 "scripted-agent/turn#1",

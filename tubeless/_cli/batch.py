@@ -222,6 +222,20 @@ class BatchProgress:
     help="Record each row's cassette into DIR/<index>.cassette.jsonl (mode 0600).",
 )
 @click.option(
+    "--max-cost-usd",
+    default=None,
+    metavar="X",
+    help="A cost budget for the whole batch, in US dollars: rows not started once it is "
+    "spent are skipped (TUBELESS_BUDGET_EXHAUSTED).",
+)
+@click.option(
+    "--max-total-tokens",
+    default=None,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="A token budget (input plus output) for the whole batch, like --max-cost-usd.",
+)
+@click.option(
     "--replay-dir",
     default=None,
     metavar="DIR",
@@ -244,6 +258,8 @@ def batch(
     checkpoints: str | None,
     record_dir: str | None,
     replay_dir: str | None,
+    max_cost_usd: str | None,
+    max_total_tokens: int | None,
 ) -> None:
     """Run an entry of PROJECT once per input of INPUTS (JSONL, a JSON array or a YAML list;
     - for stdin) and write one JSON row per input, in input order."""
@@ -254,6 +270,8 @@ def batch(
         raise click.UsageError("Give --record-dir or --replay-dir, not both.", ctx=ctx)
     if replay_dir is not None and not Path(replay_dir).is_dir():
         raise FileNotFoundError(2, "No such directory", replay_dir)
+    if max_cost_usd is not None:
+        _check_amount(ctx, max_cost_usd)
     entry, _ = load_entry(project, entry_id)
     rows = read_rows(inputs)
     code = run_cli_batch(
@@ -272,8 +290,23 @@ def batch(
         checkpoints=checkpoints,
         record_dir=record_dir,
         replay_dir=replay_dir,
+        max_cost_usd=max_cost_usd,
+        max_total_tokens=max_total_tokens,
     )
     ctx.exit(code)
+
+
+def _check_amount(ctx: click.Context, value: str) -> None:
+    from tubeless.agent import Limits
+    from tubeless.errors import AgentDefinitionError
+
+    try:
+        Limits(max_cost_usd=value)  # type: ignore[arg-type]
+    except AgentDefinitionError:
+        raise click.UsageError(
+            f"--max-cost-usd must be an amount in US dollars such as 2.50, not {value!r}",
+            ctx=ctx,
+        ) from None
 
 
 def _split(ctx: click.Context, args: tuple[str, ...]) -> tuple[str | None, str]:
@@ -330,6 +363,8 @@ def run_cli_batch(
     replays: dict[int, str] | None = None,
     records: dict[int, str] | None = None,
     row_retries: int = 2,
+    max_cost_usd: str | None = None,
+    max_total_tokens: int | None = None,
 ) -> int:
     """Run the batch with signal handling, progress and summary; the exit code."""
     import asyncio
@@ -378,6 +413,8 @@ def run_cli_batch(
                     replays=replays,
                     records=records,
                     row_retries=row_retries,
+                    max_cost_usd=max_cost_usd,
+                    max_total_tokens=max_total_tokens,
                 ):
                     finished.add(outcome.row)
                     if collect is not None:
@@ -420,4 +457,5 @@ def run_cli_batch(
     if signals.acted:
         click.echo(f"error: {signals.cancelled_line().replace('the run', 'the batch')}", err=True)
         return EXIT_CANCELLED
-    return EXIT_EXECUTION if summary.failed or summary.cancelled else EXIT_OK
+    not_completed = summary.failed or summary.cancelled or summary.exhausted
+    return EXIT_EXECUTION if not_completed else EXIT_OK

@@ -130,6 +130,8 @@ def _what(text: str | None, key: str, entry_id: str, restart: bool) -> str:
     where = "resuming" if root is None else f"resuming at turn {root.turn}"
     if status == "waiting":
         count = len(document.pending())
+        if count == 0:  # an on_limit: wait budget, not raised yet
+            return f" ({where}; waiting for a raised budget: tubeless checkpoints raise)"
         return f" ({where}; {count} call{'' if count == 1 else 's'} still waiting for approval)"
     return f" ({where})"
 
@@ -144,6 +146,8 @@ def report_waiting(run_record: Any, path: str) -> int | None:
     from tubeless.pipeline._spi import original_exception
 
     waits = [original_exception(error.exception) for error in run_record.errors]
+    if waits and _budget_waiting(waits[0], path):
+        return EXIT_WAITING
     found = [w for w in waits if isinstance(w, ApprovalWaiting)]
     if not found or not isinstance(waits[0], ApprovalWaiting):
         return None
@@ -167,9 +171,26 @@ def report_waiting(run_record: Any, path: str) -> int | None:
     return EXIT_WAITING
 
 
-@click.group("checkpoints", short_help="List, show or delete the checkpoints of a file.")
+def _budget_waiting(error: Any, path: str) -> bool:
+    """For a run stopped by ``on_limit: wait``: the budget, and the command that raises it."""
+    import shlex
+
+    from tubeless.agent import BudgetWaiting
+    from tubeless.durable._spi import BUDGET_FLAGS
+
+    if not isinstance(error, BudgetWaiting):
+        return False
+    click.echo(f"waiting: {error.code}: {error.message}", err=True)  # not an error: exit 8
+    flag = BUDGET_FLAGS.get(error.limit, "--max-cost-usd")
+    words = ["tubeless checkpoints raise", shlex.quote(path), shlex.quote(error.key), flag, "N"]
+    _echo(f"  raise:  {' '.join(words)}   (then run the same command again)", err=True)
+    return True
+
+
+@click.group("checkpoints", short_help="List, show, delete or raise the checkpoints of a file.")
 def checkpoints() -> None:
-    """List, show or delete the checkpoints of a checkpoint file (run --checkpoints PATH)."""
+    """List, show, delete or raise the checkpoints of a checkpoint file (run --checkpoints
+    PATH)."""
 
 
 #: How many keys an "unknown key" error lists.
@@ -279,6 +300,9 @@ def show(path: str, key: str, as_json: bool, values: bool) -> None:
             f"  agent {agent['route']}: {agent['phase']}, turn {agent['turn']}, "
             f"calls={budget['calls']} decisions={budget['decisions']} depth={budget['depth']}"
         )
+        usage = budget.get("usage")
+        if usage:
+            _echo(f"    budgets: {_meters(usage)}")
         for call in (agent.get("decision") or {}).get("calls", ()):
             _echo(f"    call {call['id']} ({call['tool']}, {call['replay']}): {call['status']}")
         if "failure" in agent:
@@ -290,6 +314,24 @@ def show(path: str, key: str, as_json: bool, values: bool) -> None:
             f"  waiting: call {request['call_id']} ({request['tool']}, agent "
             f"{request['route']}, turn {request['turn']})"
         )
+
+
+def _meters(usage: dict[str, Any]) -> str:
+    """``max_cost_usd $0.42 of $2.00, max_total_tokens 31k of 100k`` (waiting: named)."""
+    from tubeless.tracing.meters import meter
+
+    parts = []
+    tokens_in, tokens_out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+    consumed = {
+        "max_input_tokens": tokens_in,
+        "max_output_tokens": tokens_out,
+        "max_total_tokens": tokens_in + tokens_out,
+        "max_cost_usd": usage.get("cost_usd", "0"),
+    }
+    for name, bound in sorted((usage.get("bounds") or {}).items()):
+        parts.append(f"{name} {meter(name, consumed.get(name, 0), bound)}")
+    waiting = usage.get("waiting")
+    return ", ".join(parts) + (f" (waiting for a higher {waiting})" if waiting else "")
 
 
 @checkpoints.command("delete")
@@ -305,3 +347,55 @@ def delete(path: str, key: str) -> None:
     finally:
         store.close()
     _echo(f"deleted {key}")
+
+
+@checkpoints.command("raise")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("key")
+@click.option("--max-input-tokens", default=None, metavar="N", help="A higher input-token bound.")
+@click.option("--max-output-tokens", default=None, metavar="N", help="A higher output-token bound.")
+@click.option("--max-total-tokens", default=None, metavar="N", help="A higher total-token bound.")
+@click.option("--max-cost-usd", default=None, metavar="X", help="A higher bound in US dollars.")
+def raise_(
+    path: str,
+    key: str,
+    max_input_tokens: str | None,
+    max_output_tokens: str | None,
+    max_total_tokens: str | None,
+    max_cost_usd: str | None,
+) -> None:
+    """Raise token or cost budgets of checkpoint KEY in PATH (for that key only, never below
+    what it consumed); the same run command then resumes it."""
+    from tubeless.durable._spi import parse_amount, raise_budgets
+
+    given = {
+        "max_input_tokens": max_input_tokens,
+        "max_output_tokens": max_output_tokens,
+        "max_total_tokens": max_total_tokens,
+        "max_cost_usd": max_cost_usd,
+    }
+    try:
+        raised = {name: parse_amount(name, v) for name, v in given.items() if v is not None}
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if not raised:
+        raise click.UsageError(
+            "give a budget to raise: --max-input-tokens, --max-output-tokens, "
+            "--max-total-tokens or --max-cost-usd"
+        )
+    store = _open(path)
+    try:
+        with store.acquire(key) as lease:  # fails fast while a run holds the key
+            text = lease.read()
+            if text is None:
+                raise _unknown(key, path, [stored.key for stored in store.list()])
+            try:
+                updated, changes = raise_budgets(text, key, raised)
+            except LookupError as exc:
+                raise CliLoadError(str(exc.args[0])) from None
+            lease.write(updated)
+    finally:
+        store.close()
+    for change in changes:
+        _echo(f"raised {change}")
+    _echo(f"checkpoint {key!r}: run the same command again to resume it")

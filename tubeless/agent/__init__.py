@@ -41,25 +41,41 @@ from tubeless.agent._approvals import (
     call_digest,
 )
 from tubeless.agent._decisions import DecisionError
-from tubeless.agent._limits import LimitReachedError, Limits
+from tubeless.agent._limits import BudgetWaiting, LimitReachedError, Limits
 from tubeless.agent._state import StateError
 from tubeless.agent._tools import Tool, ToolContext, ToolError, define_tool, pipeline_tool
 from tubeless.agent._turn import DecisionContext
+from tubeless.agent._usage import NO_USAGE, Reservation, Usage
 
 __all__ = [
+    "NO_USAGE",
     "ApprovalError",
     "ApprovalWaiting",
+    "BudgetWaiting",
     "DecisionContext",
     "DecisionError",
     "LimitReachedError",
     "Limits",
+    "Price",
+    "PriceUnknownError",
     "RecordedApprovals",
+    "Reservation",
     "StateError",
     "Tool",
     "ToolContext",
     "ToolError",
+    "Usage",
     "call_digest",
     "define_agent",
     "define_tool",
     "pipeline_tool",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``Price`` and ``PriceUnknownError``, imported when first named (they need decimals)."""
+    if name in ("Price", "PriceUnknownError"):
+        from tubeless.agent import _pricing
+
+        return getattr(_pricing, name)
+    raise AttributeError(f"module 'tubeless.agent' has no attribute {name!r}")

@@ -112,11 +112,12 @@ def define_agent(
     tools: Mapping[str, Tool] | None = None,
     reduce: Callable[..., Any] | None = None,
     dry_run: Callable[..., Any] | None = None,
-    limits: Limits | Mapping[str, int] | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
     name: str | None = None,
     description: str | None = None,
     implementation_version: str | None = None,
     result_json_schema: Mapping[str, Any] | None = None,
+    pricing: Mapping[str, Any] | None = None,
 ) -> Pipeline:
     """Define an agent: an ordinary pipeline around a bounded decide → calls → reduce loop.
 
@@ -136,6 +137,10 @@ def define_agent(
         description: Display description.
         implementation_version: Bump it when prompts, reducers or handlers change behaviour.
         result_json_schema: An explicit descriptor of the result for models.
+        pricing: Model prices for a ``max_cost_usd`` budget, added to or overriding the
+            genai-prices data: ``{"<provider>:<model>": {input_per_mtok, output_per_mtok,
+            cached_input_per_mtok}}`` in US dollars (docs/budgets.md). Agents below this one
+            inherit them. Prices are not part of the identity.
 
     Raises:
         AgentDefinitionError: For any invalid part (``TUBELESS_AGENT_INVALID_DEFINITION``).
@@ -163,6 +168,11 @@ def define_agent(
             ) from exc
         result_descriptor = descriptor(generated, "result_schema")
     resolved_limits = Limits.coerce(limits)
+    prices = None
+    if pricing is not None:
+        from tubeless.agent._pricing import price_table  # only cost budgets need decimals
+
+        prices = price_table(pricing)
     registry = _registry(id, tools)
     capabilities = tuple(
         FrozenDict._trusted(
@@ -185,6 +195,7 @@ def define_agent(
         registry=registry,
         limits=resolved_limits,
         approvals=any(entry.tool.approval != "never" for entry in registry.values()),
+        pricing=prices or None,
     )
     try:
         agent = AgentStep(

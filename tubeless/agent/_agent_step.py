@@ -25,7 +25,7 @@ from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
 from tubeless.agent._durable import run_durable
 from tubeless.agent._durable_checks import DurableAgent
 from tubeless.agent._invocation import INVOCATION_SLOT, Invocation, turn_hooks
-from tubeless.agent._limits import Limits
+from tubeless.agent._limits import Limits, usd_text
 from tubeless.agent._scope import ROOT_BUDGETS, SCOPE_SLOT, Budget, Scope, invocation_route
 from tubeless.agent._sources import Remote, connect_sources
 from tubeless.agent._state import freeze_state
@@ -137,7 +137,7 @@ class AgentStep:
         depth = slots.get(DEPTH_SLOT, parent.depth if parent is not None else 0)
         # The route is computed here once: the checkpoint, approvals and the tape all use it.
         route, leaf = invocation_route(slots, parent, spec.id, slots.get(EXECUTION_SLOT) or {})
-        scope = Scope(Budget(ctx.run_id, depth, self.limits), parent, route)
+        scope = Scope(Budget(ctx.run_id, depth, self.limits), parent, route, spec.pricing)
         if parent is None:
             budgets = ROOT_BUDGETS.get()
             if budgets is not None:
@@ -221,7 +221,7 @@ def _approval(approval: Any) -> dict[str, str]:
     return {"approval": "always" if approval == "always" else "predicate"}
 
 
-def _limits(limits: Limits) -> dict[str, int]:
+def _limits(limits: Limits) -> dict[str, int | str]:
     return {
         "maxTurns": limits.max_turns,
         "maxCalls": limits.max_calls,
@@ -231,9 +231,28 @@ def _limits(limits: Limits) -> dict[str, int]:
     }
 
 
+def _budgets(limits: Limits) -> dict[str, int | str]:
+    """The token and cost budgets that are set (camelCase; a cost as its decimal string), so
+    that identities without budgets stay as they were and a budget changes the identity."""
+    if not limits.budgeted:
+        return {}
+    return {
+        _CAMEL[name]: value if isinstance(value, int) else usd_text(value)
+        for name, value in limits.budgets().items()
+    }
+
+
+_CAMEL = {
+    "max_input_tokens": "maxInputTokens",
+    "max_output_tokens": "maxOutputTokens",
+    "max_total_tokens": "maxTotalTokens",
+    "max_cost_usd": "maxCostUsd",
+}
+
+
 def _metadata(spec: TurnSpec, inputs: Schema) -> dict[str, Any]:
     return {
-        "limits": {**_limits(spec.limits), **_on_limit(spec.limits)},
+        "limits": {**_limits(spec.limits), **_budgets(spec.limits), **_on_limit(spec.limits)},
         "capabilities": [
             {
                 "name": c["name"],
@@ -259,7 +278,8 @@ def _snapshot_metadata(spec: TurnSpec) -> dict[str, Any]:
     definition's metadata carries them (``pipeline._identity._metadata``).
     """
     return {
-        "limits": _limits(spec.limits),
+        # Budgets only when set (round 3): an unbudgeted agent's snapshot keeps its old shape.
+        "limits": {**_limits(spec.limits), **_budgets(spec.limits)},
         "capabilities": [
             {
                 "name": entry.name,

@@ -31,8 +31,10 @@ from tubeless.agent._durable_checks import (
     checked_servers,
     input_digest,
 )
+from tubeless.agent._durable_usage import attach_usage
 from tubeless.agent._hooks import TurnHooks
 from tubeless.agent._invocation import Invocation, turn_hooks
+from tubeless.agent._limits import BudgetWaiting
 from tubeless.agent._scope import SCOPE_SLOT, Budget
 from tubeless.agent._tools import ToolContext, ToolError
 from tubeless.agent._trace import CallStatus, agent_trace
@@ -457,7 +459,9 @@ async def run_durable(
     invocation.hooks = turn_hooks(invocation.tape, journal, ctx.tracing)
     invocation.idempotency_base = journal.base
     invocation.approval_key = session.key
+    invocation.checkpoint_key = session.key
     invocation.resumed = journal.resumed_turn(invocation)
+    detach = attach_usage(scope.ledger, entry, resumed, book.commit)
     slots: dict[str, Any] = {SCOPE_SLOT: scope}
     first_turn = entry.turn if resumed else None
     if first_turn is not None:
@@ -473,13 +477,16 @@ async def run_durable(
             exc.first_turn = first_turn  # type: ignore[attr-defined]
         if session.poisoned:
             raise  # a write failed: nothing more can be written
-        if is_cancellation(exc) or isinstance(original_exception(exc), ApprovalWaiting):
+        if is_cancellation(exc) or isinstance(
+            original_exception(exc), ApprovalWaiting | BudgetWaiting
+        ):
             if journal.dirty:
                 book.commit()  # cancelled or waiting: keep what is known, resumable
         elif getattr(exc, "code", None) != CHECKPOINT_MISMATCH:  # a changed server: untouched
             journal.failed(exc)
         raise
     finally:
+        detach()
         journal.sync()
         del book.journals[route]
 

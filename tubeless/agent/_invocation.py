@@ -65,6 +65,7 @@ class Invocation:
     __slots__ = (
         "approval_key",
         "approver",
+        "checkpoint_key",
         "hooks",
         "idempotency_base",
         "input",
@@ -100,6 +101,8 @@ class Invocation:
         self.trace = trace
         self.tape = tape
         self.resumed: TurnInput | None = None
+        self.checkpoint_key: str | None = None
+        """The key of a checkpointed invocation (``on_limit: wait`` needs one)."""
 
 
 def turn_hooks(tape: Tape, journal: TurnHooks | None, tracing: bool) -> TurnHooks:

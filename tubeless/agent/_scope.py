@@ -13,13 +13,18 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tubeless.agent._limits import LimitReachedError, Limits
+from tubeless.agent._usage import NO_USAGE, Ledger, Usage, ledger_for
 from tubeless.pipeline import CancelToken
 from tubeless.pipeline._spi import TREE_SLOT, RunCancelledError
 
+if TYPE_CHECKING:
+    from tubeless.agent._pricing import Priced
+
 __all__ = [
+    "OUTER_LEDGERS",
     "ROOT_BUDGETS",
     "SCOPE_SLOT",
     "Budget",
@@ -35,6 +40,14 @@ SCOPE_SLOT = "tubeless.agent.scope"
 #: (a batch row's turns and calls, without tracing the row); each is appended when created.
 ROOT_BUDGETS: ContextVar[list[Budget] | None] = ContextVar(
     "tubeless.agent.root_budgets", default=None
+)
+
+_NO_PRICES: Mapping[str, Any] = {}
+
+#: Set by a caller that bounds or meters several runs together (``batch --max-cost-usd``, and
+#: a batch row's own meter): the ledgers every root agent invocation it starts charges first.
+OUTER_LEDGERS: ContextVar[tuple[Ledger, ...]] = ContextVar(
+    "tubeless.agent.outer_ledgers", default=()
 )
 
 
@@ -86,7 +99,7 @@ def invocation_route(
 class Budget:
     """The counters of one agent invocation."""
 
-    __slots__ = ("active", "calls", "decisions", "depth", "id", "limits", "max_active")
+    __slots__ = ("active", "calls", "decisions", "depth", "id", "ledger", "limits", "max_active")
 
     def __init__(self, id: str, depth: int, limits: Limits) -> None:
         self.id = id
@@ -96,6 +109,8 @@ class Budget:
         self.calls = 0
         self.decisions = 0
         self.active = 0
+        self.ledger: Ledger | None = None
+        """The invocation's token and cost ledger, when it has budgets (set by its scope)."""
 
 
 class PermitPool:
@@ -183,15 +198,44 @@ def _reject(waiter: asyncio.Future[None]) -> None:
 class Scope:
     """The budget chain of one agent invocation (root first) and its root's permit pool."""
 
-    __slots__ = ("budget", "chain", "pool", "route")
+    __slots__ = ("budget", "chain", "ledger", "ledgers", "pool", "pricing", "route", "usage")
 
-    def __init__(self, budget: Budget, parent: Scope | None, route: str = "") -> None:
+    def __init__(
+        self,
+        budget: Budget,
+        parent: Scope | None,
+        route: str = "",
+        pricing: Mapping[str, Priced] | None = None,
+    ) -> None:
         self.budget = budget
         self.route = route
         """Where this invocation stands in the tree (:func:`invocation_route`): approvals,
         checkpoints and cassettes name it by this."""
         self.chain: tuple[Budget, ...] = (budget,) if parent is None else (*parent.chain, budget)
         self.pool: PermitPool = PermitPool() if parent is None else parent.pool
+        # Token and cost budgets: the chain of ledgers (outer first) and this invocation's own.
+        # Without any (the common case) nothing is looked up or built (W3: 3,000 instructions
+        # a run).
+        if (
+            not pricing
+            and not budget.limits.budgeted
+            and (not parent.ledgers if parent is not None else not OUTER_LEDGERS.get())
+        ):
+            self.ledger: Ledger | None = None
+            self.ledgers: tuple[Ledger, ...] = ()
+            self.pricing: Mapping[str, Priced] = _NO_PRICES if parent is None else parent.pricing
+            self.usage: Usage = NO_USAGE
+            return
+        self.ledger = budget.ledger = ledger_for(budget.id, budget.limits)
+        if parent is None:
+            inherited: tuple[Ledger, ...] = OUTER_LEDGERS.get()
+            self.pricing = pricing or _NO_PRICES
+        else:
+            inherited = parent.ledgers
+            self.pricing = {**parent.pricing, **pricing} if pricing else parent.pricing
+        self.ledgers = inherited if self.ledger is None else (*inherited, self.ledger)
+        self.usage = Usage(self.ledgers, self.pricing) if self.ledgers else NO_USAGE
+        """``ctx.usage`` of the invocation's decisions and tools."""
 
     @property
     def depth(self) -> int:

@@ -22,17 +22,20 @@ if TYPE_CHECKING:
     from tubeless.agent._cassette import first_difference, shown_value
     from tubeless.agent._hooks import CallSite, Proceed, TurnHooks
     from tubeless.agent._invocation import OBSERVER
-    from tubeless.agent._scope import ROOT_BUDGETS
+    from tubeless.agent._scope import OUTER_LEDGERS, ROOT_BUDGETS
     from tubeless.agent._sources import Remote, SourceSession, sourced_tool
     from tubeless.agent._tape import Recording, Replaying, recording, replaying
     from tubeless.agent._tools import TOOL_NAME
+    from tubeless.agent._usage import Ledger
 
 __all__ = [
     "MISSING",
     "OBSERVER",
+    "OUTER_LEDGERS",
     "ROOT_BUDGETS",
     "TOOL_NAME",
     "CallSite",
+    "Ledger",
     "Proceed",
     "Recording",
     "Remote",
@@ -49,6 +52,8 @@ __all__ = [
 
 #: Each name's home: (module, attribute).
 _HOMES: dict[str, tuple[str, str]] = {
+    "Ledger": ("tubeless.agent._usage", "Ledger"),
+    "OUTER_LEDGERS": ("tubeless.agent._scope", "OUTER_LEDGERS"),
     "OBSERVER": ("tubeless.agent._invocation", "OBSERVER"),
     "TurnHooks": ("tubeless.agent._hooks", "TurnHooks"),
     "Proceed": ("tubeless.agent._hooks", "Proceed"),

@@ -6,6 +6,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, final
 
+from tubeless.agent._scope import SCOPE_SLOT
+from tubeless.agent._usage import NO_USAGE, Usage
 from tubeless.errors import AgentDefinitionError
 from tubeless.frozen import FreezeError, FrozenDict, canonical_json, freeze
 from tubeless.pipeline import Pipeline
@@ -69,6 +71,7 @@ class ToolContext:
         dry_run: Whether this is a preview run.
         execution: ``{agent_run_id, turn, call_id, tool, idempotency_key}``; the key is the
             same in every resume of a checkpointed run (pass it to the services you call).
+        usage: The run's token and cost budgets (``reserve``, ``charge``, ``remaining``).
     """
 
     __slots__ = ("_step", "execution")
@@ -91,6 +94,13 @@ class ToolContext:
     def dry_run(self) -> bool:
         """Whether this is a preview run."""
         return self._step.dry_run
+
+    @property
+    def usage(self) -> Usage:
+        """The run's token and cost budgets: a tool that calls a model reserves and charges
+        here, so its requests count against them (docs/budgets.md)."""
+        scope = self._step.slots.get(SCOPE_SLOT)
+        return NO_USAGE if scope is None else scope.usage
 
     async def sleep(self, seconds: float) -> None:
         """Sleep cooperatively (raises ``RunCancelledError`` once the run is cancelled)."""

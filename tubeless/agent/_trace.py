@@ -72,6 +72,16 @@ class AgentTrace:
             },
         )
 
+    def usage(self, ctx: StepContext, t: TurnInput, spent: list[Any]) -> None:
+        """The decision's model usage: ``[input_tokens, output_tokens, cost_usd | None]``."""
+        fields: dict[str, Any] = {
+            "agent.usage.inputTokens": spent[0],
+            "agent.usage.outputTokens": spent[1],
+        }
+        if spent[2] is not None:
+            fields["agent.usage.costUsd"] = float(spent[2])
+        _record(ctx, t, fields)
+
     def limit_reached(self, ctx: StepContext, t: TurnInput, limit: str) -> None:
         """``on_limit="finish"``: ``limit`` refused the decision; a final one is asked for."""
         _record(ctx, t, {"agent.limitReached": limit})
@@ -143,6 +153,9 @@ class _Untraced(AgentTrace):
     __slots__ = ()
 
     def decided(self, ctx: StepContext, t: TurnInput, decision: str, calls: int) -> None:
+        pass
+
+    def usage(self, ctx: StepContext, t: TurnInput, spent: list[Any]) -> None:
         pass
 
     def limit_reached(self, ctx: StepContext, t: TurnInput, limit: str) -> None:

@@ -13,21 +13,25 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tubeless._callables import is_awaitable
 from tubeless.agent._approvals import dispatch_gated, gated_requests
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
 from tubeless.agent._invocation import Invocation
-from tubeless.agent._limits import LimitReachedError
+from tubeless.agent._limits import BUDGET_NAMES, BudgetWaiting, LimitReachedError
 from tubeless.agent._prepare import PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._state import freeze_state
 from tubeless.agent._turn_types import TurnInput, TurnSpec
+from tubeless.agent._usage import NO_USAGE, Usage
 from tubeless.frozen import FrozenDict
 from tubeless.pipeline import Pipeline, Step, StepContext, StepLogger, define_pipeline
 from tubeless.schema import SchemaValidationError
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 __all__ = ["DecisionContext", "TurnInput", "TurnSpec", "build_turn_pipeline"]
 
@@ -51,9 +55,13 @@ class DecisionContext:
         dry_run: Whether decisions are previews.
         execution: ``{agent_run_id, turn, idempotency_key}``.
         final: True for the one decision asked after a limit was reached under
-            ``on_limit="finish"``; only a finish decision is accepted then.
+            ``on_limit="finish"``; only a finish decision is accepted then. A built-in adapter
+            also sets it when a budget could not cover this request and one more.
+        on_limit: The agent's limit policy (``fail``, ``finish`` or ``wait``).
         remaining: ``{turns, decisions, calls}`` still available (the tightest budget of the
             delegation chain; 0 where exhausted).
+        usage: Token and cost budgets: ``reserve`` before a model request, ``charge`` after
+            it, ``remaining`` (docs/budgets.md). The built-in providers use it.
     """
 
     __slots__ = (
@@ -61,6 +69,7 @@ class DecisionContext:
         "_key_base",
         "_max_turns",
         "_scope",
+        "_spent",
         "_step",
         "capabilities",
         "dry_run",
@@ -98,6 +107,8 @@ class DecisionContext:
         self.signal = step.signal
         self.dry_run = step.dry_run
         self._step = step
+        self._spent: list[Any] | None = None
+        """``[input_tokens, output_tokens, cost_usd]`` of this decision's model requests."""
 
     @property
     def log(self) -> StepLogger:
@@ -120,6 +131,16 @@ class DecisionContext:
         """``{turns, decisions, calls}`` still available; 0 where exhausted."""
         return remaining(self._scope, self._max_turns, self.turn)
 
+    @property
+    def on_limit(self) -> str:
+        """The agent's limit policy: ``fail``, ``finish`` or ``wait``."""
+        return "fail" if self._scope is None else self._scope.budget.limits.on_limit
+
+    @property
+    def usage(self) -> Usage:
+        """The token and cost budgets of the delegation chain (``reserve``, ``charge``)."""
+        return NO_USAGE if self._scope is None else self._scope.usage
+
     def report_model_request(
         self,
         *,
@@ -131,16 +152,26 @@ class DecisionContext:
         finish_reasons: Sequence[str] = (),
         response_model: str | None = None,
         error_type: str | None = None,
+        cost_usd: Decimal | None = None,
     ) -> None:
         """Record one model request in the trace (the adapters call it for every request).
 
         A ``step.attempted`` record on ``decide`` with GenAI attributes (``gen_ai.provider.name``,
         ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``, ...; ``error.type`` for a failed
         request): names, counts and codes, never a prompt or a response. The OpenTelemetry sink
-        makes it a ``chat <model>`` span. Ignored when nothing records the run.
+        makes it a ``chat <model>`` span. Ignored when nothing records the run. The counts and
+        ``cost_usd`` also add up into the decision's usage summary (``agent.usage.*``).
         """
         if not self._step.tracing:
             return
+        if input_tokens is not None or output_tokens is not None or cost_usd is not None:
+            spent = self._spent
+            if spent is None:
+                spent = self._spent = [0, 0, None]
+            spent[0] += input_tokens or 0
+            spent[1] += output_tokens or 0
+            if cost_usd is not None:
+                spent[2] = cost_usd if spent[2] is None else spent[2] + cost_usd
         # Imported here: the span vocabulary is for traced model runs, not for every import.
         from tubeless.tracing._spi import model_request_attributes
 
@@ -207,9 +238,31 @@ async def decide(
             return finish(spec, t, ctx, decision)
         return admit(spec, t, ctx, decision)
     except LimitReachedError as exc:
+        if spec.limits.on_limit == "wait" and exc.limit in BUDGET_NAMES:
+            raise _wait(t, exc) from None
         if spec.limits.on_limit != "finish" or exc.limit == "max_depth":
             raise
         return await final(spec, t, ctx, exc)
+
+
+def _wait(t: TurnInput, reached: LimitReachedError) -> LimitReachedError:
+    """``on_limit="wait"``: a checkpointed run stops waiting for a raised budget; without
+    checkpoints the run fails as under ``fail``, and the message says why."""
+    key = t.invocation.checkpoint_key
+    if key is None:
+        return LimitReachedError(
+            limit=reached.limit,
+            bound=reached.bound,
+            consumed=reached.consumed,
+            requested=reached.requested,
+            scope=reached.scope,
+            note="on_limit: wait needs checkpoints (--checkpoints PATH), so the run failed as "
+            "on_limit: fail would",
+        )
+    for ledger in t.invocation.scope.ledgers:
+        if ledger.id == reached.scope:
+            ledger.wait(reached.limit)  # committed before the run stops
+    return BudgetWaiting(reached, key)
 
 
 async def final(
@@ -259,6 +312,8 @@ async def ask(spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = F
             raw = await raw
     finally:
         scope.exit()
+        if decision_ctx._spent is not None:  # only traced decisions that asked a model
+            invocation.trace.usage(ctx, t, decision_ctx._spent)
     return raw
 
 

@@ -40,6 +40,8 @@ class TurnSpec:
     limits: Limits
     approvals: bool = False
     """Whether any tool may need approval (otherwise batches skip that check entirely)."""
+    pricing: Mapping[str, Any] | None = None
+    """Model prices for cost budgets, by ``<provider>:<model>`` (``_pricing.price_table``)."""
 
 
 @dataclass(slots=True)

@@ -206,6 +206,7 @@ def _check(case: Case, outcome: RowOutcome, result: Any) -> list[Finding]:
         "tools": dict(outcome.tools),
         "run_id": row.get("run_id"),
         "duration_ms": row.get("duration_ms"),
+        "usage": row.get("usage"),
     }
     try:
         case.check(result, summary)
@@ -266,18 +267,26 @@ def format_table(results: Sequence[CaseResult], *, values: bool = True) -> list[
         values: Quote the expected and actual values (``--hide-values`` passes False).
     """
     width = max([len("case"), *(len(r.id) for r in results)])
-    lines = [f"{'case':<{width}}  result  turns  calls  duration  detail"]
+    # A usage column only when some case's model requests were metered (budgeted runs).
+    usages = [usage_text(r.row.get("usage")) for r in results]
+    metered = max((len(u) for u in usages), default=0)
+    column = f"  {'usage':<{max(metered, 5)}}" if metered else ""
+    lines = [f"{'case':<{width}}  result  turns  calls  duration{column}  detail"]
     verdicts = {"pass": "pass", "fail": "FAIL", "error": "ERROR"}
-    for r in results:
+    for r, usage in zip(results, usages, strict=True):
         row = r.row
         duration = f"{float(row.get('duration_ms') or 0):.1f} ms"
         details = [_printable(finding.text(values=values)) for finding in r.findings]
+        used = f"  {usage:<{max(metered, 5)}}" if metered else ""
+        blank = f"  {'':<{max(metered, 5)}}" if metered else ""
         lines.append(
             f"{r.id:<{width}}  {verdicts[r.verdict]:<6}  "
-            f"{row.get('turns', 0):>5}  {row.get('calls', 0):>5}  {duration:>8}  "
+            f"{row.get('turns', 0):>5}  {row.get('calls', 0):>5}  {duration:>8}{used}  "
             f"{details[0] if details else ''}".rstrip()
         )
-        lines.extend(f"{'':<{width}}  {'':<6}  {'':>5}  {'':>5}  {'':>8}  {d}" for d in details[1:])
+        lines.extend(
+            f"{'':<{width}}  {'':<6}  {'':>5}  {'':>5}  {'':>8}{blank}  {d}" for d in details[1:]
+        )
     failed = sum(1 for r in results if r.verdict == "fail")
     errors = sum(1 for r in results if r.verdict == "error")
     totals = f"{len(results) - failed - errors} passed, {failed} failed"
@@ -285,6 +294,20 @@ def format_table(results: Sequence[CaseResult], *, values: bool = True) -> list[
         totals += f", {errors} error{'s' if errors > 1 else ''}"
     lines.append(totals)
     return lines
+
+
+def usage_text(usage: Any) -> str:
+    """``1.2k tokens $0.0400`` for a row's metered usage; empty when it has none."""
+    from tubeless.tracing.meters import dollars, tokens
+
+    if not isinstance(usage, dict):
+        return ""
+    total = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+    text = f"{tokens(total)} tokens"
+    cost = usage.get("cost_usd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        text += f" {dollars(cost)}"
+    return text
 
 
 def _printable(text: str) -> str:

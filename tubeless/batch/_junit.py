@@ -73,6 +73,17 @@ def junit_xml(
             classname=xml_text(entry),
             time=f"{float(r.row.get('duration_ms') or 0) / 1000:.3f}",
         )
+        usage = r.row.get("usage")
+        if isinstance(usage, dict):  # a metered (budgeted) run's model usage
+            properties = ET.SubElement(testcase, "properties")
+            for name in ("input_tokens", "output_tokens", "cost_usd"):
+                if usage.get(name) is not None:
+                    ET.SubElement(
+                        properties,
+                        "property",
+                        name=f"tubeless.usage.{name}",
+                        value=str(usage[name]),
+                    )
         if r.findings:
             first = r.findings[0]  # errors come first: an error case's first finding is one
             element = ET.SubElement(

@@ -232,7 +232,7 @@ async def run_row(
 
     sink = RowSink(keep=traced, forward=forward if traced else None) if traced or tools else None
     budgets: list[Any] = []
-    token = ROOT_BUDGETS.set(budgets) if sink is None else None
+    token = ROOT_BUDGETS.set(budgets)
     start = time.perf_counter()
     durable: dict[str, Any] = {}
     try:
@@ -271,11 +271,31 @@ async def run_row(
     else:
         turns = sum(b.decisions for b in budgets if b.id == run.run_id)
         calls, counted = sum(b.calls for b in budgets), {}
-    return RowOutcome(
-        row=_row(item, key, run, turns, calls, duration),
-        tools=counted,
-        records=sink.records if sink is not None else [],
-    )
+    row = _row(item, key, run, turns, calls, duration)
+    usage = row_usage(budgets)
+    if usage is not None:
+        row["usage"] = usage
+    return RowOutcome(row=row, tools=counted, records=sink.records if sink is not None else [])
+
+
+def row_usage(budgets: list[Any]) -> dict[str, Any] | None:
+    """``{input_tokens, output_tokens, cost_usd}`` of a row whose model requests were metered:
+    by the batch's row meter, else by its root agents' own budgets; ``None`` when nothing was
+    (rows of unbudgeted agents in an unbudgeted batch)."""
+    from tubeless.agent._spi import OUTER_LEDGERS
+
+    ledgers = [ledger for ledger in OUTER_LEDGERS.get() if ledger.id == "row"]
+    if not ledgers:
+        ledgers = [b.ledger for b in budgets if b.ledger is not None]
+    if not ledgers:
+        return None
+    cost = sum((ledger.cost_usd for ledger in ledgers), 0)
+    priced = any("max_cost_usd" in ledger.bounds for ledger in ledgers) or bool(cost)
+    return {
+        "input_tokens": sum(ledger.input_tokens for ledger in ledgers),
+        "output_tokens": sum(ledger.output_tokens for ledger in ledgers),
+        "cost_usd": float(cost) if priced else None,
+    }
 
 
 RowMessage = tuple[str, Any]

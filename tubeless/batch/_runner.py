@@ -34,9 +34,18 @@ from tubeless.batch._output import BatchOutput
 from tubeless.batch._plans import NamedRow, PlanMaker, RowKeys, RowNamer, row_keys
 from tubeless.batch._row import RowOutcome
 from tubeless.batch._summary import BatchSummary, summarize
-from tubeless.errors import BATCH_INPUT_INVALID, RUN_CONCURRENCY_INVALID, TubelessError
+from tubeless.errors import (
+    BATCH_ENGINE_UNAVAILABLE,
+    BATCH_INPUT_INVALID,
+    BUDGET_EXHAUSTED,
+    RUN_CONCURRENCY_INVALID,
+    TubelessError,
+)
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
+    from tubeless.agent._spi import Ledger as BudgetLedger
     from tubeless.durable import CheckpointStore
     from tubeless.pipeline import CancelToken, Pipeline
     from tubeless.tracing import TraceSink
@@ -73,6 +82,8 @@ async def run_batch(
     record_dir: str | os.PathLike[str] | None = None,
     replay_dir: str | os.PathLike[str] | None = None,
     row_retries: int = DEFAULT_ROW_RETRIES,
+    max_cost_usd: Decimal | int | str | None = None,
+    max_total_tokens: int | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Run ``entry`` once per input and yield the rows in input order.
 
@@ -98,6 +109,11 @@ async def run_batch(
             diverges fails alone with ``TUBELESS_REPLAY_DIVERGED``.
         row_retries: How many more times a row whose worker died (``process``, ``ray``) runs,
             each time on another worker, before it fails with ``TUBELESS_BATCH_WORKER_DIED``.
+        max_cost_usd: A cost budget for the whole batch (``local`` engine): every row's model
+            requests reserve against it too; rows not started once it is spent are
+            ``{status: "skipped", error: {code: TUBELESS_BUDGET_EXHAUSTED}}``. Rows in flight
+            are bounded by their own reservations, so the batch never exceeds it.
+        max_total_tokens: Likewise, input plus output tokens for the whole batch.
 
     Yields:
         ``{index, key, status, result | error: {code, message}, run_id, duration_ms, turns,
@@ -120,6 +136,8 @@ async def run_batch(
         record_dir=record_dir,
         replay_dir=replay_dir,
         row_retries=row_retries,
+        max_cost_usd=max_cost_usd,
+        max_total_tokens=max_total_tokens,
     ):
         yield outcome.row
 
@@ -145,6 +163,8 @@ async def run_outcomes(
     replays: Mapping[int, str] | None = None,
     records: Mapping[int, str] | None = None,
     row_retries: int = DEFAULT_ROW_RETRIES,
+    max_cost_usd: Decimal | int | str | None = None,
+    max_total_tokens: int | None = None,
 ) -> AsyncIterator[RowOutcome]:
     """:func:`run_batch`, yielding each row's :class:`RowOutcome`; with ``count_tools`` its
     calls per tool name too (what eval needs); ``replays`` and ``records`` give rows their own
@@ -155,6 +175,13 @@ async def run_outcomes(
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise TubelessError(
             RUN_CONCURRENCY_INVALID, f"concurrency must be an integer >= 1, got {concurrency!r}"
+        )
+    budget = _batch_budget(max_cost_usd, max_total_tokens)
+    if budget is not None and engine != "local":
+        raise TubelessError(
+            BATCH_ENGINE_UNAVAILABLE,
+            f"A batch-wide budget (--max-cost-usd, --max-total-tokens) needs the local engine, "
+            f"not {engine!r}: rows of other engines run in other processes",
         )
     if isinstance(entry, str | os.PathLike):
         entry = EntrySource.of(entry, entry_id)
@@ -211,6 +238,7 @@ async def run_outcomes(
                     fail_fast=fail_fast,
                     on_row=on_row,
                     window=window(concurrency),
+                    budget=budget,
                 )
                 driving = True
             finally:
@@ -233,6 +261,19 @@ async def run_outcomes(
                 checkpoint_store.close()
     finally:
         ledger.close()
+
+
+def _batch_budget(
+    max_cost_usd: Decimal | int | str | None, max_total_tokens: int | None
+) -> BudgetLedger | None:
+    """The ledger every row of the batch charges first, when the batch has a budget."""
+    if max_cost_usd is None and max_total_tokens is None:
+        return None
+    from tubeless.agent import Limits
+    from tubeless.agent._spi import Ledger as BudgetLedger
+
+    limits = Limits(max_cost_usd=max_cost_usd, max_total_tokens=max_total_tokens)  # type: ignore[arg-type]
+    return BudgetLedger("batch", limits.budgets())
 
 
 def window(concurrency: int) -> int:
@@ -272,10 +313,13 @@ class _Batch:
         fail_fast: bool,
         on_row: OnRow | None,
         window: int,
+        budget: BudgetLedger | None = None,
     ) -> None:
         self.named, self.planner, self.engine, self.store = named, planner, engine, store
         self.fanout, self.token, self.window = fanout, token, window
         self.retry_failed, self.fail_fast, self.on_row = retry_failed, fail_fast, on_row
+        self.budget = budget
+        """The batch-wide budget, if any (every row's root agent charges it first)."""
         self.waiting: dict[int, NamedRow] = {}
         """Rows read and not yet yielded (at most ``window``)."""
         self.done: dict[int, RowOutcome] = {}
@@ -351,6 +395,15 @@ class _Batch:
 
     async def _slot(self) -> None:
         while (named := await self._next()) is not None:
+            if self.budget is not None:
+                if self.budget.spent:
+                    self._finished(_skipped(named))
+                    continue
+                from tubeless.agent._spi import OUTER_LEDGERS
+                from tubeless.agent._spi import Ledger as BudgetLedger
+
+                # This task's own context: the row charges the batch, and meters itself.
+                OUTER_LEDGERS.set((self.budget, BudgetLedger(ROW_METER, {})))
             if self.started is None:  # the workers start with the first row that runs
                 self.started = asyncio.ensure_future(self.engine.start())
             if self.started.done():
@@ -414,3 +467,22 @@ class _Batch:
         if not self.exhausted:
             for named in self.named:
                 yield named.row.index, named
+
+
+#: The id of the unbounded ledger that meters one row of a budgeted batch.
+ROW_METER = "row"
+
+
+def _skipped(named: NamedRow) -> RowOutcome:
+    """A row not started because the batch-wide budget was spent."""
+    from tubeless.batch._row import failed_row
+
+    outcome = failed_row(
+        named.row,
+        named.key,
+        BUDGET_EXHAUSTED,
+        "not started: the batch-wide budget was spent (rerun with a higher --max-cost-usd or "
+        "--max-total-tokens and the same --output to run it)",
+    )
+    outcome.row["status"] = "skipped"
+    return outcome

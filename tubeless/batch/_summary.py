@@ -26,6 +26,8 @@ class BatchSummary:
     cancelled: int = 0
     skipped: int = 0
     """Rows reused from the output file (completed earlier)."""
+    exhausted: int = 0
+    """Rows not started because a batch-wide budget was spent (status ``skipped``)."""
     p50_ms: float | None = None
     p95_ms: float | None = None
     turns: int = 0
@@ -39,7 +41,9 @@ class BatchSummary:
             head += " (" + ", ".join(f"{code} {n}" for code, n in self.failed.items()) + ")"
         if self.cancelled:
             head += f", {self.cancelled} cancelled"
-        not_run = self.rows - self.completed - failed - self.cancelled
+        if self.exhausted:
+            head += f", {self.exhausted} skipped (the batch budget was spent)"
+        not_run = self.rows - self.completed - failed - self.cancelled - self.exhausted
         if not_run > 0:
             head += f", {not_run} not run"
         if self.skipped:
@@ -58,6 +62,7 @@ class SummaryCounter:
 
     def __init__(self) -> None:
         self.rows = self.completed = self.cancelled = self.turns = self.calls = 0
+        self.exhausted = 0
         self.failed: dict[str, int] = {}
         self.durations: list[float] = []
         self._timed = 0
@@ -70,6 +75,8 @@ class SummaryCounter:
             self.completed += 1
         elif status == "cancelled":
             self.cancelled += 1
+        elif status == "skipped":
+            self.exhausted += 1
         elif status == "failed":
             code = str((row.get("error") or {}).get("code"))
             self.failed[code] = self.failed.get(code, 0) + 1
@@ -102,6 +109,7 @@ class SummaryCounter:
             completed=self.completed,
             failed=dict(sorted(self.failed.items(), key=lambda item: (-item[1], item[0]))),
             cancelled=self.cancelled,
+            exhausted=self.exhausted,
             skipped=skipped,
             p50_ms=p50,
             p95_ms=p95,

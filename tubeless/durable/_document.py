@@ -259,13 +259,21 @@ class CheckpointDocument:
 
     def current_status(self) -> str:
         """The status the document's entries say: ``failed`` once a top agent failed,
-        ``completed`` once all did, ``waiting`` while requests are pending, else ``running``."""
+        ``completed`` once all did, ``waiting`` while requests are pending or an agent waits
+        for a raised budget (``_budget``), else ``running``."""
         phases = {entry.phase for route, entry in self.agents.items() if "/" not in route}
         if "failed" in phases:
             return "failed"
         if phases == {"completed"}:
             return "completed"
-        return "waiting" if self.pending() else "running"
+        return "waiting" if self.pending() or self._budget_waits() else "running"
+
+    def _budget_waits(self) -> bool:
+        for entry in self.agents.values():
+            usage = (entry.budget.extra or {}).get("usage")
+            if isinstance(usage, dict) and usage.get("waiting"):
+                return True
+        return False
 
     def touched(self) -> None:
         """Stamp the time of this change (``updated_at_ms``)."""

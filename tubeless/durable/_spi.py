@@ -18,6 +18,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tubeless.durable._budget import (
+        BUDGET_FLAGS,
+        parse_amount,
+        raise_budgets,
+        saved_usage,
+        store_usage,
+    )
     from tubeless.durable._decide import record_decision
     from tubeless.durable._document import (
         ABSENT,
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ABSENT",
+    "BUDGET_FLAGS",
     "DOCUMENT_VERSION",
     "SESSION_SLOT",
     "AgentEntry",
@@ -58,14 +66,23 @@ __all__ = [
     "json_form",
     "legacy_key",
     "parse",
+    "parse_amount",
+    "raise_budgets",
     "record_decision",
+    "saved_usage",
     "slot_of",
+    "store_usage",
     "summary",
     "unfinished_of",
 ]
 
 #: Each name's home: (module, attribute).
 _HOMES: dict[str, tuple[str, str]] = {
+    "store_usage": ("tubeless.durable._budget", "store_usage"),
+    "saved_usage": ("tubeless.durable._budget", "saved_usage"),
+    "raise_budgets": ("tubeless.durable._budget", "raise_budgets"),
+    "parse_amount": ("tubeless.durable._budget", "parse_amount"),
+    "BUDGET_FLAGS": ("tubeless.durable._budget", "BUDGET_FLAGS"),
     "check_key": ("tubeless.durable._store", "check_key"),
     "ABSENT": ("tubeless.durable._document", "ABSENT"),
     "AgentEntry": ("tubeless.durable._document", "AgentEntry"),

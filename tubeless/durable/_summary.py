@@ -90,6 +90,8 @@ def describe(
             "state_version": entry.get("state_version"),
             "budget": {k: budget.get(k) for k in ("calls", "decisions", "depth")},
         }
+        if isinstance(budget.get("usage"), Mapping):  # token and cost budgets (``_budget``)
+            shown["budget"]["usage"] = budget["usage"]
         decision = entry.get("decision")
         if isinstance(decision, Mapping):
             calls = []

@@ -326,8 +326,11 @@ def _metadata(pipeline: Pipeline) -> dict[str, Any]:
     return canonical
 
 
+_BUDGETS = ("maxInputTokens", "maxOutputTokens", "maxTotalTokens", "maxCostUsd")
+
+
 def _agent_policy(agent: Mapping[str, Any] | None) -> dict[str, Any]:
-    """An agent step's non-default limit policy and tool approvals (round 2), if any.
+    """An agent step's non-default limit policy, budgets and tool approvals, if any.
 
     The snapshot's ``agent`` entry keeps the original release's shape; they go to the
     definition's metadata instead.
@@ -335,9 +338,13 @@ def _agent_policy(agent: Mapping[str, Any] | None) -> dict[str, Any]:
     if agent is None:
         return {}
     policy: dict[str, Any] = {}
-    on_limit = agent.get("limits", {}).get("onLimit")
+    limits = agent.get("limits", {})
+    on_limit = limits.get("onLimit")
     if on_limit is not None:
         policy["onLimit"] = on_limit
+    for budget in _BUDGETS:  # token and cost budgets (round 3), only when set
+        if budget in limits:
+            policy[budget] = limits[budget]
     approvals = {
         str(c["name"]): c["approval"] for c in agent.get("capabilities", ()) if "approval" in c
     }

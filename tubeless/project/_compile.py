@@ -102,6 +102,19 @@ class Compiler:
         self.built: dict[str, Pipeline] = {}
         self._check_overrides()
 
+    def _pricing(self) -> dict[str, Any] | None:
+        """The project's ``pricing:`` block as ``define_agent`` takes it (YAML numbers as
+        their decimal text, so 0.15 stays exactly 0.15)."""
+        if not self.spec.pricing:
+            return None
+        return {
+            key: {
+                name: repr(value) if isinstance(value, float) else value
+                for name, value in entry.model_dump(exclude_none=True).items()
+            }
+            for key, entry in self.spec.pricing.items()
+        }
+
     def _check_overrides(self) -> None:
         for entry, fields in self.overrides.items():
             if entry not in self.spec.agents:
@@ -407,6 +420,9 @@ class Compiler:
         if any(part is _MISSING for part in parts):
             return None
         limits = {k: v for k, v in agent.limits.model_dump().items() if v is not None}
+        if isinstance(limits.get("max_cost_usd"), float):
+            # A YAML number: its shortest repr is what the file says (2.5, not 2.4999...).
+            limits["max_cost_usd"] = repr(limits["max_cost_usd"])
         try:
             return define_agent(
                 id=agent_id,
@@ -422,6 +438,7 @@ class Compiler:
                 reduce=reduce,
                 tools=tools,
                 limits=limits,
+                pricing=self._pricing(),
             )
         except (AgentDefinitionError, PipelineDefinitionError) as exc:
             self.definition_errors.append((base, exc))

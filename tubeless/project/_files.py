@@ -39,6 +39,7 @@ PROJECT_KEYS: Final = (
     "python_path",
     "mcp_servers",
     "allow_modules",
+    "pricing",
 )
 #: Keys an eval cases file never has: one of them makes a file a project whatever else it holds.
 _PROJECT_ONLY: Final = frozenset(PROJECT_KEYS) - {"version", "python_path"}

@@ -29,6 +29,7 @@ __all__ = [
     "McpToolSpec",
     "PipelineSpec",
     "PipelineToolSpec",
+    "PriceSpec",
     "ProjectInfo",
     "ProjectSpec",
     "SchemaSpec",
@@ -79,6 +80,22 @@ TemplateMapping = Annotated[
         }
     ),
 ]
+#: An amount of US dollars: a YAML number, or a decimal string kept exactly ('2.50').
+USD_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*$"
+UsdAmount = Annotated[
+    int | float | str,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": USD_PATTERN},
+            ],
+            "description": "US dollars: a number, or a decimal string such as '2.50' (exact).",
+        }
+    ),
+]
+#: ``pricing`` keys: ``<provider>:<model>``.
+PRICE_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*:\S+$"
 
 
 class _Spec(BaseModel):
@@ -146,10 +163,28 @@ class LimitsSpec(_Spec):
         le=2**53 - 1,
         description="Active decisions and tool handlers across the subtree.",
     )
-    on_limit: Literal["fail", "finish"] | None = Field(
+    max_input_tokens: int | None = Field(
+        default=None, ge=0, le=2**53 - 1, description="Model input tokens across the subtree."
+    )
+    max_output_tokens: int | None = Field(
+        default=None, ge=0, le=2**53 - 1, description="Model output tokens across the subtree."
+    )
+    max_total_tokens: int | None = Field(
         default=None,
-        description="When turns, decisions or calls run out: 'fail' the run (the default), or "
-        "'finish': ask decide once more with ctx.final and accept only a finish.",
+        ge=0,
+        le=2**53 - 1,
+        description="Model input plus output tokens across the subtree.",
+    )
+    max_cost_usd: UsdAmount | None = Field(
+        default=None,
+        description="US dollars of model requests across the subtree (a number or a decimal "
+        "string such as '2.50'), priced per model (see pricing).",
+    )
+    on_limit: Literal["fail", "finish", "wait"] | None = Field(
+        default=None,
+        description="When a limit runs out: 'fail' the run (the default), 'finish': ask "
+        "decide once more with ctx.final and accept only a finish, or 'wait': a checkpointed "
+        "run whose token or cost budget ran out stops waiting for a raised budget.",
     )
 
 
@@ -474,6 +509,18 @@ class McpHttpServerSpec(_McpServerSettings):
     )
 
 
+class PriceSpec(_Spec):
+    """The prices of one model, in US dollars per million tokens."""
+
+    input_per_mtok: UsdAmount = Field(description="Per million input tokens (not cached).")
+    output_per_mtok: UsdAmount = Field(description="Per million output tokens.")
+    cached_input_per_mtok: UsdAmount | None = Field(
+        default=None,
+        description="Per million input tokens read from the provider's cache (default: the "
+        "input price).",
+    )
+
+
 class ProjectSpec(_Spec):
     """A tubeless project file (version 1)."""
 
@@ -508,4 +555,11 @@ class ProjectSpec(_Spec):
         "headers_env} (streamable HTTP), with timeout_s, per_run, max_concurrency, "
         "max_result_bytes, max_result_blocks. Only runs connect to them.",
         json_schema_extra={"propertyNames": {"pattern": MCP_SERVER_PATTERN}},
+    )
+    pricing: dict[Annotated[str, Field(pattern=PRICE_KEY_PATTERN)], PriceSpec] = Field(
+        default_factory=dict,
+        description="Model prices that add to or override the bundled genai-prices data, by "
+        "'<provider>:<model>' (providers openai, anthropic, or a chat adapter's provider name); "
+        "needed for a max_cost_usd budget with a model the data does not know.",
+        json_schema_extra={"propertyNames": {"pattern": PRICE_KEY_PATTERN}},
     )

@@ -6,14 +6,17 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
 
-from tubeless.agent import DecisionContext
+from tubeless.agent import NO_USAGE, DecisionContext, Usage
 from tubeless.providers._budgets import encode_body, positive_int, positive_number
 from tubeless.providers._errors import PROVIDER_INVALID_RESPONSE, ProviderError
 from tubeless.providers._http import post_json, require_env
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 __all__ = [
     "AdapterSettings",
@@ -37,9 +40,12 @@ class ModelUsage(NamedTuple):
     """
 
     input_tokens: int | None = None
+    """All input tokens, those read from the provider's cache included."""
     output_tokens: int | None = None
     finish_reasons: tuple[str, ...] = ()
     response_model: str | None = None
+    cached_input_tokens: int | None = None
+    """The input tokens read from the provider's cache (priced lower)."""
 
 
 def object_at(data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -134,18 +140,50 @@ def adapter_decide(
     ``ctx.report_model_request`` (``system`` is its ``gen_ai.provider.name``): its duration
     (retries included), the ``usage`` of the response, and the error code when it failed.
     Requests of one run share one HTTP client, closed when the run ends.
+
+    Under a token or cost budget (``ctx.usage``), the request's worst case is reserved before
+    the key is read: input tokens bounded by the encoded body's UTF-8 bytes (no tokenizer
+    makes more tokens than bytes), output tokens by ``max_output_tokens``, priced at the
+    requested model's prices when a cost budget applies. A reservation that does not fit
+    raises ``TUBELESS_AGENT_LIMIT_REACHED`` and nothing is sent. After a response the real
+    usage is charged (a response without usage data keeps the whole reservation); a request
+    that failed or was abandoned keeps its whole reservation too (it may have been billed).
     """
 
     async def decide(state: Any, ctx: DecisionContext) -> dict[str, Any]:
         requested = model()
+        instructions = render(ctx)
         body = request_body(
             state,
             ctx,
             model=requested,
-            instructions=render(ctx),
+            instructions=instructions,
             max_output_tokens=settings.max_output_tokens,
         )
         encoded = encode_body(body, settings.max_request_bytes, provider)
+        meter: Usage = getattr(ctx, "usage", NO_USAGE)  # contexts built by hand may lack it
+        reservation = None
+        if meter.budgeted:
+            if _last_that_fits(
+                ctx, meter, len(encoded), settings.max_output_tokens, system, requested
+            ):
+                # on_limit: finish keeps room for an answer: what remains could not cover this
+                # request and one more, so this one offers only _finish.
+                ctx.final = True
+                body = request_body(
+                    state,
+                    ctx,
+                    model=requested,
+                    instructions=instructions,
+                    max_output_tokens=settings.max_output_tokens,
+                )
+                encoded = encode_body(body, settings.max_request_bytes, provider)
+            reservation = meter.reserve(
+                input_tokens=len(encoded),
+                output_tokens=settings.max_output_tokens,
+                provider=system,
+                model=requested,
+            )
         key = require_env(api_key_env) if api_key_env else None
         request_headers = headers(key)
         started = time.perf_counter()
@@ -164,6 +202,17 @@ def adapter_decide(
         except ProviderError as exc:
             _report(ctx, system, requested, started, ModelUsage(), exc.code)
             raise
+        spent = usage(data)
+        cost = None
+        if reservation is not None:
+            cost = meter.charge(
+                reservation,
+                input_tokens=spent.input_tokens,
+                cached_input_tokens=spent.cached_input_tokens or 0,
+                output_tokens=spent.output_tokens,
+                provider=system,
+                model=requested,
+            )
         if key is not None and holds_secret(data, key):
             refused = ProviderError(
                 PROVIDER_INVALID_RESPONSE,
@@ -171,16 +220,33 @@ def adapter_decide(
             )
             _report(ctx, system, requested, started, ModelUsage(), refused.code)
             raise refused
-        spent = usage(data)
         try:
             decision = parse_response(data)
         except ProviderError as exc:
-            _report(ctx, system, requested, started, spent, exc.code)
+            _report(ctx, system, requested, started, spent, exc.code, cost)
             raise
-        _report(ctx, system, requested, started, spent, None)
+        _report(ctx, system, requested, started, spent, None, cost)
         return decision
 
     return decide
+
+
+def _last_that_fits(
+    ctx: DecisionContext,
+    meter: Usage,
+    input_tokens: int,
+    output_tokens: int,
+    system: str,
+    model: str,
+) -> bool:
+    """Under ``on_limit: finish``, whether this request must be the final one: it fits, but it
+    and one more of the same worst case would not."""
+    if getattr(ctx, "on_limit", "fail") != "finish" or getattr(ctx, "final", False):
+        return False
+    worst = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    return meter.fits(**worst, provider=system, model=model) and not meter.fits(
+        **worst, provider=system, model=model, times=2
+    )
 
 
 def holds_secret(data: Any, secret: str) -> bool:
@@ -212,7 +278,21 @@ def _report(
     started: float,
     spent: ModelUsage,
     error_type: str | None,
+    cost: Decimal | None = None,
 ) -> None:
+    if cost is not None:
+        ctx.report_model_request(
+            provider=system,
+            model=model,
+            duration_ms=(time.perf_counter() - started) * 1000.0,
+            input_tokens=spent.input_tokens,
+            output_tokens=spent.output_tokens,
+            finish_reasons=spent.finish_reasons,
+            response_model=spent.response_model,
+            error_type=error_type,
+            cost_usd=cost,
+        )
+        return
     ctx.report_model_request(
         provider=system,
         model=model,

@@ -273,6 +273,7 @@ def usage(data: Any) -> ModelUsage:
         stop = OTHER_REASON
     return ModelUsage(
         input_tokens=None if parts[0] is None else sum(p or 0 for p in parts),
+        cached_input_tokens=parts[1],
         output_tokens=count(spent.get("output_tokens")),
         finish_reasons=() if stop is None else (stop,),
         response_model=recordable_model(data.get("model")),

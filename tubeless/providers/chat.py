@@ -18,6 +18,7 @@ errors are those of :mod:`tubeless.providers.openai`; messages name ``Chat compl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -83,6 +84,7 @@ def completions(
     max_output_tokens: int = 2048,
     max_retries: int = 0,
     transport: httpx.AsyncBaseTransport | None = None,
+    provider: str = "openai",
 ) -> Decide:
     """A ``decide(state, ctx)`` that asks an OpenAI-compatible chat endpoint for each decision.
 
@@ -107,6 +109,9 @@ def completions(
             429, 5xx); 0, the default, sends each request once.
         transport: An ``httpx`` async transport to send through (tests inject
             ``httpx.MockTransport``); the caller keeps ownership.
+        provider: Who serves the model: its ``gen_ai.provider.name`` in traces and the
+            ``<provider>:<model>`` under which a cost budget looks its price up (``openai``;
+            e.g. ``groq``, ``mistral``, or a name of your own priced in ``pricing:``).
 
     Returns:
         The async ``decide`` callable.
@@ -116,6 +121,10 @@ def completions(
         TemplateError: For an instructions template that does not parse.
     """
     factory = "completions"
+    if not isinstance(provider, str) or not re.fullmatch(
+        r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", provider
+    ):
+        raise ValueError(f"{factory}(provider=...) must be a name such as 'openai'")
     settings = adapter_settings(
         factory,
         model=model,
@@ -134,7 +143,7 @@ def completions(
 
     return adapter_decide(
         provider=_PROVIDER,
-        system="openai",
+        system=provider,
         settings=settings,
         transport=transport,
         render=render,
@@ -264,6 +273,7 @@ def usage(data: Any) -> ModelUsage:
     )
     return ModelUsage(
         input_tokens=count(spent.get("prompt_tokens")),
+        cached_input_tokens=count(object_at(spent, "prompt_tokens_details").get("cached_tokens")),
         output_tokens=count(spent.get("completion_tokens")),
         finish_reasons=reasons,
         response_model=recordable_model(data.get("model")),

@@ -254,6 +254,7 @@ def usage(data: Any) -> ModelUsage:
             reasons = (reason if reason in _RECORDED_REASONS else OTHER_REASON,)
     return ModelUsage(
         input_tokens=count(spent.get("input_tokens")),
+        cached_input_tokens=count(object_at(spent, "input_tokens_details").get("cached_tokens")),
         output_tokens=count(spent.get("output_tokens")),
         finish_reasons=reasons,
         response_model=recordable_model(data.get("model")),

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from tubeless.tracing.fold import MAX_CALLS, MAX_TURNS, TraceFold
+from tubeless.tracing.meters import budget_meters
 from tubeless.tracing.projection import describe_error, terminal_safe
 from tubeless.tracing.runs import Call, Run, Step, as_int, waiting_error
 
@@ -95,6 +96,14 @@ def _error_text(error: Mapping[str, Any] | None) -> str | None:
     return f"{code}: {message}" if code and message else message or code
 
 
+_BUDGET_KEYS = {
+    "maxCostUsd": "max_cost_usd",
+    "maxTotalTokens": "max_total_tokens",
+    "maxInputTokens": "max_input_tokens",
+    "maxOutputTokens": "max_output_tokens",
+}
+
+
 class LiveModel:
     """The rows of one run tree, read from a bounded fold (see the module docstring)."""
 
@@ -102,6 +111,8 @@ class LiveModel:
         self._fold = TraceFold(scope="root")
         self._errors = 0
         self._reasons: Mapping[tuple[int, str], str] = {}
+        self._usage: dict[str, Any] | None = None
+        """Model usage of every decision of the tree so far (budgets are shared down it)."""
         #: Set when cancellation was asked for (a signal) and the run has not ended yet.
         self.cancelling = False
 
@@ -118,8 +129,46 @@ class LiveModel:
         """Take one record; malformed records are counted in ``dropped``, never raised."""
         try:
             self._fold.add(record)
+            if isinstance(record, Mapping) and record.get("name") == "step.attempted":
+                self._add_usage(record)
         except Exception:  # the model must survive anything a sink can be handed
             self._errors += 1
+
+    def _add_usage(self, record: Mapping[str, Any]) -> None:
+        payload = record.get("payload")
+        attributes = payload.get("attributes") if isinstance(payload, Mapping) else None
+        if not isinstance(attributes, Mapping) or "agent.usage.inputTokens" not in attributes:
+            return
+        usage = self._usage
+        if usage is None:
+            usage = self._usage = {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+        for key, name in (
+            ("input_tokens", "agent.usage.inputTokens"),
+            ("output_tokens", "agent.usage.outputTokens"),
+            ("cost_usd", "agent.usage.costUsd"),
+        ):
+            value = _num(attributes.get(name))
+            if value is not None:
+                usage[key] += value
+
+    @property
+    def meters(self) -> str | None:
+        """``$0.42 of $2.00, 31k of 100k tokens`` for the root agent's budgets, if it has any."""
+        root = self._fold.root
+        limits: Mapping[str, Any] = {}
+        for meta in ((root.agents if root is not None else None) or {}).values():
+            found = meta.get("limits") if isinstance(meta, Mapping) else None
+            if isinstance(found, Mapping):
+                limits = found
+                break
+        bounds = {
+            name: limits[key]
+            for key, name in _BUDGET_KEYS.items()
+            if key in limits and not isinstance(limits[key], bool)
+        }
+        if not bounds:
+            return None
+        return budget_meters(bounds, self._usage) or None
 
     @property
     def dropped(self) -> int:

@@ -20,7 +20,18 @@ EntryKind = Literal["agent", "pipeline"]
 
 #: Tool input schemas and the result descriptor are shown on one line, cut to this many chars.
 SCHEMA_WIDTH = 200
-_LIMITS = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency", "onLimit")
+_LIMITS = (
+    "maxTurns",
+    "maxCalls",
+    "maxDecisions",
+    "maxDepth",
+    "maxConcurrency",
+    "maxInputTokens",
+    "maxOutputTokens",
+    "maxTotalTokens",
+    "maxCostUsd",
+    "onLimit",
+)
 
 
 def format_inspect(

@@ -215,6 +215,9 @@ class LiveView:
             text.append(f"  {format_duration(self._clock() * 1000.0 - model.started_ms)}")
         if model.dry_run:
             text.append("  dry run", style="yellow")
+        meters = model.meters
+        if meters:
+            text.append(f"  {meters}")
         if model.error_count:
             text.append(f"  errors={model.error_count}", style="red")
         if model.root_run_id is not None:  # last: the id to copy for `tubeless trace show`

@@ -52,7 +52,18 @@ def _step_line(s: PlanStep, *, explain: bool) -> str:
 def _agent_lines(agent: Mapping[str, Any]) -> list[str]:
     """The agent's limits and capability inventory, indented under its step."""
     limits = agent.get("limits", {})
-    names = ("maxTurns", "maxCalls", "maxDecisions", "maxDepth", "maxConcurrency", "onLimit")
+    names = (
+        "maxTurns",
+        "maxCalls",
+        "maxDecisions",
+        "maxDepth",
+        "maxConcurrency",
+        "maxInputTokens",
+        "maxOutputTokens",
+        "maxTotalTokens",
+        "maxCostUsd",
+        "onLimit",
+    )
     text = " ".join(f"{_snake_key(name)}={limits[name]}" for name in names if name in limits)
     lines = [f"      limits: {text}"]
     capabilities = agent.get("capabilities", [])

@@ -119,6 +119,60 @@ def _limits(run: Run) -> Attributes:
     return out
 
 
+def add_turn_usage(usage: list[Any] | None, turn: Run) -> list[Any] | None:
+    """``usage`` with a finished turn's ``agent.usage.*`` (its decide summary) added."""
+    spent_in = turn.attribute("decide", "agent.usage.inputTokens")
+    spent_out = turn.attribute("decide", "agent.usage.outputTokens")
+    if not isinstance(spent_in, int) and not isinstance(spent_out, int):
+        return usage
+    total: list[Any] = usage if usage is not None else [0, 0, None]
+    total[0] += spent_in if isinstance(spent_in, int) else 0
+    total[1] += spent_out if isinstance(spent_out, int) else 0
+    cost = turn.attribute("decide", "agent.usage.costUsd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        total[2] = (total[2] or 0.0) + float(cost)
+    return total
+
+
+_BUDGET_KEYS = {
+    "maxInputTokens": "max_input_tokens",
+    "maxOutputTokens": "max_output_tokens",
+    "maxTotalTokens": "max_total_tokens",
+    "maxCostUsd": "max_cost_usd",
+}
+
+
+def budget_attributes(run: Run, usage: list[Any] | None) -> Attributes:
+    """``tubeless.budget.<budget>.bound`` and ``.consumed`` of an agent run's token and cost
+    budgets (consumed: the agent's own model requests, from its turns' summaries)."""
+    limits: Mapping[str, Any] = {}
+    for meta in (run.agents or {}).values():
+        found = meta.get("limits") if isinstance(meta, Mapping) else None
+        if isinstance(found, Mapping):
+            limits = found
+            break
+    spent = usage or [0, 0, None]
+    consumed = {
+        "max_input_tokens": spent[0],
+        "max_output_tokens": spent[1],
+        "max_total_tokens": spent[0] + spent[1],
+        "max_cost_usd": spent[2] or 0.0,
+    }
+    out: Attributes = {}
+    for key, name in _BUDGET_KEYS.items():
+        bound = limits.get(key)
+        if bound is None or isinstance(bound, bool):
+            continue
+        try:
+            out[f"tubeless.budget.{name}.bound"] = (
+                float(bound) if name == "max_cost_usd" else int(bound)
+            )
+        except (TypeError, ValueError):
+            continue
+        out[f"tubeless.budget.{name}.consumed"] = consumed[name]
+    return out
+
+
 def _agent(run: Run, turns: int, calls_admitted: int | None) -> Attributes:
     out: Attributes = {"gen_ai.operation.name": "invoke_agent", SPAN_KIND: "AGENT"}
     if run.pipeline_id is not None:

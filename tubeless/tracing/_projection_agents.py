@@ -152,6 +152,10 @@ class AgentHistory:
     """The turn a resumed checkpointed run went on from (``agent.resumedTurn``)."""
     checkpoint_key: str | None = None
     """The checkpoint key of a resumed run (``agent.checkpointKey``)."""
+    usage: Mapping[str, Any] | None = None
+    """``{input_tokens, output_tokens, cost_usd}`` of the agent's own model requests, summed
+    over its turns' ``agent.usage.*`` (``cost_usd`` ``None`` unless priced); ``None`` when no
+    turn recorded any."""
 
     def to_dict(self) -> dict[str, Any]:
         """The history as snake_case JSON-ready data."""
@@ -186,7 +190,29 @@ def agent_history(
         turns=nodes,
         resumed_turn=as_int(run.attribute(step_id, "agent.resumedTurn")),
         checkpoint_key=as_str(run.attribute(step_id, "agent.checkpointKey")),
+        usage=_usage(turns),
     )
+
+
+def _usage(turns: Sequence[Run]) -> Mapping[str, Any] | None:
+    """The agent's model usage summed over its turns' decide summaries."""
+    found = False
+    tokens_in = tokens_out = 0
+    cost: float | None = None
+    for turn in turns:
+        spent_in = as_int(turn.attribute("decide", "agent.usage.inputTokens"))
+        spent_out = as_int(turn.attribute("decide", "agent.usage.outputTokens"))
+        if spent_in is None and spent_out is None:
+            continue
+        found = True
+        tokens_in += spent_in or 0
+        tokens_out += spent_out or 0
+        priced = turn.attribute("decide", "agent.usage.costUsd")
+        if isinstance(priced, int | float) and not isinstance(priced, bool):
+            cost = (cost or 0.0) + float(priced)
+    if not found:
+        return None
+    return FrozenDict({"input_tokens": tokens_in, "output_tokens": tokens_out, "cost_usd": cost})
 
 
 # -- detection --------------------------------------------------------------------------------
@@ -353,7 +379,7 @@ def _limits(meta: Mapping[str, Any] | None) -> Mapping[str, int] | None:
         {
             _CAMEL.sub("_", str(key)).lower(): value
             for key, value in raw.items()
-            if as_int(value) is not None
+            if as_int(value) is not None or (key == "maxCostUsd" and isinstance(value, str))
         }
     )
 

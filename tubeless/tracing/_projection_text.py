@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from tubeless.errors import CHILD_FAILED, without_period
+from tubeless.tracing.meters import budget_meters
 
 if TYPE_CHECKING:
     from tubeless.tracing._projection_agents import TurnNode
@@ -232,6 +233,9 @@ def _block(tree: RunTree, depth: int) -> list[_Item]:
         agent += f" of at most {bound}" if bound is not None else ""
         if tree.agent.checkpoint_key is not None:
             agent += f" (checkpoint {terminal_safe(tree.agent.checkpoint_key)})"
+    meters = budget_meters(tree.agent.limits or {}, tree.agent.usage)
+    if meters:
+        agent += f"  budget {meters}"
     items.append((inner, agent))
     by_id = {child.run_id: child for child in tree.children}
     shown: set[str] = set()

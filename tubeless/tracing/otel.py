@@ -28,8 +28,10 @@ from tubeless.tracing._otel_export import (
     shut_down,
 )
 from tubeless.tracing._otel_spans import (
+    add_turn_usage,
     agent_attributes,
     agent_name,
+    budget_attributes,
     chat_span,
     event_of,
     run_attributes,
@@ -86,6 +88,8 @@ class _Open:
     parent: _Open | None = None
     turns: int = 0
     calls_admitted: int | None = None
+    usage: list[Any] | None = None
+    """``[input_tokens, output_tokens, cost_usd | None]`` of an agent's turns so far."""
     children_end_ns: int = 0
     agent: Span | None = None
     """The ``invoke_agent`` child span of an agent used as a tool (its call's ``execute_tool``
@@ -263,6 +267,7 @@ class OtelSink:
             admitted = run.calls_admitted
             if admitted is not None:
                 parent.calls_admitted = admitted
+            parent.usage = add_turn_usage(parent.usage, run)
         end_ns = self._finish(run, opened, end_ns)
         if parent is not None:
             parent.child_ended(end_ns)
@@ -279,6 +284,9 @@ class OtelSink:
             spans.insert(0, opened.agent)  # the child ends first
         opened.span.update_name(run_name(run))
         opened.span.set_attributes(run_attributes(run, opened.turns, opened.calls_admitted))
+        budget = budget_attributes(run, opened.usage)
+        if budget:
+            (opened.agent or opened.span).set_attributes(budget)
         for span in spans:
             if error is not None:
                 span.set_attribute("error.type", error[0])
