@@ -215,3 +215,10 @@ def test_create_app_without_the_pages(tmp_path: Path, monkeypatch: pytest.Monkey
     with TestClient(app, base_url="http://127.0.0.1") as client:
         assert client.get("/ui/login").status_code == 401
         assert client.get("/ui/login", headers=BEARER).status_code == 404
+
+
+def test_a_run_this_server_does_not_know_is_not_followed(app: tuple[Any, Served]) -> None:
+    client = _client(app)
+    _login(client)
+    missing = client.get("/ui/runs/run_0123")
+    assert missing.status_code == 404 and "data-events" not in missing.text

@@ -69,6 +69,9 @@ class ServeUiActions:
             raise TubelessError(exc.code, exc.message) from exc
 
     def events_url(self, run_id: str) -> str | None:
+        """The run's event stream; ``None`` for a run this server does not know."""
+        if self.manager.registry.get(run_id) is None:
+            return None
         return f"/v1/runs/{quote(run_id, safe='')}/events"
 
 

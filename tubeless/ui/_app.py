@@ -143,7 +143,10 @@ class _Pages:
         if data is None:
             if as_json:
                 return JSONResponse({"error": {"message": f"no trace holds run {run_id!r}"}}, 404)
-            return self.render(request, "missing.html", 404, run_id=run_id, events=events)
+            # A run the host streams events for exists there; its first records are on their
+            # way (a run started from the form a moment ago): the page waits for them.
+            status = 404 if events is None else 200
+            return self.render(request, "missing.html", status, run_id=run_id, events=events)
         if as_json:
             return JSONResponse(run_json(data))
         live = data["root"].status in ("running", "waiting")
