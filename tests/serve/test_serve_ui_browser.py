@@ -67,6 +67,7 @@ def test_a_run_started_from_the_generated_form_completes(page: Page, shots: Path
     # Chromium logs the 422 answer of the form itself; nothing else may be logged.
     assert [e for e in page.errors if "status of 422" not in e] == []
     page.errors.clear()
+    form = page.go("/new?entry=worker")
     form.fill("input[name=text]", "browser")
     form.fill("input[name=steps]", "2")
     form.select_option("form.start select[name=mode]", "safe")
