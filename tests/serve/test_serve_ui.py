@@ -222,3 +222,36 @@ def test_a_run_this_server_does_not_know_is_not_followed(app: tuple[Any, Served]
     _login(client)
     missing = client.get("/ui/runs/run_0123")
     assert missing.status_code == 404 and "data-events" not in missing.text
+
+
+def test_every_link_and_form_of_the_pages_stays_under_the_mount(app: tuple[Any, Served]) -> None:
+    client = _client(app)
+    csrf = _login(client)
+    run_id = _start(client, csrf, text="links", steps="1", mode="safe")
+    _wait(client, run_id, {"completed", "failed"})
+    pages = ["/ui/", f"/ui/runs/{run_id}", "/ui/approvals", "/ui/graph", "/ui/new"]
+    pages += [f"/ui/compare?a={run_id}&b={run_id}", "/ui/runs/run_0123"]
+    seen = 0
+    for path in pages:
+        text = client.get(path).text
+        for target in re.findall(r'(?:href|action|src)="([^"]*)"', text):
+            seen += 1
+            assert target.startswith(("/ui/", "#", "data:")), (path, target)
+    assert seen > 40
+    client.cookies.clear()
+    login = client.get("/ui/login").text
+    assert 'action="/ui/login"' in login and 'href="/ui/static/ui.css"' in login
+
+
+def test_without_a_token_the_pages_need_no_login(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tubeless.serve import create_app
+
+    served = Served(tmp_path)
+    monkeypatch.setenv("SERVE_TEST_DIR", str(served.marks_dir))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = create_app(str(served.project), token=None)
+    with TestClient(app, base_url="http://127.0.0.1", follow_redirects=False) as client:
+        runs = client.get("/ui/")
+        assert runs.status_code == 200 and 'href="/ui/new"' in runs.text
