@@ -152,7 +152,7 @@ def test_a_live_run_page_follows_the_hosts_event_stream(tmp_path: Path) -> None:
     page = client.get(f"/ui/runs/{quote(run_id, safe='')}").text
     assert f'data-events="/v1/runs/{quote(run_id, safe="")}/events"' in page
     missing = client.get("/ui/runs/not-yet:1")
-    assert missing.status_code == 404 and "data-events=" in missing.text
+    assert missing.status_code == 200 and "data-events=" in missing.text  # records on the way
 
 
 def test_a_finished_run_and_tubeless_ui_alone_stream_nothing(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ folder, or into ``$TUBELESS_UI_SCREENSHOTS`` when set (docs/images is made that 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,48 +16,10 @@ from urllib.parse import quote
 import pytest
 
 from tests.fixtures import ui as made
+from tests.fixtures.browser import WIDTHS, Page, browser, shots
 from tubeless.tracing import read_trace, run_trees
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists() and not os.environ.get("CI"):
-    pytest.skip(
-        "no /usr/bin/chromium (apt-get install chromium); the browser tests run in CI",
-        allow_module_level=True,
-    )
-if os.environ.get("CI"):
-    import playwright.sync_api as sync_api  # in CI a missing Playwright fails the module
-else:
-    sync_api = pytest.importorskip("playwright.sync_api")
-
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-WIDTHS = (1280, 390)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=ARGS, headless=True
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = os.environ.get("TUBELESS_UI_SCREENSHOTS")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+__all__ = ["browser", "shots"]  # fixtures
 
 
 @pytest.fixture(scope="module")
@@ -78,37 +39,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     args += ["--project", made.PROJECTS / "delegation.yaml"]
     with made.UiProcess(folder, *args, token=made.TOKEN) as process:
         yield {"url": process.url, "folder": folder, "xss": xss, **traces}
-
-
-class Page:
-    """A logged-in page that fails the test on any dialog or console error."""
-
-    def __init__(self, browser: Any, url: str, width: int) -> None:
-        self.context = browser.new_context(viewport={"width": width, "height": 900})
-        self.page = self.context.new_page()
-        self.url, self.width = url, width
-        self.dialogs: list[str] = []
-        self.errors: list[str] = []
-        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.goto(f"{url}/")
-        self.page.fill("input[name=token]", made.TOKEN)
-        self.page.click("form.login button[type=submit]")
-        self.page.wait_for_selector("h1:has-text('Runs')")
-
-    def go(self, path: str) -> Any:
-        self.page.goto(self.url + path)
-        return self.page
-
-    def shot(self, folder: Path, name: str) -> Path:
-        path = folder / f"ui-{name}-{self.width}.png"
-        self.page.screenshot(path=str(path), full_page=True)
-        return path
-
-    def close(self) -> None:
-        assert self.dialogs == [] and self.errors == []
-        self.context.close()
 
 
 @pytest.fixture

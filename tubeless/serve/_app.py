@@ -24,7 +24,7 @@ from tubeless.serve._events import stream_events
 from tubeless.serve._manager import RunManager
 from tubeless.serve._openapi import openapi_document
 from tubeless.serve._routes import Endpoints
-from tubeless.serve._security import BodyTooLarge, Guard
+from tubeless.serve._security import EVENTS_PATH, BodyTooLarge, Guard
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -67,7 +67,7 @@ def create_app(
     *,
     config: ServeConfig | None = None,
     token: str | None = None,
-    ui: Callable[[RunManager], ASGIApp] | None = None,
+    ui: Callable[[RunManager], ASGIApp] | bool = True,
     **options: Any,
 ) -> ASGIApp:
     """The ASGI app serving ``project`` (a YAML path).
@@ -77,8 +77,10 @@ def create_app(
         config: The whole configuration (``project`` and the options below are then ignored).
         token: The bearer token required (``None``: no auth; the CLI only allows that on a
             loopback address).
-        ui: A factory of the web pages' ASGI app, mounted at ``/ui``; it gets the run manager
-            and must authenticate its own requests (the bearer guard passes ``/ui`` through).
+        ui: The web pages mounted at ``/ui``: ``True`` for those of ``tubeless ui`` over this
+            server's stores, token and project, acting through its run manager; ``False`` for
+            none; or a factory of another ASGI app, given the run manager, which must
+            authenticate its own requests (the bearer guard passes ``/ui`` through).
         options: ``ServeConfig`` fields: ``checkpoints``, ``trace``, ``allow_hosts``,
             ``cors_origins``, ``max_runs``, ...
     """
@@ -103,10 +105,12 @@ def create_app(
         Route("/v1/runs/{run_id}/approvals/{call_id}", endpoints.approve, methods=["POST"]),
         Route("/v1/approvals", endpoints.approvals, methods=["GET"]),
     ]
-    if ui is not None:  # the web pages of ``tubeless ui``, over the same manager and stores
+    if ui is not False:  # the web pages of ``tubeless ui``, over the same manager and stores
         from starlette.routing import Mount
 
-        routes.append(Mount("/ui", app=ui(manager)))
+        from tubeless.serve._ui_actions import ui_pages
+
+        routes.append(Mount("/ui", app=(ui_pages if ui is True else ui)(manager)))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -132,5 +136,6 @@ def create_app(
         token=config.token,
         hosts=config.hosts(),
         cors_origins=config.cors_origins,
-        self_authenticated=("/ui",) if ui is not None else (),
+        self_authenticated=("/ui",) if ui is not False else (),
+        session_paths=EVENTS_PATH,
     )

@@ -8,7 +8,11 @@
 3. Bearer token on everything except ``/healthz``, ``/openapi.json`` and the agent card,
    compared in constant time; 401 ``TUBELESS_SERVE_UNAUTHORIZED`` otherwise. Mounts that
    authenticate by themselves (``/ui``, whose pages exchange the token for a cookie) are
-   passed through; the Host, CORS and size guards still apply to them.
+   passed through; the Host, CORS and size guards still apply to them. A run's event stream
+   (``GET /v1/runs/{id}/events``) also takes the pages' session cookie, checked with
+   :func:`tubeless.ui.session_ok`: a live run page follows it with a browser ``EventSource``,
+   which cannot send a bearer header (the cookie is ``SameSite=Strict``, so another site's
+   page cannot use it).
 4. Bodies over ``MAX_BODY_BYTES``: 413 ``TUBELESS_SERVE_TOO_LARGE``, from ``Content-Length``
    before anything is read, or as soon as a streamed body passes the limit.
 5. Anything a route raises that it did not mean: 500 with a code and a message, never a trace.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -30,7 +35,7 @@ from tubeless.errors import (
 )
 from tubeless.serve._config import MAX_BODY_BYTES
 
-__all__ = ["OPEN_PATHS", "BodyTooLarge", "Guard", "error_body"]
+__all__ = ["EVENTS_PATH", "OPEN_PATHS", "BodyTooLarge", "Guard", "error_body"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -42,6 +47,8 @@ log = logging.getLogger("tubeless.serve")
 
 #: Paths answered without a token.
 OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/.well-known/agent-card.json"})
+#: Paths a GET may also authenticate with the web pages' session cookie: the event streams.
+EVENTS_PATH = re.compile(r"/v1/runs/[^/]+/events")
 
 
 class BodyTooLarge(Exception):
@@ -96,8 +103,10 @@ class Guard:
         cors_origins: tuple[str, ...],
         max_body: int = MAX_BODY_BYTES,
         self_authenticated: tuple[str, ...] = (),
+        session_paths: re.Pattern[str] | None = None,
     ) -> None:
         self.app = app
+        self.session_paths = session_paths
         self.self_authenticated = self_authenticated
         self.token = token
         self.hosts = hosts
@@ -137,7 +146,7 @@ class Guard:
         path = scope.get("path", "")
         if self.token is not None and not self._open(path):
             presented = _bearer(_header(scope, b"authorization"))
-            if not token_matches(self.token, presented):
+            if not token_matches(self.token, presented) and not self._session(scope, path):
                 await _answer(
                     send,
                     401,
@@ -162,6 +171,23 @@ class Guard:
         if path in OPEN_PATHS:
             return True
         return any(path == p or path.startswith(p + "/") for p in self.self_authenticated)
+
+    def _session(self, scope: Scope, path: str) -> bool:
+        """Whether a GET of a session path carries the web pages' session cookie for this
+        server's token."""
+        if self.session_paths is None or scope["method"] != "GET":
+            return False
+        if self.session_paths.fullmatch(path) is None:
+            return False
+        cookies = _header(scope, b"cookie")
+        if not cookies:
+            return False
+        from starlette.requests import cookie_parser
+
+        from tubeless.ui import SESSION_COOKIE, session_ok
+
+        value = cookie_parser(cookies).get(SESSION_COOKIE)
+        return value is not None and session_ok(self.token, value, None)
 
     async def _preflight(self, send: Send, origin: str) -> None:
         await send(

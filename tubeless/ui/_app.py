@@ -28,7 +28,7 @@ from tubeless.ui._format import FILTERS
 from tubeless.ui._forms import form_fields, form_input
 from tubeless.ui._graph_page import GraphSource
 from tubeless.ui._json import run_json, runs_json
-from tubeless.ui._run_view import run_page
+from tubeless.ui._run_view import attempts, run_page
 from tubeless.ui._runs import RunFilter, runs_page
 from tubeless.ui._traces import Snapshot, TraceLibrary
 
@@ -132,17 +132,28 @@ class _Pages:
             turn_page = int(request.query_params.get("turns", "1"))
         except ValueError:
             turn_page = 1
-        data = run_page(await self.snapshot(), run_id, turn_page=turn_page)
+        snapshot = await self.snapshot()
+        # A served run that resumed is several root runs (its attempts): the page shows the
+        # latest one unless ``?attempt=this`` asks for exactly this run.
+        chain = attempts(snapshot, run_id)
+        shown = run_id if request.query_params.get("attempt") == "this" else chain[-1]
+        data = run_page(snapshot, shown, turn_page=turn_page)
         events = None if self.actions is None else self.actions.events_url(run_id)
         as_json = request.query_params.get("format") == "json"
         if data is None:
             if as_json:
                 return JSONResponse({"error": {"message": f"no trace holds run {run_id!r}"}}, 404)
-            return self.render(request, "missing.html", 404, run_id=run_id, events=events)
+            # A run the host streams events for exists there; its first records are on their
+            # way (a run started from the form a moment ago): the page waits for them.
+            status = 404 if events is None else 200
+            return self.render(request, "missing.html", status, run_id=run_id, events=events)
         if as_json:
             return JSONResponse(run_json(data))
         live = data["root"].status in ("running", "waiting")
-        return self.render(request, "run.html", events=events if live else None, **data)
+        chain = chain if len(chain) > 1 else []
+        return self.render(
+            request, "run.html", events=events if live else None, attempts=chain, **data
+        )
 
     async def batch(self, request: Request) -> Response:
         snapshot = await self.snapshot()

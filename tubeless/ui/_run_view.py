@@ -22,6 +22,7 @@ __all__ = [
     "MAX_NESTING",
     "NESTED_TURNS",
     "TURNS_PER_PAGE",
+    "attempts",
     "cause_chain",
     "run_page",
 ]
@@ -72,6 +73,29 @@ def _amount(value: Any) -> Decimal | None:
             return None
         return amount if amount.is_finite() else None
     return None
+
+
+def attempts(snapshot: Snapshot, run_id: str) -> list[str]:
+    """The root runs that are attempts of ``run_id``, oldest first (``[run_id]`` when none
+    continues it).
+
+    A run served by ``tubeless serve`` is started with its run id as its correlation id; when
+    it resumes (after an approval, or after a crash) the resumed attempt is a new root run
+    with a run id of its own and the same correlation id. Only a root run whose correlation id
+    is its own run id is followed this way, so other traces are never regrouped.
+    """
+    facts = snapshot.facts.get(run_id)
+    tree = snapshot.trees.get(run_id)
+    if facts is None or facts.correlation_id != run_id or tree is None or tree.parent_run_id:
+        return [run_id]
+    found = [
+        row
+        for row in snapshot.rows
+        if row.run_id == run_id
+        or getattr(snapshot.facts.get(row.run_id), "correlation_id", None) == run_id
+    ]
+    found.sort(key=lambda row: (row.run_id != run_id, row.started_at_ms or 0))
+    return [row.run_id for row in found]
 
 
 def run_page(snapshot: Snapshot, run_id: str, *, turn_page: int = 1) -> dict[str, Any] | None:
