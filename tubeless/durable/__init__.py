@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tubeless.durable._dsn import is_database_url, redact_dsn
 from tubeless.durable._memory import MemoryCheckpoints
 from tubeless.durable._open import open_checkpoints
 from tubeless.durable._store import CheckpointStore, Lease, StoredCheckpoint
@@ -36,7 +37,9 @@ __all__ = [
     "PostgresCheckpoints",
     "SqliteCheckpoints",
     "StoredCheckpoint",
+    "is_database_url",
     "open_checkpoints",
+    "redact_dsn",
 ]
 
 
