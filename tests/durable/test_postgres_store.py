@@ -192,3 +192,29 @@ def test_a_url_for_checkpoints_and_trace_is_not_one_file(
     )
     assert outcome.code == 0, outcome.err
     assert trace.exists()
+
+
+@pytest.mark.parametrize("engine", ["local", pytest.param("process", marks=pytest.mark.slow)])
+def test_batch_rows_commit_to_the_database_and_a_rerun_runs_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    postgres_dsn: str,  # noqa: F811
+    engine: str,
+) -> None:
+    """Workers get the URL itself; every row's checkpoint lands in the one database."""
+    from tests.fixtures.batch import rows_project, write_inputs
+
+    project = rows_project(tmp_path)
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": n} for n in range(4)])
+    args = ("batch", project, inputs, "-c", "2", "--engine", engine, "--checkpoints", postgres_dsn)
+    first = tubeless(capsys, *args)
+    assert first.code == 0, first.err
+    store = PostgresCheckpoints(postgres_dsn)
+    assert len(store.list()) == 4
+    assert all(json.loads(c.document)["status"] == "completed" for c in store.list())
+    store.close()
+    again = tubeless(capsys, *args)
+    assert again.code == 0, again.err
+    rows = [json.loads(line) for line in again.out.splitlines()]
+    assert sorted(row["result"]["square"] for row in rows) == [0, 1, 4, 9]
+    assert {row["calls"] for row in rows} == {0}  # saved results: nothing ran again
