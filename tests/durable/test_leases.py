@@ -194,3 +194,67 @@ def test_a_lease_lost_while_a_call_runs_is_noticed_by_the_renewal() -> None:
     assert started == ["0"]
     assert result.status == "cancelled"
     assert [e.code for e in result.errors] == [CHECKPOINT_LEASE_LOST]
+
+
+TAKING_OVER = """\
+    import os
+    from tubeless.durable import SqliteCheckpoints
+
+    KEPT = []
+
+    def initial(value):
+        return {"seen": []}
+
+    def decide(state, ctx):
+        if state["seen"]:
+            return {"kind": "finish", "result": state["seen"]}
+        return {"kind": "continue", "calls": [
+            {"id": "c1", "tool": "work", "input": "a"},
+            {"id": "c2", "tool": "work", "input": "b"}]}
+
+    def reduce(state, outcomes):
+        return {"seen": [o["value"] for o in outcomes]}
+
+    def work(text, ctx):
+        # Another worker takes the key over while this call runs (its lease made to expire).
+        other = SqliteCheckpoints(os.environ["STORE"])
+        with other._lock:
+            other._db.execute("UPDATE checkpoint_leases SET expires_at = 0")
+        KEPT.append(other.acquire("k"))
+        return text
+    """
+TAKING_OVER_BODY = """\
+    version: 1
+    project: {id: worker}
+    python_path: [.]
+    agents:
+      worker:
+        input: {schema: {type: object}}
+        result: {schema: {}}
+        initial_state: "helpers:initial"
+        decide: "helpers:decide"
+        reduce: "helpers:reduce"
+        limits: {max_turns: 3, max_concurrency: 1}
+        tools:
+          work: {run: "helpers:work", description: Works.,
+                 input: {schema: {type: string}}, output: {schema: {type: string}}}
+    """
+
+
+def test_the_cli_exits_7_with_lease_lost_when_the_key_is_taken_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fixtures.cli import tubeless
+    from tests.fixtures.processes import write_project
+
+    project = write_project(tmp_path, TAKING_OVER_BODY, TAKING_OVER)
+    store = tmp_path / "runs.sqlite"
+    monkeypatch.setenv("STORE", str(store))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    outcome = tubeless(capsys, "run", project, "--checkpoints", store, "--key", "k", "-q")
+    assert outcome.code == 7, outcome.err
+    assert outcome.out == ""
+    assert (
+        "error: TUBELESS_CHECKPOINT_LEASE_LOST: step agent: Checkpoint key 'k' (in " in outcome.err
+    )
+    assert "another owner took the key over, so this run may write nothing more" in outcome.err
