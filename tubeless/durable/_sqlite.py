@@ -38,7 +38,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tubeless.durable._leasefile import Held, read_holder, read_seq, write_words
@@ -285,7 +285,7 @@ class SqliteCheckpoints:
         expiry is ahead and that either holds no lock file or holds the one we failed to get
         (an owner whose lock file we hold has died)."""
         owner = new_owner()
-        with self._lock:
+        with self._lock, self._unsynced():
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 row = self._db.execute(_LEASE_ROW, (key,)).fetchone()
@@ -375,6 +375,19 @@ class SqliteCheckpoints:
                 return False
             time.sleep(_FOLD_RETRY_S)
 
+    @contextlib.contextmanager
+    def _unsynced(self) -> Iterator[None]:
+        """Commits that need not reach the disk before they return (``synchronous=NORMAL``):
+        lease rows. After a power loss no process that held a lease is left to use its fence,
+        and a later synced commit (a write) takes them to the disk anyway. Holds ``_lock``."""
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        try:
+            yield
+        finally:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            self._db.execute("PRAGMA synchronous = FULL")
+
     def _check_fence(self, lease: LeaseBase) -> tuple[float, int]:
         """``lease``'s row (expiry, flocked) if its fence is current, else LEASE_LOST (the
         transaction is rolled back). Inside a write transaction, holding ``_lock``."""
@@ -387,7 +400,7 @@ class SqliteCheckpoints:
     def _renew(self, lease: LeaseBase) -> float:
         token = lease._token
         assert isinstance(token, Held)
-        with self._lock:
+        with self._lock, self._unsynced():
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._check_fence(lease)
@@ -448,18 +461,24 @@ class SqliteCheckpoints:
         # the count is not needed, and the file goes (one per key would pile up otherwise).
         folded = False
         with self._lock, contextlib.suppress(sqlite3.Error):
-            cursor = self._db.execute(
-                "UPDATE checkpoint_leases SET owner = NULL, expires_at = 0, flocked = 0 "
-                "WHERE key = ? AND fence = ? AND owner = ?",
-                (key, lease.fence, lease.owner),
-            )
-            if cursor.rowcount == 0:  # taken over: the key, its words and its file are not ours
+            with self._unsynced():  # the fold below syncs what it folds in
+                self._db.execute("BEGIN IMMEDIATE")
+                cursor = self._db.execute(
+                    "UPDATE checkpoint_leases SET owner = NULL, expires_at = 0, flocked = 0 "
+                    "WHERE key = ? AND fence = ? AND owner = ?",
+                    (key, lease.fence, lease.owner),
+                )
+                ours = cursor.rowcount == 1
+                if ours and token.verified:
+                    # Every commit of the key is in the file: say so.
+                    self._db.execute("UPDATE checkpoint_commits SET live = 0 WHERE key = ?", (key,))
+                self._db.execute("COMMIT")
+            if not ours:  # taken over: the key, its words and its file are not ours
                 os.close(token.fd)
                 return
             if token.verified:
-                # Every commit of the key is in the file: say so, and put it in the main file.
-                self._db.execute("UPDATE checkpoint_commits SET live = 0 WHERE key = ?", (key,))
-                # TRUNCATE waits for no reader; FULL for fewer
+                # Put every commit of the key in the main file (TRUNCATE waits for no reader;
+                # FULL for fewer).
                 folded = self._fold() or self._fold("FULL", _RELEASE_WAIT_S)
         with contextlib.suppress(OSError):
             write_words(token.fd, token.seq, holding=False)  # no holder named once let go
