@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tubeless.durable._dsn import is_database_url, redact_dsn
 from tubeless.durable._memory import MemoryCheckpoints
-from tubeless.durable._open import open_checkpoints
 from tubeless.durable._store import CheckpointStore, Lease, StoredCheckpoint
 
 if TYPE_CHECKING:
+    from tubeless.durable._dsn import is_database_url, redact_dsn
+    from tubeless.durable._open import open_checkpoints
     from tubeless.durable._postgres import PostgresCheckpoints
     from tubeless.durable._sqlite import SqliteCheckpoints
 
@@ -52,6 +52,12 @@ def __getattr__(name: str) -> Any:
 
         globals()[name] = SqliteCheckpoints
         return SqliteCheckpoints
+    if name in ("is_database_url", "redact_dsn", "open_checkpoints"):
+        from tubeless.durable import _dsn, _open
+
+        found = getattr(_open if name == "open_checkpoints" else _dsn, name)
+        globals()[name] = found
+        return found
     if name == "PostgresCheckpoints":
         from tubeless.durable._postgres import PostgresCheckpoints
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self, runtime_checkable
@@ -164,6 +163,8 @@ def check_key(key: object) -> str:
 
 def new_owner() -> str:
     """A fresh lease owner of this process: ``host:pid:uuid`` (unique per acquisition)."""
+    import uuid  # with platform, on first use: most runs take no lease
+
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
 
