@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tubeless.durable._store import CheckpointStore, Lease
+from tubeless.durable import CheckpointStore, Lease
 from tubeless.errors import CHECKPOINT_LEASE_LOST, CHECKPOINT_LOCKED, CheckpointError
 
 __all__ = ["check_store"]
