@@ -62,7 +62,7 @@ MODULE = """\
             {"id": f"c{ctx.turn}", "tool": "charge", "input": "y"}]}
 
     def reduce(state, outcomes):
-        return {"log": state["log"] + [o["ok"] for o in outcomes]}
+        return {"log": [*state["log"], *(o["ok"] for o in outcomes)]}
 
     def read(text, ctx):
         _effect("read", ctx)
@@ -90,7 +90,7 @@ while True:
     if run.status == "completed":
         print(json.dumps(run.value))
         break
-    assert time.monotonic() < deadline, [e.code for e in run.errors]
+    assert time.monotonic() < deadline, [(e.code, e.message) for e in run.errors]
     time.sleep(0.05)  # the key is held (LOCKED), or it was taken from us (LEASE_LOST)
 """
 
