@@ -34,6 +34,7 @@ varies shows its family. Grouped by the layer that raises them::
     ├── TraceReadError                  TUBELESS_TRACE_INVALID (.path, .line, .problem, .bound)
     ├── CheckpointError                 TUBELESS_CHECKPOINT_*: LOCKED, INVALID, CORRUPT (a file
     │                                   that lost commits: copied without its -wal, ...),
+    │                                   LEASE_LOST (a stale fence: another owner took over),
     │                                   TUBELESS_AGENT_INVALID_CHECKPOINT_KEY,
     │                                   TUBELESS_AGENT_CHECKPOINT_MISMATCH (naming what changed)
     │
@@ -237,6 +238,9 @@ CHECKPOINT_CORRUPT = "TUBELESS_CHECKPOINT_CORRUPT"
 """A checkpoint file lacks commits it is known to have made (its ``-wal`` lost or damaged, the
 file copied or moved without it, emptied, or failing SQLite's integrity check): refused rather
 than started over, since calls it recorded as running could run twice."""
+CHECKPOINT_LEASE_LOST = "TUBELESS_CHECKPOINT_LEASE_LOST"
+"""A lease's fence is stale: another owner took the key over after the lease expired, so this
+lease may neither write nor renew (round 3). A run that loses its lease ends cancelled."""
 CHECKPOINT_INVALID_KEY = "TUBELESS_AGENT_INVALID_CHECKPOINT_KEY"
 CHECKPOINT_MISMATCH = "TUBELESS_AGENT_CHECKPOINT_MISMATCH"
 CALL_INTERRUPTED = "TUBELESS_AGENT_CALL_INTERRUPTED"

@@ -1,4 +1,5 @@
-"""Test doubles for users' tests: trace capture, scripted decisions, recorded cassettes."""
+"""Test doubles for users' tests: trace capture, scripted decisions, recorded cassettes, and
+the checkpoint store contract (``check_store``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from tubeless._check_store import check_store
 from tubeless.agent._spi import Recording, Replaying, recording, replaying
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "ScriptedDecide",
     "call",
     "capture_trace",
+    "check_store",
     "continue_with",
     "finish",
     "record",

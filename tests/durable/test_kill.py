@@ -14,11 +14,13 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures.postgres import postgres_dsn, postgres_server  # noqa: F401 (fixtures)
 from tests.fixtures.processes import ROOT, cli_env, finish, wait_for_file, write_project
 from tubeless import load_project
 from tubeless.durable import MemoryCheckpoints
@@ -151,7 +153,7 @@ KILL_POINTS = [
 ]
 
 
-def _command(project: Path, store: Path) -> list[str]:
+def _command(project: Path, store: Path | str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -167,7 +169,7 @@ def _command(project: Path, store: Path) -> list[str]:
 
 
 def _attempt(
-    project: Path, store: Path, env: dict[str, str], kill_at: str | None, ready: Path
+    project: Path, store: Path | str, env: dict[str, str], kill_at: str | None, ready: Path
 ) -> subprocess.Popen[str]:
     extra = {} if kill_at is None else {"KILL_AT": kill_at}
     return subprocess.Popen(
@@ -197,17 +199,47 @@ def _uninterrupted(project: Path, tmp_path: Path, monkeypatch: Any) -> Any:
     return run.value
 
 
+def _expire_leases(dsn: str) -> None:
+    """What waiting out the killed run's lease would do (its ttl passed), without the wait."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE tubeless_checkpoint_leases SET expires_at = 0")
+
+
 @pytest.mark.slow
 def test_kill_9_anywhere_then_rerun_finishes_with_the_uninterrupted_result(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
+    _kill_anywhere(tmp_path, monkeypatch, tmp_path / "runs.sqlite")
+
+
+@pytest.mark.slow
+def test_kill_9_anywhere_on_postgres_then_rerun_finishes_the_same(
+    tmp_path: Path,
+    monkeypatch: Any,
+    postgres_dsn: str,  # noqa: F811
+) -> None:
+    """The same invariants with PostgreSQL checkpoints: a killed run's lease outlives it (no
+    OS lock dies with the process), so the next attempt runs once it expired."""
+    _kill_anywhere(tmp_path, monkeypatch, postgres_dsn, after_kill=_expire_leases)
+
+
+def _kill_anywhere(
+    tmp_path: Path,
+    monkeypatch: Any,
+    store: Path | str,
+    after_kill: Callable[[str], None] | None = None,
+) -> None:
     project = write_project(tmp_path, BODY, MODULE)
     expected = _uninterrupted(project, tmp_path, monkeypatch)
-    marker, ready, store = tmp_path / "marker", tmp_path / "ready", tmp_path / "runs.sqlite"
+    marker, ready = tmp_path / "marker", tmp_path / "ready"
     env = cli_env(MARKER=str(marker), READY=str(ready), PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
     said: list[str] = []
     for point in KILL_POINTS:
         said.append(_kill(_attempt(project, store, env, point, ready), ready))
+        if after_kill is not None:
+            after_kill(str(store))
     last = _attempt(project, store, env, None, ready)
     out, err = finish(last)
     assert last.returncode == 0, err

@@ -329,11 +329,11 @@ class FailingWrites(MemoryCheckpoints):
         super().__init__()
         self.left = n
 
-    def _write(self, key: str, document: str, token: object) -> None:
+    def _write(self, lease: Any, document: str) -> None:
         self.left -= 1
         if self.left < 0:
             raise OSError("disk full")
-        super()._write(key, document, token)
+        super()._write(lease, document)
 
 
 def test_a_failed_write_stops_the_run_before_the_work_it_guards() -> None:

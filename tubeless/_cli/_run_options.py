@@ -113,9 +113,10 @@ def builtin_params(entry: Pipeline | None, *, is_agent: bool | None) -> list[cli
         click.Option(
             ["--checkpoints"],
             default=None,
-            metavar="PATH",
-            help="Commit the run's progress to this SQLite checkpoint file; the same "
-            "command again resumes it (or prints its saved result).",
+            metavar="PATH|URL",
+            help="Commit the run's progress to this SQLite checkpoint file (or the "
+            "PostgreSQL database of a postgresql:// URL); the same command again resumes it "
+            "(or prints its saved result).",
         ),
         click.Option(
             ["--key"],

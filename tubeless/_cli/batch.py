@@ -211,9 +211,10 @@ class BatchProgress:
 @click.option(
     "--checkpoints",
     default=None,
-    metavar="PATH",
-    help="Run each row durably in the checkpoint file PATH: a row interrupted "
-    "mid-run resumes where it stopped on the next run.",
+    metavar="PATH|URL",
+    help="Run each row durably in the checkpoint file PATH (or the PostgreSQL database "
+    "of a postgresql:// URL): a row interrupted mid-run resumes where it stopped on the "
+    "next run.",
 )
 @click.option(
     "--record-dir",
@@ -330,7 +331,7 @@ def _check_paths(
         )
     if output is not None and any(Path(t).resolve() == Path(output).resolve() for t in trace):
         raise click.UsageError("--output and --trace must be different files", ctx=ctx)
-    if checkpoints is None:
+    if checkpoints is None or "://" in checkpoints:  # a database URL is no file to compare
         return
     if any(Path(t).resolve() == Path(checkpoints).resolve() for t in trace):
         raise click.UsageError(

@@ -16,19 +16,27 @@ import click
 from tubeless._cli._exit import CliLoadError
 
 if TYPE_CHECKING:
-    from tubeless.durable import SqliteCheckpoints
+    from tubeless.durable import CheckpointStore
     from tubeless.pipeline import Pipeline
 
 __all__ = ["checkpoints", "open_for_run", "report_waiting"]
 
 
-def _open(path: str) -> SqliteCheckpoints:
-    """An existing checkpoint file (a missing one is not created: exit 2)."""
-    from tubeless.durable import SqliteCheckpoints
+def _open(path: str) -> CheckpointStore:
+    """An existing checkpoint file (a missing one is not created: exit 2), or the database a
+    ``postgresql://`` URL names."""
+    from tubeless.durable import is_database_url, open_checkpoints
 
-    if not Path(path).exists():
+    if not is_database_url(path) and not Path(path).exists():
         raise FileNotFoundError(2, "No such file or directory", path)
-    return SqliteCheckpoints(path)
+    return open_checkpoints(path)
+
+
+def _shown(path: str) -> str:
+    """A checkpoint file or URL as it may be printed (a URL without its password)."""
+    from tubeless.durable import redact_dsn
+
+    return redact_dsn(path) if "://" in path else path
 
 
 def _echo(text: str, *, err: bool = False) -> None:
@@ -39,8 +47,8 @@ def _echo(text: str, *, err: bool = False) -> None:
 
 
 def _same_file(a: str, b: str) -> bool:
-    if a == "-" or b == "-":
-        return False
+    if a == "-" or b == "-" or "://" in a or "://" in b:
+        return False  # one database may hold checkpoints and traces (tables of their own)
     if os.path.exists(a) and os.path.exists(b):
         return os.path.samefile(a, b)
     return os.path.abspath(a) == os.path.abspath(b)
@@ -48,9 +56,9 @@ def _same_file(a: str, b: str) -> bool:
 
 def open_for_run(
     path: str, traces: tuple[str, ...], entry: Pipeline, raw: Any, key: str | None, restart: bool
-) -> tuple[SqliteCheckpoints, str]:
+) -> tuple[CheckpointStore, str]:
     """The store and key of ``run --checkpoints``; says on stderr what the run will do."""
-    from tubeless.durable import SqliteCheckpoints
+    from tubeless.durable import open_checkpoints
     from tubeless.durable._spi import find_key
     from tubeless.pipeline._spi import checkpoint_keys, validated_or_unvalidated
     from tubeless.tracing.projection import terminal_safe
@@ -64,7 +72,7 @@ def open_for_run(
     earlier = None
     if key is None:
         key, earlier = checkpoint_keys(entry.id, raw, validated_or_unvalidated(entry, raw))
-    store = SqliteCheckpoints(path)
+    store = open_checkpoints(path)
     try:
         resolved = find_key(store, key, earlier)
         with store.acquire(resolved) as lease:  # fails fast while another run holds the key
@@ -79,7 +87,7 @@ def open_for_run(
     return store, resolved
 
 
-def _note_unfinished(store: SqliteCheckpoints, path: str, entry_id: str, key: str) -> None:
+def _note_unfinished(store: CheckpointStore, path: str, entry_id: str, key: str) -> None:
     """One ``note:`` line naming an unfinished key of the same entry, when a run starts a new
     one: the same task spelled another way (or keyed by hand) would otherwise be run twice."""
     import shlex
@@ -93,7 +101,8 @@ def _note_unfinished(store: SqliteCheckpoints, path: str, entry_id: str, key: st
     at = f" (turn {turn})" if turn is not None else ""
     more = f" and {len(found) - 1} more (tubeless checkpoints list)" if len(found) > 1 else ""
     _echo(
-        f"note: {path} also holds unfinished checkpoint {stored.key} of {entry_id}{at}{more}; "
+        f"note: {_shown(path)} also holds unfinished checkpoint {stored.key} of {entry_id}"
+        f"{at}{more}; "
         f"to resume it, run with --key {shlex.quote(stored.key)}",
         err=True,
     )
@@ -157,7 +166,7 @@ def report_waiting(run_record: Any, path: str) -> int | None:
     ids = [str(request["call_id"]) for request in pending]
     for request in pending:
         call_id = str(request["call_id"])
-        words = [shlex.quote(path), shlex.quote(first.key), shlex.quote(call_id)]
+        words = [shlex.quote(_shown(path)), shlex.quote(first.key), shlex.quote(call_id)]
         if ids.count(call_id) > 1:
             words += ["--route", shlex.quote(str(request["route"]))]
         command = " ".join(words)
@@ -189,8 +198,8 @@ def _budget_waiting(error: Any, path: str) -> bool:
 
 @click.group("checkpoints", short_help="List, show, delete or raise the checkpoints of a file.")
 def checkpoints() -> None:
-    """List, show, delete or raise the checkpoints of a checkpoint file (run --checkpoints
-    PATH)."""
+    """List, show, delete or raise the checkpoints of a checkpoint file or a postgresql://
+    URL (run --checkpoints PATH|URL)."""
 
 
 #: How many keys an "unknown key" error lists.
@@ -226,6 +235,7 @@ def _line(row: dict[str, Any]) -> str:
 
 def _unknown(key: str, path: str, keys: list[str]) -> CliLoadError:
     """``no checkpoint KEY``, listing the keys the file holds."""
+    path = _shown(path)
     if not keys:
         return CliLoadError(f"no checkpoint {key!r} in {path}; it holds none")
     listed = ", ".join(keys[:_MAX_LISTED_KEYS])
@@ -284,7 +294,8 @@ def show(path: str, key: str, as_json: bool, values: bool) -> None:
             more = len(found) - _MAX_LISTED_KEYS
             suffix = f" (and {more} more)" if more > 0 else ""
             raise CliLoadError(
-                f"checkpoint {key!r} is ambiguous: {len(found)} keys in {path} begin with it: "
+                f"checkpoint {key!r} is ambiguous: {len(found)} keys in {_shown(path)} begin "
+                "with it: "
                 f"{listed}{suffix}"
             )
         shown = describe(found[0], values=values, store=store)

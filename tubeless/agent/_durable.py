@@ -55,6 +55,7 @@ from tubeless.durable._spi import (
 )
 from tubeless.errors import (
     AGENT_EXECUTION_FAILED,
+    CHECKPOINT_LEASE_LOST,
     CHECKPOINT_MISMATCH,
     CheckpointError,
     TubelessError,
@@ -475,6 +476,9 @@ async def run_durable(
         if first_turn is not None and isinstance(exc, ChildRunFailedError):
             # Read by the CLI's error line, which says turns as the agent numbers them.
             exc.first_turn = first_turn  # type: ignore[attr-defined]
+        if session.lost is not None and getattr(exc, "code", None) != CHECKPOINT_LEASE_LOST:
+            # The lease was lost (the run was cancelled for it): the run ends with that code.
+            raise session.lost_error() from exc
         if session.poisoned:
             raise  # a write failed: nothing more can be written
         if is_cancellation(exc) or isinstance(

@@ -229,9 +229,9 @@ def _worker_main(spec: str) -> None:
     try:
         entry = source.load()
         if settings.get("checkpoints") is not None:
-            from tubeless.durable import SqliteCheckpoints
+            from tubeless.durable import open_checkpoints
 
-            store = SqliteCheckpoints(settings["checkpoints"])
+            store = open_checkpoints(settings["checkpoints"])
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return

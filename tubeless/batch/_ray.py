@@ -41,6 +41,7 @@ from tubeless.batch._row import (
     row_messages,
     run_row,
 )
+from tubeless.durable import is_database_url
 from tubeless.errors import (
     BATCH_ENGINE_UNAVAILABLE,
     BATCH_WORKER_DIED,
@@ -82,12 +83,13 @@ class _Actor:
         # One connection per MCP server for all the rows this actor runs, as a process worker.
         self._connections = SharedConnections()
         self.problem: str | None = None
-        if checkpoints is not None:  # an absolute path, which must be the driver's own file
+        # An absolute path, which must be the driver's own file; or a database URL (no identity)
+        if checkpoints is not None:
             self.problem = not_the_drivers(checkpoints, checkpoints_identity, "checkpoint file")
             if self.problem is None:
-                from tubeless.durable import SqliteCheckpoints
+                from tubeless.durable import open_checkpoints
 
-                self._store = SqliteCheckpoints(checkpoints)
+                self._store = open_checkpoints(checkpoints)
 
     async def ready(self) -> str | None:
         """``None`` once the actor can run rows; else why it cannot."""
@@ -219,7 +221,7 @@ class RayEngine:
     def _spawn(self) -> Any:
         actor_class = self._ray.remote(_Actor)
         identity = None
-        if self._store_path is not None:
+        if self._store_path is not None and not is_database_url(self._store_path):
             found = file_identity(self._store_path)
             identity = list(found) if found is not None else None
         return actor_class.options(**self._options).remote(

@@ -292,10 +292,13 @@ def _open_checkpoints(
     if checkpoints is None:
         return None, None, False
     if isinstance(checkpoints, str | os.PathLike):
-        from tubeless.durable import SqliteCheckpoints
+        from tubeless.durable import is_database_url, open_checkpoints
 
-        path = str(Path(checkpoints).resolve())
-        return SqliteCheckpoints(path), path, True
+        # A database URL goes to the workers as it is; a path, made absolute.
+        where = str(checkpoints)
+        if not is_database_url(where):
+            where = str(Path(checkpoints).resolve())
+        return open_checkpoints(where), where, True
     return checkpoints, None, False
 
 

@@ -37,6 +37,9 @@ class Held:
     """The file was found to hold every recorded commit (by ``read``) or written by this lease."""
     marked: bool = False
     """This lease's first write is in the main file (marked live there and checkpointed)."""
+    flocked: bool = True
+    """The lease holds the lock file's ``flock`` (a takeover from a stopped process does not,
+    until that process lets go)."""
 
 
 def _words(fd: int) -> object:

@@ -38,17 +38,22 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tubeless.durable._leasefile import Held, read_holder, read_seq, write_words
-from tubeless.durable._store import LeaseBase, LeaseHolder, StoredCheckpoint, check_key
-from tubeless.errors import (
-    CHECKPOINT_CORRUPT,
-    CHECKPOINT_INVALID,
-    CHECKPOINT_LOCKED,
-    CheckpointError,
+from tubeless.durable._store import (
+    LeaseBase,
+    LeaseHolder,
+    StoredCheckpoint,
+    check_key,
+    check_ttl,
+    holder_from_owner,
+    lease_lost,
+    locked,
+    new_owner,
 )
+from tubeless.errors import CHECKPOINT_CORRUPT, CHECKPOINT_INVALID, CheckpointError
 
 __all__ = ["SqliteCheckpoints"]
 
@@ -87,6 +92,26 @@ _COUNT = (
 )
 _COPY = "copy or move a checkpoint file with its -wal and .leases/ beside it"
 _RESTART = "start the key over with --restart (restart=True in Python), or use another key"
+
+#: Each key's lease: the last fence handed out, and its owner while held (``flocked``: whether
+#: that owner holds the key's lock file too; one that took an expired lease over from a stopped
+#: process does not, until that process lets go). Rows stay when a key is deleted, so that the
+#: fence keeps growing.
+_LEASES = """
+CREATE TABLE IF NOT EXISTS checkpoint_leases (
+    key TEXT PRIMARY KEY NOT NULL,
+    fence INTEGER NOT NULL,
+    owner TEXT,
+    expires_at REAL NOT NULL,
+    flocked INTEGER NOT NULL
+) WITHOUT ROWID
+"""
+_TAKE = (
+    "INSERT INTO checkpoint_leases (key, fence, owner, expires_at, flocked) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET fence = excluded.fence, "
+    "owner = excluded.owner, expires_at = excluded.expires_at, flocked = excluded.flocked"
+)
+_LEASE_ROW = "SELECT fence, owner, expires_at, flocked FROM checkpoint_leases WHERE key = ?"
 
 _UPSERT = (
     "INSERT INTO checkpoints (key, document, updated_at_ms) VALUES (?, ?, ?) "
@@ -131,7 +156,8 @@ def _check_private(path: Path) -> None:
 class SqliteCheckpoints:
     """Checkpoint documents in one SQLite file (created on first use)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, lease_ttl_s: float = 30) -> None:
+        self.lease_ttl_s = check_ttl(lease_ttl_s)
         self.path = Path(path)
         _create_private(self.path)
         _check_private(self.path)
@@ -159,6 +185,9 @@ class SqliteCheckpoints:
             raise
         self._leases = Path(f"{self.path}.leases")
         self._leases.mkdir(mode=0o700, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"SqliteCheckpoints({str(self.path)!r}, lease_ttl_s={self.lease_ttl_s:g})"
 
     @property
     def _over(self) -> str:
@@ -191,11 +220,15 @@ class SqliteCheckpoints:
             db.execute("BEGIN IMMEDIATE")
             db.execute(_SCHEMA)
             db.execute(_COMMITS)
+            db.execute(_LEASES)
             db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
-        elif "checkpoint_commits" not in tables:
-            db.execute(_COMMITS)  # a file of an earlier release: its keys have no count yet
+        else:  # a file of an earlier release: its keys have no count or fence yet
+            if "checkpoint_commits" not in tables:
+                db.execute(_COMMITS)
+            if "checkpoint_leases" not in tables:
+                db.execute(_LEASES)
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             raise _invalid(self.path, f"unsupported checkpoint file version {version}")
@@ -206,43 +239,91 @@ class SqliteCheckpoints:
         return self._leases / f"{name}.lock"
 
     def acquire(self, key: str) -> LeaseBase:
+        """The key's lease: its lock file locked (a holder that died let go of it) and the next
+        fence; or, when a live process still holds the lock file but let its lease expire
+        (stopped, hung), the next fence alone (a takeover: the stale holder can write no more)."""
         check_key(key)
         path = self._lock_file(key)
         existed = path.exists()
         for attempt in range(_PROBED_RETRIES):
-            fd, locked = _lock_current(path)
-            if locked:
+            fd, flocked = _lock_current(path)
+            if flocked:
                 break
-            holder = read_holder(fd)
+            live = self._live_owner(key, time.time())
+            if live is not None:
+                named = read_holder(fd)
+                os.close(fd)
+                raise locked(key, str(self.path), named or live, None)
+            if attempt + 1 == _PROBED_RETRIES:
+                break  # an expired lease whose process still holds the lock file: taken over
             os.close(fd)
-            if holder is not None or attempt + 1 == _PROBED_RETRIES:
-                held = f", {holder}" if holder is not None else ""
-                raise CheckpointError(
-                    CHECKPOINT_LOCKED,
-                    f"Checkpoint key {key!r} is in use by another run (in {self.path}{held}); "
-                    "wait for it to finish, or stop it",
-                ) from None
             time.sleep(_PROBED_WAIT_S)  # probed, or its holder has not named itself yet
+        try:
+            owner, fence, expires_at = self._take(key, flocked)
+        except BaseException:
+            os.close(fd)
+            raise
         seq = read_seq(fd)
         with contextlib.suppress(OSError):  # the lock is what counts; its holder is only shown
             write_words(fd, seq, holding=True)
-        return LeaseBase(self, key, Held(fd=fd, existed=existed, seq=seq))
+        held = Held(fd=fd, existed=existed, seq=seq, flocked=flocked)
+        return LeaseBase(self, key, held, owner=owner, fence=fence, expires_at=expires_at)
+
+    def _live_owner(self, key: str, now: float) -> LeaseHolder | None:
+        """The holder of a live (unexpired) lease on ``key``, else ``None``."""
+        with self._lock:
+            try:
+                row = self._db.execute(_LEASE_ROW, (key,)).fetchone()
+            except sqlite3.DatabaseError as exc:
+                raise _invalid(self.path, f"cannot read checkpoints ({exc})") from None
+        if row is None or row[1] is None or row[2] <= now:
+            return None
+        return holder_from_owner(row[1]) or LeaseHolder(pid=None, host=None)
+
+    def _take(self, key: str, flocked: bool) -> tuple[str, int, float]:
+        """Hand out the key's next fence, unless another owner's lease is live: one whose
+        expiry is ahead and that either holds no lock file or holds the one we failed to get
+        (an owner whose lock file we hold has died)."""
+        owner = new_owner()
+        with self._lock, self._unsynced():
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                row = self._db.execute(_LEASE_ROW, (key,)).fetchone()
+                now = time.time()
+                live = row is not None and row[1] is not None and row[2] > now
+                if live and not (flocked and row[3]):
+                    self._db.execute("ROLLBACK")
+                    raise locked(key, str(self.path), holder_from_owner(row[1]), None)
+                fence = (row[0] if row is not None else 0) + 1
+                expires_at = now + self.lease_ttl_s
+                self._db.execute(_TAKE, (key, fence, owner, expires_at, int(flocked)))
+                self._db.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise _invalid(self.path, f"cannot take the key's lease ({exc})") from None
+        return owner, fence, expires_at
 
     def holder(self, key: str) -> LeaseHolder | None:
-        """Who holds ``key``'s lease now (``None``: nobody), probed without waiting."""
+        """Who holds ``key``'s lease now (``None``: nobody), probed without waiting: the
+        process holding its lock file, else the owner of a live lease taken over without it."""
         try:
             fd = os.open(self._lock_file(key), os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
-            return None  # never leased by this file's runs
+            return None  # never leased by this file's runs, or released
         try:
             try:
                 # A shared lock conflicts with a holder's exclusive one, and is let go at once.
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
                 return read_holder(fd) or LeaseHolder(pid=None, host=None)
-            return None
         finally:
             os.close(fd)  # releases the probe's shared lock
+        with self._lock:
+            row = self._db.execute(_LEASE_ROW, (key,)).fetchone()
+        if row is None or row[1] is None or row[2] <= time.time() or row[3]:
+            return None  # released, expired, or its lock file's holder died
+        return holder_from_owner(row[1])
 
     def list(self) -> Sequence[StoredCheckpoint]:
         rows = self._query("SELECT key, document, updated_at_ms FROM checkpoints ORDER BY key", ())
@@ -254,12 +335,15 @@ class SqliteCheckpoints:
             assert isinstance(held, Held)
             try:
                 self._db.execute("BEGIN IMMEDIATE")
+                self._check_fence(lease)
                 cursor = self._db.execute("DELETE FROM checkpoints WHERE key = ?", (key,))
                 self._db.execute("DELETE FROM checkpoint_commits WHERE key = ?", (key,))
                 self._db.execute("COMMIT")
-            except sqlite3.DatabaseError as exc:
+            except (sqlite3.DatabaseError, CheckpointError) as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
+                if isinstance(exc, CheckpointError):
+                    raise
                 raise _invalid(self.path, f"cannot delete the checkpoint ({exc})") from None
             held.seq, held.verified = None, True  # the key starts over, with no count
             return cursor.rowcount > 0
@@ -291,7 +375,51 @@ class SqliteCheckpoints:
                 return False
             time.sleep(_FOLD_RETRY_S)
 
-    def _read(self, key: str, token: object) -> str | None:
+    @contextlib.contextmanager
+    def _unsynced(self) -> Iterator[None]:
+        """Commits that need not reach the disk before they return (``synchronous=NORMAL``):
+        lease rows. After a power loss no process that held a lease is left to use its fence,
+        and a later synced commit (a write) takes them to the disk anyway. Holds ``_lock``."""
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        try:
+            yield
+        finally:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            self._db.execute("PRAGMA synchronous = FULL")
+
+    def _check_fence(self, lease: LeaseBase) -> tuple[float, int]:
+        """``lease``'s row (expiry, flocked) if its fence is current, else LEASE_LOST (the
+        transaction is rolled back). Inside a write transaction, holding ``_lock``."""
+        row = self._db.execute(_LEASE_ROW, (lease.key,)).fetchone()
+        if row is None or row[0] != lease.fence or row[1] != lease.owner:
+            self._db.execute("ROLLBACK")
+            raise lease_lost(lease.key, lease.fence, f" (in {self.path})")
+        return row[2], row[3]
+
+    def _renew(self, lease: LeaseBase) -> float:
+        token = lease._token
+        assert isinstance(token, Held)
+        with self._lock, self._unsynced():
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._check_fence(lease)
+                if not token.flocked:  # a takeover: the stopped process may have let go by now
+                    token.flocked = _try_lock(token.fd, self._lock_file(lease.key))
+                expires_at = time.time() + self.lease_ttl_s
+                self._db.execute(
+                    "UPDATE checkpoint_leases SET expires_at = ?, flocked = ? WHERE key = ?",
+                    (expires_at, int(token.flocked), lease.key),
+                )
+                self._db.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise _invalid(self.path, f"cannot renew the key's lease ({exc})") from None
+        return expires_at
+
+    def _read(self, lease: LeaseBase) -> str | None:
+        key, token = lease.key, lease._token
         assert isinstance(token, Held)
         with self._lock:
             try:
@@ -326,16 +454,31 @@ class SqliteCheckpoints:
                 f"or moved alone?), so its last commits may be missing; {_COPY}, or {_RESTART}",
             )
 
-    def _release(self, key: str, token: object) -> None:
+    def _release(self, lease: LeaseBase) -> None:
+        key, token = lease.key, lease._token
         assert isinstance(token, Held)
         # The lock file's commit count guards the -wal; once every commit is in the main file
         # the count is not needed, and the file goes (one per key would pile up otherwise).
         folded = False
-        if token.verified:
-            with self._lock, contextlib.suppress(sqlite3.Error):
-                # Every commit of the key is in the file: say so, and put it in the main file.
-                self._db.execute("UPDATE checkpoint_commits SET live = 0 WHERE key = ?", (key,))
-                # TRUNCATE waits for no reader; FULL for fewer
+        with self._lock, contextlib.suppress(sqlite3.Error):
+            with self._unsynced():  # the fold below syncs what it folds in
+                self._db.execute("BEGIN IMMEDIATE")
+                cursor = self._db.execute(
+                    "UPDATE checkpoint_leases SET owner = NULL, expires_at = 0, flocked = 0 "
+                    "WHERE key = ? AND fence = ? AND owner = ?",
+                    (key, lease.fence, lease.owner),
+                )
+                ours = cursor.rowcount == 1
+                if ours and token.verified:
+                    # Every commit of the key is in the file: say so.
+                    self._db.execute("UPDATE checkpoint_commits SET live = 0 WHERE key = ?", (key,))
+                self._db.execute("COMMIT")
+            if not ours:  # taken over: the key, its words and its file are not ours
+                os.close(token.fd)
+                return
+            if token.verified:
+                # Put every commit of the key in the main file (TRUNCATE waits for no reader;
+                # FULL for fewer).
                 folded = self._fold() or self._fold("FULL", _RELEASE_WAIT_S)
         with contextlib.suppress(OSError):
             write_words(token.fd, token.seq, holding=False)  # no holder named once let go
@@ -343,12 +486,14 @@ class SqliteCheckpoints:
             _remove_lock_file(self._lock_file(key), token.fd)
         os.close(token.fd)  # closing the descriptor releases the flock
 
-    def _write(self, key: str, document: str, token: object) -> None:
+    def _write(self, lease: LeaseBase, document: str) -> None:
+        key, token = lease.key, lease._token
         assert isinstance(token, Held)
         now = int(time.time() * 1000)
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
+                self._check_fence(lease)  # a write is conditional on the fence
                 row = self._db.execute(
                     "SELECT seq FROM checkpoint_commits WHERE key = ?", (key,)
                 ).fetchone()
@@ -399,6 +544,16 @@ def _lock_current(path: Path) -> tuple[int, bool]:
         if _is_at(fd, path):
             return fd, True
         os.close(fd)
+
+
+def _try_lock(fd: int, path: Path) -> bool:
+    """Whether ``fd``'s lock file is locked by us now (tried without waiting): a takeover's
+    holder gets it once the stopped process lets go (unless the file was removed meanwhile)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return _is_at(fd, path)
 
 
 def _remove_lock_file(path: Path, fd: int) -> None:

@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self, runtime_checkable
 
-from tubeless.errors import CHECKPOINT_INVALID_KEY, CheckpointError
+from tubeless.errors import (
+    CHECKPOINT_INVALID_KEY,
+    CHECKPOINT_LEASE_LOST,
+    CHECKPOINT_LOCKED,
+    CheckpointError,
+)
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -18,7 +23,12 @@ __all__ = [
     "LeaseHolder",
     "StoredCheckpoint",
     "check_key",
+    "check_ttl",
+    "holder_from_owner",
     "holder_of",
+    "lease_lost",
+    "locked",
+    "new_owner",
     "this_holder",
 ]
 
@@ -72,16 +82,33 @@ def holder_of(store: object, key: str) -> tuple[bool, LeaseHolder | None]:
 
 @runtime_checkable
 class Lease(Protocol):
-    """Exclusive use of one key until :meth:`close` (or the end of the owning process)."""
+    """Use of one key by one owner, fenced: valid until another owner takes the key over.
+
+    ``fence`` grows on every acquisition of the key; every :meth:`write` and :meth:`renew` is
+    conditional on it, so once another owner took an expired lease over, this one can neither
+    write nor renew (``TUBELESS_CHECKPOINT_LEASE_LOST``). ``expires_at`` (epoch seconds) is
+    ``lease_ttl_s`` after the last acquisition or renewal; until then nobody else can acquire
+    the key (``TUBELESS_CHECKPOINT_LOCKED``).
+    """
 
     key: str
+    owner: str
+    """Who holds the lease: ``host:pid:uuid``."""
+    fence: int
+    expires_at: float
 
     def read(self) -> str | None:
         """The last committed document of the key, or ``None`` when nothing was written."""
         ...
 
     def write(self, document: str) -> None:
-        """Replace the document atomically; returns only after a durable commit."""
+        """Replace the document atomically if the fence is current; returns after a durable
+        commit."""
+        ...
+
+    def renew(self) -> None:
+        """Push the expiry ``lease_ttl_s`` ahead; ``TUBELESS_CHECKPOINT_LEASE_LOST`` when the
+        fence is stale."""
         ...
 
     def close(self) -> None:
@@ -134,19 +161,83 @@ def check_key(key: object) -> str:
     return key
 
 
+def new_owner() -> str:
+    """A fresh lease owner of this process: ``host:pid:uuid`` (unique per acquisition)."""
+    import uuid  # with platform, on first use: most runs take no lease
+
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
+def holder_from_owner(owner: str | None) -> LeaseHolder | None:
+    """The process an owner string names (``None`` for no owner)."""
+    if not owner:
+        return None
+    host, _, _uuid = owner.rpartition(":")
+    host, _, pid = host.rpartition(":")
+    return LeaseHolder(pid=int(pid) if pid.isdigit() else None, host=host or None)
+
+
+def check_ttl(lease_ttl_s: object) -> float:
+    """``lease_ttl_s`` if it is a number of seconds >= 1, else a ``ValueError``."""
+    if (
+        isinstance(lease_ttl_s, bool)
+        or not isinstance(lease_ttl_s, (int, float))
+        or not lease_ttl_s >= 1
+    ):
+        raise ValueError(f"lease_ttl_s must be a number of seconds >= 1 (got {lease_ttl_s!r})")
+    return float(lease_ttl_s)
+
+
+def lease_lost(key: str, fence: int, where: str = "") -> CheckpointError:
+    """The refusal of a stale lease's write or renewal."""
+    return CheckpointError(
+        CHECKPOINT_LEASE_LOST,
+        f"Checkpoint key {key!r}{where}: this run's lease (fence {fence}) expired and another "
+        "owner took the key over, so this run may write nothing more",
+    )
+
+
+def locked(
+    key: str, where: str, holder: LeaseHolder | None, expires_in: float | None
+) -> CheckpointError:
+    """The refusal of an acquisition while another owner's lease is live."""
+    held = f", {holder}" if holder is not None else ""
+    until = f"; its lease expires in {expires_in:.0f} s unless renewed" if expires_in else ""
+    return CheckpointError(
+        CHECKPOINT_LOCKED,
+        f"Checkpoint key {key!r} is in use by another run (in {where}{held}){until}; "
+        "wait for it to finish, or stop it",
+    )
+
+
 class _Backend(Protocol):
-    def _read(self, key: str, token: object) -> str | None: ...
+    def _read(self, lease: LeaseBase) -> str | None: ...
 
-    def _write(self, key: str, document: str, token: object) -> None: ...
+    def _write(self, lease: LeaseBase, document: str) -> None: ...
 
-    def _release(self, key: str, token: object) -> None: ...
+    def _renew(self, lease: LeaseBase) -> float: ...
+
+    def _release(self, lease: LeaseBase) -> None: ...
 
 
 class LeaseBase:
-    """The lease the stores hand out: reads and writes go to the store until :meth:`close`."""
+    """The lease the stores hand out: reads, writes and renewals go to the store until
+    :meth:`close`; ``token`` is the store's own record of the lease."""
 
-    def __init__(self, store: _Backend, key: str, token: object = None) -> None:
+    def __init__(
+        self,
+        store: _Backend,
+        key: str,
+        token: object = None,
+        *,
+        owner: str,
+        fence: int,
+        expires_at: float,
+    ) -> None:
         self.key = key
+        self.owner = owner
+        self.fence = fence
+        self.expires_at = expires_at
         self._store: _Backend | None = store
         self._token = token
 
@@ -155,17 +246,23 @@ class LeaseBase:
         return self._store
 
     def read(self) -> str | None:
-        return self._owner()._read(self.key, self._token)
+        return self._owner()._read(self)
 
     def write(self, document: str) -> None:
         if not isinstance(document, str):
             raise TypeError("a checkpoint document is a str")
-        self._owner()._write(self.key, document, self._token)
+        self._owner()._write(self, document)
+
+    def renew(self) -> None:
+        self.expires_at = self._owner()._renew(self)
 
     def close(self) -> None:
         store, self._store = self._store, None
         if store is not None:
-            store._release(self.key, self._token)
+            store._release(self)
+
+    def __repr__(self) -> str:
+        return f"<lease {self.key!r} fence={self.fence} owner={self.owner!r}>"
 
     def __enter__(self) -> Self:
         return self

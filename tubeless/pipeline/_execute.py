@@ -117,8 +117,10 @@ async def run_root(
     slots: dict[str, Any] = {TREE_SLOT: {}}
     if approver is not None:
         slots[APPROVER_SLOT] = approver
+    signal = signal or CancelToken()
     if session is not None:
         slots[SESSION_SLOT] = session
+        session.on_lost = signal.cancel  # a lost lease: dispatch nothing more, end cancelled
     env = RunEnvironment(fanout, slots, correlation_id=correlation_id)
     # Run-scoped resources (the model adapters' HTTP clients) close before sinks flush.
     resources, token = enter_run()
@@ -128,7 +130,7 @@ async def run_root(
             raw_input,
             controls,
             env=env,
-            signal=signal or CancelToken(),
+            signal=signal,
             run_id=run_id,
             validated=validated,
         )

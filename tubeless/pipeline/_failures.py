@@ -88,8 +88,14 @@ def is_cancellation(exc: BaseException) -> bool:
     """
     if isinstance(exc, (asyncio.CancelledError, RunCancelledError, KeyboardInterrupt)):
         return True
+    if _is_lease_lost(exc):
+        return True  # another owner took the run's checkpoint key over: it stops, resumable
     # Child and fan-out failures count only when every unsuccessful child was cancelled.
     return _is_child_failure(exc) and getattr(exc, "cancelled", False) is True
+
+
+def _is_lease_lost(exc: BaseException) -> bool:
+    return isinstance(exc, TubelessError) and exc.code == codes.CHECKPOINT_LEASE_LOST
 
 
 def _is_child_failure(exc: BaseException) -> bool:
@@ -112,7 +118,9 @@ def classify(
     if is_cancellation(exc):
         code, kind = codes.RUN_CANCELLED, "cancellation"
         reason = getattr(exc, "reason", None)
-        if reason:
+        if isinstance(exc, TubelessError) and _is_lease_lost(exc):
+            code, message = codes.CHECKPOINT_LEASE_LOST, exc.message
+        elif reason:
             message = reason
         elif isinstance(exc, KeyboardInterrupt):
             message = f"Step {step_id} raised KeyboardInterrupt." if step_id else "Interrupted."
