@@ -62,6 +62,26 @@ async def _on_anything(request: Request, exc: Exception) -> Response:
     return _error(500, SERVE_INTERNAL, "the server failed to answer; see its log")
 
 
+def _protocols(manager: RunManager, config: ServeConfig) -> Any:
+    """AG-UI, A2A and MCP over the manager (``POST /ag-ui/{entry}``, the agent card, ``/a2a``,
+    ``/mcp``): their runs are served runs, owned by the bearer token that started them. The
+    card is made per request for the address the client used (a Host the guard allowed)."""
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+    from tubeless.serve._protocol_runner import ServedRunner
+    from tubeless.serve.protocols import agent_card, protocol_routes
+
+    runner = ServedRunner(manager)
+    shown = f"[{config.host}]" if ":" in config.host else config.host
+    mounted = protocol_routes(runner, base_url=f"http://{shown}:{config.port}")
+
+    async def card(request: Request) -> Response:
+        return JSONResponse(agent_card_to_dict(agent_card(runner.info, str(request.base_url))))
+
+    card_route = Route("/.well-known/agent-card.json", card, methods=["GET"])
+    return type(mounted)(routes=[card_route, *mounted.routes], lifespan=mounted.lifespan)
+
+
 def create_app(
     project: str,
     *,
@@ -103,6 +123,8 @@ def create_app(
         Route("/v1/runs/{run_id}/approvals/{call_id}", endpoints.approve, methods=["POST"]),
         Route("/v1/approvals", endpoints.approvals, methods=["GET"]),
     ]
+    protocols = _protocols(manager, config)
+    routes.extend(protocols.routes)
     if ui is not None:  # the web pages of ``tubeless ui``, over the same manager and stores
         from starlette.routing import Mount
 
@@ -112,7 +134,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await manager.start()
         try:
-            yield
+            async with protocols.lifespan():  # the MCP session manager
+                yield
         finally:
             await manager.stop()
 
