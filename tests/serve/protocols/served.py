@@ -62,7 +62,8 @@ async def wait(text, ctx):
 
 _PROJECT = """\
 version: 1
-project: {id: served-protocols, name: Served protocols, description: Protocol tests., default: worker}
+project:
+  {id: served-protocols, name: Served protocols, description: Protocol tests., default: worker}
 python_path: [.]
 agents:
   worker:
