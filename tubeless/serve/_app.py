@@ -68,18 +68,29 @@ def _protocols(manager: RunManager, config: ServeConfig) -> Any:
     card is made per request for the address the client used (a Host the guard allowed)."""
     from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 
+    from tubeless.serve._a2a_tasks import DurableTaskStore
     from tubeless.serve._protocol_runner import ServedRunner
     from tubeless.serve.protocols import agent_card, protocol_routes
 
     runner = ServedRunner(manager)
+    tasks = DurableTaskStore(config.registry)
     shown = f"[{config.host}]" if ":" in config.host else config.host
-    mounted = protocol_routes(runner, base_url=f"http://{shown}:{config.port}")
+    mounted = protocol_routes(runner, base_url=f"http://{shown}:{config.port}", task_store=tasks)
+    enter = mounted.lifespan
+
+    @contextlib.asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        try:
+            async with enter():
+                yield
+        finally:
+            tasks.close()
 
     async def card(request: Request) -> Response:
         return JSONResponse(agent_card_to_dict(agent_card(runner.info, str(request.base_url))))
 
     card_route = Route("/.well-known/agent-card.json", card, methods=["GET"])
-    return type(mounted)(routes=[card_route, *mounted.routes], lifespan=mounted.lifespan)
+    return type(mounted)(routes=[card_route, *mounted.routes], lifespan=lifespan)
 
 
 def create_app(

@@ -100,6 +100,7 @@ def test_ag_ui_refuses_a_bad_input_and_a_missing_token_before_any_event(
     assert not keys & {"ag-bad", "ag-anon"}
 
 
+@pytest.mark.slow
 def test_an_ag_ui_interrupt_is_answered_after_the_server_was_killed(tmp_path: Path) -> None:
     """The run waits for approval; kill -9; a new server; ``resume[]`` approves and the same
     run finishes, the approved call having run once."""
@@ -253,3 +254,27 @@ async def test_tasks_and_threads_of_one_token_are_invisible_to_another(
     )
     assert (taken.status_code, events) == (409, [])
     assert taken.json()["error"]["code"] == "TUBELESS_SERVE_CONFLICT"
+
+
+@pytest.mark.slow
+async def test_an_a2a_task_waiting_for_input_takes_its_reply_after_the_server_was_killed(
+    tmp_path: Path,
+) -> None:
+    with protocols_in(tmp_path) as protocols:
+        first = protocols.start()
+        async with _client(first.url, TOKEN) as client:
+            task = await _send(client, _message({"text": "late", "mode": "publish"}))
+        assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        first.kill()
+
+        second = protocols.start()
+        async with _client(second.url, TOKEN) as client:
+            kept = await client.get_task(GetTaskRequest(id=task.id))
+            reply = {"approve": True}
+            done = await _send(client, _message(reply, task_id=task.id, context_id=task.context_id))
+            listed = await client.list_tasks(ListTasksRequest())
+    assert kept.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert _data(done.artifacts[0].parts[0]) == {"outs": ["published late-1"]}
+    assert [t.id for t in listed.tasks] == [task.id]
+    assert len(protocols.marks()) == 1

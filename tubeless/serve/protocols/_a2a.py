@@ -45,6 +45,7 @@ from tubeless.serve.protocols._runner import (
 
 if TYPE_CHECKING:
     from a2a.server.agent_execution import AgentExecutor
+    from a2a.server.tasks import TaskStore
     from a2a.types import AgentCard
     from starlette.requests import Request
     from starlette.routing import BaseRoute
@@ -280,9 +281,11 @@ def a2a_routes(
     base_url: str,
     caller_of: CallerOf | None = bearer_identity,
     rpc_path: str = "/a2a",
+    task_store: TaskStore | None = None,
 ) -> list[BaseRoute]:
     """The agent card route and the JSON-RPC route over ``runner`` (see the module docstring).
-    Authentication is the mounting app's middleware (the card needs no token)."""
+    Authentication is the mounting app's middleware (the card needs no token). ``task_store``
+    keeps the SDK's tasks (default: in memory, for the life of the process)."""
     from a2a.auth.user import User
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
@@ -307,7 +310,9 @@ def a2a_routes(
 
     card = agent_card(runner.info, base_url, rpc_path=rpc_path)
     handler = DefaultRequestHandler(
-        agent_executor=_executor(runner), task_store=InMemoryTaskStore(), agent_card=card
+        agent_executor=_executor(runner),
+        task_store=task_store if task_store is not None else InMemoryTaskStore(),
+        agent_card=card,
     )
     return [
         *create_agent_card_routes(card),
