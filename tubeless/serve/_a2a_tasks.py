@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.tasks import InMemoryTaskStore, TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task
-from google.protobuf import json_format
+from google.protobuf import json_format  # type: ignore[import-untyped]
 
 if TYPE_CHECKING:
     from a2a.server.context import ServerCallContext
