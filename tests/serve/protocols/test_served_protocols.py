@@ -5,6 +5,9 @@ server's token guards them (the agent card excepted), and one token never sees a
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
+    SendMessageRequest,
     TaskState,
 )
 from google.protobuf import json_format
@@ -30,6 +34,7 @@ from tests.serve.conftest import Server, wait_status
 from tests.serve.protocols.served import TOKEN, Protocols, protocols_in
 from tests.serve.protocols.sse import check_order, parse_sse
 from tests.serve.protocols.test_a2a import _client, _data, _message, _send
+from tubeless.serve.protocols._a2a import send_message_rule
 
 
 @pytest.fixture(scope="module")
@@ -278,3 +283,58 @@ async def test_an_a2a_task_waiting_for_input_takes_its_reply_after_the_server_wa
     assert _data(done.artifacts[0].parts[0]) == {"outs": ["published late-1"]}
     assert [t.id for t in listed.tasks] == [task.id]
     assert len(protocols.marks()) == 1
+
+
+async def test_send_message_returns_the_task_at_once_unless_asked_to_wait(
+    served: tuple[Protocols, Server],
+) -> None:
+    """tubeless's rule (``configuration.blocking``, default false) mapped onto a2a-sdk 1.x's
+    ``returnImmediately`` (default false): without a word the task comes back submitted."""
+    _, server = served
+    async with _client(server.url, TOKEN) as client:
+        request = SendMessageRequest(message=_message({"text": "now"}))
+        (response,) = [r async for r in client.send_message(request)]
+        assert response.task.status.state == TaskState.TASK_STATE_SUBMITTED
+        deadline = time.monotonic() + HANG_GUARD
+        while True:
+            task = await client.get_task(GetTaskRequest(id=response.task.id))
+            if task.status.state == TaskState.TASK_STATE_COMPLETED:
+                break
+            assert time.monotonic() < deadline, task.status.state
+            await asyncio.sleep(0.05)
+    message = {
+        "messageId": "raw-1",
+        "role": "ROLE_USER",
+        "parts": [{"data": {"text": "raw"}}],
+    }
+    waits = [{"configuration": {"blocking": True}}, {"configuration": {"returnImmediately": False}}]
+    headers = {"authorization": f"Bearer {TOKEN}", "a2a-version": "1.0"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=HANG_GUARD) as http:
+        for n, extra in enumerate(waits):
+            params = {"message": {**message, "messageId": f"raw-{n}"}, **extra}
+            body = {"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": params}
+            answer = (await http.post("/a2a", json=body)).json()
+            assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+
+
+@pytest.mark.parametrize(
+    ("params", "returns_at_once"),
+    [
+        pytest.param({}, True, id="nothing-said"),
+        pytest.param({"configuration": {"blocking": True}}, False, id="blocking"),
+        pytest.param({"configuration": {"blocking": False}}, True, id="not-blocking"),
+        pytest.param({"configuration": {"returnImmediately": False}}, False, id="explicit-false"),
+        pytest.param({"configuration": {"returnImmediately": True}}, True, id="immediately"),
+        pytest.param({"metadata": {"blocking": True}}, False, id="sdk-metadata"),
+    ],
+)
+def test_the_send_message_rule(params: dict[str, Any], returns_at_once: bool) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+    changed = send_message_rule(json.dumps(body).encode())
+    assert changed is not None
+    config = json.loads(changed)["params"]["configuration"]
+    assert config == {**config, "returnImmediately": returns_at_once}
+    assert "blocking" not in config
+    other = {**body, "method": "GetTask"}
+    assert send_message_rule(json.dumps(other).encode()) is None
+    assert send_message_rule(b"not json") is None

@@ -22,13 +22,22 @@ over its task store; this module gives it an ``AgentExecutor`` that drives the
 * **Owners**: each request's caller (``caller_of``, by default a hash of its bearer token) owns
   the tasks it creates; the task store and the runner show a task to its owner only.
 
-``SendMessage`` follows A2A 1.0: it waits for the task to stop (completed, failed, canceled
-or input-required) unless ``configuration.returnImmediately`` is set.
+``SendMessage`` returns at once with the task (``TASK_STATE_SUBMITTED``; follow it with
+``GetTask`` or ``SubscribeToTask``) unless the request asks to wait, in which case it answers
+once the task stopped (completed, failed, canceled or input-required). A2A 1.0 and a2a-sdk 1.x
+name this ``configuration.returnImmediately``, waiting by default; tubeless keeps the rule of
+A2A 0.3 (``configuration.blocking``, returning at once by default) and maps it onto the SDK's
+field before the SDK reads the request: a request waits when its ``configuration.blocking`` is
+true, when it sets ``configuration.returnImmediately`` to false explicitly, or when its
+``metadata.blocking`` is true (the way an a2a-sdk 1.x client, whose request model has no
+``blocking`` and never sends a false field, asks for it). ``SendStreamingMessage`` streams
+either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tubeless.errors import RUN_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
@@ -48,6 +57,7 @@ if TYPE_CHECKING:
     from a2a.server.tasks import TaskStore
     from a2a.types import AgentCard
     from starlette.requests import Request
+    from starlette.responses import Response
     from starlette.routing import BaseRoute
 
 __all__ = ["a2a_routes", "agent_card", "decisions_of"]
@@ -291,6 +301,7 @@ def a2a_routes(
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
     from a2a.server.routes.common import DefaultServerCallContextBuilder
     from a2a.server.tasks import InMemoryTaskStore
+    from starlette.routing import Route
 
     class CallerUser(User):
         def __init__(self, name: Caller) -> None:
@@ -314,7 +325,59 @@ def a2a_routes(
         task_store=task_store if task_store is not None else InMemoryTaskStore(),
         agent_card=card,
     )
-    return [
-        *create_agent_card_routes(card),
-        *create_jsonrpc_routes(handler, rpc_path, context_builder=Builder()),
-    ]
+    (rpc,) = create_jsonrpc_routes(handler, rpc_path, context_builder=Builder())
+    assert isinstance(rpc, Route)
+    waiting_rule = Route(rpc_path, _returns_at_once(rpc.endpoint), methods=["POST"])
+    return [*create_agent_card_routes(card), waiting_rule]
+
+
+def _returns_at_once(endpoint: Callable[[Request], Awaitable[Response]]) -> Any:
+    """``endpoint`` with ``SendMessage`` returning at once unless asked to wait (see the module
+    docstring): the request's ``configuration.returnImmediately`` is set before the SDK reads
+    it."""
+    from starlette.requests import Request
+
+    async def rpc(request: Request) -> Response:
+        changed = send_message_rule(await request.body())
+        if changed is None:
+            return await endpoint(request)  # the body stays cached on the request
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return await request.receive()  # a disconnect, for a streaming answer
+            sent = True
+            return {"type": "http.request", "body": changed, "more_body": False}
+
+        return await endpoint(Request(request.scope, receive))
+
+    return rpc
+
+
+def send_message_rule(raw: bytes) -> bytes | None:
+    """The JSON-RPC body with ``SendMessage``'s ``configuration.returnImmediately`` made
+    explicit by tubeless's rule (at once unless asked to wait), or ``None`` for any other
+    request (left for the SDK to answer, errors included)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict) or body.get("method") != "SendMessage":
+        return None
+    params = body.get("params")
+    if not isinstance(params, dict):
+        return None
+    config = params.get("configuration", {})
+    if not isinstance(config, dict):
+        return None  # malformed: the SDK refuses it
+    config = dict(config)
+    metadata = params.get("metadata")
+    wait = (
+        config.pop("blocking", None) is True
+        or config.get("returnImmediately") is False
+        or (isinstance(metadata, dict) and metadata.get("blocking") is True)
+    )
+    config["returnImmediately"] = not wait
+    params["configuration"] = config
+    return json.dumps(body).encode()
