@@ -37,7 +37,7 @@ either way.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from tubeless.errors import RUN_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
@@ -343,7 +343,7 @@ def _returns_at_once(endpoint: Callable[[Request], Awaitable[Response]]) -> Any:
             return await endpoint(request)  # the body stays cached on the request
         sent = False
 
-        async def receive() -> dict[str, Any]:
+        async def receive() -> MutableMapping[str, Any]:
             nonlocal sent
             if sent:
                 return await request.receive()  # a disconnect, for a streaming answer
