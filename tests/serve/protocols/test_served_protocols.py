@@ -338,3 +338,16 @@ def test_the_send_message_rule(params: dict[str, Any], returns_at_once: bool) ->
     other = {**body, "method": "GetTask"}
     assert send_message_rule(json.dumps(other).encode()) is None
     assert send_message_rule(b"not json") is None
+
+
+def test_a_new_input_on_a_finished_thread_starts_the_thread_over(
+    served: tuple[Protocols, Server],
+) -> None:
+    _, server = served
+    _, first = _ag_ui(server, "ag-again", forwardedProps={"input": {"text": "one"}})
+    _, second = _ag_ui(server, "ag-again", forwardedProps={"input": {"text": "two"}})
+    assert first[-1].result == {"outs": ["ONE-1"]}
+    assert second[-1].result == {"outs": ["TWO-1"]}  # not the saved end of the first
+    with _api(server) as api:
+        runs = [r for r in api.get("/v1/runs").json()["runs"] if r["key"] == "ag-again"]
+    assert [r["status"] for r in runs] == ["completed", "completed"]
