@@ -51,6 +51,8 @@ POLL_S = 0.05
 #: How long ``cancel`` waits for a running run to settle (a hang guard: a synchronous tool
 #: cannot be interrupted, and the run ends when it returns).
 CANCEL_WAIT_S = 30.0
+#: How long the events of a run that ended stay in memory for late followers.
+KEEP_S = 60.0
 _RUNNING = ("queued", "running")
 
 
@@ -109,6 +111,13 @@ class ServedRunner:
         if log is None or now is None or now.status in _RUNNING:
             return  # a stopping worker: the run resumes later, and its stream goes on then
         log.emit("status", status=now.status)
+        if now.status != "waiting":
+            self._forget_later(row.run_id)
+
+    def _forget_later(self, run_id: str) -> None:
+        """Drop a finished run's events (arguments, outcomes, state) after ``KEEP_S``: those
+        following it hold them until they are done."""
+        asyncio.get_running_loop().call_later(KEEP_S, self._logs.pop, run_id, None)
 
     # -- ProjectRunner -----------------------------------------------------------------------
     @property
@@ -188,8 +197,8 @@ class ServedRunner:
         if self.manager.registry.get(run_id) is None:
             raise RunnerError(SERVE_NOT_FOUND, f"No run {run_id!r}")
         seen = since
+        log = self._logs.setdefault(run_id, _Log())
         while True:
-            log = self._logs.setdefault(run_id, _Log())
             changed = log.changed
             while seen < len(log.events):
                 event = log.events[seen]
@@ -203,6 +212,8 @@ class ServedRunner:
                 # the status is the last event either way.
                 if len(log.events) == seen:
                     log.emit("status", status=_status(row) if row else "failed")
+                    if row is None or row.status != "waiting":
+                        self._forget_later(run_id)
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout=POLL_S)
