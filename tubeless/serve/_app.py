@@ -73,7 +73,7 @@ def _protocols(manager: RunManager, config: ServeConfig) -> Any:
     from tubeless.serve.protocols import agent_card, protocol_routes
 
     runner = ServedRunner(manager)
-    tasks = DurableTaskStore(config.registry)
+    tasks = DurableTaskStore(config.registry, runner)
     shown = f"[{config.host}]" if ":" in config.host else config.host
     mounted = protocol_routes(runner, base_url=f"http://{shown}:{config.port}", task_store=tasks)
     enter = mounted.lifespan

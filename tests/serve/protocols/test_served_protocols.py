@@ -262,14 +262,17 @@ async def test_tasks_and_threads_of_one_token_are_invisible_to_another(
 
 
 @pytest.mark.slow
-async def test_an_a2a_task_waiting_for_input_takes_its_reply_after_the_server_was_killed(
-    tmp_path: Path,
-) -> None:
+async def test_a2a_tasks_outlive_a_killed_server(tmp_path: Path) -> None:
+    """Killed while one task waits for input and another one's run is in a call: after the
+    restart the first takes its reply, and the second reads as its run ended (the call that
+    was running is not run again: an unsafe call is reported interrupted)."""
     with protocols_in(tmp_path) as protocols:
         first = protocols.start()
         async with _client(first.url, TOKEN) as client:
             task = await _send(client, _message({"text": "late", "mode": "publish"}))
+            working = await _send(client, _message({"text": "k", "mode": "wait"}), immediately=True)
         assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        protocols.wait_for("waiting-k-1")
         first.kill()
 
         second = protocols.start()
@@ -278,11 +281,23 @@ async def test_an_a2a_task_waiting_for_input_takes_its_reply_after_the_server_wa
             reply = {"approve": True}
             done = await _send(client, _message(reply, task_id=task.id, context_id=task.context_id))
             listed = await client.list_tasks(ListTasksRequest())
+            deadline = time.monotonic() + HANG_GUARD
+            while True:
+                resumed = await client.get_task(GetTaskRequest(id=working.id))
+                if resumed.status.state not in (
+                    TaskState.TASK_STATE_SUBMITTED,
+                    TaskState.TASK_STATE_WORKING,
+                ):
+                    break
+                assert time.monotonic() < deadline, "the task stayed working"
+                await asyncio.sleep(0.05)
     assert kept.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
     assert _data(done.artifacts[0].parts[0]) == {"outs": ["published late-1"]}
-    assert [t.id for t in listed.tasks] == [task.id]
+    assert sorted(t.id for t in listed.tasks) == sorted([task.id, working.id])
     assert len(protocols.marks()) == 1
+    assert resumed.status.state == TaskState.TASK_STATE_COMPLETED
+    assert _data(resumed.artifacts[0].parts[0]) == {"outs": ["TUBELESS_AGENT_CALL_INTERRUPTED"]}
 
 
 async def test_send_message_returns_the_task_at_once_unless_asked_to_wait(

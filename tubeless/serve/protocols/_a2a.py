@@ -244,26 +244,15 @@ def _executor(runner: ProjectRunner) -> AgentExecutor:
             if view.status == "completed":
                 await updater.add_artifact([new_data_part(view.result)], name="result")
                 await updater.complete()
-            elif view.status == "waiting":
-                pending = [
-                    {"call_id": p.call_id, "tool": p.tool, "digest": p.digest, "input": p.input}
-                    for p in view.pending
-                ]
-                lines = [
-                    f"call {p.call_id!r} to tool {p.tool!r} needs approval (digest {p.digest})"
-                    for p in view.pending
-                ]
-                text = "; ".join(lines) + (
-                    '. Reply on this task with a data part {"approve": true|false, '
-                    '"reason": "..."} or {"decisions": [{"digest", "approve", "reason"}]}.'
-                )
-                await updater.requires_input(agent_message(updater, text, {"pending": pending}))
             elif view.status == "cancelled":
                 await updater.cancel()
             else:
-                error = view.error or {"code": RUN_FAILED, "message": "failed"}
-                text = f"{error['code']}: {error['message']}"
-                await updater.failed(agent_message(updater, text, {"error": dict(error)}))
+                text, data = stop_message(view)
+                message = agent_message(updater, text, data)
+                if view.status == "waiting":
+                    await updater.requires_input(message)
+                else:
+                    await updater.failed(message)
 
         async def cancel(self, context: Any, event_queue: Any) -> None:
             caller = _owner(context.call_context)
@@ -274,6 +263,63 @@ def _executor(runner: ProjectRunner) -> AgentExecutor:
             await updater.cancel()
 
     return Executor()
+
+
+def stop_message(view: RunView) -> tuple[str, dict[str, Any]]:
+    """The text and data of the status message of a task whose run waits for approvals (the
+    pending calls) or failed (the error)."""
+    if view.status == "waiting":
+        pending = [
+            {"call_id": p.call_id, "tool": p.tool, "digest": p.digest, "input": p.input}
+            for p in view.pending
+        ]
+        lines = [
+            f"call {p.call_id!r} to tool {p.tool!r} needs approval (digest {p.digest})"
+            for p in view.pending
+        ]
+        text = "; ".join(lines) + (
+            '. Reply on this task with a data part {"approve": true|false, '
+            '"reason": "..."} or {"decisions": [{"digest", "approve", "reason"}]}.'
+        )
+        return text, {"pending": pending}
+    error = view.error or {"code": RUN_FAILED, "message": "failed"}
+    return f"{error['code']}: {error['message']}", {"error": dict(error)}
+
+
+def settled_task(task: Any, view: RunView) -> Any:
+    """A copy of ``task`` (the SDK's model) brought to where its stopped run is, for a task no
+    executor followed to the end (its server stopped in between)."""
+    import uuid
+
+    from a2a.helpers import new_data_part, new_text_part
+    from a2a.types import Artifact, Message, Role, Task, TaskState
+
+    states = {
+        "completed": TaskState.TASK_STATE_COMPLETED,
+        "cancelled": TaskState.TASK_STATE_CANCELED,
+        "waiting": TaskState.TASK_STATE_INPUT_REQUIRED,
+        "failed": TaskState.TASK_STATE_FAILED,
+    }
+    settled = Task()
+    settled.CopyFrom(task)
+    settled.status.Clear()
+    settled.status.state = states[view.status]
+    settled.status.timestamp.GetCurrentTime()
+    if view.status == "completed":
+        artifact = Artifact(artifact_id=str(uuid.uuid4()), name="result")
+        artifact.parts.append(new_data_part(view.result))
+        settled.artifacts.append(artifact)
+    elif view.status in ("waiting", "failed"):
+        text, data = stop_message(view)
+        message = Message(
+            message_id=str(uuid.uuid4()),
+            role=Role.ROLE_AGENT,
+            task_id=task.id,
+            context_id=task.context_id,
+        )
+        message.parts.extend([new_text_part(text), new_data_part(data)])
+        settled.status.message.CopyFrom(message)
+    return settled
 
 
 def _working_text(event: RunEvent) -> str | None:
