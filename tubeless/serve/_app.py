@@ -29,6 +29,8 @@ from tubeless.serve._security import BodyTooLarge, Guard
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
+    from tubeless.serve.protocols import ProtocolRoutes
+
 __all__ = ["create_app"]
 
 #: Seconds a 429 asks the client to wait.
@@ -62,7 +64,7 @@ async def _on_anything(request: Request, exc: Exception) -> Response:
     return _error(500, SERVE_INTERNAL, "the server failed to answer; see its log")
 
 
-def _protocols(manager: RunManager, config: ServeConfig) -> Any:
+def _protocols(manager: RunManager, config: ServeConfig) -> ProtocolRoutes:
     """AG-UI, A2A and MCP over the manager (``POST /ag-ui/{entry}``, the agent card, ``/a2a``,
     ``/mcp``): their runs are served runs, owned by the bearer token that started them. The
     card is made per request for the address the client used (a Host the guard allowed)."""
@@ -70,7 +72,7 @@ def _protocols(manager: RunManager, config: ServeConfig) -> Any:
 
     from tubeless.serve._a2a_tasks import DurableTaskStore
     from tubeless.serve._protocol_runner import ServedRunner
-    from tubeless.serve.protocols import agent_card, protocol_routes
+    from tubeless.serve.protocols import ProtocolRoutes, agent_card, protocol_routes
 
     runner = ServedRunner(manager)
     tasks = DurableTaskStore(config.registry, runner)
@@ -90,7 +92,7 @@ def _protocols(manager: RunManager, config: ServeConfig) -> Any:
         return JSONResponse(agent_card_to_dict(agent_card(runner.info, str(request.base_url))))
 
     card_route = Route("/.well-known/agent-card.json", card, methods=["GET"])
-    return type(mounted)(routes=[card_route, *mounted.routes], lifespan=lifespan)
+    return ProtocolRoutes(routes=[card_route, *mounted.routes], lifespan=lifespan)
 
 
 def create_app(
