@@ -366,3 +366,46 @@ def test_a_new_input_on_a_finished_thread_starts_the_thread_over(
     with _api(server) as api:
         runs = [r for r in api.get("/v1/runs").json()["runs"] if r["key"] == "ag-again"]
     assert [r["status"] for r in runs] == ["completed", "completed"]
+
+
+def test_an_ag_ui_client_that_goes_away_cancels_the_served_run(
+    served: tuple[Protocols, Server],
+) -> None:
+    protocols, server = served
+    body = {
+        "threadId": "ag-gone",
+        "runId": "r",
+        "messages": [],
+        "forwardedProps": {"input": {"text": "g", "mode": "wait"}},
+    }
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    with (
+        httpx.Client(base_url=server.url, timeout=HANG_GUARD, headers=headers) as client,
+        client.stream("POST", "/ag-ui/worker", json=body) as response,
+    ):
+        for line in response.iter_lines():
+            if '"TOOL_CALL_END"' in line:  # the call is under way: leave
+                break
+    protocols.wait_for("waiting-g-1")
+    with _api(server) as api:
+        run = wait_status(api, _served_run(server, "ag-gone")["run_id"], {"cancelled", "failed"})
+    assert run["status"] == "cancelled"
+    assert run["error"]["code"] == "TUBELESS_RUN_CANCELLED"
+
+
+async def test_a_cancelled_mcp_tool_call_cancels_its_served_run(
+    served: tuple[Protocols, Server],
+) -> None:
+    protocols, server = served
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=HANG_GUARD)
+    async with http, Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as mcp:
+        call = asyncio.create_task(mcp.call_tool("worker", {"text": "m", "mode": "wait"}))
+        await asyncio.to_thread(protocols.wait_for, "waiting-m-1")
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    with _api(server) as api:
+        listed = api.get("/v1/runs").json()["runs"]  # newest first
+        mine = next(r for r in listed if r["key"].startswith("worker:"))  # an MCP run's key
+        run = wait_status(api, mine["run_id"], {"cancelled", "failed"})
+    assert run["status"] == "cancelled"
