@@ -34,7 +34,7 @@ from tests.serve.conftest import Server, wait_status
 from tests.serve.protocols.served import TOKEN, Protocols, protocols_in
 from tests.serve.protocols.sse import check_order, parse_sse
 from tests.serve.protocols.test_a2a import _client, _data, _message, _send
-from tubeless.serve.protocols._a2a import send_message_rule
+from tubeless.serve.protocols._a2a_send import send_message_rule
 
 
 @pytest.fixture(scope="module")

@@ -36,11 +36,11 @@ either way.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tubeless.errors import RUN_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
+from tubeless.serve.protocols._a2a_send import returns_at_once
 from tubeless.serve.protocols._identity import bearer_identity
 from tubeless.serve.protocols._runner import (
     Caller,
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from a2a.server.tasks import TaskStore
     from a2a.types import AgentCard
     from starlette.requests import Request
-    from starlette.responses import Response
     from starlette.routing import BaseRoute
 
 __all__ = ["a2a_routes", "agent_card", "decisions_of"]
@@ -373,57 +372,5 @@ def a2a_routes(
     )
     (rpc,) = create_jsonrpc_routes(handler, rpc_path, context_builder=Builder())
     assert isinstance(rpc, Route)
-    waiting_rule = Route(rpc_path, _returns_at_once(rpc.endpoint), methods=["POST"])
+    waiting_rule = Route(rpc_path, returns_at_once(rpc.endpoint), methods=["POST"])
     return [*create_agent_card_routes(card), waiting_rule]
-
-
-def _returns_at_once(endpoint: Callable[[Request], Awaitable[Response]]) -> Any:
-    """``endpoint`` with ``SendMessage`` returning at once unless asked to wait (see the module
-    docstring): the request's ``configuration.returnImmediately`` is set before the SDK reads
-    it."""
-    from starlette.requests import Request
-
-    async def rpc(request: Request) -> Response:
-        changed = send_message_rule(await request.body())
-        if changed is None:
-            return await endpoint(request)  # the body stays cached on the request
-        sent = False
-
-        async def receive() -> MutableMapping[str, Any]:
-            nonlocal sent
-            if sent:
-                return await request.receive()  # a disconnect, for a streaming answer
-            sent = True
-            return {"type": "http.request", "body": changed, "more_body": False}
-
-        return await endpoint(Request(request.scope, receive))
-
-    return rpc
-
-
-def send_message_rule(raw: bytes) -> bytes | None:
-    """The JSON-RPC body with ``SendMessage``'s ``configuration.returnImmediately`` made
-    explicit by tubeless's rule (at once unless asked to wait), or ``None`` for any other
-    request (left for the SDK to answer, errors included)."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(body, dict) or body.get("method") != "SendMessage":
-        return None
-    params = body.get("params")
-    if not isinstance(params, dict):
-        return None
-    config = params.get("configuration", {})
-    if not isinstance(config, dict):
-        return None  # malformed: the SDK refuses it
-    config = dict(config)
-    metadata = params.get("metadata")
-    wait = (
-        config.pop("blocking", None) is True
-        or config.get("returnImmediately") is False
-        or (isinstance(metadata, dict) and metadata.get("blocking") is True)
-    )
-    config["returnImmediately"] = not wait
-    params["configuration"] = config
-    return json.dumps(body).encode()
