@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless.agent._spi import OBSERVER
 from tubeless.errors import OPTIONS_VALIDATION_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
+from tubeless.serve._config import MAX_JSON_DEPTH
 from tubeless.serve._entries import RequestError
 from tubeless.serve._registry import RunRow
+from tubeless.serve._routes import depth_ok
 from tubeless.serve.protocols import (
     Caller,
     PendingApproval,
@@ -125,6 +127,11 @@ class ServedRunner:
         return self._info
 
     def validate(self, entry: str, raw_input: Any) -> None:
+        if not depth_ok(raw_input):  # the bound the HTTP API puts on its bodies
+            raise RunnerError(
+                OPTIONS_VALIDATION_FAILED,
+                f"The input of entry {entry!r} nests deeper than {MAX_JSON_DEPTH} levels",
+            )
         try:
             self.manager.entries.validate_input(self.manager.entries.get(entry), raw_input)
         except RequestError as exc:

@@ -409,3 +409,15 @@ async def test_a_cancelled_mcp_tool_call_cancels_its_served_run(
         mine = next(r for r in listed if r["key"].startswith("worker:"))  # an MCP run's key
         run = wait_status(api, mine["run_id"], {"cancelled", "failed"})
     assert run["status"] == "cancelled"
+
+
+async def test_an_input_nested_past_the_api_bound_is_refused(
+    served: tuple[Protocols, Server],
+) -> None:
+    _, server = served
+    deep: Any = "x"
+    for _ in range(80):
+        deep = [deep]
+    refused, _ = _ag_ui(server, "ag-deep", forwardedProps={"input": {"text": "x", "more": deep}})
+    assert refused.status_code == 422
+    assert "nests deeper than 64 levels" in refused.json()["error"]["message"]

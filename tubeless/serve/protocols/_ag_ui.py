@@ -108,6 +108,8 @@ async def _handle(runner: ProjectRunner, request: Request, caller: Caller) -> Re
     try:
         body = await request.json()
         agent_input = RunAgentInput.model_validate(body)
+    except RecursionError:
+        return _refusal(422, OPTIONS_VALIDATION_FAILED, "The body nests too deeply")
     except (ValueError, ValidationError) as exc:
         where = ""
         if isinstance(exc, ValidationError):
