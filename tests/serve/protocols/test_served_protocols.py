@@ -421,3 +421,18 @@ async def test_an_input_nested_past_the_api_bound_is_refused(
     refused, _ = _ag_ui(server, "ag-deep", forwardedProps={"input": {"text": "x", "more": deep}})
     assert refused.status_code == 422
     assert "nests deeper than 64 levels" in refused.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/ag-ui/worker", "/a2a", "/mcp"])
+def test_the_protocol_endpoints_pass_the_servers_host_and_size_guards(
+    served: tuple[Protocols, Server], path: str
+) -> None:
+    _, server = served
+    with _api(server) as api:
+        foreign = api.post(path, json={}, headers={"host": "rebound.example"})
+        big = api.post(path, content=b"[" + b"0," * 600_000 + b"0]")
+    assert (foreign.status_code, foreign.json()["error"]["code"]) == (
+        403,
+        "TUBELESS_SERVE_FORBIDDEN_HOST",
+    )
+    assert (big.status_code, big.json()["error"]["code"]) == (413, "TUBELESS_SERVE_TOO_LARGE")
