@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tubeless.serve._routes import _depth_ok
+from tubeless.serve._routes import depth_ok
 from tubeless.serve._security import Guard
 
 TOKEN = "guard-token-0123456789abcdef"
@@ -106,7 +106,7 @@ _json = st.recursive(
 def test_the_depth_bound_matches_the_nesting(value: Any, wrap: int) -> None:
     for _ in range(wrap):
         value = [value]
-    assert _depth_ok(value) == (_depth(value) <= 64)
+    assert depth_ok(value) == (_depth(value) <= 64)
 
 
 def test_a_self_authenticating_mount_is_passed_through_and_nothing_beside_it() -> None:

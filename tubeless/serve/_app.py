@@ -29,6 +29,8 @@ from tubeless.serve._security import EVENTS_PATH, BodyTooLarge, Guard
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
+    from tubeless.serve.protocols import ProtocolRoutes
+
 __all__ = ["create_app"]
 
 #: Seconds a 429 asks the client to wait.
@@ -60,6 +62,37 @@ async def _on_too_large(request: Request, exc: Exception) -> Response:
 
 async def _on_anything(request: Request, exc: Exception) -> Response:
     return _error(500, SERVE_INTERNAL, "the server failed to answer; see its log")
+
+
+def _protocols(manager: RunManager, config: ServeConfig) -> ProtocolRoutes:
+    """AG-UI, A2A and MCP over the manager (``POST /ag-ui/{entry}``, the agent card, ``/a2a``,
+    ``/mcp``): their runs are served runs, owned by the bearer token that started them. The
+    card is made per request for the address the client used (a Host the guard allowed)."""
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+    from tubeless.serve._a2a_tasks import DurableTaskStore
+    from tubeless.serve._protocol_runner import ServedRunner
+    from tubeless.serve.protocols import ProtocolRoutes, agent_card, protocol_routes
+
+    runner = ServedRunner(manager)
+    tasks = DurableTaskStore(config.registry, runner)
+    shown = f"[{config.host}]" if ":" in config.host else config.host
+    mounted = protocol_routes(runner, base_url=f"http://{shown}:{config.port}", task_store=tasks)
+    enter = mounted.lifespan
+
+    @contextlib.asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        try:
+            async with enter():
+                yield
+        finally:
+            tasks.close()
+
+    async def card(request: Request) -> Response:
+        return JSONResponse(agent_card_to_dict(agent_card(runner.info, str(request.base_url))))
+
+    card_route = Route("/.well-known/agent-card.json", card, methods=["GET"])
+    return ProtocolRoutes(routes=[card_route, *mounted.routes], lifespan=lifespan)
 
 
 def create_app(
@@ -105,6 +138,8 @@ def create_app(
         Route("/v1/runs/{run_id}/approvals/{call_id}", endpoints.approve, methods=["POST"]),
         Route("/v1/approvals", endpoints.approvals, methods=["GET"]),
     ]
+    protocols = _protocols(manager, config)
+    routes.extend(protocols.routes)
     if ui is not False:  # the web pages of ``tubeless ui``, over the same manager and stores
         from starlette.routing import Mount
 
@@ -116,7 +151,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await manager.start()
         try:
-            yield
+            async with protocols.lifespan():  # the MCP session manager
+                yield
         finally:
             await manager.stop()
 

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,10 @@ class RunManager:
         self.readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tubeless-serve-read")
         self._sweeper: asyncio.Task[None] | None = None
         self._stopping = False
+        #: Called in a run's own task just before it runs (``row``) and after its end was
+        #: recorded (``row`` as it was launched): the protocols follow their runs here.
+        self.on_launch: list[Callable[[RunRow], None]] = []
+        self.on_end: list[Callable[[RunRow], None]] = []
 
     @staticmethod
     def check_stores(config: ServeConfig) -> None:
@@ -170,8 +175,13 @@ class RunManager:
         key: str | None,
         limits: Any,
         idempotency_key: str | None,
+        caller: str | None = None,
+        restart: bool = False,
     ) -> tuple[RunRow, bool]:
-        """Record and start a run; ``(row, created)``. Raises :class:`RequestError`."""
+        """Record and start a run; ``(row, created)``. Raises :class:`RequestError`.
+
+        ``caller`` names who started it through a protocol; ``restart`` starts the key over
+        instead of resuming it (or answering its saved end)."""
         if idempotency_key is not None:
             seen = self.registry.by_idempotency_key(idempotency_key)
             if seen is not None:
@@ -207,6 +217,8 @@ class RunManager:
             raw_input=raw_input,
             limits=checked_limits,
             idempotency_key=idempotency_key,
+            caller=caller,
+            restart=restart,
         )
         if not created:
             if idempotency_key is not None and row.idempotency_key == idempotency_key:
@@ -235,6 +247,8 @@ class RunManager:
         try:
             entry = self.entries.for_run(row.entry, row.limits)
             first = row.status == "queued"
+            for hook in self.on_launch:
+                hook(row)
             finished = await entry.run(
                 row.input,
                 trace=[self.sink, self.metrics.sink],
@@ -243,6 +257,7 @@ class RunManager:
                 correlation_id=row.run_id,
                 checkpoints=self.store,
                 checkpoint_key=row.key,
+                restart=row.restart and first,
             )
         except asyncio.CancelledError:
             pass  # this worker stops: the checkpoint stays resumable, the run stays running
@@ -268,6 +283,11 @@ class RunManager:
                 self._local.pop(row.run_id, None)
                 self.claims.release(row.run_id)
                 local.done.set()
+                for hook in self.on_end:
+                    try:
+                        hook(row)
+                    except Exception:
+                        log.exception("serve: a hook on the end of run %s failed", row.run_id)
 
     def _record_end(self, row: RunRow, run: PipelineRun, local: _Local) -> None:
         record_end(

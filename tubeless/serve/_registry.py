@@ -46,6 +46,8 @@ CREATE TABLE IF NOT EXISTS serve_runs (
     usage_json TEXT,
     pending_json TEXT,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
+    caller TEXT,
+    restart INTEGER NOT NULL DEFAULT 0,
     created_at_ms INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL
 )
@@ -54,9 +56,12 @@ _INDEXES = (
     "CREATE INDEX IF NOT EXISTS serve_runs_key_idx ON serve_runs (key, status)",
     "CREATE INDEX IF NOT EXISTS serve_runs_status_idx ON serve_runs (status)",
 )
+#: Columns added after the first release of the table: (name, declaration).
+_ADDED = (("caller", "TEXT"), ("restart", "INTEGER NOT NULL DEFAULT 0"))
 _COLUMNS = (
     "seq, run_id, entry, key, idempotency_key, input_json, limits_json, status, result_json, "
-    "error_json, turns, calls, usage_json, cancel_requested, created_at_ms, updated_at_ms"
+    "error_json, turns, calls, usage_json, cancel_requested, created_at_ms, updated_at_ms, "
+    "caller, restart"
 )
 
 
@@ -81,6 +86,10 @@ class RunRow:
     created_at_ms: int
     updated_at_ms: int
     has_result: bool
+    caller: str | None = None
+    """Who started the run through a protocol (a hash of its bearer token); ``None``: the API."""
+    restart: bool = False
+    """Start the key over instead of resuming it (first launch only)."""
 
     @property
     def live(self) -> bool:
@@ -93,7 +102,7 @@ def _loads(text: str | None) -> Any:
 
 def _row(values: Sequence[Any]) -> RunRow:
     (seq, run_id, entry, key, idem, input_json, limits_json, status, result_json, error_json,
-     turns, calls, usage_json, cancel, created, updated) = values  # fmt: skip
+     turns, calls, usage_json, cancel, created, updated, caller, restart) = values  # fmt: skip
     return RunRow(
         seq=seq,
         run_id=run_id,
@@ -112,6 +121,8 @@ def _row(values: Sequence[Any]) -> RunRow:
         created_at_ms=created,
         updated_at_ms=updated,
         has_result=result_json is not None,
+        caller=caller,
+        restart=bool(restart),
     )
 
 
@@ -140,6 +151,10 @@ class RunRegistry:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.execute(_SCHEMA)
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(serve_runs)")}
+            for name, declaration in _ADDED:  # a registry made before the column existed
+                if name not in present:
+                    self._db.execute(f"ALTER TABLE serve_runs ADD COLUMN {name} {declaration}")
             for statement in _INDEXES:
                 self._db.execute(statement)
             self._db.execute("COMMIT")
@@ -175,6 +190,8 @@ class RunRegistry:
         raw_input: Any,
         limits: dict[str, Any] | None,
         idempotency_key: str | None,
+        caller: str | None = None,
+        restart: bool = False,
     ) -> tuple[RunRow, bool]:
         """Record a queued run; ``(row, True)``. When the idempotency key or a live run on the
         checkpoint key got there first (another worker at the same moment), ``(that, False)``."""
@@ -200,8 +217,8 @@ class RunRegistry:
                     return _row(found), False
                 self._db.execute(
                     "INSERT INTO serve_runs (run_id, entry, key, idempotency_key, input_json, "
-                    "limits_json, status, created_at_ms, updated_at_ms) "
-                    "VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
+                    "limits_json, status, created_at_ms, updated_at_ms, caller, restart) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
                     (
                         run_id,
                         entry,
@@ -211,6 +228,8 @@ class RunRegistry:
                         None if limits is None else json.dumps(limits),
                         now,
                         now,
+                        caller,
+                        int(restart),
                     ),
                 )
                 self._db.execute("COMMIT")
@@ -297,6 +316,20 @@ class RunRegistry:
                 f"SELECT {_COLUMNS} FROM serve_runs WHERE {' AND '.join(where)} "
                 "ORDER BY seq DESC LIMIT ?",
                 (*params, limit),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def latest_on_key(self, key: str) -> RunRow | None:
+        """The newest run of checkpoint ``key``, whatever its status."""
+        return self._one("key = ? ORDER BY seq DESC", (key,))
+
+    def owned_by(self, caller: str | None) -> list[RunRow]:
+        """The runs ``caller`` started through a protocol, oldest first."""
+        where = "caller IS NULL" if caller is None else "caller = ?"
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM serve_runs WHERE {where} ORDER BY seq",
+                () if caller is None else (caller,),
             ).fetchall()
         return [_row(r) for r in rows]
 

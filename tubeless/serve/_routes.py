@@ -16,7 +16,7 @@ from tubeless.serve._entries import RequestError
 if TYPE_CHECKING:
     from tubeless.serve._manager import RunManager
 
-__all__ = ["Endpoints"]
+__all__ = ["Endpoints", "depth_ok"]
 
 #: The longest a POST may wait for its run.
 MAX_WAIT_S = 300.0
@@ -27,7 +27,8 @@ def _bad(message: str) -> RequestError:
     return RequestError(400, SERVE_BAD_REQUEST, message)
 
 
-def _depth_ok(value: Any) -> bool:
+def depth_ok(value: Any) -> bool:
+    """Whether ``value`` nests objects and arrays at most ``MAX_JSON_DEPTH`` deep."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -51,7 +52,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
         raise _bad(
             f"the body is not JSON ({type(exc).__name__} at char {getattr(exc, 'pos', '?')})"
         ) from None
-    if not _depth_ok(data):
+    if not depth_ok(data):
         raise _bad(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
     if not isinstance(data, dict):
         raise _bad("the body must be a JSON object")

@@ -82,7 +82,10 @@ def _message(
 
 async def _send(client: Any, message: Message, *, immediately: bool = False) -> Task:
     request = SendMessageRequest(message=message)
-    request.configuration.return_immediately = immediately
+    if immediately:  # tubeless's default; said here all the same
+        request.configuration.return_immediately = True
+    else:  # wait for the task to stop: how an a2a-sdk 1.x client asks it of tubeless
+        request.metadata.update({"blocking": True})
     responses = [response async for response in client.send_message(request)]
     assert responses[-1].HasField("task"), responses
     task: Task = responses[-1].task

@@ -22,8 +22,16 @@ over its task store; this module gives it an ``AgentExecutor`` that drives the
 * **Owners**: each request's caller (``caller_of``, by default a hash of its bearer token) owns
   the tasks it creates; the task store and the runner show a task to its owner only.
 
-``SendMessage`` follows A2A 1.0: it waits for the task to stop (completed, failed, canceled
-or input-required) unless ``configuration.returnImmediately`` is set.
+``SendMessage`` returns at once with the task (``TASK_STATE_SUBMITTED``; follow it with
+``GetTask`` or ``SubscribeToTask``) unless the request asks to wait, in which case it answers
+once the task stopped (completed, failed, canceled or input-required). A2A 1.0 and a2a-sdk 1.x
+name this ``configuration.returnImmediately``, waiting by default; tubeless keeps the rule of
+A2A 0.3 (``configuration.blocking``, returning at once by default) and maps it onto the SDK's
+field before the SDK reads the request: a request waits when its ``configuration.blocking`` is
+true, when it sets ``configuration.returnImmediately`` to false explicitly, or when its
+``metadata.blocking`` is true (the way an a2a-sdk 1.x client, whose request model has no
+``blocking`` and never sends a false field, asks for it). ``SendStreamingMessage`` streams
+either way.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tubeless.errors import RUN_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
+from tubeless.serve.protocols._a2a_send import returns_at_once
 from tubeless.serve.protocols._identity import bearer_identity
 from tubeless.serve.protocols._runner import (
     Caller,
@@ -45,6 +54,7 @@ from tubeless.serve.protocols._runner import (
 
 if TYPE_CHECKING:
     from a2a.server.agent_execution import AgentExecutor
+    from a2a.server.tasks import TaskStore
     from a2a.types import AgentCard
     from starlette.requests import Request
     from starlette.routing import BaseRoute
@@ -233,26 +243,15 @@ def _executor(runner: ProjectRunner) -> AgentExecutor:
             if view.status == "completed":
                 await updater.add_artifact([new_data_part(view.result)], name="result")
                 await updater.complete()
-            elif view.status == "waiting":
-                pending = [
-                    {"call_id": p.call_id, "tool": p.tool, "digest": p.digest, "input": p.input}
-                    for p in view.pending
-                ]
-                lines = [
-                    f"call {p.call_id!r} to tool {p.tool!r} needs approval (digest {p.digest})"
-                    for p in view.pending
-                ]
-                text = "; ".join(lines) + (
-                    '. Reply on this task with a data part {"approve": true|false, '
-                    '"reason": "..."} or {"decisions": [{"digest", "approve", "reason"}]}.'
-                )
-                await updater.requires_input(agent_message(updater, text, {"pending": pending}))
             elif view.status == "cancelled":
                 await updater.cancel()
             else:
-                error = view.error or {"code": RUN_FAILED, "message": "failed"}
-                text = f"{error['code']}: {error['message']}"
-                await updater.failed(agent_message(updater, text, {"error": dict(error)}))
+                text, data = stop_message(view)
+                message = agent_message(updater, text, data)
+                if view.status == "waiting":
+                    await updater.requires_input(message)
+                else:
+                    await updater.failed(message)
 
         async def cancel(self, context: Any, event_queue: Any) -> None:
             caller = _owner(context.call_context)
@@ -263,6 +262,63 @@ def _executor(runner: ProjectRunner) -> AgentExecutor:
             await updater.cancel()
 
     return Executor()
+
+
+def stop_message(view: RunView) -> tuple[str, dict[str, Any]]:
+    """The text and data of the status message of a task whose run waits for approvals (the
+    pending calls) or failed (the error)."""
+    if view.status == "waiting":
+        pending = [
+            {"call_id": p.call_id, "tool": p.tool, "digest": p.digest, "input": p.input}
+            for p in view.pending
+        ]
+        lines = [
+            f"call {p.call_id!r} to tool {p.tool!r} needs approval (digest {p.digest})"
+            for p in view.pending
+        ]
+        text = "; ".join(lines) + (
+            '. Reply on this task with a data part {"approve": true|false, '
+            '"reason": "..."} or {"decisions": [{"digest", "approve", "reason"}]}.'
+        )
+        return text, {"pending": pending}
+    error = view.error or {"code": RUN_FAILED, "message": "failed"}
+    return f"{error['code']}: {error['message']}", {"error": dict(error)}
+
+
+def settled_task(task: Any, view: RunView) -> Any:
+    """A copy of ``task`` (the SDK's model) brought to where its stopped run is, for a task no
+    executor followed to the end (its server stopped in between)."""
+    import uuid
+
+    from a2a.helpers import new_data_part, new_text_part
+    from a2a.types import Artifact, Message, Role, Task, TaskState
+
+    states = {
+        "completed": TaskState.TASK_STATE_COMPLETED,
+        "cancelled": TaskState.TASK_STATE_CANCELED,
+        "waiting": TaskState.TASK_STATE_INPUT_REQUIRED,
+        "failed": TaskState.TASK_STATE_FAILED,
+    }
+    settled = Task()
+    settled.CopyFrom(task)
+    settled.status.Clear()
+    settled.status.state = states[view.status]
+    settled.status.timestamp.GetCurrentTime()
+    if view.status == "completed":
+        artifact = Artifact(artifact_id=str(uuid.uuid4()), name="result")
+        artifact.parts.append(new_data_part(view.result))
+        settled.artifacts.append(artifact)
+    elif view.status in ("waiting", "failed"):
+        text, data = stop_message(view)
+        message = Message(
+            message_id=str(uuid.uuid4()),
+            role=Role.ROLE_AGENT,
+            task_id=task.id,
+            context_id=task.context_id,
+        )
+        message.parts.extend([new_text_part(text), new_data_part(data)])
+        settled.status.message.CopyFrom(message)
+    return settled
 
 
 def _working_text(event: RunEvent) -> str | None:
@@ -280,14 +336,17 @@ def a2a_routes(
     base_url: str,
     caller_of: CallerOf | None = bearer_identity,
     rpc_path: str = "/a2a",
+    task_store: TaskStore | None = None,
 ) -> list[BaseRoute]:
     """The agent card route and the JSON-RPC route over ``runner`` (see the module docstring).
-    Authentication is the mounting app's middleware (the card needs no token)."""
+    Authentication is the mounting app's middleware (the card needs no token). ``task_store``
+    keeps the SDK's tasks (default: in memory, for the life of the process)."""
     from a2a.auth.user import User
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
     from a2a.server.routes.common import DefaultServerCallContextBuilder
     from a2a.server.tasks import InMemoryTaskStore
+    from starlette.routing import Route
 
     class CallerUser(User):
         def __init__(self, name: Caller) -> None:
@@ -307,9 +366,11 @@ def a2a_routes(
 
     card = agent_card(runner.info, base_url, rpc_path=rpc_path)
     handler = DefaultRequestHandler(
-        agent_executor=_executor(runner), task_store=InMemoryTaskStore(), agent_card=card
+        agent_executor=_executor(runner),
+        task_store=task_store if task_store is not None else InMemoryTaskStore(),
+        agent_card=card,
     )
-    return [
-        *create_agent_card_routes(card),
-        *create_jsonrpc_routes(handler, rpc_path, context_builder=Builder()),
-    ]
+    (rpc,) = create_jsonrpc_routes(handler, rpc_path, context_builder=Builder())
+    assert isinstance(rpc, Route)
+    waiting_rule = Route(rpc_path, returns_at_once(rpc.endpoint), methods=["POST"])
+    return [*create_agent_card_routes(card), waiting_rule]

@@ -32,7 +32,13 @@ import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tubeless.errors import OPTIONS_VALIDATION_FAILED, RUN_FAILED, SERVE_CONFLICT, SERVE_NOT_FOUND
+from tubeless.errors import (
+    OPTIONS_VALIDATION_FAILED,
+    RUN_FAILED,
+    SERVE_BUSY,
+    SERVE_CONFLICT,
+    SERVE_NOT_FOUND,
+)
 from tubeless.serve.protocols._identity import bearer_identity
 from tubeless.serve.protocols._runner import (
     Caller,
@@ -81,11 +87,14 @@ def ag_ui_routes(
 def _refusal(status: int, code: str, message: str) -> Response:
     from starlette.responses import JSONResponse
 
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+    headers = {"retry-after": "1"} if status == 429 else None
+    return JSONResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )
 
 
 def _status_of(error: RunnerError) -> int:
-    return {SERVE_NOT_FOUND: 404, SERVE_CONFLICT: 409}.get(error.code, 422)
+    return {SERVE_NOT_FOUND: 404, SERVE_CONFLICT: 409, SERVE_BUSY: 429}.get(error.code, 422)
 
 
 async def _handle(runner: ProjectRunner, request: Request, caller: Caller) -> Response:
@@ -99,6 +108,8 @@ async def _handle(runner: ProjectRunner, request: Request, caller: Caller) -> Re
     try:
         body = await request.json()
         agent_input = RunAgentInput.model_validate(body)
+    except RecursionError:
+        return _refusal(422, OPTIONS_VALIDATION_FAILED, "The body nests too deeply")
     except (ValueError, ValidationError) as exc:
         where = ""
         if isinstance(exc, ValidationError):

@@ -26,6 +26,7 @@ from tubeless.serve.protocols._mcp import mcp_http_app
 from tubeless.serve.protocols._runner import Caller, ProjectRunner
 
 if TYPE_CHECKING:
+    from a2a.server.tasks import TaskStore
     from starlette.routing import BaseRoute
 
 __all__ = ["ProtocolRoutes", "protocol_routes"]
@@ -45,10 +46,12 @@ def protocol_routes(
     base_url: str,
     caller_of: Callable[[Any], Caller] | None = bearer_identity,
     allowed_hosts: list[str] | None = None,
+    task_store: TaskStore | None = None,
 ) -> ProtocolRoutes:
     """The AG-UI, A2A and MCP routes over ``runner``. ``base_url`` is where clients reach the
     server (the agent card names ``{base_url}/a2a``); ``allowed_hosts`` is the MCP transport's
-    own Host allowlist (``None``: leave Host checks to the app's middleware)."""
+    own Host allowlist (``None``: leave Host checks to the app's middleware); ``task_store``
+    keeps the A2A tasks (default: in memory)."""
     mcp = mcp_http_app(runner, caller_of=caller_of, allowed_hosts=allowed_hosts)
 
     def lifespan() -> AbstractAsyncContextManager[Any]:
@@ -56,7 +59,7 @@ def protocol_routes(
 
     routes = [
         *ag_ui_routes(runner, caller_of=caller_of),
-        *a2a_routes(runner, base_url=base_url, caller_of=caller_of),
+        *a2a_routes(runner, base_url=base_url, caller_of=caller_of, task_store=task_store),
         *mcp.routes,
     ]
     return ProtocolRoutes(routes=routes, lifespan=lifespan)
