@@ -8,8 +8,9 @@ imported from here, so importing this module loads nothing its caller does not n
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tubeless._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from tubeless.serve._config import CONFIG_ENV, ServeConfig, is_loopback, to_environment
@@ -32,15 +33,4 @@ _HOMES: dict[str, tuple[str, str]] = {
     "ServeConfig": ("tubeless.serve._config", "ServeConfig"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home[0]), home[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(globals(), _HOMES)

@@ -13,8 +13,9 @@ module costs nothing and never loads a module its caller does not need.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tubeless._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from tubeless.tracing._otel_spans import model_request_attributes
@@ -35,15 +36,4 @@ _HOMES: dict[str, tuple[str, str]] = {
     "recordable_model": ("tubeless.tracing._server_text", "recordable_model"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home[0]), home[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(globals(), _HOMES)
