@@ -188,30 +188,36 @@ class AgentEntry:
             self.extra.pop("decision", None)  # one an older phase held, never checked
 
     def to_json(self, text: _Text) -> str:
+        out: list[str] = []
+        self.write(out, text)
+        return "".join(out)
+
+    def write(self, out: list[str], text: _Text) -> None:
+        """Append the entry's text to ``out`` in parts: the large values' texts are appended as
+        they are, so the document copies each of them once, when it joins its parts."""
         if self.extra:
-            return self._merged(text)
+            out.append(self._merged(text))
+            return
         # The pairs in sorted key order, keys written as literals (the hot path of a commit).
-        parts = ["{"]
-        if self.agent is not ABSENT:
-            parts.append(f'"agent":{plain(self.agent)},')
-        parts.append(f'"budget":{self.budget.to_json(text)},"calls":{int.__repr__(self.calls)}')
+        budget = self.budget.to_json(text)
+        head = "{" if self.agent is ABSENT else f'{{"agent":{plain(self.agent)},'
+        out.append(f'{head}"budget":{budget},"calls":{int.__repr__(self.calls)}')
         if self.decision is not None:
-            parts.append(f',"decision":{self.decision.to_json(text)}')
-        parts.append(f',"definition":{text(self.definition)}')
+            out += (',"decision":', self.decision.to_json(text))
+        out += (',"definition":', text(self.definition))
         if self.failure is not None:
-            parts.append(f',"failure":{self.failure.to_json(text)}')
+            out += (',"failure":', self.failure.to_json(text))
         if self.input is not ABSENT:
-            parts.append(f',"input":{text(self.input)}')
-        parts.append(f',"phase":{plain(self.phase)}')
+            out += (',"input":', text(self.input))
+        out.append(f',"phase":{plain(self.phase)}')
         if self.result is not ABSENT:
-            parts.append(f',"result":{text(self.result)}')
+            out += (',"result":', text(self.result))
         if self.state is not ABSENT:
-            parts.append(f',"state":{text(self.state)}')
-        parts.append(
+            out += (',"state":', text(self.state))
+        out.append(
             f',"state_version":{int.__repr__(self.state_version)},'
             f'"turn":{int.__repr__(self.turn)}}}'
         )
-        return "".join(parts)
 
     def _merged(self, text: _Text) -> str:
         pairs: _Pairs = []
@@ -323,14 +329,15 @@ class CheckpointDocument:
         did not change since the last commit)."""
         text = (fragments or Fragments()).text
         agents = self.agents
-        listed = ",".join(
-            [f"{_string(route)}:{agents[route].to_json(text)}" for route in sorted(agents)]
-        )
+        out = ['{"agents":{']
+        for route in sorted(agents):
+            out.append(f"{_string(route)}:" if len(out) == 1 else f",{_string(route)}:")
+            agents[route].write(out, text)
         if self.extra:
-            return self._merged(listed, text)
-        parts = [f'{{"agents":{{{listed}}}']
+            return self._merged("".join(out)[len('{"agents":{') :], text)
+        out.append("}")
         if self.approvals is not None:
-            parts.append(f',"approvals":{self.approvals.to_json(text)}')
+            out += (',"approvals":', self.approvals.to_json(text))
         for name, value in (
             ("entry", self.entry),
             ("key", self.key),
@@ -339,9 +346,9 @@ class CheckpointDocument:
             ("version", self.version),
         ):
             if value is not ABSENT:
-                parts.append(f',"{name}":{plain(value)}')
-        parts.append("}")
-        return "".join(parts)
+                out.append(f',"{name}":{plain(value)}')
+        out.append("}")
+        return "".join(out)
 
     def _merged(self, listed: str, text: _Text) -> str:
         pairs = [("agents", "{" + listed + "}")]

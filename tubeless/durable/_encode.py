@@ -32,9 +32,9 @@ from itertools import islice
 from operator import is_
 from typing import Any
 
-from tubeless.frozen import FrozenDict
+from tubeless.frozen import FrozenDict, FrozenTuple
 
-__all__ = ["Fragments", "checked_json", "plain", "string"]
+__all__ = ["Fragments", "checked_json", "frozen_json", "plain", "string"]
 
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
 _string: Any = json.encoder.encode_basestring_ascii  # what _dumps does for a str (ensure_ascii)
@@ -64,9 +64,35 @@ def checked_json(value: Any) -> str:
     return text
 
 
+def _unencodable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _frozen_encoder() -> Callable[[Any], str]:
+    """``_dumps`` for deeply frozen values: the C encoder called directly, without the set-up
+    ``JSONEncoder.encode`` repeats at every call and without its cycle check (a frozen value
+    has no cycle)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return _dumps
+    encode = make(None, _unencodable, _string, None, ":", ",", True, False, False)
+
+    def frozen_json(value: Any) -> str:
+        return "".join(encode(value, 0))
+
+    return frozen_json
+
+
+#: ``_dumps`` of a ``FrozenDict`` or ``FrozenTuple``. Such a value needs no round-trip check:
+#: it holds only string keys, exact ``str``/``int``/``bool``/``None`` values, finite floats
+#: and tuples and ``FrozenDict``s of them (``tubeless.frozen``), all of which JSON reads back
+#: as the same text.
+frozen_json = _frozen_encoder()
+
 #: How many values' texts are kept (then the cache starts over; prefixes are kept apart).
 _MAX_CACHED = 256
-#: A ``FrozenDict`` with at most this many keys is written key by key (a larger one whole).
+#: A ``FrozenDict`` with at most this many keys, some of them containers, is written key by key
+#: (a larger one, or one of scalars only, whole).
 _SPLIT_KEYS = 32
 #: How deep key-by-key writing goes (deeper values are written whole by the C encoder).
 _SPLIT_DEPTH = 8
@@ -102,13 +128,21 @@ class Fragments:
         if found is not None and found[0] is value:
             return found[1]
         kind = type(value)
-        text: str | None = None
-        if depth < _SPLIT_DEPTH:
-            if kind is FrozenDict and len(value) <= _SPLIT_KEYS:
+        if kind is FrozenDict:
+            if (
+                depth < _SPLIT_DEPTH
+                and len(value) <= _SPLIT_KEYS
+                and not _SCALAR.issuperset(map(type, dict.values(value)))
+            ):
                 text = self._object(value, depth + 1)
-            elif isinstance(value, tuple) and len(value) >= _PREFIX_MIN:
+            else:
+                text = frozen_json(value)
+        elif kind is FrozenTuple or kind is tuple:
+            if depth < _SPLIT_DEPTH and len(value) >= _PREFIX_MIN:
                 text = self._extended(value, depth + 1)
-        if text is None:
+            else:
+                text = frozen_json(value) if kind is FrozenTuple else checked_json(value)
+        else:
             text = checked_json(value)
         cache = self._cache
         if len(cache) >= _MAX_CACHED:
@@ -116,29 +150,31 @@ class Fragments:
         cache[id(value)] = (value, text)
         return text
 
-    def _item(self, value: Any, depth: int) -> str:
-        return plain(value) if type(value) in _SCALAR else self._text(value, depth)
-
     def _object(self, value: FrozenDict, depth: int) -> str:
         """A ``FrozenDict`` (string keys, frozen values) from the texts of its values."""
-        item = self._item
-        return (
-            "{"
-            + ",".join([f"{_string(key)}:{item(value[key], depth)}" for key in sorted(value)])
-            + "}"
-        )
+        parts = []
+        for key in sorted(value):
+            item = value[key]
+            text = plain(item) if type(item) in _SCALAR else self._text(item, depth)
+            parts.append(f"{_string(key)}:{text}")
+        return "{" + ",".join(parts) + "}"
 
     def _extended(self, value: tuple[Any, ...], depth: int) -> str:
         """A tuple, from the text of a tuple written recently that it extends, if one."""
         known = self._prefix_of(value)
         if known is None:
-            text = checked_json(value)
+            text = frozen_json(value) if type(value) is FrozenTuple else checked_json(value)
         else:
             count, known_text = known
             if count == len(value):
                 return known_text
-            item = self._item
-            tail = ",".join([item(part, depth) for part in islice(value, count, None)])
+            text_of = self._text
+            tail = ",".join(
+                [
+                    plain(item) if type(item) in _SCALAR else text_of(item, depth)
+                    for item in islice(value, count, None)
+                ]
+            )
             text = f"{known_text[:-1]},{tail}]"  # a known tuple is never empty (_PREFIX_MIN)
         self._remember(value, text)
         return text
