@@ -30,9 +30,9 @@ scalars = (
 )
 values = st.recursive(
     scalars,
-    lambda children: st.lists(children, max_size=10)
+    lambda children: st.lists(children, max_size=6)
     | st.dictionaries(st.text(max_size=6), children, max_size=5),
-    max_leaves=40,
+    max_leaves=12,
 )
 
 
@@ -40,8 +40,8 @@ def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(values, st.lists(values, max_size=4)), min_size=1, max_size=6))
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(values, st.lists(values, max_size=12)), min_size=1, max_size=4))
 def test_reused_text_is_exactly_what_json_dumps_writes(steps: list[Any]) -> None:
     """A state grown like a reducer grows it (the old history plus new items, the other keys
     kept or replaced), each written after the last with the same fragments."""
