@@ -30,8 +30,9 @@ scalars = (
 )
 values = st.recursive(
     scalars,
-    lambda children: st.lists(children, max_size=6)
-    | st.dictionaries(st.text(max_size=6), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=6) | st.dictionaries(st.text(max_size=6), children, max_size=5)
+    ),
     max_leaves=12,
 )
 

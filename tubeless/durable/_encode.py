@@ -152,12 +152,13 @@ class Fragments:
 
     def _object(self, value: FrozenDict, depth: int) -> str:
         """A ``FrozenDict`` (string keys, frozen values) from the texts of its values."""
-        parts = []
+        parts = ["{"]
         for key in sorted(value):
             item = value[key]
-            text = plain(item) if type(item) in _SCALAR else self._text(item, depth)
-            parts.append(f"{_string(key)}:{text}")
-        return "{" + ",".join(parts) + "}"
+            parts.append(f"{',' if len(parts) > 1 else ''}{_string(key)}:")
+            parts.append(plain(item) if type(item) in _SCALAR else self._text(item, depth))
+        parts.append("}")
+        return "".join(parts)  # one copy of each value's text, however large
 
     def _extended(self, value: tuple[Any, ...], depth: int) -> str:
         """A tuple, from the text of a tuple written recently that it extends, if one."""
