@@ -4,7 +4,7 @@
 ``MemoryCheckpoints()``, with ``SqliteCheckpoints`` on local disk (full sync) and without
 checkpoints, alternately in one process, and prints per length: the checkpointed run's time
 per turn, the journal's share (checkpointed minus plain, in µs a turn) and the commits (durable
-writes) per turn. Its instruction counts come from ``python -m benchmarks.count W1-<turns>
+writes) per turn. Its instruction counts come from ``python -m benchmarks.count W1-50|W1|W1-1000
 memory`` (or ``checkpoints``) under callgrind; its fsyncs from ``strace -f -c``.
 """
 
