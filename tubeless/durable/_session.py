@@ -2,8 +2,9 @@
 
 A :class:`CheckpointSession` is what ``run(checkpoints=..., checkpoint_key=...)`` hands down a
 run tree. It opens nothing until the first agent asks (plans and dry runs open no storage),
-then holds the key's lease until the run ends. Every commit is encoded, round-tripped and
-checked before it is written; a write that fails poisons the session, so nothing runs past an
+then holds the key's lease until the run ends. Every commit is encoded and checked to read
+back as the same text before it is written (the typed document checks each new value once,
+``_encode``); a write that fails poisons the session, so nothing runs past an
 intent that was never recorded. The document's meaning belongs to the layer above (the agent
 harness); this module only checks that it is a JSON object of the right version.
 """
@@ -121,8 +122,8 @@ class CheckpointSession:
     def commit(self, document: Any, encoder: Callable[[Any], str] = encode) -> None:
         """Encode, check and durably write ``document``; a failure stops every later commit.
 
-        ``encoder`` replaces :func:`encode` (for a typed document: it must give the same text,
-        checked the same way, as ``CheckpointDocument.to_json`` does).
+        ``encoder`` replaces :func:`encode` (for a typed document: it must give the same text
+        as :func:`encode`, as ``CheckpointDocument.to_json`` does, each new value checked once).
         """
         if self._poisoned is not None:
             raise CheckpointError(
