@@ -7,7 +7,9 @@ the run alone (it runs inside one ``itertools.starmap`` call; imports and setup 
 Workloads: ``W1`` (200 turns), ``W2`` (20 turns of 5 calls), ``W3`` (200 one-turn runs),
 ``W4-250``/``W4-4000`` and ``W4T-250``/``W4T-4000`` (the ``+ tuple(outcomes)`` reducer).
 Kinds: ``untraced``, ``bare`` (the hand-written loop), ``executor`` (untraced, lean path off),
-``null`` (a sink that keeps nothing), ``ndjson``, ``sqlite``.
+``null`` (a sink that keeps nothing), ``ndjson``, ``sqlite``; ``memory`` and ``checkpoints``:
+untraced with ``MemoryCheckpoints()`` or a ``SqliteCheckpoints`` file (a new key each run), for
+the durable journal's share (``W1-50`` and ``W1-1000`` are W1 at 50 and 1,000 turns).
 
 ``W11 batch`` and ``W11 bare``: 1,000 I/O-bound rows at concurrency 100 through ``run_batch``
 and through a bare loop of the same runs (benchmarks/batch_driver.py); their difference is the
@@ -27,6 +29,8 @@ from benchmarks.workloads import agent, baseline
 
 _SHAPES = {
     "W1": (200, 1, 1, 1, False),
+    "W1-50": (50, 1, 1, 1, False),
+    "W1-1000": (1000, 1, 1, 1, False),
     "W2": (20, 5, 3, 1, False),
     "W3": (1, 1, 1, 200, False),
     "W4-250": (250, 1, 1, 1, False),
@@ -60,6 +64,16 @@ def _sink(kind: str, folder: Path) -> Any:
     return _NullSink()
 
 
+def _store(kind: str, folder: Path) -> Any:
+    from tubeless.durable import MemoryCheckpoints, SqliteCheckpoints
+
+    if kind == "memory":
+        return MemoryCheckpoints()
+    if kind == "checkpoints":
+        return SqliteCheckpoints(folder / "runs.sqlite")
+    return None
+
+
 def _driver(kind: str) -> int:
     from benchmarks import batch_driver
     from tubeless.batch import EntrySource
@@ -86,6 +100,8 @@ def main() -> int:
     pipeline = agent(turns, width, concurrency=concurrency, plain_tuple=plain_tuple)
     folder = Path(tempfile.mkdtemp())
     sink = _sink(kind, folder) if kind in ("null", "ndjson", "sqlite") else None
+    store = _store(kind, folder)
+    keys = itertools.count()
 
     async def once() -> None:
         from tubeless.pipeline import lean_path
@@ -93,6 +109,9 @@ def main() -> int:
         for _ in range(runs):
             if kind == "bare":
                 await baseline(turns, width)
+            elif store is not None:
+                run = await pipeline.run({}, checkpoints=store, checkpoint_key=f"k{next(keys)}")
+                assert run.status == "completed"
             elif sink is not None:
                 run = await pipeline.run({}, trace=sink)
                 assert run.status == "completed"
@@ -104,6 +123,8 @@ def main() -> int:
     list(itertools.starmap(lambda: asyncio.run(once()), [()]))
     if sink is not None:
         sink.close()
+    if store is not None:
+        store.close()
     return 0
 
 

@@ -200,16 +200,25 @@ class CheckpointApprover(RecordedApprovals):
 
 class CheckpointJournal(TurnHooks):
     """The journal of one checkpointed agent invocation: its hooks commit each point before the
-    work it guards (DESIGN.md §11)::
+    work it guards (DESIGN.md §11), and no more often than that::
 
-        reserved         the decision's reservation (and the state reduced before it)   commit
+        reserved         the decision's reservation, with the last turn's last outcome
+                         and the state reduced from it                                  commit
         resume_decision  a saved accepted decision instead of asking again
         decided          a finish's result (commit), or a continue decision and its inputs
         admitted         the batch's call budget charged
         gated            saved approval decisions first, then pending requests          commit
-        around_call      the running intent (commit), or the saved outcome without running
-                         the call; then the validated outcome                           commit
+        around_call      the running intent, with the decision and the admission when
+                         it is the batch's first (commit), or the saved outcome without
+                         running the call; then the validated outcome (commit; a lone
+                         call's is written with the next commit)
         reduced          the reduced state (written with the next commit)
+
+    So a turn of one call commits twice: the reservation (with the outcome and the state the
+    turn before reduced), then the decision, admission and intent. Between a lone call's
+    outcome and the next commit only the reducer runs, which has no side effects; the next
+    commit comes before the next decision is asked (the final one of ``on_limit: finish``
+    included), and a failure, cancellation or wait commits what is pending.
     """
 
     __slots__ = (
@@ -392,7 +401,16 @@ class CheckpointJournal(TurnHooks):
             return
         saved.outcome = outcomes.to_saved(call, outcome)
         saved.status = "completed"
-        self._commit()
+        if len(self._decision().calls) == 1:
+            # A lone call's outcome guards nothing but the reducer, which has no side effects:
+            # it is written with the reduced state and the next decision's reservation, before
+            # the next decision is asked (or with a failure, cancellation or wait). A crash in
+            # between finds the call running, as a crash just before its outcome would.
+            self.dirty = True
+        else:
+            # In a batch, calls run side by side: each outcome is kept as soon as it is known,
+            # so a crash in another call, or in the reducer, never loses it.
+            self._commit()
 
     def reduced(self, ctx: StepContext, t: TurnInput, following: TurnInput) -> None:
         self.resuming = None

@@ -4,7 +4,8 @@ A turn (``_turn``: decide → calls → reduce) tells its invocation's :class:`T
 happens at each commit point, in this order::
 
     start   connected(descriptors)         servers described the sourced tools (first turn)
-    decide  reserved(t)                    one decision was charged; decide is about to be asked
+    decide  reserved(t)                    one decision was charged (but for on_limit: finish's
+                                           final one); decide is about to be asked
             resume_decision(t)             a saved accepted decision instead of asking again
             readmitted(t)                  ... and whether its batch was charged before the stop
             decided(t, decision, prepared) a finish (``prepared`` None) or a continue decision
@@ -96,7 +97,8 @@ class TurnHooks:
         """Before the first turn: the servers described the invocation's sourced tools so."""
 
     def reserved(self, t: TurnInput) -> None:
-        """One decision was charged; ``decide`` is about to be asked."""
+        """``decide`` is about to be asked: one decision was charged (none for the final one
+        ``on_limit: finish`` asks when a limit is reached)."""
 
     def resume_decision(self, t: TurnInput) -> Continue | None:
         """The decision this turn accepted before the run stopped, instead of asking again."""

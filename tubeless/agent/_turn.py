@@ -287,7 +287,7 @@ async def ask(spec: TurnSpec, t: TurnInput, ctx: StepContext, *, final: bool = F
     scope = invocation.scope
     if not final:
         scope.reserve("max_decisions", 1)
-        invocation.hooks.reserved(t)
+    invocation.hooks.reserved(t)  # the final decision is not charged, but is still a decision
     # The tape says where decisions come from (a replaying cassette's recording). Not kept on
     # the invocation: nothing the decision context reaches may lead to ``decide``'s globals.
     source = invocation.tape.source(

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tubeless.durable._encode import Fragments, plain
+from tubeless.durable._encode import string as _string
 
 __all__ = [
     "ABSENT",
@@ -79,6 +80,19 @@ class SavedCall:
     extra: dict[str, Any] | None = None
 
     def to_json(self, text: _Text) -> str:
+        if self.extra:
+            return self._merged(text)
+        parts = [f'{{"id":{_string(self.id)}']
+        if self.input is not ABSENT:
+            parts.append(f',"input":{text(self.input)}')
+        if self.outcome is not None:
+            parts.append(f',"outcome":{text(self.outcome)}')
+        if self.replay is not ABSENT:
+            parts.append(f',"replay":{plain(self.replay)}')
+        parts.append(f',"status":{_string(self.status)},"tool":{_string(self.tool)}}}')
+        return "".join(parts)
+
+    def _merged(self, text: _Text) -> str:
         pairs = [("id", plain(self.id))]
         if self.input is not ABSENT:
             pairs.append(("input", text(self.input)))
@@ -99,8 +113,10 @@ class SavedDecision:
     extra: dict[str, Any] | None = None
 
     def to_json(self, text: _Text) -> str:
-        calls = "[" + ",".join(call.to_json(text) for call in self.calls) + "]"
-        return _object([("admitted", plain(self.admitted)), ("calls", calls)], self.extra, text)
+        calls = "[" + ",".join([call.to_json(text) for call in self.calls]) + "]"
+        if self.extra:
+            return _object([("admitted", plain(self.admitted)), ("calls", calls)], self.extra, text)
+        return f'{{"admitted":{"true" if self.admitted else "false"},"calls":{calls}}}'
 
 
 @dataclass(slots=True)
@@ -113,6 +129,11 @@ class SavedBudget:
     extra: dict[str, Any] | None = None
 
     def to_json(self, text: _Text) -> str:
+        if not self.extra:
+            return (
+                f'{{"calls":{int.__repr__(self.calls)},'
+                f'"decisions":{int.__repr__(self.decisions)},"depth":{int.__repr__(self.depth)}}}'
+            )
         pairs = [
             ("calls", int.__repr__(self.calls)),
             ("decisions", int.__repr__(self.decisions)),
@@ -167,6 +188,38 @@ class AgentEntry:
             self.extra.pop("decision", None)  # one an older phase held, never checked
 
     def to_json(self, text: _Text) -> str:
+        out: list[str] = []
+        self.write(out, text)
+        return "".join(out)
+
+    def write(self, out: list[str], text: _Text) -> None:
+        """Append the entry's text to ``out`` in parts: the large values' texts are appended as
+        they are, so the document copies each of them once, when it joins its parts."""
+        if self.extra:
+            out.append(self._merged(text))
+            return
+        # The pairs in sorted key order, keys written as literals (the hot path of a commit).
+        budget = self.budget.to_json(text)
+        head = "{" if self.agent is ABSENT else f'{{"agent":{plain(self.agent)},'
+        out.append(f'{head}"budget":{budget},"calls":{int.__repr__(self.calls)}')
+        if self.decision is not None:
+            out += (',"decision":', self.decision.to_json(text))
+        out += (',"definition":', text(self.definition))
+        if self.failure is not None:
+            out += (',"failure":', self.failure.to_json(text))
+        if self.input is not ABSENT:
+            out += (',"input":', text(self.input))
+        out.append(f',"phase":{plain(self.phase)}')
+        if self.result is not ABSENT:
+            out += (',"result":', text(self.result))
+        if self.state is not ABSENT:
+            out += (',"state":', text(self.state))
+        out.append(
+            f',"state_version":{int.__repr__(self.state_version)},'
+            f'"turn":{int.__repr__(self.turn)}}}'
+        )
+
+    def _merged(self, text: _Text) -> str:
         pairs: _Pairs = []
         if self.agent is not ABSENT:
             pairs.append(("agent", plain(self.agent)))
@@ -284,9 +337,28 @@ class CheckpointDocument:
         did not change since the last commit)."""
         text = (fragments or Fragments()).text
         agents = self.agents
-        listed = ",".join(
-            f"{plain(route)}:{agents[route].to_json(text)}" for route in sorted(agents)
-        )
+        out = ['{"agents":{']
+        for route in sorted(agents):
+            out.append(f"{_string(route)}:" if len(out) == 1 else f",{_string(route)}:")
+            agents[route].write(out, text)
+        if self.extra:
+            return self._merged("".join(out)[len('{"agents":{') :], text)
+        out.append("}")
+        if self.approvals is not None:
+            out += (',"approvals":', self.approvals.to_json(text))
+        for name, value in (
+            ("entry", self.entry),
+            ("key", self.key),
+            ("status", self.status),
+            ("updated_at_ms", self.updated_at_ms),
+            ("version", self.version),
+        ):
+            if value is not ABSENT:
+                out.append(f',"{name}":{plain(value)}')
+        out.append("}")
+        return "".join(out)
+
+    def _merged(self, listed: str, text: _Text) -> str:
         pairs = [("agents", "{" + listed + "}")]
         if self.approvals is not None:
             pairs.append(("approvals", self.approvals.to_json(text)))

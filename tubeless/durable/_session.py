@@ -6,8 +6,9 @@ then holds the key's lease until the run ends, renewing it every third of its ti
 a background task on the run's event loop (tool calls included; a run without a store has no
 task). Once the lease is lost (another owner took the key over: a renewal or a write says
 ``TUBELESS_CHECKPOINT_LEASE_LOST``) the session writes nothing more and calls ``on_lost``, with
-which the run cancels itself. Every commit is encoded, round-tripped and
-checked before it is written; a write that fails poisons the session, so nothing runs past an
+which the run cancels itself. Every commit is encoded and
+checked to read back as the same text before it is written (the typed document checks each new
+value once, ``_encode``); a write that fails poisons the session, so nothing runs past an
 intent that was never recorded. The document's meaning belongs to the layer above (the agent
 harness); this module only checks that it is a JSON object of the right version.
 """
@@ -194,8 +195,8 @@ class CheckpointSession:
     def commit(self, document: Any, encoder: Callable[[Any], str] = encode) -> None:
         """Encode, check and durably write ``document``; a failure stops every later commit.
 
-        ``encoder`` replaces :func:`encode` (for a typed document: it must give the same text,
-        checked the same way, as ``CheckpointDocument.to_json`` does).
+        ``encoder`` replaces :func:`encode` (for a typed document: it must give the same text
+        as :func:`encode`, as ``CheckpointDocument.to_json`` does, each new value checked once).
         """
         if self.lost is not None:
             raise self.lost_error()
