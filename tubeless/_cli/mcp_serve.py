@@ -50,9 +50,9 @@ def mcp_serve(project: str, checkpoints_path: str | None) -> None:
 
         store = MemoryCheckpoints()
     else:
-        from tubeless.durable import SqliteCheckpoints
+        from tubeless.durable import open_checkpoints
 
-        store = SqliteCheckpoints(checkpoints_path)
+        store = open_checkpoints(checkpoints_path)
 
     async def serve() -> None:
         runner = LocalRunner(loaded, checkpoints=store)
