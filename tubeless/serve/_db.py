@@ -38,6 +38,9 @@ class ServeDb:
     where = ""
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
     """The declaration of an auto-numbered primary key."""
+    now_ms = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+    """SQL for the database's clock in epoch milliseconds: claims expire by one clock, whatever
+    the hosts' clocks say."""
 
     def table(self, name: str) -> str:
         """The stored name of table ``name`` (``serve_runs`` → ``tubeless_serve_runs`` in a
@@ -142,6 +145,7 @@ class PostgresDb(ServeDb):
 
     prefix = "tubeless_"
     serial = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+    now_ms = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
 
     def __init__(self, dsn: str) -> None:
         try:

@@ -261,12 +261,12 @@ class RunRegistry:
     def claim(self, run_id: str, owner: str, ttl_ms: int) -> bool:
         """Make ``owner`` the worker running ``run_id`` for ``ttl_ms`` when nobody else holds it
         (or their claim expired) and the run is live; whether ``owner`` holds it now."""
-        now = _now_ms()
+        now = self.db.now_ms
         changed = self.db.run(
-            f"UPDATE {self._t} SET claim_owner = ?, claim_until_ms = ? WHERE run_id = ? "
+            f"UPDATE {self._t} SET claim_owner = ?, claim_until_ms = {now} + ? WHERE run_id = ? "
             "AND status IN ('queued', 'running', 'waiting') AND (claim_owner IS NULL "
-            "OR claim_owner = ? OR claim_until_ms IS NULL OR claim_until_ms < ?)",
-            (owner, now + ttl_ms, run_id, owner, now),
+            f"OR claim_owner = ? OR claim_until_ms IS NULL OR claim_until_ms < {now})",
+            (owner, ttl_ms, run_id, owner),
         )
         return changed == 1
 
@@ -275,8 +275,9 @@ class RunRegistry:
         lost: list[str] = []
         for run_id in run_ids:
             changed = self.db.run(
-                f"UPDATE {self._t} SET claim_until_ms = ? WHERE run_id = ? AND claim_owner = ?",
-                (_now_ms() + ttl_ms, run_id, owner),
+                f"UPDATE {self._t} SET claim_until_ms = {self.db.now_ms} + ? "
+                "WHERE run_id = ? AND claim_owner = ?",
+                (ttl_ms, run_id, owner),
             )
             if changed != 1:
                 lost.append(run_id)
