@@ -12,12 +12,13 @@ from tests.serve.conftest import Served
 from tubeless.durable import SqliteCheckpoints
 from tubeless.project import load_project
 from tubeless.serve._ends import read_document, record_end, run_view
+from tubeless.serve._metrics import Metrics
 from tubeless.serve._registry import RunRegistry
 
 
-def _served_run(tmp_path: Path, usage: dict[str, object] | None) -> dict[str, object]:
+def _served_run(tmp_path: Path, usage: dict[str, object] | None) -> tuple[dict[str, object], str]:
     """Run the test project's agent once, give its saved budget ``usage`` (as a metered
-    agent's budget holds it) and record the run's end: its run object."""
+    agent's budget holds it) and record the run's end: its run object and the metrics."""
     served = Served(tmp_path)
     store = SqliteCheckpoints(tmp_path / "c.sqlite")
     registry = RunRegistry(str(tmp_path / "runs.sqlite"))
@@ -41,7 +42,9 @@ def _served_run(tmp_path: Path, usage: dict[str, object] | None) -> dict[str, ob
         record_end(registry, row, run, json.loads(json.dumps(document)), False)
         ended = registry.get("run_1")
         assert ended is not None
-        return run_view(registry, ended)
+        calls, turns, tokens, cost = registry.consumed()
+        metrics = Metrics().render(registry.counts(), calls, turns, tokens=tokens, cost_usd=cost)
+        return run_view(registry, ended), metrics
     finally:
         registry.close()
         store.close()
@@ -51,8 +54,9 @@ def test_usage_counts_decisions_and_calls_of_an_unmetered_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SERVE_TEST_DIR", str(tmp_path / "marks"))
-    view = _served_run(tmp_path, None)
+    view, metrics = _served_run(tmp_path, None)
     assert view["status"] == "completed"
+    assert "\ntubeless_serve_budget_tokens_consumed 0\n" in metrics
     assert view["usage"] == {"decisions": 3, "calls": 2}
     assert (view["turns"], view["calls"]) == (3, 2)
 
@@ -67,7 +71,7 @@ def test_usage_of_a_metered_run_has_its_tokens_and_cost_as_saved(
         "output_tokens": 30,
         "cost_usd": "0.000123",
     }
-    view = _served_run(tmp_path, saved)
+    view, metrics = _served_run(tmp_path, saved)
     assert view["usage"] == {
         "decisions": 3,
         "calls": 2,
@@ -76,3 +80,6 @@ def test_usage_of_a_metered_run_has_its_tokens_and_cost_as_saved(
         "total_tokens": 150,
         "cost_usd": "0.000123",
     }
+    assert "\ntubeless_serve_budget_calls_consumed 2\n" in metrics
+    assert "\ntubeless_serve_budget_tokens_consumed 150\n" in metrics
+    assert "\ntubeless_serve_budget_cost_usd_consumed 0.000123\n" in metrics

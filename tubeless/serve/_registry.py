@@ -66,6 +66,8 @@ _ADDED = (
     ("restart", "INTEGER NOT NULL DEFAULT 0"),
     ("claim_owner", "TEXT"),
     ("claim_until_ms", "BIGINT"),
+    ("tokens", "BIGINT NOT NULL DEFAULT 0"),
+    ("cost_usd", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
 )
 _COLUMNS = (
     "seq, run_id, entry, key, idempotency_key, input_json, limits_json, status, result_json, "
@@ -225,6 +227,10 @@ class RunRegistry:
         columns: list[str] = []
         values: list[Any] = []
         for name, value in fields.items():
+            if name == "usage":  # its tokens and cost also in columns /metrics sums cheaply
+                tokens, cost = _metered(value)
+                columns += ["tokens = ?", "cost_usd = ?"]
+                values += [tokens, cost]
             if name in ("result", "error", "usage", "pending"):
                 columns.append(f"{name}_json = ?")
                 values.append(None if value is None else json.dumps(value, ensure_ascii=True))
@@ -332,8 +338,26 @@ class RunRegistry:
 
     def totals(self) -> tuple[int, int]:
         """All calls and turns the recorded runs made."""
+        calls, turns, _, _ = self.consumed()
+        return calls, turns
+
+    def consumed(self) -> tuple[int, int, int, float]:
+        """All calls, turns, tokens and US dollars the recorded runs' budgets consumed."""
         found = self.db.one(
-            f"SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(turns), 0) FROM {self._t}"
+            "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(turns), 0), "
+            f"COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM {self._t}"
         )
         assert found is not None
-        return int(found[0]), int(found[1])
+        return int(found[0]), int(found[1]), int(found[2]), float(found[3])
+
+
+def _metered(usage: Any) -> tuple[int, float]:
+    """The total tokens and the cost in a run's ``usage`` (0 for what it does not hold)."""
+    if not isinstance(usage, dict):
+        return 0, 0.0
+    tokens = usage.get("total_tokens", 0)
+    try:
+        cost = float(usage.get("cost_usd", 0))
+    except (TypeError, ValueError):
+        cost = 0.0
+    return (tokens if isinstance(tokens, int) else 0), cost
