@@ -122,3 +122,41 @@ def test_lease_ttl_below_one_second_is_a_usage_error(
     served = Served(tmp_path)
     assert main(["serve", str(served.project), "--lease-ttl", "0.5"]) == 1
     assert "--lease-ttl" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_run_waiting_on_one_host_is_approved_cancelled_and_retried_on_another(
+    served: Served, postgres_dsn: str
+) -> None:
+    a = served.start(*_stores(postgres_dsn))
+    b = served.start(*_stores(postgres_dsn))
+    with a.client() as client_a, b.client() as client_b:
+        started = client_a.post(
+            "/v1/entries/worker/runs",
+            json={"input": {"text": "p", "mode": "publish"}, "wait_s": 30},
+            headers={"idempotency-key": "order-1"},
+        ).json()
+        assert started["status"] == "waiting"
+        (pending,) = client_b.get("/v1/approvals").json()["approvals"]
+        # The same Idempotency-Key on the other host answers the same run.
+        again = client_b.post(
+            "/v1/entries/worker/runs",
+            json={"input": {"text": "p", "mode": "publish"}},
+            headers={"idempotency-key": "order-1"},
+        ).json()
+        assert again["run_id"] == started["run_id"]
+        url = f"/v1/runs/{started['run_id']}/approvals/c1"
+        answered = client_b.post(url, json={"approve": True, "digest": pending["digest"]})
+        assert answered.status_code in (200, 202), answered.text
+        done = wait_status(client_a, started["run_id"], {"completed", "failed"})
+        assert done["result"] == {"outs": ["published p-1"]}
+        assert len(served.marks()) == 1
+        # A run waiting on A is cancelled through B.
+        other = client_a.post(
+            "/v1/entries/worker/runs",
+            json={"input": {"text": "q", "mode": "publish"}, "wait_s": 30},
+        ).json()
+        assert other["status"] == "waiting"
+        cancelled = client_b.post(f"/v1/runs/{other['run_id']}/cancel").json()
+        assert cancelled["status"] == "cancelled"
+        assert client_a.get(f"/v1/runs/{other['run_id']}").json()["status"] == "cancelled"
