@@ -4,6 +4,9 @@ shown."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import psycopg
 import pytest
 
 from tests.fixtures.postgres import postgres_dsn, postgres_server
+from tests.fixtures.processes import HANG_GUARD
 from tests.serve.conftest import Served, read_stream, wait_status
 from tubeless._cli._app import main
 
@@ -160,3 +164,41 @@ def test_a_run_waiting_on_one_host_is_approved_cancelled_and_retried_on_another(
         cancelled = client_b.post(f"/v1/runs/{other['run_id']}/cancel").json()
         assert cancelled["status"] == "cancelled"
         assert client_a.get(f"/v1/runs/{other['run_id']}").json()["status"] == "cancelled"
+
+
+@pytest.mark.slow
+def test_a_host_paused_past_its_lease_loses_the_run_and_writes_nothing_more(
+    served: Served, postgres_dsn: str
+) -> None:
+    served.hold()
+    a = served.start(*_stores(postgres_dsn, "--lease-ttl", "1"))
+    b = served.start(*_stores(postgres_dsn, "--lease-ttl", "1"))
+    with b.client() as client_b:
+        run = client_b.post(
+            "/v1/entries/worker/runs", json={"input": {"text": "z", "steps": 2}}
+        ).json()
+        served.wait_holding()  # on B or on A: whichever runs it is paused next
+        # Find who runs it: the other one answers "running" too, so ask the database.
+        with psycopg.connect(postgres_dsn) as conn:
+            (owner,) = conn.execute(
+                "SELECT claim_owner FROM tubeless_serve_runs WHERE run_id = %s", (run["run_id"],)
+            ).fetchone()
+        holder, other = (b, a) if f":{b.process.pid}:" in owner else (a, b)
+        os.kill(holder.process.pid, signal.SIGSTOP)  # no renewals: its lease and claim expire
+        try:
+            served.release()
+            with other.client() as client:
+                done = wait_status(client, run["run_id"], {"completed", "failed"})
+        finally:
+            os.kill(holder.process.pid, signal.SIGCONT)
+        assert done["result"] == {"outs": ["TUBELESS_AGENT_CALL_INTERRUPTED", "Z-2"]}
+        # The paused host wakes up, finds its run taken over and stops it (its call's result
+        # is refused by the fence); the run stays as the new owner ended it.
+        deadline = time.monotonic() + HANG_GUARD
+        while "was taken over by another worker" not in holder.stderr():
+            assert time.monotonic() < deadline, holder.stderr()
+            time.sleep(0.05)
+        with holder.client() as client:
+            assert wait_status(client, run["run_id"], {"completed"}) == done
+    counts = Counter(served.marks())
+    assert len(counts) == 2 and all(n == 1 for n in counts.values()), counts
