@@ -4,10 +4,13 @@ database's clock, and one live run per checkpoint key."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.fixtures.postgres import postgres_dsn, postgres_server
 from tubeless.serve._registry import RunRegistry
@@ -73,3 +76,41 @@ def test_a_claim_is_one_owners_until_it_expires_or_the_run_ends(registry: RunReg
     registry.update("run_a", status="completed")
     registry.unclaim("run_a", "host-a")
     assert not registry.claim("run_a", "host-b", 60_000)  # an ended run is nobody's to run
+
+
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["claim", "renew", "unclaim", "end"]), st.sampled_from("abc")),
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=_OPS)
+def test_at_most_one_owner_holds_a_run_whatever_the_order(
+    tmp_path: Path, ops: list[tuple[str, str]]
+) -> None:
+    registry = RunRegistry(str(tmp_path / f"{uuid.uuid4().hex}.sqlite"))
+    try:
+        _create(registry, "run_a", "k1")
+        holder: str | None = None
+        live = True
+        for op, owner in ops:
+            if op == "claim":
+                taken = registry.claim("run_a", owner, 60_000)
+                assert taken == (live and holder in (None, owner))
+                if taken:
+                    holder = owner
+            elif op == "renew":
+                lost = registry.renew_claims(["run_a"], owner, 60_000)
+                assert (lost == []) == (holder == owner)
+            elif op == "unclaim":
+                registry.unclaim("run_a", owner)
+                if holder == owner:
+                    holder = None
+            else:
+                registry.update("run_a", status="completed")
+                live = False
+    finally:
+        registry.close()
