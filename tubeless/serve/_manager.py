@@ -3,8 +3,10 @@
 Every run is a checkpointed run under its key in the checkpoint store, recorded first in the
 run registry (``_registry``). A worker runs a run as a background asyncio task while it holds
 the run's claim (``_claims``); a sweep every ``sweep_s`` picks up queued runs and runs whose
-worker died (the claim and the checkpoint lock died with it), and passes on cancel requests
-made through another worker. A run that needs approval stops ``waiting`` (its pending requests
+worker died (with SQLite stores the claim and the checkpoint lock died with it; with PostgreSQL
+stores, shared by several hosts, the claim and the checkpoint lease expire ``lease_ttl_s``
+after their last renewal, and claims are renewed here), and passes on cancel requests made
+through another worker. A worker whose claim was taken over stops that run. A run that needs approval stops ``waiting`` (its pending requests
 are copied into the registry, so any worker answers them); an answer records the decision in
 the checkpoint as ``tubeless approve`` does and starts the run again, which resumes.
 A worker shutting down cancels its tasks without marking them: their checkpoints stay
