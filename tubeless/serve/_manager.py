@@ -6,9 +6,10 @@ the run's claim (``_claims``); a sweep every ``sweep_s`` picks up queued runs an
 worker died (with SQLite stores the claim and the checkpoint lock died with it; with PostgreSQL
 stores, shared by several hosts, the claim and the checkpoint lease expire ``lease_ttl_s``
 after their last renewal, and claims are renewed here), and passes on cancel requests made
-through another worker. A worker whose claim was taken over stops that run. A run that needs approval stops ``waiting`` (its pending requests
-are copied into the registry, so any worker answers them); an answer records the decision in
-the checkpoint as ``tubeless approve`` does and starts the run again, which resumes.
+through another worker. A worker whose claim was taken over stops that run. A run that needs
+approval stops ``waiting`` (its pending requests are copied into the registry, so any worker
+answers them); an answer records the decision in the checkpoint as ``tubeless approve`` does
+and starts the run again, which resumes.
 A worker shutting down cancels its tasks without marking them: their checkpoints stay
 resumable and the next sweep (here or elsewhere) resumes them.
 """
