@@ -202,3 +202,21 @@ def test_a_host_paused_past_its_lease_loses_the_run_and_writes_nothing_more(
             assert wait_status(client, run["run_id"], {"completed"}) == done
     counts = Counter(served.marks())
     assert len(counts) == 2 and all(n == 1 for n in counts.values()), counts
+
+
+@pytest.mark.slow
+def test_several_workers_on_two_hosts_run_every_run_once(served: Served, postgres_dsn: str) -> None:
+    a = served.start(*_stores(postgres_dsn, "--workers", "2"))
+    b = served.start(*_stores(postgres_dsn, "--workers", "2"))
+    with a.client() as client_a, b.client() as client_b:
+        ids = [
+            (client_a if n % 2 else client_b)
+            .post("/v1/entries/worker/runs", json={"input": {"text": f"w{n}"}})
+            .json()["run_id"]
+            for n in range(8)
+        ]
+        for n, run_id in enumerate(ids):
+            done = wait_status(client_a if n % 2 else client_b, run_id, {"completed", "failed"})
+            assert done["result"] == {"outs": [f"W{n}-1"]}
+    counts = Counter(served.marks())
+    assert len(counts) == 8 and all(n == 1 for n in counts.values()), counts
