@@ -22,10 +22,8 @@ def test_no_auth_is_a_usage_error_unless_bound_to_loopback(
     assert not (tmp_path / ".tubeless").exists()  # refused before anything was made
 
 
-def test_a_missing_project_exits_2_and_a_postgres_url_is_refused(tmp_path: Path) -> None:
+def test_a_missing_project_exits_2(tmp_path: Path) -> None:
     assert main(["serve", str(tmp_path / "nope.yaml")]) == 2
-    served = Served(tmp_path)
-    assert main(["serve", str(served.project), "--checkpoints", "postgresql://x/y"]) == 1
 
 
 @pytest.mark.slow

@@ -2,8 +2,8 @@
 
 Desktop assistants and IDEs start it as an MCP server (``command: tubeless``, ``args:
 [mcp-serve, projects/x.yaml]``). Stdout carries the protocol, so nothing else is printed there;
-logs and errors go to stderr. ``--checkpoints PATH`` keeps every run in a SQLite checkpoint
-file; without it runs are kept in memory for the life of the server.
+logs and errors go to stderr. ``--checkpoints PATH|URL`` keeps every run in a SQLite checkpoint
+file or a PostgreSQL database; without it runs are kept in memory for the life of the server.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ __all__ = ["mcp_serve"]
     "--checkpoints",
     "checkpoints_path",
     default=None,
-    metavar="PATH",
-    help="A SQLite checkpoint file for the runs (default: kept in memory).",
+    metavar="PATH|URL",
+    help="A SQLite checkpoint file or a postgresql:// URL for the runs (default: in memory).",
 )
 def mcp_serve(project: str, checkpoints_path: str | None) -> None:
     """Serve PROJECT over MCP on stdin/stdout: each entry is a tool named by its id."""
@@ -50,9 +50,9 @@ def mcp_serve(project: str, checkpoints_path: str | None) -> None:
 
         store = MemoryCheckpoints()
     else:
-        from tubeless.durable import SqliteCheckpoints
+        from tubeless.durable import open_checkpoints
 
-        store = SqliteCheckpoints(checkpoints_path)
+        store = open_checkpoints(checkpoints_path)
 
     async def serve() -> None:
         runner = LocalRunner(loaded, checkpoints=store)

@@ -65,6 +65,14 @@ def _is_url(value: str | None) -> bool:
     type=click.IntRange(1, 64),
     help="uvicorn worker processes sharing the stores.",
 )
+@click.option(
+    "--lease-ttl",
+    "lease_ttl_s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(1, 3600),
+    help="Seconds before another worker or host takes over the runs of one that died.",
+)
 @click.option("--no-auth", is_flag=True, help="No token (only on a loopback address).")
 def serve(
     project: str,
@@ -77,6 +85,7 @@ def serve(
     cors_origins: tuple[str, ...],
     max_runs: int,
     workers: int,
+    lease_ttl_s: float,
     no_auth: bool,
 ) -> None:
     """Serve PROJECT's agents and pipelines over HTTP: durable runs, approvals, event streams.
@@ -94,11 +103,11 @@ def serve(
             f"--no-auth is refused on {host}: without a token anyone who reaches the address "
             "can run the project; bind 127.0.0.1, or drop --no-auth"
         )
-    for name, value in (("--checkpoints", checkpoints), ("--trace", trace)):
-        if _is_url(value):
-            raise click.UsageError(
-                f"{name}: PostgreSQL stores are not served yet by this build; give a file path"
-            )
+    if _is_url(trace) and not _is_url(checkpoints):
+        raise click.UsageError(
+            "--trace names a PostgreSQL database but --checkpoints does not: runs served from "
+            "several hosts need both; give --checkpoints postgresql://... too"
+        )
     if not Path(project).exists():
         raise FileNotFoundError(2, "No such file or directory", project)
     from tubeless.project import load_project
@@ -130,21 +139,28 @@ def serve(
         allow_hosts=allow_hosts,
         cors_origins=cors_origins,
         max_runs=max_runs,
+        lease_ttl_s=lease_ttl_s,
         keepalive_s=_keepalive_s(),
         exit_when_stuck=True,
     )
-    if os.path.abspath(config.checkpoints) == os.path.abspath(config.trace):
+    if not _is_url(config.trace) and os.path.abspath(config.checkpoints) == os.path.abspath(
+        config.trace
+    ):
         raise click.UsageError(
             "--checkpoints and --trace name the same file: checkpoints hold inputs, traces never"
         )
+    from tubeless.durable import redact_dsn
     from tubeless.serve._spi import RunManager
 
-    RunManager.check_stores(config)  # a store that cannot be used fails before anything listens
+    try:  # a store that cannot be used fails before anything listens
+        RunManager.check_stores(config)
+    except RuntimeError as exc:  # the serve tables (their message names the store, no password)
+        raise click.ClickException(str(exc)) from None
     shown = f"[{host}]" if ":" in host else host
     auth = "no auth" if token is None else "bearer token required"
     click.echo(
         f"serving {project} at http://{shown}:{port} ({auth}; {workers} worker"
-        f"{'' if workers == 1 else 's'}; checkpoints {config.checkpoints})",
+        f"{'' if workers == 1 else 's'}; checkpoints {redact_dsn(config.checkpoints)})",
         err=True,
     )
     _run_uvicorn(config, workers)

@@ -1,4 +1,4 @@
-"""The A2A tasks of a served project, kept in the run registry's file so they outlive a server.
+"""The A2A tasks of a served project, kept where the run registry is so they outlive a server.
 
 a2a-sdk's request handler keeps every task it answers for (``GetTask``, ``ListTasks``, a reply
 on a task waiting for input) in a ``TaskStore``. Its in-memory store forgets them when the
@@ -17,8 +17,6 @@ this server saved has a request following it here, which settles it itself.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -27,6 +25,7 @@ from a2a.server.tasks import InMemoryTaskStore, TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
 from google.protobuf import json_format  # type: ignore[import-untyped]
 
+from tubeless.serve._db import open_db
 from tubeless.serve.protocols import ProjectRunner
 from tubeless.serve.protocols._a2a import settled_task
 
@@ -39,48 +38,44 @@ _UNSETTLED = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 __all__ = ["DurableTaskStore"]
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS serve_a2a_tasks (
+CREATE TABLE IF NOT EXISTS {table} (
     task_id TEXT NOT NULL,
     owner TEXT NOT NULL,
     task_json TEXT NOT NULL,
-    updated_at_ms INTEGER NOT NULL,
+    updated_at_ms BIGINT NOT NULL,
     PRIMARY KEY (owner, task_id)
 )
 """
 
 
 class DurableTaskStore(TaskStore):
-    """A ``TaskStore`` in a SQLite file (the run registry's); see the module docstring."""
+    """A ``TaskStore`` where the run registry is (its SQLite file, or the PostgreSQL database
+    of the checkpoints); see the module docstring."""
 
-    def __init__(self, path: str, runner: ProjectRunner) -> None:
+    def __init__(self, where: str, runner: ProjectRunner) -> None:
         self._runner = runner
         self._opened_ms = int(time.time() * 1000)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA busy_timeout = 10000")
-        self._db.execute(_SCHEMA)
+        self._db = open_db(where)
+        self._t = self._db.table("serve_a2a_tasks")
+        self._db.ensure([_SCHEMA.format(table=self._t)], [])
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._db.close()
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         text = json_format.MessageToJson(task, indent=None)
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO serve_a2a_tasks (task_id, owner, task_json, updated_at_ms) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (owner, task_id) DO UPDATE SET "
-                "task_json = excluded.task_json, updated_at_ms = excluded.updated_at_ms",
-                (task.id, resolve_user_scope(context), text, int(time.time() * 1000)),
-            )
+        self._db.run(
+            f"INSERT INTO {self._t} (task_id, owner, task_json, updated_at_ms) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (owner, task_id) DO UPDATE SET "
+            "task_json = excluded.task_json, updated_at_ms = excluded.updated_at_ms",
+            (task.id, resolve_user_scope(context), text, int(time.time() * 1000)),
+        )
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        with self._lock:
-            found = self._db.execute(
-                "SELECT task_json, updated_at_ms FROM serve_a2a_tasks "
-                "WHERE owner = ? AND task_id = ?",
-                (resolve_user_scope(context), task_id),
-            ).fetchone()
+        found = self._db.one(
+            f"SELECT task_json, updated_at_ms FROM {self._t} WHERE owner = ? AND task_id = ?",
+            (resolve_user_scope(context), task_id),
+        )
         if found is None:
             return None
         return await self._settled(json_format.Parse(found[0], Task()), found[1], context)
@@ -96,11 +91,10 @@ class DurableTaskStore(TaskStore):
         return settled
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT task_json, updated_at_ms FROM serve_a2a_tasks WHERE owner = ?",
-                (resolve_user_scope(context),),
-            ).fetchall()
+        rows = self._db.rows(
+            f"SELECT task_json, updated_at_ms FROM {self._t} WHERE owner = ?",
+            (resolve_user_scope(context),),
+        )
         # The SDK's filters, order and page tokens, over this owner's tasks.
         scratch = InMemoryTaskStore(use_copying=False)
         for text, saved_ms in rows:
@@ -109,8 +103,7 @@ class DurableTaskStore(TaskStore):
         return await scratch.list(params, context)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
-        with self._lock:
-            self._db.execute(
-                "DELETE FROM serve_a2a_tasks WHERE owner = ? AND task_id = ?",
-                (resolve_user_scope(context), task_id),
-            )
+        self._db.run(
+            f"DELETE FROM {self._t} WHERE owner = ? AND task_id = ?",
+            (resolve_user_scope(context), task_id),
+        )

@@ -3,9 +3,10 @@
 Defaults are durable: ``.tubeless/checkpoints.sqlite`` and ``.tubeless/traces.sqlite`` beside
 the project file. Beside the checkpoint file the server keeps its run registry
 (``<checkpoints>.serve-runs``, a data file: it holds run inputs) and a folder of claim files
-(``<checkpoints>.serve-claims/``). Workers of one server get the same config through the
-environment (:func:`to_environment` / :func:`from_environment`): the token travels there too,
-never on a command line.
+(``<checkpoints>.serve-claims/``); with ``--checkpoints postgresql://...`` the registry is in
+that database (``tubeless_serve_*`` tables) and claims are rows there. Workers of one server
+get the same config through the environment (:func:`to_environment` /
+:func:`from_environment`): the token travels there too, never on a command line.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class ServeConfig:
     stop_grace_s: float = 5.0
     """How long a stopping worker waits for runs to settle (a synchronous tool cannot be
     interrupted)."""
+    lease_ttl_s: float = 30.0
+    """Time to live of checkpoint leases and run claims: how soon another worker or host takes
+    over the runs of one that died."""
     exit_when_stuck: bool = False
     """Leave the process at once when runs did not settle in time (the CLI sets it)."""
     extra: dict[str, str] = field(default_factory=dict)
@@ -88,8 +92,14 @@ class ServeConfig:
         )
 
     @property
+    def shared(self) -> bool:
+        """Whether the stores are a PostgreSQL database (several hosts may serve them)."""
+        return self.checkpoints.lower().startswith(("postgresql://", "postgres://"))
+
+    @property
     def registry(self) -> str:
-        return f"{self.checkpoints}.serve-runs"
+        """Where the run registry is: the checkpoint database, or a file beside the checkpoints."""
+        return self.checkpoints if self.shared else f"{self.checkpoints}.serve-runs"
 
     @property
     def claims(self) -> Path:

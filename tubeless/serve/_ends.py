@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["iso", "read_document", "record_end", "run_view"]
 
-_USAGE_KEYS = ("decisions", "calls", "input_tokens", "output_tokens", "total_tokens", "cost_usd")
-
 
 def iso(ms: int) -> str:
     """Epoch milliseconds as RFC 3339 UTC text."""
@@ -140,21 +138,29 @@ def run_view(registry: RunRegistry, row: RunRow) -> dict[str, Any]:
 
 
 def _progress(document: dict[str, Any], entry: str) -> dict[str, Any]:
-    """``turns``, ``calls`` and ``usage`` of the entry agent, from its checkpoint document."""
-    agents = document.get("agents")
-    root = agents.get(entry) if isinstance(agents, dict) else None
-    if not isinstance(root, dict):
+    """``turns``, ``calls`` and ``usage`` of the entry agent, from its checkpoint document.
+
+    ``usage`` holds the decisions and calls its budget charged and, for a metered agent (one
+    with token or cost budgets), the tokens and the cost it consumed, as its budget saved them
+    (``cost_usd`` a decimal string: no rounding on the way)."""
+    from tubeless.durable._spi import parse, saved_usage
+
+    try:
+        saved = parse(document, str(document.get("key", ""))).agents.get(entry)
+    except Exception:  # a document no writer produces: nothing to show from it
+        saved = None
+    if saved is None:
         return {"turns": 0, "calls": 0, "usage": {}}
-    saved = root.get("budget")
-    budget: dict[str, Any] = saved if isinstance(saved, dict) else {}
-    turn = root.get("turn")
-    calls = budget.get("calls")
-    usage = {k: budget[k] for k in _USAGE_KEYS if isinstance(budget.get(k), (int, float, str))}
-    return {
-        "turns": turn if isinstance(turn, int) else 0,
-        "calls": calls if isinstance(calls, int) else 0,
-        "usage": usage,
-    }
+    usage: dict[str, Any] = {"decisions": saved.budget.decisions, "calls": saved.budget.calls}
+    metered = saved_usage(saved.budget)
+    if metered is not None:
+        tokens = {k: metered.get(k, 0) for k in ("input_tokens", "output_tokens")}
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in tokens.values()):
+            usage.update(tokens, total_tokens=sum(tokens.values()))
+        cost = metered.get("cost_usd")
+        if isinstance(cost, (str, int, float)) and not isinstance(cost, bool):
+            usage["cost_usd"] = str(cost)
+    return {"turns": saved.turn, "calls": saved.budget.calls, "usage": usage}
 
 
 def _requests(document: dict[str, Any]) -> list[dict[str, Any]]:

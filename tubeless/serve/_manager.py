@@ -3,10 +3,13 @@
 Every run is a checkpointed run under its key in the checkpoint store, recorded first in the
 run registry (``_registry``). A worker runs a run as a background asyncio task while it holds
 the run's claim (``_claims``); a sweep every ``sweep_s`` picks up queued runs and runs whose
-worker died (the claim and the checkpoint lock died with it), and passes on cancel requests
-made through another worker. A run that needs approval stops ``waiting`` (its pending requests
-are copied into the registry, so any worker answers them); an answer records the decision in
-the checkpoint as ``tubeless approve`` does and starts the run again, which resumes.
+worker died (with SQLite stores the claim and the checkpoint lock died with it; with PostgreSQL
+stores, shared by several hosts, the claim and the checkpoint lease expire ``lease_ttl_s``
+after their last renewal, and claims are renewed here), and passes on cancel requests made
+through another worker. A worker whose claim was taken over stops that run. A run that needs
+approval stops ``waiting`` (its pending requests are copied into the registry, so any worker
+answers them); an answer records the decision in the checkpoint as ``tubeless approve`` does
+and starts the run again, which resumes.
 A worker shutting down cancels its tasks without marking them: their checkpoints stay
 resumable and the next sweep (here or elsewhere) resumes them.
 """
@@ -16,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -31,13 +36,14 @@ from tubeless.errors import (
     SERVE_NOT_FOUND,
     UNKNOWN_ERROR,
 )
-from tubeless.serve._claims import Claims
+from tubeless.serve._claims import Claims, RegistryClaims
 from tubeless.serve._ends import read_document, record_end, run_view
 from tubeless.serve._entries import Entries, RequestError
 from tubeless.serve._metrics import Metrics
 from tubeless.serve._registry import LIVE, RunRegistry, RunRow
 
 if TYPE_CHECKING:
+    from tubeless.durable import CheckpointStore
     from tubeless.pipeline import CancelToken, PipelineRun
     from tubeless.serve._config import ServeConfig
 
@@ -60,16 +66,29 @@ class RunManager:
     """Starts and follows the runs of one project in one worker process."""
 
     def __init__(self, config: ServeConfig) -> None:
-        from tubeless.durable import SqliteCheckpoints
+        from tubeless.durable import open_checkpoints
         from tubeless.project import load_project
-        from tubeless.tracing import SqliteSink
+        from tubeless.tracing.reader import open_sink
 
         self.config = config
         self.entries = Entries(load_project(config.project))
-        self.store = SqliteCheckpoints(config.checkpoints)
-        self.sink = SqliteSink(config.trace)
+        self.store = open_checkpoints(config.checkpoints, lease_ttl_s=config.lease_ttl_s)
+        self.sink = open_sink(config.trace)
         self.registry = RunRegistry(config.registry)
-        self.claims = Claims(config.claims)
+        self.claims: Claims | RegistryClaims
+        self._probe: CheckpointStore | None = None
+        if config.shared:
+            # Another pair of connections for the claims' probes: the store's own connection
+            # serves the runs.
+            self._probe = open_checkpoints(config.checkpoints, lease_ttl_s=config.lease_ttl_s)
+            self.claims = RegistryClaims(
+                self.registry,
+                owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}",
+                ttl_s=config.lease_ttl_s,
+                lease_held=self._lease_held,
+            )
+        else:
+            self.claims = Claims(config.claims)
         self.metrics = Metrics()
         self._local: dict[str, _Local] = {}
         # Event streams read the trace store here, not in the default executor, where
@@ -82,15 +101,24 @@ class RunManager:
         self.on_launch: list[Callable[[RunRow], None]] = []
         self.on_end: list[Callable[[RunRow], None]] = []
 
+    def _lease_held(self, key: str) -> bool:
+        """Whether a live checkpoint lease is held on ``key`` (by anyone)."""
+        probe = getattr(self._probe, "holder", None)
+        return callable(probe) and probe(key) is not None
+
     @staticmethod
     def check_stores(config: ServeConfig) -> None:
         """Open and close the stores once, so a store that cannot be used fails here, with its
         code, rather than in every worker process as it starts."""
-        from tubeless.durable import SqliteCheckpoints
-        from tubeless.tracing import SqliteSink
+        from tubeless.durable import open_checkpoints
+        from tubeless.tracing.reader import open_sink
 
-        SqliteCheckpoints(config.checkpoints).close()
-        SqliteSink(config.trace).close()
+        store = open_checkpoints(config.checkpoints, lease_ttl_s=config.lease_ttl_s)
+        try:
+            store.list()  # a database is reached (and its tables made) only when used
+        finally:
+            store.close()
+        open_sink(config.trace).close()
         RunRegistry(config.registry).close()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -120,7 +148,10 @@ class RunManager:
             _, stuck = await asyncio.wait(tasks, timeout=self.config.stop_grace_s)
         self.claims.release_all()
         self.readers.shutdown(wait=False, cancel_futures=True)
-        for close in (self.sink.close, self.store.close, self.registry.close):
+        closing = [self.sink.close, self.store.close, self.registry.close]
+        if self._probe is not None:
+            closing.append(self._probe.close)
+        for close in closing:
             with contextlib.suppress(Exception):
                 close()
         if stuck:
@@ -138,12 +169,27 @@ class RunManager:
                 os._exit(0)
 
     async def _sweep_forever(self) -> None:
+        # Claims are renewed three times per time to live, and runs swept every ``sweep_s``.
+        tick = min(self.config.sweep_s, self.config.lease_ttl_s / 3)
+        last_sweep = time.monotonic()
         while True:
-            await asyncio.sleep(self.config.sweep_s)
+            await asyncio.sleep(tick)
             try:
-                self._sweep()
+                for run_id in self.claims.renew():
+                    self._lost(run_id)
+                if time.monotonic() - last_sweep >= self.config.sweep_s:
+                    last_sweep = time.monotonic()
+                    self._sweep()
             except Exception:  # a busy store now is tried again at the next sweep
                 log.exception("serve: the run sweep failed")
+
+    def _lost(self, run_id: str) -> None:
+        """Another worker took ``run_id`` over (this one was too slow to renew): stop it here,
+        resumable; the checkpoint's fence keeps this worker from writing anything more."""
+        local = self._local.get(run_id)
+        if local is not None:
+            log.warning("serve: run %s was taken over by another worker; it stops here", run_id)
+            local.token.cancel("another worker took the run over")
 
     def _sweep(self) -> None:
         """Pick up queued and orphaned runs; pass on cancel requests to this worker's runs."""
@@ -154,7 +200,7 @@ class RunManager:
                     local.user_cancelled = True
                     local.token.cancel("cancelled through the API")
                 continue
-            if not self.claims.take(row.run_id):
+            if not self.claims.take(row.run_id, row.key):
                 continue  # another worker runs it
             if row.cancel_requested:
                 self._finish_cancelled(row.run_id)
@@ -226,7 +272,7 @@ class RunManager:
             raise RequestError(
                 409, SERVE_CONFLICT, f"run {row.run_id} is live on key {key!r}", run_id=row.run_id
             )
-        if self.claims.take(row.run_id):
+        if self.claims.take(row.run_id, row.key):
             self._launch(row)
         return row, True
 
@@ -331,7 +377,7 @@ class RunManager:
             local.token.cancel("cancelled through the API")
             return row
         self.registry.update(run_id, durable=True, cancel_requested=True)
-        if self.claims.take(run_id):  # nobody runs it (waiting, or not yet picked up)
+        if self.claims.take(run_id, row.key):  # nobody runs it (waiting, or not yet picked up)
             try:
                 self._finish_cancelled(run_id)
             finally:
@@ -368,7 +414,7 @@ class RunManager:
                 "(its arguments may have changed: read the run again)",
             )
         request = chosen[0]
-        if not self.claims.take(run_id):
+        if not self.claims.take(run_id, row.key):
             raise RequestError(409, SERVE_CONFLICT, f"run {run_id} is being resumed; try again")
         launched = False
         try:

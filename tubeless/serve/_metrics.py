@@ -81,7 +81,15 @@ class Metrics:
         with self._lock:
             self.calls.observe(seconds)
 
-    def render(self, by_status: Mapping[str, int], calls: int, turns: int) -> str:
+    def render(
+        self,
+        by_status: Mapping[str, int],
+        calls: int,
+        turns: int,
+        *,
+        tokens: int = 0,
+        cost_usd: float = 0.0,
+    ) -> str:
         """The exposition text, with the registry's ``by_status`` counts and totals."""
         lines = [
             "# HELP tubeless_serve_runs Runs the server knows, by status.",
@@ -96,6 +104,14 @@ class Metrics:
             "# HELP tubeless_serve_budget_turns_consumed Turns the runs took.",
             "# TYPE tubeless_serve_budget_turns_consumed gauge",
             f"tubeless_serve_budget_turns_consumed {turns}",
+            "# HELP tubeless_serve_budget_tokens_consumed Model tokens (input and output) "
+            "charged to the runs' budgets.",
+            "# TYPE tubeless_serve_budget_tokens_consumed gauge",
+            f"tubeless_serve_budget_tokens_consumed {tokens}",
+            "# HELP tubeless_serve_budget_cost_usd_consumed Model cost in US dollars charged to "
+            "the runs' budgets.",
+            "# TYPE tubeless_serve_budget_cost_usd_consumed gauge",
+            f"tubeless_serve_budget_cost_usd_consumed {cost_usd!r}",
         ]
         with self._lock:
             lines += [

@@ -111,7 +111,19 @@ _SCHEMAS: dict[str, Any] = {
             },
             "turns": {"type": "integer", "minimum": 0},
             "calls": {"type": "integer", "minimum": 0},
-            "usage": {"type": "object"},
+            "usage": {
+                "type": "object",
+                "description": "What the entry agent's budget charged; tokens and cost only "
+                "for an agent with token or cost budgets.",
+                "properties": {
+                    "decisions": {"type": "integer", "minimum": 0},
+                    "calls": {"type": "integer", "minimum": 0},
+                    "input_tokens": {"type": "integer", "minimum": 0},
+                    "output_tokens": {"type": "integer", "minimum": 0},
+                    "total_tokens": {"type": "integer", "minimum": 0},
+                    "cost_usd": {"type": "string", "description": "US dollars, a decimal."},
+                },
+            },
             "pending_approvals": {"type": "array", "items": _ref("PendingApproval")},
             "created_at": {"type": "string", "format": "date-time"},
             "updated_at": {"type": "string", "format": "date-time"},

@@ -1,10 +1,12 @@
-"""The runs a server was asked for: one SQLite table every worker of the server shares.
+"""The runs a server was asked for: one table every worker (and, on PostgreSQL, every host) of
+the server shares.
 
 A checkpoint document says where a task is; it does not say which HTTP run it belongs to, what
 input started it, or that a client asked to cancel it. This table does, so any worker (and a
 server started after a crash) can answer for any run and resume it. It holds run inputs, so
-the file is a data file: created 0600, never a trace. A new run and a cancellation are synced
-to disk before they are answered (``synchronous=FULL``); other updates survive a killed
+a SQLite file is a data file: created 0600, never a trace (on PostgreSQL the table is
+``tubeless_serve_runs`` beside the checkpoints, see ``_db``). A new run and a cancellation
+are synced to disk before they are answered (``synchronous=FULL``); other updates survive a killed
 process, and one lost to a power cut is recorded again when the run is next picked up.
 
 Statuses: ``queued`` (recorded, not yet picked up), ``running``, ``waiting`` (for approvals; no
@@ -13,25 +15,26 @@ worker runs it), ``completed``, ``failed``, ``cancelled``. A run is *live* in th
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import sqlite3
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from tubeless.serve._db import ServeDb, open_db
 
 __all__ = ["LIVE", "TERMINAL", "RunRegistry", "RunRow"]
 
 LIVE = ("queued", "running", "waiting")
 TERMINAL = ("completed", "failed", "cancelled")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS serve_runs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+
+def _schema(db: ServeDb) -> list[str]:
+    runs = db.table("serve_runs")
+    return [
+        f"""
+CREATE TABLE IF NOT EXISTS {runs} (
+    seq {db.serial},
     run_id TEXT NOT NULL UNIQUE,
     entry TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -48,16 +51,24 @@ CREATE TABLE IF NOT EXISTS serve_runs (
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     caller TEXT,
     restart INTEGER NOT NULL DEFAULT 0,
-    created_at_ms INTEGER NOT NULL,
-    updated_at_ms INTEGER NOT NULL
+    created_at_ms BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
 )
-"""
-_INDEXES = (
-    "CREATE INDEX IF NOT EXISTS serve_runs_key_idx ON serve_runs (key, status)",
-    "CREATE INDEX IF NOT EXISTS serve_runs_status_idx ON serve_runs (status)",
-)
+""",
+        f"CREATE INDEX IF NOT EXISTS {runs}_key_idx ON {runs} (key, status)",
+        f"CREATE INDEX IF NOT EXISTS {runs}_status_idx ON {runs} (status)",
+    ]
+
+
 #: Columns added after the first release of the table: (name, declaration).
-_ADDED = (("caller", "TEXT"), ("restart", "INTEGER NOT NULL DEFAULT 0"))
+_ADDED = (
+    ("caller", "TEXT"),
+    ("restart", "INTEGER NOT NULL DEFAULT 0"),
+    ("claim_owner", "TEXT"),
+    ("claim_until_ms", "BIGINT"),
+    ("tokens", "BIGINT NOT NULL DEFAULT 0"),
+    ("cost_usd", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
+)
 _COLUMNS = (
     "seq, run_id, entry, key, idempotency_key, input_json, limits_json, status, result_json, "
     "error_json, turns, calls, usage_json, cancel_requested, created_at_ms, updated_at_ms, "
@@ -131,44 +142,28 @@ def _now_ms() -> int:
 
 
 class RunRegistry:
-    """The ``serve_runs`` table of one SQLite file (made 0600 on first use)."""
+    """The runs table of a server's store: a SQLite file (made 0600 on first use) or the
+    PostgreSQL database of the checkpoints (``tubeless_serve_runs``)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            os.close(
-                os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            )
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA busy_timeout = 10000")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        # Updates are synced with the write-ahead log's checkpoints only (NORMAL: they survive
-        # a killed process, and a power cut can only lose a status the checkpoint still holds,
-        # so the next sweep records it again); a new run is synced before it is answered.
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.execute(_SCHEMA)
-            present = {row[1] for row in self._db.execute("PRAGMA table_info(serve_runs)")}
-            for name, declaration in _ADDED:  # a registry made before the column existed
-                if name not in present:
-                    self._db.execute(f"ALTER TABLE serve_runs ADD COLUMN {name} {declaration}")
-            for statement in _INDEXES:
-                self._db.execute(statement)
-            self._db.execute("COMMIT")
+    def __init__(self, where: str) -> None:
+        self.db = open_db(where)
+        self._t = self.db.table("serve_runs")
+        try:
+            self.db.ensure(_schema(self.db), [(self._t, n, d) for n, d in _ADDED])
+        except BaseException:
+            self.db.close()
+            raise
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self.db.close()
+
+    def _select(self, where: str, params: Sequence[Any], tail: str = "") -> list[RunRow]:
+        rows = self.db.rows(f"SELECT {_COLUMNS} FROM {self._t} WHERE {where} {tail}", params)
+        return [_row(r) for r in rows]
 
     def _one(self, where: str, params: tuple[Any, ...]) -> RunRow | None:
-        with self._lock:
-            found = self._db.execute(
-                f"SELECT {_COLUMNS} FROM serve_runs WHERE {where}", params
-            ).fetchone()
-        return None if found is None else _row(found)
+        found = self._select(where, params, "LIMIT 1")
+        return found[0] if found else None
 
     def get(self, run_id: str) -> RunRow | None:
         return self._one("run_id = ?", (run_id,))
@@ -197,48 +192,31 @@ class RunRegistry:
         checkpoint key got there first (another worker at the same moment), ``(that, False)``."""
         now = _now_ms()
         marks = ",".join("?" * len(LIVE))
-        with self._lock:
-            self._db.execute("PRAGMA synchronous = FULL")
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                found = None
-                if idempotency_key is not None:
-                    found = self._db.execute(
-                        f"SELECT {_COLUMNS} FROM serve_runs WHERE idempotency_key = ?",
-                        (idempotency_key,),
-                    ).fetchone()
-                if found is None:
-                    found = self._db.execute(
-                        f"SELECT {_COLUMNS} FROM serve_runs WHERE key = ? AND status IN ({marks})",
-                        (key, *LIVE),
-                    ).fetchone()
-                if found is not None:
-                    self._db.execute("COMMIT")
-                    return _row(found), False
-                self._db.execute(
-                    "INSERT INTO serve_runs (run_id, entry, key, idempotency_key, input_json, "
-                    "limits_json, status, created_at_ms, updated_at_ms, caller, restart) "
-                    "VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        entry,
-                        key,
-                        idempotency_key,
-                        json.dumps(raw_input, ensure_ascii=True),
-                        None if limits is None else json.dumps(limits),
-                        now,
-                        now,
-                        caller,
-                        int(restart),
-                    ),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-            finally:
-                self._db.execute("PRAGMA synchronous = NORMAL")
+        with self.db.transaction(durable=True):
+            found = None
+            if idempotency_key is not None:
+                found = self._one("idempotency_key = ?", (idempotency_key,))
+            if found is None:
+                found = self._one(f"key = ? AND status IN ({marks})", (key, *LIVE))
+            if found is not None:
+                return found, False
+            self.db.run(
+                f"INSERT INTO {self._t} (run_id, entry, key, idempotency_key, input_json, "
+                "limits_json, status, created_at_ms, updated_at_ms, caller, restart) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+                (
+                    run_id,
+                    entry,
+                    key,
+                    idempotency_key,
+                    json.dumps(raw_input, ensure_ascii=True),
+                    None if limits is None else json.dumps(limits),
+                    now,
+                    now,
+                    caller,
+                    int(restart),
+                ),
+            )
         row = self.get(run_id)
         assert row is not None
         return row, True
@@ -249,6 +227,10 @@ class RunRegistry:
         columns: list[str] = []
         values: list[Any] = []
         for name, value in fields.items():
+            if name == "usage":  # its tokens and cost also in columns /metrics sums cheaply
+                tokens, cost = _metered(value)
+                columns += ["tokens = ?", "cost_usd = ?"]
+                values += [tokens, cost]
             if name in ("result", "error", "usage", "pending"):
                 columns.append(f"{name}_json = ?")
                 values.append(None if value is None else json.dumps(value, ensure_ascii=True))
@@ -259,37 +241,60 @@ class RunRegistry:
                 raise ValueError(f"unknown run column {name!r}")
         columns.append("updated_at_ms = ?")
         values.append(_now_ms())
-        with self._lock:
-            if durable:
-                self._db.execute("PRAGMA synchronous = FULL")
-            try:
-                self._db.execute(
-                    f"UPDATE serve_runs SET {', '.join(columns)} WHERE run_id = ?",
-                    (*values, run_id),
-                )
-            finally:
-                if durable:
-                    self._db.execute("PRAGMA synchronous = NORMAL")
+        self.db.run(
+            f"UPDATE {self._t} SET {', '.join(columns)} WHERE run_id = ?",
+            (*values, run_id),
+            durable=durable,
+        )
 
     def pending(self, run_id: str) -> list[dict[str, Any]]:
         """The approval requests a waiting run copied here (``[]`` for none)."""
-        with self._lock:
-            found = self._db.execute(
-                "SELECT pending_json FROM serve_runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
+        found = self.db.one(f"SELECT pending_json FROM {self._t} WHERE run_id = ?", (run_id,))
         value = None if found is None else _loads(found[0])
         return value if isinstance(value, list) else []
 
     def set_status_if(self, run_id: str, expected: Sequence[str], status: str) -> bool:
         """Move a run to ``status`` only from one of ``expected``; whether it moved."""
         marks = ",".join("?" * len(expected))
-        with self._lock:
-            cursor = self._db.execute(
-                f"UPDATE serve_runs SET status = ?, updated_at_ms = ? "
-                f"WHERE run_id = ? AND status IN ({marks})",
-                (status, _now_ms(), run_id, *expected),
+        changed = self.db.run(
+            f"UPDATE {self._t} SET status = ?, updated_at_ms = ? "
+            f"WHERE run_id = ? AND status IN ({marks})",
+            (status, _now_ms(), run_id, *expected),
+        )
+        return changed == 1
+
+    # -- claims: which worker runs a run (used with a shared database) -------------------------
+    def claim(self, run_id: str, owner: str, ttl_ms: int) -> bool:
+        """Make ``owner`` the worker running ``run_id`` for ``ttl_ms`` when nobody else holds it
+        (or their claim expired) and the run is live; whether ``owner`` holds it now."""
+        now = self.db.now_ms
+        changed = self.db.run(
+            f"UPDATE {self._t} SET claim_owner = ?, claim_until_ms = {now} + ? WHERE run_id = ? "
+            "AND status IN ('queued', 'running', 'waiting') AND (claim_owner IS NULL "
+            f"OR claim_owner = ? OR claim_until_ms IS NULL OR claim_until_ms < {now})",
+            (owner, ttl_ms, run_id, owner),
+        )
+        return changed == 1
+
+    def renew_claims(self, run_ids: Sequence[str], owner: str, ttl_ms: int) -> list[str]:
+        """Push ``owner``'s claims on ``run_ids`` ahead; the ids it no longer holds."""
+        lost: list[str] = []
+        for run_id in run_ids:
+            changed = self.db.run(
+                f"UPDATE {self._t} SET claim_until_ms = {self.db.now_ms} + ? "
+                "WHERE run_id = ? AND claim_owner = ?",
+                (ttl_ms, run_id, owner),
             )
-        return cursor.rowcount == 1
+            if changed != 1:
+                lost.append(run_id)
+        return lost
+
+    def unclaim(self, run_id: str, owner: str) -> None:
+        self.db.run(
+            f"UPDATE {self._t} SET claim_owner = NULL, claim_until_ms = NULL "
+            "WHERE run_id = ? AND claim_owner = ?",
+            (run_id, owner),
+        )
 
     def listing(
         self,
@@ -299,7 +304,7 @@ class RunRegistry:
         limit: int = 50,
         before: int | None = None,
     ) -> list[RunRow]:
-        """Newest first; ``before`` is a ``seq`` cursor (exclusive)."""
+        """Runs newest first; ``before`` is a ``seq`` cursor (exclusive)."""
         where: list[str] = ["1 = 1"]
         params: list[Any] = []
         if entry is not None:
@@ -311,13 +316,7 @@ class RunRegistry:
         if before is not None:
             where.append("seq < ?")
             params.append(before)
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM serve_runs WHERE {' AND '.join(where)} "
-                "ORDER BY seq DESC LIMIT ?",
-                (*params, limit),
-            ).fetchall()
-        return [_row(r) for r in rows]
+        return self._select(" AND ".join(where), (*params, limit), "ORDER BY seq DESC LIMIT ?")
 
     def latest_on_key(self, key: str) -> RunRow | None:
         """The newest run of checkpoint ``key``, whatever its status."""
@@ -326,32 +325,39 @@ class RunRegistry:
     def owned_by(self, caller: str | None) -> list[RunRow]:
         """The runs ``caller`` started through a protocol, oldest first."""
         where = "caller IS NULL" if caller is None else "caller = ?"
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM serve_runs WHERE {where} ORDER BY seq",
-                () if caller is None else (caller,),
-            ).fetchall()
-        return [_row(r) for r in rows]
+        return self._select(where, () if caller is None else (caller,), "ORDER BY seq")
 
     def with_status(self, statuses: Sequence[str]) -> list[RunRow]:
         marks = ",".join("?" * len(statuses))
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM serve_runs WHERE status IN ({marks}) ORDER BY seq",
-                tuple(statuses),
-            ).fetchall()
-        return [_row(r) for r in rows]
+        return self._select(f"status IN ({marks})", tuple(statuses), "ORDER BY seq")
 
     def counts(self) -> dict[str, int]:
         """Runs by status."""
-        with self._lock:
-            rows = self._db.execute("SELECT status, COUNT(*) FROM serve_runs GROUP BY status")
-            return {status: count for status, count in rows}
+        rows = self.db.rows(f"SELECT status, COUNT(*) FROM {self._t} GROUP BY status")
+        return {str(status): int(count) for status, count in rows}
 
     def totals(self) -> tuple[int, int]:
         """All calls and turns the recorded runs made."""
-        with self._lock:
-            found = self._db.execute(
-                "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(turns), 0) FROM serve_runs"
-            ).fetchone()
-        return int(found[0]), int(found[1])
+        calls, turns, _, _ = self.consumed()
+        return calls, turns
+
+    def consumed(self) -> tuple[int, int, int, float]:
+        """All calls, turns, tokens and US dollars the recorded runs' budgets consumed."""
+        found = self.db.one(
+            "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(turns), 0), "
+            f"COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM {self._t}"
+        )
+        assert found is not None
+        return int(found[0]), int(found[1]), int(found[2]), float(found[3])
+
+
+def _metered(usage: Any) -> tuple[int, float]:
+    """The total tokens and the cost in a run's ``usage`` (0 for what it does not hold)."""
+    if not isinstance(usage, dict):
+        return 0, 0.0
+    tokens = usage.get("total_tokens", 0)
+    try:
+        cost = float(usage.get("cost_usd", 0))
+    except (TypeError, ValueError):
+        cost = 0.0
+    return (tokens if isinstance(tokens, int) else 0), cost

@@ -82,8 +82,10 @@ class Endpoints:
 
     async def metrics(self, request: Request) -> Response:
         registry = self.manager.registry
-        calls, turns = registry.totals()
-        text = self.manager.metrics.render(registry.counts(), calls, turns)
+        calls, turns, tokens, cost = registry.consumed()
+        text = self.manager.metrics.render(
+            registry.counts(), calls, turns, tokens=tokens, cost_usd=cost
+        )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def entries(self, request: Request) -> Response:

@@ -9,12 +9,11 @@ resumes. Arguments come from the checkpoint (a data file), never from a trace.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from tubeless.durable import CheckpointStore
 from tubeless.durable._spi import CheckpointDocument, record_decision
-from tubeless.errors import CHECKPOINT_INVALID, TubelessError
+from tubeless.errors import TubelessError
 
 if TYPE_CHECKING:
     from tubeless.ui._traces import Snapshot
@@ -29,20 +28,9 @@ MAX_PENDING: Final = 200
 
 def open_store(target: str) -> CheckpointStore:
     """The checkpoint store at a path (SQLite) or a ``postgresql://`` URL."""
-    if target.startswith(("postgresql://", "postgres://")):
-        import tubeless.durable as durable
+    from tubeless.durable import open_checkpoints
 
-        factory: Callable[[str], CheckpointStore] | None = getattr(
-            durable, "PostgresCheckpoints", None
-        )
-        if factory is None:
-            raise TubelessError(
-                CHECKPOINT_INVALID, "this tubeless cannot open postgresql:// checkpoint stores"
-            )
-        return factory(target)
-    from tubeless.durable import SqliteCheckpoints
-
-    return SqliteCheckpoints(target)
+    return open_checkpoints(target)
 
 
 class CheckpointApprovals:
