@@ -59,10 +59,12 @@ class ProcessEngine:
         signal: CancelToken,
         store_path: str | None = None,
         row_retries: int = DEFAULT_ROW_RETRIES,
+        lease_wait_s: float | None = None,
         on_records: OnRecord | None = None,
     ) -> None:
         self._source = source
         self._row_retries = row_retries
+        self._lease_wait_s = lease_wait_s
         self._on_records = on_records if traced else None
         self._store_path = store_path
         self._size = workers
@@ -136,6 +138,7 @@ class ProcessEngine:
             retries=self._row_retries,
             retry=retry,
             signal=self._signal,
+            lease_wait_s=self._lease_wait_s,
         )
 
     async def _attempt(self, item: InputRow, key: str, plan: RowPlan) -> RowOutcome:

@@ -149,6 +149,7 @@ class RayEngine:
         address: str | None,
         store_path: str | None = None,
         row_retries: int = DEFAULT_ROW_RETRIES,
+        lease_wait_s: float | None = None,
         on_records: OnRecord | None = None,
     ) -> None:
         try:
@@ -165,6 +166,7 @@ class RayEngine:
         self._tools = tools
         self._signal = signal
         self._row_retries = row_retries
+        self._lease_wait_s = lease_wait_s
         self._on_records = on_records if traced else None
         self._address = address or os.environ.get("RAY_ADDRESS") or None
         self._started_ray = False
@@ -293,6 +295,7 @@ class RayEngine:
             retries=self._row_retries,
             retry=retry,
             signal=self._signal,
+            lease_wait_s=self._lease_wait_s,
         )
 
     async def _attempt(self, item: InputRow, key: str, plan: RowPlan) -> RowOutcome:
