@@ -139,6 +139,8 @@ def test_a_node_lost_mid_row_resumes_its_row_elsewhere_from_postgres(
     inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}, {"n": 2}, {"n": 3}])
     store = f"{postgres_dsn}?lease_ttl_s={LEASE_TTL_S}"
     worker = next(iter(cluster.worker_nodes))
+    # Two nodes as two machines would be: nothing on disk shared but the project's files.
+    assert cluster.head_node.get_temp_dir_path() != worker.get_temp_dir_path()
     driver = subprocess.Popen(
         [
             sys.executable,
