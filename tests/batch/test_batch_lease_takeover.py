@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.batch import write_inputs
+from tests.fixtures.cli import tubeless
 from tests.fixtures.postgres import postgres_dsn, postgres_server
 from tests.fixtures.processes import write_project
 from tubeless.batch import run_batch
@@ -141,3 +142,17 @@ def test_a_lease_time_below_a_second_on_the_url_is_refused(value: str) -> None:
     assert caught.value.code == CHECKPOINT_INVALID
     assert "s3cret" not in caught.value.message
     assert "lease_ttl_s" in caught.value.message and ">= 1" in caught.value.message
+
+
+def test_the_cli_refuses_a_lease_time_below_a_second_naming_the_url_without_its_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = write_project(tmp_path, PROJECT, MODULE.format(folder=str(tmp_path)))
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 4}])
+    url = "postgresql://me:s3cret@127.0.0.1:1/db?lease_ttl_s=0.5"
+    done = tubeless(capsys, "batch", project, inputs, "--checkpoints", url)
+    assert done.code == 2
+    assert done.err.strip() == (
+        "error: TUBELESS_CHECKPOINT_INVALID: postgresql://me:***@127.0.0.1:1/db?lease_ttl_s=0.5: "
+        "lease_ttl_s='0.5' is not a number of seconds >= 1 (write for example ?lease_ttl_s=30)"
+    )
