@@ -200,7 +200,10 @@ async def _measure(dsn: str, repeats: int) -> dict[str, Any]:
         makes += [theirs("async"), theirs("sync")]
         names += ["langgraph async", "langgraph sync"]
     try:
-        medians = dict(zip(names, await _alternate(makes, repeats), strict=True))
+        medians: dict[str, Any] = dict(zip(names, await _alternate(makes, repeats), strict=True))
+        for name, make in zip(names, makes, strict=True):
+            if name != "untraced":
+                medians[f"{name} commits"], medians[f"{name} wal"] = await _cost(dsn, make)
         lease = store.acquire("renewal")
         renewals = []
         for _ in range(max(20, repeats * 4)):
@@ -215,6 +218,29 @@ async def _measure(dsn: str, repeats: int) -> dict[str, Any]:
     medians["renewal"] = statistics.median(renewals)
     medians["lease_ttl_s"] = store.lease_ttl_s
     return medians
+
+
+async def _cost(dsn: str, make: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+    """Transactions committed and WAL bytes written per turn by one run of ``make``."""
+    import psycopg
+
+    query = (
+        "SELECT xact_commit, pg_current_wal_lsn() - '0/0'::pg_lsn FROM pg_stat_database "
+        "WHERE datname = current_database()"
+    )
+
+    async def read() -> tuple[int, int]:
+        await asyncio.sleep(1.2)  # backends report their counts at most once a second
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = await (await conn.execute(query)).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    commits, wal = await read()
+    await make()
+    after_commits, after_wal = await read()
+    return (after_commits - commits - 1) / TURNS, (after_wal - wal) / TURNS
 
 
 def run(rows: list[dict[str, Any]], repeats: int, *, emit: Emit) -> None:
@@ -239,6 +265,8 @@ def run(rows: list[dict[str, Any]], repeats: int, *, emit: Emit) -> None:
             "workload": "W12 W1 checkpoints postgres",
             "turns": TURNS,
             "ms_per_turn": round(found["tubeless"] / TURNS * 1e3, 3),
+            "commits_per_turn": round(found["tubeless commits"], 2),
+            "wal_bytes_per_turn": round(found["tubeless wal"]),
             "untraced_us_per_turn": round(untraced * 1e6, 2),
         },
     )
@@ -248,6 +276,8 @@ def run(rows: list[dict[str, Any]], repeats: int, *, emit: Emit) -> None:
         if name in found:
             row["ms_per_turn"] = round(found[name] / TURNS * 1e3, 3)
             row["tubeless_ratio"] = round(found["tubeless"] / found[name], 3)
+            row["commits_per_turn"] = round(found[f"{name} commits"], 2)
+            row["wal_bytes_per_turn"] = round(found[f"{name} wal"])
         else:
             row["skipped"] = "langgraph or langgraph-checkpoint-postgres is not installed"
         emit(rows, row)
