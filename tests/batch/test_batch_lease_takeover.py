@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.fixtures.batch import write_inputs
 from tests.fixtures.cli import tubeless
@@ -156,3 +158,31 @@ def test_the_cli_refuses_a_lease_time_below_a_second_naming_the_url_without_its_
         "error: TUBELESS_CHECKPOINT_INVALID: postgresql://me:***@127.0.0.1:1/db?lease_ttl_s=0.5: "
         "lease_ttl_s='0.5' is not a number of seconds >= 1 (write for example ?lease_ttl_s=30)"
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ttl=st.floats(min_value=1, max_value=1e6, allow_nan=False),
+    others=st.lists(
+        st.tuples(
+            st.sampled_from(["sslmode", "application_name", "host", "connect_timeout"]),
+            st.text(alphabet="abcdefghij0123456789/%2F.", min_size=1, max_size=8),
+        ),
+        max_size=3,
+    ),
+    before=st.booleans(),
+)
+def test_the_lease_time_leaves_the_urls_other_parameters_as_they_were(
+    ttl: float, others: list[tuple[str, str]], before: bool
+) -> None:
+    rest = "&".join(f"{name}={value}" for name, value in others)
+    query = [f"lease_ttl_s={ttl!r}", rest] if before else [rest, f"lease_ttl_s={ttl!r}"]
+    url = "postgresql://me:s3cret@db.example/runs?" + "&".join(part for part in query if part)
+    store = open_checkpoints(url)  # connects on first use only
+    assert store.lease_ttl_s == ttl  # type: ignore[attr-defined]
+    plain = open_checkpoints(
+        "postgresql://me:s3cret@db.example/runs" + (f"?{rest}" if rest else "")
+    )
+    assert store.where == plain.where  # type: ignore[attr-defined]
+    assert plain.lease_ttl_s == 30  # type: ignore[attr-defined]
+    assert "lease_ttl_s" not in store.where and "s3cret" not in store.where  # type: ignore[attr-defined]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote_plus, urlsplit, urlunsplit
 
 from tubeless.durable._dsn import is_database_url, redact_dsn
 from tubeless.errors import CHECKPOINT_INVALID, CheckpointError
@@ -63,5 +63,10 @@ def _lease_ttl(url: str, default: float) -> tuple[str, float]:
             f"{redact_dsn(url)}: {LEASE_TTL_PARAMETER}={found[-1]!r} is not a number of seconds "
             f">= 1 (write for example ?{LEASE_TTL_PARAMETER}=30)",
         )
-    rest = urlencode([(name, value) for name, value in query if name != LEASE_TTL_PARAMETER])
+    # The other parameters stay exactly as written (no re-encoding).
+    rest = "&".join(
+        part
+        for part in parts.query.split("&")
+        if part and unquote_plus(part.partition("=")[0]) != LEASE_TTL_PARAMETER
+    )
     return urlunsplit(parts._replace(query=rest)), ttl
