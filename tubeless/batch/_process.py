@@ -5,7 +5,8 @@ the caller's ``__main__``) that loads the entry once and then runs one row at
 a time, sent over a pipe; the row's trace records come back as JSON text as they are made, then
 the row. Workers ignore SIGINT (a terminal sends it to the whole process group): the driver
 cancels their rows by message instead. A worker whose pipe closes (it died) is replaced and its
-row runs again on another worker (``row_retries`` times at most) before it fails; a worker whose
+row runs again on another worker (``row_retries`` times at most) before it fails; with a
+database URL store, once the dead worker's lease on the row's key expired. A worker whose
 driver went away (its pipe closed) exits at once.
 """
 

@@ -12,7 +12,9 @@ A row's records stream back as the row makes them (an actor's ``run`` is a gener
 never waits for room the cluster does not have: an actor that is not placed within
 :data:`PLACEMENT_WAIT_S` is given up, and an actor that dies is replaced only while the cluster
 (as it is now: a node may be gone) has room for it; otherwise the pool shrinks, said on stderr.
-The row of an actor that died runs again on another actor (``row_retries`` times at most).
+The row of an actor that died runs again on another actor (``row_retries`` times at most);
+with a database URL store, its rerun waits for the dead actor's lease on the row's key to
+expire, then resumes the row from the checkpoint (:mod:`tubeless.batch._retries`).
 An actor whose host does not see the driver's checkpoint file as the driver's own never runs
 a row (a fresh, empty store there would make a resume depend on where a row lands).
 """
