@@ -472,6 +472,10 @@ def main() -> int:
         from benchmarks.batch_driver import run as driver_workload
 
         driver_workload(rows, max(5, repeats // 3), emit=_emit)
+    if wanted("W12"):
+        from benchmarks.postgres import run as postgres_workload
+
+        postgres_workload(rows, max(3, repeats // 5), emit=_emit)
     print()
     print(f"{'workload':28} {'measure':>14} {'baseline':>12} {'ratio':>7}")
     for row in rows:

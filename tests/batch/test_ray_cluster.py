@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,14 +68,18 @@ GATED = """\
 
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A head and a worker node, one CPU each; a lost node is noticed within about a second."""
+    """A head and a worker node, one CPU each, each with a temporary folder of its own (as two
+    machines have); a lost node is noticed within about a second. The folders are short paths
+    under the system's temporary folder: Ray's sockets live in them."""
     from ray.cluster_utils import Cluster
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    folders = [tempfile.mkdtemp(prefix="tb-ray-") for _ in range(2)]
     made = Cluster(
         initialize_head=True,
         head_node_args={
             "num_cpus": 1,
+            "temp_dir": folders[0],
             "_system_config": {
                 "health_check_period_ms": 500,
                 "health_check_timeout_ms": 500,
@@ -82,11 +88,13 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         },
     )
     try:
-        made.add_node(num_cpus=1)
+        made.add_node(num_cpus=1, temp_dir=folders[1])
         made.wait_for_nodes()
         yield made
     finally:
         made.shutdown()
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _started(folder: Path) -> list[tuple[int, str, int]]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from tubeless.batch._entry_source import EntrySource, OnRecord
 from tubeless.batch._inputs import InputRow
-from tubeless.batch._retries import DEFAULT_ROW_RETRIES, with_row_retries
+from tubeless.batch._retries import DEFAULT_ROW_RETRIES, lease_wait, with_row_retries
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, run_row
 from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BatchError
 from tubeless.mcp import SharedConnections
@@ -122,7 +122,8 @@ def make_engine(
     ``store`` is the batch's checkpoint store (the ``local`` engine uses it); ``store_path``
     is its file, which the workers of ``process`` and ``ray`` open for themselves. With
     ``on_records`` (and ``traced``), those workers ship each row's records as they are made;
-    ``row_retries`` bounds how often a row whose worker died runs again.
+    ``row_retries`` bounds how often a row whose worker died runs again; its rerun waits for
+    the dead worker's lease on the row's key to expire (``store.lease_ttl_s``).
 
     Raises:
         BatchError: ``TUBELESS_BATCH_ENGINE_UNAVAILABLE`` when ``process`` or ``ray`` is given a
@@ -154,6 +155,7 @@ def make_engine(
             signal=signal,
             store_path=store_path,
             row_retries=row_retries,
+            lease_wait_s=lease_wait(store),
             on_records=on_records,
         )
     if name == "ray":
@@ -168,6 +170,7 @@ def make_engine(
             address=ray_address,
             store_path=store_path,
             row_retries=row_retries,
+            lease_wait_s=lease_wait(store),
             on_records=on_records,
         )
     raise BatchError(

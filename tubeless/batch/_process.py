@@ -5,7 +5,8 @@ the caller's ``__main__``) that loads the entry once and then runs one row at
 a time, sent over a pipe; the row's trace records come back as JSON text as they are made, then
 the row. Workers ignore SIGINT (a terminal sends it to the whole process group): the driver
 cancels their rows by message instead. A worker whose pipe closes (it died) is replaced and its
-row runs again on another worker (``row_retries`` times at most) before it fails; a worker whose
+row runs again on another worker (``row_retries`` times at most) before it fails; with a
+database URL store, once the dead worker's lease on the row's key expired. A worker whose
 driver went away (its pipe closed) exits at once.
 """
 
@@ -59,10 +60,12 @@ class ProcessEngine:
         signal: CancelToken,
         store_path: str | None = None,
         row_retries: int = DEFAULT_ROW_RETRIES,
+        lease_wait_s: float | None = None,
         on_records: OnRecord | None = None,
     ) -> None:
         self._source = source
         self._row_retries = row_retries
+        self._lease_wait_s = lease_wait_s
         self._on_records = on_records if traced else None
         self._store_path = store_path
         self._size = workers
@@ -136,6 +139,7 @@ class ProcessEngine:
             retries=self._row_retries,
             retry=retry,
             signal=self._signal,
+            lease_wait_s=self._lease_wait_s,
         )
 
     async def _attempt(self, item: InputRow, key: str, plan: RowPlan) -> RowOutcome:

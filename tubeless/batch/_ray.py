@@ -12,7 +12,9 @@ A row's records stream back as the row makes them (an actor's ``run`` is a gener
 never waits for room the cluster does not have: an actor that is not placed within
 :data:`PLACEMENT_WAIT_S` is given up, and an actor that dies is replaced only while the cluster
 (as it is now: a node may be gone) has room for it; otherwise the pool shrinks, said on stderr.
-The row of an actor that died runs again on another actor (``row_retries`` times at most).
+The row of an actor that died runs again on another actor (``row_retries`` times at most);
+with a database URL store, its rerun waits for the dead actor's lease on the row's key to
+expire, then resumes the row from the checkpoint (:mod:`tubeless.batch._retries`).
 An actor whose host does not see the driver's checkpoint file as the driver's own never runs
 a row (a fresh, empty store there would make a resume depend on where a row lands).
 """
@@ -149,6 +151,7 @@ class RayEngine:
         address: str | None,
         store_path: str | None = None,
         row_retries: int = DEFAULT_ROW_RETRIES,
+        lease_wait_s: float | None = None,
         on_records: OnRecord | None = None,
     ) -> None:
         try:
@@ -165,6 +168,7 @@ class RayEngine:
         self._tools = tools
         self._signal = signal
         self._row_retries = row_retries
+        self._lease_wait_s = lease_wait_s
         self._on_records = on_records if traced else None
         self._address = address or os.environ.get("RAY_ADDRESS") or None
         self._started_ray = False
@@ -293,6 +297,7 @@ class RayEngine:
             retries=self._row_retries,
             retry=retry,
             signal=self._signal,
+            lease_wait_s=self._lease_wait_s,
         )
 
     async def _attempt(self, item: InputRow, key: str, plan: RowPlan) -> RowOutcome:
