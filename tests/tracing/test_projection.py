@@ -117,6 +117,15 @@ def _text(text: str, trees: list[RunTree]) -> str:
     return re.sub(r"started \S+", "started <iso>", text)
 
 
+#: The last progress of a delegated scripted agent (two turns, at most three).
+_AGENT_PROGRESS = {
+    "completed": 2,
+    "total": None,
+    "message": "Turn 2 of at most 3",
+    "fraction": None,
+}
+
+
 def _call(call_id: str, tool: str | None, run: str | None, status: str, **extra: Any) -> Any:
     """A normalised call dict; ``run`` is the label of the call run."""
     return {
@@ -132,6 +141,7 @@ def _call(call_id: str, tool: str | None, run: str | None, status: str, **extra:
         "child_agent_run_ids": [],
         "marked": None,
         "reason_given": False,
+        "progress": None,
         **extra,
     }
 
@@ -407,6 +417,8 @@ async def test_subagent_calls_link_their_agent_runs_which_hang_under_the_call_ru
                         "completed",
                         parent=f"{t1}:attempt:2",
                         child_agent_run_ids=["scripted-agent#1"],
+                        # A pipeline tool's call run is the child agent: its turn progress.
+                        progress=_AGENT_PROGRESS,
                     ),
                     _call(
                         "word-1",
@@ -415,6 +427,8 @@ async def test_subagent_calls_link_their_agent_runs_which_hang_under_the_call_ru
                         "completed",
                         parent=f"{t1}:attempt:2",
                         child_agent_run_ids=["scripted-agent#2"],
+                        # A pipeline tool's call run is the child agent: its turn progress.
+                        progress=_AGENT_PROGRESS,
                     ),
                 ],
                 calls_admitted=2,

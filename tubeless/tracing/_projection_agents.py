@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from tubeless.errors import AGENT_LIMIT_REACHED
 from tubeless.frozen import FrozenDict
+from tubeless.tracing._call_progress import CallProgress, call_progress
 from tubeless.tracing.runs import TURN_STEPS, Call, Run, RunStatus, as_int, as_str
 
 if TYPE_CHECKING:
@@ -95,6 +96,9 @@ class CallNode:
     before the run stopped); ``None`` for a call that simply ran."""
     reason_given: bool = False
     """A denied call's denial came with a reason (the reason stays in the checkpoint)."""
+    progress: CallProgress | None = None
+    """The call run's last progress report (the latest while it runs); ``None`` when it
+    reported none (or never started)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The call as snake_case JSON-ready data."""
@@ -284,6 +288,7 @@ def _calls(turn: Run, kids: Sequence[Run], trees: Mapping[Run, RunTree]) -> tupl
                 parent_attempt_id=kid.parent_attempt_id or attributed.parent_attempt_id,
                 child_agent_run_ids=_child_agents(trees[kid]),
                 marked=attributed.marked,
+                progress=call_progress(kid.progress),
             )
         )
     nodes.extend(

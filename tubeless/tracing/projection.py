@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tubeless.tracing._call_progress import CallProgress
 from tubeless.tracing._projection_agents import (
     AgentHistory,
     CallNode,
@@ -41,6 +42,7 @@ from tubeless.tracing.runs import Run, RunStatus, StepStatus, as_str, waiting_er
 __all__ = [
     "AgentHistory",
     "CallNode",
+    "CallProgress",
     "RunStatus",
     "RunTree",
     "StepNode",

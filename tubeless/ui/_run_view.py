@@ -226,13 +226,37 @@ def _call(snapshot: Snapshot, call: CallNode, *, depth: int, over: bool) -> dict
                 }
             )
     run = snapshot.trees.get(call.run_id or "")
-    progress = None
+    at_step = None
     if run is not None and run.status == "running":
-        progress = next((s.id for s in run.steps if s.status == "running"), None)
+        at_step = next((s.id for s in run.steps if s.status == "running"), None)
     doubtful = call.status == "unknown" or (call.status == "running" and over)
     return {
         "call": call,
         "status": "in doubt" if doubtful else call.status,
         "agents": agents,
-        "progress": progress,
+        "progress": at_step,
+        "report": _report(call),
     }
+
+
+def _report(call: CallNode) -> dict[str, Any] | None:
+    """The call's last progress report as the page shows it: ``{message, count, fraction}``.
+
+    ``count`` is ``completed of total`` (or ``completed`` alone without a total); ``fraction``
+    drives a ``<progress>`` bar when both numbers are known. A running call's report is its
+    latest, a finished call's its last.
+    """
+    report = call.progress
+    if report is None or (report.completed is None and report.message is None):
+        return None
+    count = None
+    if report.completed is not None:
+        count = _figure(report.completed)
+        if report.total is not None:
+            count = f"{count} of {_figure(report.total)}"
+    return {"message": report.message, "count": count, "fraction": report.fraction}
+
+
+def _figure(value: float) -> str:
+    """A recorded number as people write it: ``3`` rather than ``3.0``."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
