@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.fixtures.processes import HANG_GUARD
-from tests.serve.conftest import Served, wait_status
+from tests.serve.conftest import Served, read_stream, sse_events, wait_status
 
 
 def _until_counted(client: httpx.Client, run_id: str) -> dict[str, Any]:
@@ -23,6 +23,32 @@ def _until_counted(client: httpx.Client, run_id: str) -> dict[str, Any]:
             return run
         assert time.monotonic() < deadline, f"the run never showed its progress: {run}"
         time.sleep(0.05)
+
+
+def test_the_worker_running_a_run_shows_its_turns_and_calls_while_a_call_blocks(
+    served: Served,
+) -> None:
+    served.hold()
+    server = served.start()
+    with server.client() as client:
+        run = client.post(
+            "/v1/entries/worker/runs", json={"input": {"text": "q", "steps": 2}}
+        ).json()
+        served.wait_holding()  # turn 1's call is running and blocks
+        here = _until_counted(client, run["run_id"])
+        assert (here["status"], here["turns"], here["calls"]) == ("running", 1, 1)
+        with client.stream("GET", f"/v1/runs/{run['run_id']}/events") as response:
+            status = next(e for e in sse_events(response) if e["event"] == "status")
+        assert status["data"] == {
+            "run_id": run["run_id"],
+            "status": "running",
+            "turns": 1,
+            "calls": 1,
+        }
+        served.release()
+        done = wait_status(client, run["run_id"], {"completed", "failed"})
+        assert (done["status"], done["calls"]) == ("completed", 2), done
+        assert done["turns"] >= 2
 
 
 @pytest.mark.slow
@@ -53,3 +79,21 @@ def test_a_running_run_shows_its_turns_and_calls_here_and_on_another_server(
         assert done["status"] == "completed", done
         assert done["calls"] == 2 and done["turns"] >= 2
         assert client_b.get(f"/v1/runs/{run['run_id']}").json()["calls"] == 2
+
+
+def test_status_events_carry_the_counts_and_the_last_one_the_final_counts(served: Served) -> None:
+    server = served.start()
+    with server.client() as client:
+        run = client.post(
+            "/v1/entries/worker/runs", json={"input": {"text": "e", "steps": 2}, "wait_s": 30}
+        ).json()
+        assert run["status"] == "completed"
+        events = read_stream(client, run["run_id"])
+    statuses = [e["data"] for e in events if e["event"] == "status"]
+    assert statuses[-1] == {
+        "run_id": run["run_id"],
+        "status": "completed",
+        "turns": run["turns"],
+        "calls": 2,
+    }
+    assert events[-1] == {"event": "end", "data": {"run_id": run["run_id"], "status": "completed"}}

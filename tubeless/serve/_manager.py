@@ -364,18 +364,22 @@ class RunManager:
             raise RequestError(404, SERVE_NOT_FOUND, f"no run {run_id!r}")
         return row
 
-    def view(self, row: RunRow) -> dict[str, Any]:
-        """The run object of the API; a run this worker is running shows its live counts
-        (another worker shows those last written to the registry)."""
+    def current(self, row: RunRow) -> RunRow:
+        """``row`` with the live ``turns`` and ``calls`` of a run this worker is running
+        (another worker has those last written to the registry)."""
         local = self._local.get(row.run_id)
         progress = local.progress if local is not None else None
-        if progress is not None and row.status == "running":
-            from dataclasses import replace
+        if progress is None or row.status != "running":
+            return row
+        from dataclasses import replace
 
-            row = replace(
-                row, turns=max(row.turns, progress.turns), calls=max(row.calls, progress.calls)
-            )
-        return run_view(self.registry, row)
+        return replace(
+            row, turns=max(row.turns, progress.turns), calls=max(row.calls, progress.calls)
+        )
+
+    def view(self, row: RunRow) -> dict[str, Any]:
+        """The run object of the API (its counts live while this worker runs it)."""
+        return run_view(self.registry, self.current(row))
 
     async def wait(self, run_id: str, wait_s: float) -> RunRow:
         """The run once it is no longer queued or running, or after ``wait_s``."""
