@@ -5,8 +5,9 @@
 It hears the root agent's commit points and keeps two numbers in memory: the turn it reached
 (``reserved``/``decided``) and the calls its budget admitted (``admitted``, ``reduced``). The
 worker running the run shows them at once; the registry, which every other worker reads, gets
-them at most about once a second (the first change at once, later ones batched on a timer), so a
-run of many quick turns costs a handful of writes. When the run stops, :meth:`close` cancels any
+them at most about once a second (changes are batched on a timer, the first one a second after
+the run started), so a run shorter than a second writes nothing more than before and a long run
+of many quick turns about one row update a second. When the run stops, :meth:`close` cancels any
 pending write and the run's end records the final counts from its checkpoint.
 """
 
@@ -67,7 +68,8 @@ class Progress(TurnHooks):
         self._loop = loop
         self._root: object | None = None
         self._written = (0, 0)
-        self._last_write = float("-inf")
+        # Counted from the start: a run shorter than a second writes nothing before its end.
+        self._last_write = time.monotonic()
         self._scheduled = False
         self._handle: asyncio.TimerHandle | asyncio.Handle | None = None
         self._closed = False
