@@ -2,7 +2,8 @@
 
 The trace store is the buffer: each record is a ``record`` event whose ``id:`` is its sequence
 there, so ``Last-Event-ID`` (or ``?since=``) picks up exactly after it, from any worker and
-after any restart. ``status`` events (no id) say when the run's status changes; ``end`` is
+after any restart. ``status`` events (no id) say when the run's status, ``turns`` or ``calls``
+change (the counts as the run object shows them, live while it runs); ``end`` is
 last, once the run finished and every record it wrote was sent. A comment every
 ``keepalive_s`` keeps proxies from closing a quiet stream. Only what the trace holds is sent
 (never inputs, outputs or state): a client reads the result from the run.
@@ -53,7 +54,7 @@ async def stream_events(request: Request, manager: RunManager) -> Response:
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         nonlocal after
-        shown: str | None = None
+        shown: tuple[str, int, int] | None = None
         while True:
             records = await asyncio.get_running_loop().run_in_executor(
                 manager.readers,
@@ -64,10 +65,12 @@ async def stream_events(request: Request, manager: RunManager) -> Response:
                 yield ServerSentEvent(
                     data=json.dumps(record, separators=(",", ":")), event="record", id=str(sequence)
                 )
-            row = manager.get(run_id)
-            if row.status != shown:
-                shown = row.status
-                yield ServerSentEvent(data=json.dumps(_status(row)), event="status")
+            row = manager.current(manager.get(run_id))
+            now = (row.status, row.turns, row.calls)
+            if now != shown:
+                shown = now
+                status = {**_status(row), "turns": row.turns, "calls": row.calls}
+                yield ServerSentEvent(data=json.dumps(status), event="status")
             if row.status in TERMINAL and len(records) < _BATCH:
                 if not records:  # one more look: the last records may have landed just now
                     yield ServerSentEvent(data=json.dumps(_status(row)), event="end")

@@ -40,6 +40,7 @@ from tubeless.serve._claims import Claims, RegistryClaims
 from tubeless.serve._ends import read_document, record_end, run_view
 from tubeless.serve._entries import Entries, RequestError
 from tubeless.serve._metrics import Metrics
+from tubeless.serve._progress import Progress
 from tubeless.serve._registry import LIVE, RunRegistry, RunRow
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class _Local:
 
     token: CancelToken
     task: asyncio.Task[None] | None = None
+    progress: Progress | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     user_cancelled: bool = False
 
@@ -295,6 +297,7 @@ class RunManager:
             first = row.status == "queued"
             for hook in self.on_launch:
                 hook(row)
+            local.progress = self._observe(row)
             finished = await entry.run(
                 row.input,
                 trace=[self.sink, self.metrics.sink],
@@ -319,6 +322,8 @@ class RunManager:
                 error={"code": getattr(exc, "code", UNKNOWN_ERROR), "message": "internal"},
             )
         finally:
+            if local.progress is not None:
+                local.progress.close()
             try:
                 if finished is not None and not self._stopping:
                     self._record_end(row, finished, local)
@@ -335,6 +340,18 @@ class RunManager:
                     except Exception:
                         log.exception("serve: a hook on the end of run %s failed", row.run_id)
 
+    def _observe(self, row: RunRow) -> Progress:
+        """Count the run's turns and calls as it goes (in this task's context only), around
+        the hooks a protocol's ``on_launch`` installed, if any."""
+        from tubeless.agent._spi import OBSERVER
+
+        def write(turns: int, calls: int) -> None:
+            self.registry.update(row.run_id, turns=turns, calls=calls)
+
+        progress = Progress(write, asyncio.get_running_loop(), inner=OBSERVER.get())
+        OBSERVER.set(progress)
+        return progress
+
     def _record_end(self, row: RunRow, run: PipelineRun, local: _Local) -> None:
         record_end(
             self.registry, row, run, read_document(self.store, row.key), local.user_cancelled
@@ -347,9 +364,22 @@ class RunManager:
             raise RequestError(404, SERVE_NOT_FOUND, f"no run {run_id!r}")
         return row
 
+    def current(self, row: RunRow) -> RunRow:
+        """``row`` with the live ``turns`` and ``calls`` of a run this worker is running
+        (another worker has those last written to the registry)."""
+        local = self._local.get(row.run_id)
+        progress = local.progress if local is not None else None
+        if progress is None or row.status != "running":
+            return row
+        from dataclasses import replace
+
+        return replace(
+            row, turns=max(row.turns, progress.turns), calls=max(row.calls, progress.calls)
+        )
+
     def view(self, row: RunRow) -> dict[str, Any]:
-        """The run object of the API."""
-        return run_view(self.registry, row)
+        """The run object of the API (its counts live while this worker runs it)."""
+        return run_view(self.registry, self.current(row))
 
     async def wait(self, run_id: str, wait_s: float) -> RunRow:
         """The run once it is no longer queued or running, or after ``wait_s``."""
