@@ -345,8 +345,10 @@ class RunManager:
         the hooks a protocol's ``on_launch`` installed, if any."""
         from tubeless.agent._spi import OBSERVER
 
+        owner = getattr(self.claims, "owner", None)
+
         def write(turns: int, calls: int) -> None:
-            self.registry.update(row.run_id, turns=turns, calls=calls)
+            self.registry.update_live(row.run_id, owner, turns=turns, calls=calls)
 
         progress = Progress(write, asyncio.get_running_loop(), inner=OBSERVER.get())
         OBSERVER.set(progress)

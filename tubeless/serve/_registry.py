@@ -221,6 +221,18 @@ class RunRegistry:
         assert row is not None
         return row, True
 
+    def update_live(self, run_id: str, owner: str | None, *, turns: int, calls: int) -> None:
+        """A running run's counts, written only while it is still running here: a worker that
+        lost the run (paused past its claim, then woken) never overwrites the new holder's or
+        the final counts."""
+        claim = "" if owner is None else " AND (claim_owner IS NULL OR claim_owner = ?)"
+        self.db.run(
+            f"UPDATE {self._t} SET turns = ?, calls = ?, updated_at_ms = ?"
+            f" WHERE run_id = ? AND status = 'running'{claim}",
+            (turns, calls, _now_ms(), run_id, *(() if owner is None else (owner,))),
+            durable=False,
+        )
+
     def update(self, run_id: str, *, durable: bool = False, **fields: Any) -> None:
         """Set columns of one run (``result``/``error``/``usage``/``pending`` JSON-encoded);
         ``durable``: synced to disk before this returns."""
