@@ -161,15 +161,18 @@ def execute(
 ) -> Coroutine[Any, Any, PipelineRun]:
     """Run ``pipeline`` once inside a run tree (the root or a child); await the result."""
     _check_concurrency(controls.max_concurrency)
+    # One constructor call with keywords (the record); the scheduler takes it positionally.
     runner = Run(
-        pipeline,
-        controls,
-        env=env,
-        signal=signal,
-        run_id=run_id or new_run_id(pipeline.id),
-        parent_run_id=parent_run_id,
-        item_key=item_key,
-        iteration=iteration,
+        RunState(
+            pipeline,
+            controls,
+            env=env,
+            signal=signal,
+            run_id=run_id or new_run_id(pipeline.id),
+            parent_run_id=parent_run_id,
+            item_key=item_key,
+            iteration=iteration,
+        )
     )
     return runner.go(raw_input, validated, now_ms(), time.perf_counter())
 
@@ -180,34 +183,18 @@ class Run:
     What happened is kept by its collaborator ``record`` (:class:`RunState`, ``_run_state.py``):
     the scheduler decides what runs and tells the record each outcome; the record turns them
     into reports, errors and trace records. The lean path's take-over (``_lean._TakeOver``) is a
-    subclass: it overrides ``validate_options``, ``settled_without_running`` and ``start`` for
-    what already happened.
+    subclass: it sets ``options_error`` and overrides ``settled_without_running`` and ``start``
+    for what already happened.
     """
 
     __slots__ = ("record",)
 
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        controls: Controls,
-        *,
-        env: RunEnvironment,
-        signal: CancelToken,
-        run_id: str,
-        parent_run_id: str | None,
-        item_key: str | None,
-        iteration: Mapping[str, Any] | None,
-    ) -> None:
-        self.record = RunState(
-            pipeline,
-            controls,
-            env=env,
-            signal=signal,
-            run_id=run_id,
-            parent_run_id=parent_run_id,
-            item_key=item_key,
-            iteration=iteration,
-        )
+    #: An error the options already failed with, recorded instead of validating them (only the
+    #: lean path's take-over sets one; a class attribute here, so a plain run reads no slot).
+    options_error: SchemaValidationError | None = None
+
+    def __init__(self, record: RunState) -> None:
+        self.record = record
 
     # -- the run ------------------------------------------------------------------------------
     async def go(self, raw_input: Any, validated: Any, started_ms: int, t0: float) -> PipelineRun:
@@ -228,7 +215,11 @@ class Run:
         if not plan.ok:
             record.run_errors.extend(plan.errors)
             return record.complete(plan, started_ms, t0, steps=False)
-        if not self.validate_options(raw_input, validated):
+        options_error = self.options_error
+        if options_error is not None:
+            record.options_rejected(options_error)
+            return record.complete(plan, started_ms, t0, steps=False)
+        if not record.validate_options(raw_input, validated):
             return record.complete(plan, started_ms, t0, steps=False)
         if envelope is not None:
             for ps, payload in zip(plan.steps, plan.planned_payloads(), strict=True):
@@ -254,9 +245,6 @@ class Run:
         if interrupted:
             raise asyncio.CancelledError
         return result
-
-    def validate_options(self, raw_input: Any, validated: Any) -> bool:
-        return self.record.validate_options(raw_input, validated)
 
     async def sequential(self, plan: Plan) -> None:
         record = self.record

@@ -32,7 +32,7 @@ from tubeless.pipeline._call import call_step, checked_output
 from tubeless.pipeline._context import RunEnvironment, StepContext
 from tubeless.pipeline._execute import DEFAULT_CONTROLS, Run
 from tubeless.pipeline._ids import new_run_id
-from tubeless.pipeline._run_state import UNVALIDATED, Attempt, attempt_id_of
+from tubeless.pipeline._run_state import UNVALIDATED, Attempt, RunState, attempt_id_of
 from tubeless.schema import SchemaValidationError
 
 if TYPE_CHECKING:
@@ -197,14 +197,16 @@ async def run_lean(
             failure.from_handler,
         )
     run = _TakeOver(
-        pipeline,
-        DEFAULT_CONTROLS,
-        env=env,
-        signal=signal,
-        run_id=run_id,
-        parent_run_id=parent_run_id,
-        item_key=item_key,
-        iteration=None,
+        RunState(
+            pipeline,
+            DEFAULT_CONTROLS,
+            env=env,
+            signal=signal,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            item_key=item_key,
+            iteration=None,
+        ),
         done=done,
         options_error=options_error,
     )
@@ -238,20 +240,14 @@ class _TakeOver(Run):
 
     def __init__(
         self,
-        *args: Any,
+        record: RunState,
+        *,
         done: dict[str, _Done],
         options_error: SchemaValidationError | None,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(record)
         self.done = done
-        self.options_error = options_error
-
-    def validate_options(self, raw_input: Any, validated: Any) -> bool:
-        if self.options_error is not None:
-            self.record.options_rejected(self.options_error)
-            return False
-        return super().validate_options(raw_input, validated)
+        self.options_error = options_error  # recorded by ``go`` instead of validating
 
     def settled_without_running(self, ps: PlanStep) -> bool:
         if ps.id in self.done:

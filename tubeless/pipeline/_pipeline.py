@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -14,6 +14,7 @@ from tubeless.schema import Schema
 if TYPE_CHECKING:
     from tubeless.durable import CheckpointStore
     from tubeless.pipeline._cancel import CancelToken
+    from tubeless.pipeline._execute import Controls
     from tubeless.pipeline._plan import Plan
     from tubeless.pipeline._results import DefinitionIdentity, PipelineRun
     from tubeless.pipeline._step import Step
@@ -206,8 +207,7 @@ class Pipeline:
             asyncio.CancelledError: If the awaiting task is cancelled (after recording the
                 cancelled run and flushing the sinks).
         """
-        from tubeless.pipeline._execute import DEFAULT_CONTROLS, Controls, run_root
-
+        default_controls, make_controls, run_root = _EXECUTOR or _load_executor()
         if (
             not dry_run
             and targets is None
@@ -216,9 +216,9 @@ class Pipeline:
             and type(max_concurrency) is int
             and not continue_on_error
         ):
-            controls = DEFAULT_CONTROLS
+            controls = default_controls
         else:
-            controls = Controls(
+            controls = make_controls(
                 dry_run=bool(dry_run),
                 targets=_ids(targets),
                 step_ids=_ids(step_ids),
@@ -296,3 +296,17 @@ def original_exception(exc: BaseException | None) -> BaseException | None:
             return exc
         exc = inner
     return exc
+
+
+#: The executor's entry points, loaded by the first run: defining a pipeline never needs the
+#: executor (it loads the sinks and the checkpoint session), and an ``import`` statement in
+#: ``run`` itself costs every run thousands of instructions even once the module is loaded.
+_EXECUTOR: tuple[Controls, type[Controls], Callable[..., Awaitable[PipelineRun]]] | None = None
+
+
+def _load_executor() -> tuple[Controls, type[Controls], Callable[..., Awaitable[PipelineRun]]]:
+    global _EXECUTOR
+    from tubeless.pipeline._execute import DEFAULT_CONTROLS, Controls, run_root
+
+    _EXECUTOR = (DEFAULT_CONTROLS, Controls, run_root)
+    return _EXECUTOR
