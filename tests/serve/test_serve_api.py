@@ -206,7 +206,10 @@ def test_cross_origin_requests_are_closed_by_default(shared: tuple[Served, httpx
 
 def test_entries_metrics_and_listing(shared: tuple[Served, httpx.Client]) -> None:
     _, client = shared
-    _start(client, {"input": {"text": "f"}, "wait_s": 30})
+    # Three completed runs of its own: the listing below pages them whatever ran before here
+    # (xdist spreads this module's tests over workers, each with its own server).
+    for text in ("f", "g", "h"):
+        _start(client, {"input": {"text": text}, "wait_s": 30})
     (entry,) = client.get("/v1/entries").json()["entries"]
     assert entry["id"] == "worker" and entry["kind"] == "agent"
     assert entry["limits"]["max_calls"] == 10
