@@ -19,10 +19,10 @@ A DSN's password is never part of a message: :func:`redact_dsn` masks it everywh
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from tubeless.tracing._buffered import BufferedSink
 from tubeless.tracing._dsn import URL_SCHEMES, is_postgres_url, redact_dsn, scrub
 from tubeless.tracing._read_checks import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing._rows import COLUMNS, Row, record_of, row_of
@@ -176,7 +176,7 @@ def _prepare(conn: psycopg.Connection[Any], where: str) -> None:
             conn.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (%s)", (STORE_VERSION,))
 
 
-class PostgresSink:
+class PostgresSink(BufferedSink):
     """A trace sink appending rows to a Postgres trace store (tables created on first use).
 
     Args:
@@ -194,16 +194,12 @@ class PostgresSink:
         TraceReadError: The database holds trace tables of another layout version.
     """
 
-    __slots__ = ("__weakref__", "_conn", "_failure", "_lock", "_rows", "_timer", "location")
+    __slots__ = ("location",)
 
     def __init__(self, dsn: str, *, timeout: float = 10.0) -> None:
         #: The DSN with its password masked.
         self.location = redact_dsn(dsn)
-        self._rows: list[Row] = []
-        self._failure: BaseException | None = None
-        self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
-        self._conn: psycopg.Connection[Any] | None = None
+        super().__init__()
         conn = _connect(dsn, timeout=timeout)
         try:
             _prepare(conn, self.location)
@@ -233,53 +229,6 @@ class PostgresSink:
                 self._commit()
             elif self._timer is None:
                 self._timer = flush_later(self._on_timer)
-
-    def flush(self) -> None:
-        """Commit the buffered rows."""
-        if self._conn is None or self._failure is not None:
-            self._refuse()
-        with self._lock:
-            self._commit()
-
-    def close(self) -> None:
-        """Commit the buffered rows (unless a write failed before) and close the connection."""
-        with self._lock:
-            timer, self._timer = self._timer, None
-        if timer is not None:  # outside the lock, which a firing timer may be waiting for
-            timer.cancel()
-            timer.join()
-        with self._lock:
-            conn = self._conn
-            if conn is None:
-                return
-            try:
-                if self._failure is None:
-                    self._commit()
-            finally:
-                self._conn = None
-                self._rows = []
-                conn.close()
-
-    def __enter__(self) -> PostgresSink:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _refuse(self) -> None:
-        if self._conn is None:
-            raise ValueError(f"{self!r} is closed")
-        raise ValueError(
-            f"{self!r} refuses records after a failed write: {self._failure}"
-        ) from self._failure
-
-    def _on_timer(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._conn is None or self._failure is not None:
-                return
-            with contextlib.suppress(Exception):  # kept in _failure for the next export
-                self._commit()
 
     def _commit(self) -> None:
         """Commit the buffered rows in one transaction, after every earlier writer's commit."""

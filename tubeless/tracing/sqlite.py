@@ -13,16 +13,15 @@ refused.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import os
 import sqlite3
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from tubeless.tracing._buffered import BufferedSink
 from tubeless.tracing._read_checks import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing._rows import COLUMNS, record_of, row_of
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
@@ -186,7 +185,7 @@ def _prepare(conn: sqlite3.Connection, path: Path) -> None:
         raise
 
 
-class SqliteSink:
+class SqliteSink(BufferedSink):
     """A trace sink appending rows to a SQLite trace store (created when missing).
 
     Args:
@@ -204,17 +203,7 @@ class SqliteSink:
         TraceReadError: The file is not a trace store, or its version is unsupported.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_conn",
-        "_failure",
-        "_identity",
-        "_location",
-        "_lock",
-        "_rows",
-        "_timer",
-        "path",
-    )
+    __slots__ = ("_identity", "_location", "path")
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
         self.path = Path(path)
@@ -222,13 +211,8 @@ class SqliteSink:
         _bind_none_directly()
         # Absolute, so that a handler changing the working directory changes nothing.
         self._location = os.path.abspath(self.path)
-        # The buffered rows' columns, flat: one INSERT binds them all.
-        self._rows: list[Any] = []
-        self._failure: BaseException | None = None
-        # Exports and the timer's commit come from different threads.
-        self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
-        self._conn: sqlite3.Connection | None = None
+        # The buffered rows are the columns, flat: one INSERT binds them all.
+        super().__init__()
         self._identity: tuple[int, int] | None = None
         # isolation_level=None: the sink issues BEGIN IMMEDIATE / COMMIT itself.
         conn = sqlite3.connect(
@@ -277,55 +261,10 @@ class SqliteSink:
             elif self._timer is None:
                 self._timer = flush_later(self._on_timer)
 
-    def flush(self) -> None:
-        """Commit the buffered rows."""
-        if self._conn is None or self._failure is not None:
-            self._refuse()
-        with self._lock:
-            self._commit()
-
-    def close(self) -> None:
-        """Commit the buffered rows (unless a write failed before) and close the database."""
-        with self._lock:
-            timer, self._timer = self._timer, None
-        if timer is not None:  # outside the lock, which a firing timer may be waiting for
-            timer.cancel()
-            timer.join()
-        with self._lock:
-            conn = self._conn
-            if conn is None:
-                return
-            try:
-                if self._failure is None:
-                    self._commit()
-            finally:
-                self._conn = None
-                self._rows = []
-                conn.close()
-
-    def __enter__(self) -> SqliteSink:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def _refuse(self) -> None:
         if self._conn is None and self._identity is None and self._failure is not None:
             raise self._failure  # the store could not even be initialised
-        if self._conn is None:
-            raise ValueError(f"{self!r} is closed")
-        raise ValueError(
-            f"{self!r} refuses records after a failed write: {self._failure}"
-        ) from self._failure
-
-    def _on_timer(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._conn is None or self._failure is not None:
-                return
-            # A failure is kept in _failure: the next export or flush reports it.
-            with contextlib.suppress(Exception):
-                self._commit()
+        super()._refuse()
 
     def _commit(self) -> None:
         """Commit the buffered rows in one transaction (under the lock)."""
