@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tubeless.agent._cassette import first_difference, shown_value
     from tubeless.agent._hooks import CallSite, Proceed, TurnHooks
     from tubeless.agent._invocation import OBSERVER
+    from tubeless.agent._remote_ledger import BudgetCall, RemoteLedger, answer, mirror
     from tubeless.agent._scope import OUTER_LEDGERS, ROOT_BUDGETS
     from tubeless.agent._sources import Remote, SourceSession, sourced_tool
     from tubeless.agent._tape import Recording, Replaying, recording, replaying
@@ -35,15 +36,19 @@ __all__ = [
     "OUTER_LEDGERS",
     "ROOT_BUDGETS",
     "TOOL_NAME",
+    "BudgetCall",
     "CallSite",
     "Ledger",
     "Proceed",
     "Recording",
     "Remote",
+    "RemoteLedger",
     "Replaying",
     "SourceSession",
     "TurnHooks",
+    "answer",
     "first_difference",
+    "mirror",
     "recording",
     "remotes",
     "replaying",
@@ -54,6 +59,10 @@ __all__ = [
 #: Each name's home: (module, attribute).
 _HOMES: dict[str, tuple[str, str]] = {
     "Ledger": ("tubeless.agent._usage", "Ledger"),
+    "RemoteLedger": ("tubeless.agent._remote_ledger", "RemoteLedger"),
+    "BudgetCall": ("tubeless.agent._remote_ledger", "BudgetCall"),
+    "answer": ("tubeless.agent._remote_ledger", "answer"),
+    "mirror": ("tubeless.agent._remote_ledger", "mirror"),
     "OUTER_LEDGERS": ("tubeless.agent._scope", "OUTER_LEDGERS"),
     "OBSERVER": ("tubeless.agent._invocation", "OBSERVER"),
     "TurnHooks": ("tubeless.agent._hooks", "TurnHooks"),

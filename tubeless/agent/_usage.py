@@ -128,6 +128,30 @@ class Ledger:
                 value = Decimal(str(bound)) if name == "max_cost_usd" else int(bound)
                 self.bounds[name] = max(self.bounds[name], value)
 
+    def grant(
+        self, input_tokens: int, output_tokens: int, cost: Decimal
+    ) -> LimitReachedError | None:
+        """Reserve on this ledger alone, atomically: the refusal (and nothing added) when the
+        amounts do not fit, else ``None`` (the owner's side of a remote ledger)."""
+        requested: dict[str, int | Decimal] = {
+            "max_input_tokens": input_tokens,
+            "max_output_tokens": output_tokens,
+            "max_total_tokens": input_tokens + output_tokens,
+            "max_cost_usd": cost,
+        }
+        with _LOCK:
+            refused = self._refusal(requested)
+            if refused is not None:
+                self.refused = True
+                return refused
+            self._add(input_tokens, output_tokens, cost)
+        return None
+
+    def settle(self, input_tokens: int, output_tokens: int, cost: Decimal) -> None:
+        """Add differences (a charge replacing a reservation; negative releases) atomically."""
+        with _LOCK:
+            self._add(input_tokens, output_tokens, cost)
+
     def _refusal(self, requested: dict[str, int | Decimal]) -> LimitReachedError | None:
         for name, bound in self.bounds.items():
             used = self.consumed(name)

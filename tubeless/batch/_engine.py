@@ -20,6 +20,7 @@ from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BatchError
 from tubeless.mcp import SharedConnections
 
 if TYPE_CHECKING:
+    from tubeless.agent._spi import Ledger
     from tubeless.durable import CheckpointStore
     from tubeless.pipeline import CancelToken, Pipeline
 
@@ -116,6 +117,7 @@ def make_engine(
     store_path: str | None = None,
     row_retries: int = DEFAULT_ROW_RETRIES,
     on_records: OnRecord | None = None,
+    budget: Ledger | None = None,
 ) -> Engine:
     """The engine called ``name`` for ``entry``.
 
@@ -123,7 +125,10 @@ def make_engine(
     is its file, which the workers of ``process`` and ``ray`` open for themselves. With
     ``on_records`` (and ``traced``), those workers ship each row's records as they are made;
     ``row_retries`` bounds how often a row whose worker died runs again; its rerun waits for
-    the dead worker's lease on the row's key to expire (``store.lease_ttl_s``).
+    the dead worker's lease on the row's key to expire (``store.lease_ttl_s``). ``budget`` is
+    the batch-wide budget's ledger: the ``process`` and ``ray`` workers' rows reserve against
+    it through :mod:`tubeless.batch._budget_broker` (the ``local`` engine's rows charge it
+    directly; the runner puts it in their chains).
 
     Raises:
         BatchError: ``TUBELESS_BATCH_ENGINE_UNAVAILABLE`` when ``process`` or ``ray`` is given a
@@ -157,6 +162,7 @@ def make_engine(
             row_retries=row_retries,
             lease_wait_s=lease_wait(store),
             on_records=on_records,
+            budget=budget,
         )
     if name == "ray":
         from tubeless.batch._ray import RayEngine
@@ -172,6 +178,7 @@ def make_engine(
             row_retries=row_retries,
             lease_wait_s=lease_wait(store),
             on_records=on_records,
+            budget=budget,
         )
     raise BatchError(
         BATCH_ENGINE_UNAVAILABLE, f"unknown engine {name!r}; choose one of " + ", ".join(ENGINES)

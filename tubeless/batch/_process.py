@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from tubeless.batch._budget_broker import PipeBudget, answer, bounds_to_wire, metered
 from tubeless.batch._entry_source import EntrySource, OnRecord
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._retries import DEFAULT_ROW_RETRIES, with_row_retries
@@ -33,6 +34,7 @@ from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchEr
 from tubeless.mcp import SharedConnections
 
 if TYPE_CHECKING:
+    from tubeless.agent._spi import Ledger
     from tubeless.pipeline import CancelToken
 
 __all__ = ["ProcessEngine"]
@@ -62,8 +64,11 @@ class ProcessEngine:
         row_retries: int = DEFAULT_ROW_RETRIES,
         lease_wait_s: float | None = None,
         on_records: OnRecord | None = None,
+        budget: Ledger | None = None,
     ) -> None:
         self._source = source
+        self._budget = budget
+        """The batch-wide budget: workers' reservations are granted here (_budget_broker)."""
         self._row_retries = row_retries
         self._lease_wait_s = lease_wait_s
         self._on_records = on_records if traced else None
@@ -108,6 +113,7 @@ class ProcessEngine:
                 "checkpoints": self._store_path,
                 "stream": self._on_records is not None,
                 "fd": child.fileno(),
+                "budget": bounds_to_wire(self._budget),
             }
         )
         process = subprocess.Popen(
@@ -164,6 +170,9 @@ class ProcessEngine:
                 if kind == "done":
                     wire = body
                     break
+                if kind == "budget" and self._budget is not None:  # granted before it is sent
+                    worker.conn.send(("budget", answer(self._budget, body)))
+                    continue
                 if self._on_records is not None:  # ("records", lines): as the row made them
                     for line in body:
                         self._on_records(json.loads(line))
@@ -241,35 +250,48 @@ def _worker_main(spec: str) -> None:
         return
     conn.send(("ready",))
     try:
-        asyncio.run(_serve(conn, entry, traced, tools, store, stream))
+        asyncio.run(_serve(conn, entry, traced, tools, store, stream, settings.get("budget")))
     finally:
         if store is not None:
             store.close()
 
 
 async def _serve(
-    conn: Connection, entry: Any, traced: bool, tools: bool, store: Any, stream: bool
+    conn: Connection,
+    entry: Any,
+    traced: bool,
+    tools: bool,
+    store: Any,
+    stream: bool,
+    budget: dict[str, Any] | None = None,
 ) -> None:
     from tubeless.pipeline import CancelToken
 
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[Any, ...] | None] = asyncio.Queue()
+    sending = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with sending:  # a sync handler's thread may make records too
+            conn.send(message)
+
+    batch_budget = PipeBudget(budget, send) if budget is not None else None
 
     def read() -> None:
         while True:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
+                if batch_budget is not None:
+                    batch_budget.deliver(None)
                 loop.call_soon_threadsafe(inbox.put_nowait, None)
                 return
+            if message[0] == "budget" and batch_budget is not None:
+                batch_budget.deliver(message[1])  # while the loop waits for it
+                continue
             loop.call_soon_threadsafe(inbox.put_nowait, message)
 
     threading.Thread(target=read, name="tubeless-batch-inbox", daemon=True).start()
-    sending = threading.Lock()
-
-    def send(message: tuple[Any, ...]) -> None:
-        with sending:  # a sync handler's thread may make records too
-            conn.send(message)
 
     def ship(record: Any) -> None:
         # Sent at once, before the work the record announces: what reached the socket before
@@ -285,7 +307,7 @@ async def _serve(
     async def one(message: tuple[Any, ...]) -> None:
         _, index, line, raw, problem, text, key, plan = message
         item = InputRow(index=index, line=line, raw=raw, problem=problem, text=text)
-        with connections.active():
+        with connections.active(), metered(None if batch_budget is None else batch_budget.ledger):
             outcome = await run_row(
                 entry,
                 item,

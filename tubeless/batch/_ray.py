@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tubeless.batch._budget_broker import BudgetActor, bounds_to_wire, metered, ray_budget, refresh
 from tubeless.batch._entry_source import EntrySource, OnRecord
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._ray_setup import EXCLUDES, file_identity, init_ray, not_the_drivers
@@ -54,6 +55,7 @@ from tubeless.errors import (
 from tubeless.mcp import SharedConnections
 
 if TYPE_CHECKING:
+    from tubeless.agent._spi import Ledger
     from tubeless.pipeline import CancelToken
 
 __all__ = ["EXCLUDES", "PLACEMENT_WAIT_S", "RayEngine"]
@@ -76,7 +78,9 @@ class _Actor:
         checkpoints: str | None = None,
         checkpoints_identity: list[int] | None = None,
         stream: bool = False,
+        budget: tuple[Any, dict[str, Any]] | None = None,
     ) -> None:
+        self._budget = ray_budget(budget)  # the batch-wide budget's actor, if any
         self._entry = EntrySource(path=str(Path(path).resolve()), entry_id=entry_id).load()
         self._traced = traced
         self._tools = tools
@@ -121,7 +125,8 @@ class _Actor:
         row_plan = RowPlan.from_wire(plan)
 
         async def attempt(forward: Any) -> Any:
-            with self._connections.active():  # the row's MCP servers: this actor's connections
+            # The row's MCP servers: this actor's connections; its budget: the batch's.
+            with self._connections.active(), metered(self._budget):
                 return await run_row(
                     self._entry,
                     item,
@@ -153,6 +158,7 @@ class RayEngine:
         row_retries: int = DEFAULT_ROW_RETRIES,
         lease_wait_s: float | None = None,
         on_records: OnRecord | None = None,
+        budget: Ledger | None = None,
     ) -> None:
         try:
             import ray
@@ -180,6 +186,9 @@ class RayEngine:
         self._identities: dict[str, list[int] | None] = {}
         self._replacing: set[asyncio.Task[None]] = set()
         self._remove_callback: Any = None
+        self._budget = budget
+        """The batch-wide budget; an actor holds the real one (``_budget_broker``)."""
+        self._broker: Any = None
 
     # -- the pool ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -191,6 +200,12 @@ class RayEngine:
         cpus = self._cpus()
         self._per_actor = min(1.0, cpus / self._size) if cpus > 0 else 1.0
         self._options = {"num_cpus": self._per_actor, "max_restarts": 0}
+        if self._budget is not None:
+            self._broker = (
+                ray.remote(BudgetActor)
+                .options(num_cpus=0, max_restarts=0)
+                .remote(bounds_to_wire(self._budget))
+            )
         actors = [self._spawn() for _ in range(self._size)]
         waits = {asyncio.ensure_future(self._placed(actor)): actor for actor in actors}
         await asyncio.wait(waits)
@@ -236,6 +251,7 @@ class RayEngine:
             self._store_path,
             identity,
             self._on_records is not None,
+            None if self._broker is None else (self._broker, bounds_to_wire(self._budget)),
         )
 
     async def _placed(self, actor: Any) -> str | None:
@@ -345,6 +361,8 @@ class RayEngine:
         finally:
             self._running.pop(stream, None)
         self._idle.put_nowait(actor)
+        if self._budget is not None:  # what the runner sees before it starts another row
+            await refresh(self._budget, self._broker)
         return RowOutcome.from_wire(wire)
 
     def _files(self, plan: RowPlan) -> dict[str, list[int] | None]:
@@ -394,6 +412,10 @@ class RayEngine:
         for actor in list(self._running.values()):
             with contextlib.suppress(Exception):
                 self._ray.kill(actor)
+        if self._broker is not None:
+            with contextlib.suppress(Exception):
+                self._ray.kill(self._broker)
+            self._broker = None
         if self._started_ray:
             self._ray.shutdown()
             self._started_ray = False

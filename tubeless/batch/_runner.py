@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tubeless.batch._budget_broker import BATCH_SCOPE, ROW_METER
 from tubeless.batch._engine import DEFAULT_ROW_RETRIES, Engine, EngineName, EntrySource, make_engine
 from tubeless.batch._inputs import InputSource, iter_inputs
 from tubeless.batch._ledger import Ledger
@@ -35,7 +36,6 @@ from tubeless.batch._plans import NamedRow, PlanMaker, RowKeys, RowNamer, row_ke
 from tubeless.batch._row import RowOutcome
 from tubeless.batch._summary import BatchSummary, summarize
 from tubeless.errors import (
-    BATCH_ENGINE_UNAVAILABLE,
     BATCH_INPUT_INVALID,
     BUDGET_EXHAUSTED,
     RUN_CONCURRENCY_INVALID,
@@ -109,8 +109,9 @@ async def run_batch(
             diverges fails alone with ``TUBELESS_REPLAY_DIVERGED``.
         row_retries: How many more times a row whose worker died (``process``, ``ray``) runs,
             each time on another worker, before it fails with ``TUBELESS_BATCH_WORKER_DIED``.
-        max_cost_usd: A cost budget for the whole batch (``local`` engine): every row's model
-            requests reserve against it too; rows not started once it is spent are
+        max_cost_usd: A cost budget for the whole batch (every engine): every row's model
+            requests reserve against it too, granted by this process (atomically across
+            workers) before they are sent; rows not started once it is spent are
             ``{status: "skipped", error: {code: TUBELESS_BUDGET_EXHAUSTED}}``. Rows in flight
             are bounded by their own reservations, so the batch never exceeds it.
         max_total_tokens: Likewise, input plus output tokens for the whole batch.
@@ -177,12 +178,6 @@ async def run_outcomes(
             RUN_CONCURRENCY_INVALID, f"concurrency must be an integer >= 1, got {concurrency!r}"
         )
     budget = _batch_budget(max_cost_usd, max_total_tokens)
-    if budget is not None and engine != "local":
-        raise TubelessError(
-            BATCH_ENGINE_UNAVAILABLE,
-            f"A batch-wide budget (--max-cost-usd, --max-total-tokens) needs the local engine, "
-            f"not {engine!r}: rows of other engines run in other processes",
-        )
     if isinstance(entry, str | os.PathLike):
         entry = EntrySource.of(entry, entry_id)
     # The local engine runs the entry loaded here; other engines' workers load it themselves,
@@ -215,6 +210,7 @@ async def run_outcomes(
                 store_path=store_path,
                 row_retries=row_retries,
                 on_records=fanout.export if sinks else None,  # workers ship records as made
+                budget=budget,  # process and ray workers reserve against it (_budget_broker)
             )
             launch = getattr(runner, "launch", None)
             driving = False
@@ -273,7 +269,7 @@ def _batch_budget(
     from tubeless.agent._spi import Ledger as BudgetLedger
 
     limits = Limits(max_cost_usd=max_cost_usd, max_total_tokens=max_total_tokens)  # type: ignore[arg-type]
-    return BudgetLedger("batch", limits.budgets())
+    return BudgetLedger(BATCH_SCOPE, limits.budgets())
 
 
 def window(concurrency: int) -> int:
@@ -470,10 +466,6 @@ class _Batch:
         if not self.exhausted:
             for named in self.named:
                 yield named.row.index, named
-
-
-#: The id of the unbounded ledger that meters one row of a budgeted batch.
-ROW_METER = "row"
 
 
 def _skipped(named: NamedRow) -> RowOutcome:

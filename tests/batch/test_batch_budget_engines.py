@@ -1,0 +1,156 @@
+"""A batch-wide budget on the ``process`` and ``ray`` engines: one ledger, owned by the driver
+(or a Ray actor), that every worker's rows reserve against before a request is sent.
+
+Each row asks a chat completions server on 127.0.0.1 once (a ``_finish`` reply without usage
+data, so each request keeps its whole reservation: its body bytes plus ``max_output_tokens``).
+The budget fits three rows' reservations and not a fourth: the server sees exactly three
+requests, whatever worker they came from; rows not started after that are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.batch.test_engines import ray_address
+from tests.fixtures.processes import write_project
+from tests.providers.fixtures.chat_completions import completion, finish_call
+from tubeless.batch import run_batch
+from tubeless.errors import AGENT_LIMIT_REACHED, BUDGET_EXHAUSTED
+
+__all__ = ["ray_address"]
+
+MAX_OUT = 64
+FITS = 3
+ROWS = 8
+
+_PROJECT = """\
+    version: 1
+    project: {{id: batchbudget}}
+    python_path: [.]
+    agents:
+      asker:
+        input:
+          schema: {{type: object, properties: {{question: {{type: string}}}},
+                   required: [question]}}
+        result: {{schema: {{type: string}}}}
+        result_json_schema: {{type: string}}
+        initial_state: {{use: tubeless.providers:question_state, with: {{max_bytes: 4096}}}}
+        reduce: {{use: tubeless.providers:append_outcomes, with: {{max_bytes: 16384}}}}
+        decide:
+          use: tubeless.providers.chat:completions
+          with: {{model: gpt-4.1-mini, max_output_tokens: {max_out}, base_url: '{url}',
+                  api_key_env: ''}}
+        limits: {{max_turns: 2}}
+        tools:
+          echo: {{run: "helpers:echo", description: Echo.,
+                  input: {{schema: {{type: string}}}}, output: {{schema: {{type: string}}}}}}
+    """
+
+_MODULE = """\
+    def echo(text, ctx):
+        return text
+    """
+
+
+class FinishServer:
+    """Answers every chat completions request with a ``_finish`` call; keeps each body size."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        lock = threading.Lock()
+        server = self
+        data = json.dumps(completion(finish_call("done"), finish_reason="stop")).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with lock:
+                    server.sizes.append(len(body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(30)
+
+
+@pytest.fixture
+def model_server() -> Iterator[FinishServer]:
+    server = FinishServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _batch(project: Path, count: int, **options: Any) -> list[dict[str, Any]]:
+    inputs = [{"question": "Say done."}] * count  # the same body, so the same reservation
+
+    async def collect() -> list[dict[str, Any]]:
+        return [row async for row in run_batch(project, inputs, **options)]
+
+    return asyncio.run(collect())
+
+
+def _check_engine(tmp_path: Path, server: FinishServer, **options: Any) -> None:
+    project = write_project(
+        tmp_path, _PROJECT.format(max_out=MAX_OUT, url=server.url), _MODULE
+    )
+    [probe] = _batch(project, 1)  # one unbudgeted row: what one request reserves
+    assert probe["status"] == "completed", probe
+    reservation = server.sizes.pop() + MAX_OUT
+    bound = FITS * reservation + reservation - 1
+
+    rows = _batch(project, ROWS, concurrency=2, max_total_tokens=bound, **options)
+    statuses = [row["status"] for row in rows]
+    assert len(server.sizes) == FITS, statuses  # no request beyond what fits was sent
+    assert sum(size + MAX_OUT for size in server.sizes) <= bound
+    assert statuses.count("completed") == FITS, statuses
+    assert rows[-1]["status"] == "skipped"
+    for row in rows:
+        if row["status"] == "failed":  # in flight when the budget ran out: refused, not sent
+            assert row["error"]["code"] == AGENT_LIMIT_REACHED, row
+            assert "scope=batch" in row["error"]["message"]
+        elif row["status"] == "skipped":
+            assert row["error"]["code"] == BUDGET_EXHAUSTED
+            assert row["run_id"] is None
+    used = [row["usage"] for row in rows if "usage" in row]
+    assert [u["input_tokens"] + u["output_tokens"] for u in used if u["input_tokens"]] == [
+        reservation
+    ] * FITS
+    assert sum(u["input_tokens"] + u["output_tokens"] for u in used) <= bound
+
+
+@pytest.mark.slow
+def test_process_workers_reserve_against_one_batch_budget(
+    tmp_path: Path, model_server: FinishServer
+) -> None:
+    _check_engine(tmp_path, model_server, engine="process")
+
+
+@pytest.mark.slow
+def test_ray_actors_reserve_against_one_batch_budget(
+    tmp_path: Path, model_server: FinishServer, ray_address: str
+) -> None:
+    _check_engine(tmp_path, model_server, engine="ray", ray_address=ray_address)
