@@ -114,9 +114,7 @@ def _batch(project: Path, count: int, **options: Any) -> list[dict[str, Any]]:
 
 
 def _check_engine(tmp_path: Path, server: FinishServer, **options: Any) -> None:
-    project = write_project(
-        tmp_path, _PROJECT.format(max_out=MAX_OUT, url=server.url), _MODULE
-    )
+    project = write_project(tmp_path, _PROJECT.format(max_out=MAX_OUT, url=server.url), _MODULE)
     [probe] = _batch(project, 1)  # one unbudgeted row: what one request reserves
     assert probe["status"] == "completed", probe
     reservation = server.sizes.pop() + MAX_OUT

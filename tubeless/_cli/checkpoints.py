@@ -192,6 +192,8 @@ def _budget_waiting(error: Any, path: str) -> bool:
     click.echo(f"waiting: {error.code}: {error.message}", err=True)  # not an error: exit 8
     flag = BUDGET_FLAGS.get(error.limit, "--max-cost-usd")
     words = ["tubeless checkpoints raise", shlex.quote(path), shlex.quote(error.key), flag, "N"]
+    if error.route is not None and "/" in error.route:  # a child agent's own budget
+        words += ["--route", shlex.quote(error.route)]
     _echo(f"  raise:  {' '.join(words)}   (then run the same command again)", err=True)
     return True
 
@@ -367,6 +369,13 @@ def delete(path: str, key: str) -> None:
 @click.option("--max-output-tokens", default=None, metavar="N", help="A higher output-token bound.")
 @click.option("--max-total-tokens", default=None, metavar="N", help="A higher total-token bound.")
 @click.option("--max-cost-usd", default=None, metavar="X", help="A higher bound in US dollars.")
+@click.option(
+    "--route",
+    default=None,
+    metavar="ROUTE",
+    help="The agent whose budget to raise, by its route (as show and the waiting message "
+    "name it); default: the top-level agents.",
+)
 def raise_(
     path: str,
     key: str,
@@ -374,9 +383,11 @@ def raise_(
     max_output_tokens: str | None,
     max_total_tokens: str | None,
     max_cost_usd: str | None,
+    route: str | None,
 ) -> None:
     """Raise token or cost budgets of checkpoint KEY in PATH (for that key only, never below
-    what it consumed); the same run command then resumes it."""
+    what it consumed); the same run command then resumes it. A child agent's budget is
+    raised with --route ROUTE."""
     from tubeless.durable._spi import parse_amount, raise_budgets
 
     given = {
@@ -401,7 +412,7 @@ def raise_(
             if text is None:
                 raise _unknown(key, path, [stored.key for stored in store.list()])
             try:
-                updated, changes = raise_budgets(text, key, raised)
+                updated, changes = raise_budgets(text, key, raised, route)
             except LookupError as exc:
                 raise CliLoadError(str(exc.args[0])) from None
             lease.write(updated)

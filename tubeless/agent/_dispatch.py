@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tubeless.agent._budget_wait import tool_wait
 from tubeless.agent._hooks import CallSite
 from tubeless.agent._outcomes import failed as failed_outcome
 from tubeless.agent._outcomes import ok as ok_outcome
@@ -81,13 +82,17 @@ def _error_outcome(errors: list[ToolError]) -> tuple[str, str]:
 
 
 def _failed_outcome(
-    call: PreparedCall, run: PipelineRun, signal_cancelled: bool
+    call: PreparedCall, run: PipelineRun, signal_cancelled: bool, t: TurnInput
 ) -> Mapping[str, Any]:
-    """A recoverable failure as an outcome; raises ``ChildRunFailedError`` for any other."""
+    """A recoverable failure as an outcome; raises ``ChildRunFailedError`` for any other,
+    or the wait for a raised budget that a request of the call's tool ran into."""
     if run.status == "failed" and not signal_cancelled:
         errors = _handler_tool_errors(run)
         if errors:
             return failed_outcome(call, *_error_outcome(errors))
+        waiting = tool_wait(t, run)
+        if waiting is not None:
+            raise waiting
     raise ChildRunFailedError(run, alias=call.tool)
 
 
@@ -198,7 +203,7 @@ async def _run_call(site: CallSite) -> Mapping[str, Any]:
     )
     if ok:
         return ok_outcome(call, result)
-    return _failed_outcome(call, result, ctx.signal.cancelled)
+    return _failed_outcome(call, result, ctx.signal.cancelled, t)
 
 
 def _outcomes(outcomes: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:

@@ -244,15 +244,19 @@ class BudgetWaiting(LimitReachedError):
 
     Attributes:
         key: The checkpoint key to raise the budget of.
+        route: The route of the agent whose budget ran out (a child agent's bound is raised
+            with ``checkpoints raise ... --route ROUTE``), when known.
     """
 
-    def __init__(self, reached: LimitReachedError, key: str) -> None:
+    def __init__(self, reached: LimitReachedError, key: str, route: str | None = None) -> None:
+        whose = "" if route is None else f" of agent {route}"
         super().__init__(
             limit=reached.limit,
             bound=reached.bound,
             consumed=reached.consumed,
             requested=reached.requested,
             scope=reached.scope,
-            note=f"the run waits for a higher {reached.limit} (checkpoint {key!r})",
+            note=f"the run waits for a higher {reached.limit}{whose} (checkpoint {key!r})",
         )
         self.key = key
+        self.route = route

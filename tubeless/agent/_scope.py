@@ -227,6 +227,8 @@ class Scope:
             self.usage: Usage = NO_USAGE
             return
         self.ledger = budget.ledger = ledger_for(budget.id, budget.limits)
+        if self.ledger is not None:
+            self.ledger.route = route or None
         if parent is None:
             inherited: tuple[Ledger, ...] = OUTER_LEDGERS.get()
             self.pricing = pricing or _NO_PRICES

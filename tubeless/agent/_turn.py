@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless._callables import is_awaitable
 from tubeless.agent._approvals import dispatch_gated, gated_requests
+from tubeless.agent._budget_wait import wait, waits
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
 from tubeless.agent._invocation import Invocation
-from tubeless.agent._limits import BUDGET_NAMES, BudgetWaiting, LimitReachedError
+from tubeless.agent._limits import BUDGET_NAMES, LimitReachedError
 from tubeless.agent._prepare import PreparedCall, prepare_calls
 from tubeless.agent._scope import Scope
 from tubeless.agent._state import freeze_state
@@ -238,31 +239,11 @@ async def decide(
             return finish(spec, t, ctx, decision)
         return admit(spec, t, ctx, decision)
     except LimitReachedError as exc:
-        if spec.limits.on_limit == "wait" and exc.limit in BUDGET_NAMES:
-            raise _wait(t, exc) from None
+        if exc.limit in BUDGET_NAMES and waits(t.invocation.scope, exc):
+            raise wait(t, exc) from None
         if spec.limits.on_limit != "finish" or exc.limit == "max_depth":
             raise
         return await final(spec, t, ctx, exc)
-
-
-def _wait(t: TurnInput, reached: LimitReachedError) -> LimitReachedError:
-    """``on_limit="wait"``: a checkpointed run stops waiting for a raised budget; without
-    checkpoints the run fails as under ``fail``, and the message says why."""
-    key = t.invocation.checkpoint_key
-    if key is None:
-        return LimitReachedError(
-            limit=reached.limit,
-            bound=reached.bound,
-            consumed=reached.consumed,
-            requested=reached.requested,
-            scope=reached.scope,
-            note="on_limit: wait needs checkpoints (--checkpoints PATH), so the run failed as "
-            "on_limit: fail would",
-        )
-    for ledger in t.invocation.scope.ledgers:
-        if ledger.id == reached.scope:
-            ledger.wait(reached.limit)  # committed before the run stops
-    return BudgetWaiting(reached, key)
 
 
 async def final(

@@ -61,6 +61,7 @@ class Ledger:
         "listeners",
         "output_tokens",
         "refused",
+        "route",
         "waiting",
     )
 
@@ -76,6 +77,9 @@ class Ledger:
         """Whether a reservation was ever refused (a batch starts no row after that)."""
         self.waiting: str | None = None
         """The exhausted budget a checkpointed run waits to have raised (``on_limit: wait``)."""
+        self.route: str | None = None
+        """The route of the agent invocation whose budget this is (``None`` for a batch's):
+        what ``checkpoints raise --route`` names."""
 
     def wait(self, name: str) -> None:
         """Record that the run stops waiting for a higher ``name`` (and tell the listeners)."""

@@ -69,28 +69,40 @@ def _consumed(usage: Mapping[str, Any], name: str) -> Decimal:
     return Decimal(str(usage.get("cost_usd", "0")))
 
 
-def raise_budgets(text: str, key: str, raised: Mapping[str, Decimal]) -> tuple[str, list[str]]:
-    """The document ``text`` with the given budgets raised on every top-level agent that has
-    them, and a line per change (``agent a: max_cost_usd 2 -> 5 (consumed 1.98)``).
+def raise_budgets(
+    text: str, key: str, raised: Mapping[str, Decimal], route: str | None = None
+) -> tuple[str, list[str]]:
+    """The document ``text`` with the given budgets raised, and a line per change
+    (``agent a: max_cost_usd 2 -> 5 (consumed 1.98)``).
+
+    Without ``route``, every top-level agent that has a budget gets it raised; with one, only
+    the agent at that route (a child agent of the delegation tree, as ``checkpoints show`` and
+    the waiting message name it).
 
     Raises:
-        LookupError: No agent of the key has one of the budgets, or a new bound is below what
-            was consumed (the message says which and how much).
+        LookupError: No agent (at ``route``) has one of the budgets, or a new bound is below
+            what was consumed (the message says which and how much, and where a budget is).
         CheckpointError: ``TUBELESS_CHECKPOINT_INVALID`` for an unreadable document.
     """
     document = CheckpointDocument.from_json(text, key)
     changes: list[str] = []
     for name, bound in raised.items():
-        found = False
-        for route, entry in sorted(document.agents.items()):
+        having = [
+            where
+            for where, entry in sorted(document.agents.items())
+            if name in ((saved_usage(entry.budget) or {}).get("bounds") or {})
+        ]
+        chosen = [where for where in having if (where == route if route else "/" not in where)]
+        if not chosen:
+            raise LookupError(_nothing_to_raise(key, name, route, having))
+        for where in chosen:
+            entry = document.agents[where]
             usage = saved_usage(entry.budget)
-            if "/" in route or usage is None or name not in (usage.get("bounds") or {}):
-                continue
-            found = True
+            assert usage is not None  # it has the budget
             consumed = _consumed(usage, name)
             if bound < consumed:
                 raise LookupError(
-                    f"checkpoint {key!r}: agent {route} consumed {consumed} of {name}; a new "
+                    f"checkpoint {key!r}: agent {where} consumed {consumed} of {name}; a new "
                     f"bound must be at least that, not {bound}"
                 )
             old = usage["bounds"][name]
@@ -99,17 +111,33 @@ def raise_budgets(text: str, key: str, raised: Mapping[str, Decimal]) -> tuple[s
             if updated.get("waiting") == name:
                 updated.pop("waiting")
             store_usage(entry.budget, updated)
-            changes.append(f"agent {route}: {name} {old} -> {bounds[name]} (consumed {consumed})")
-        if not found:
-            flag = BUDGET_FLAGS[name]
-            raise LookupError(
-                f"checkpoint {key!r} has no agent with a {name} budget to raise ({flag}); "
-                "a budget the definition does not set is unbounded"
-            )
+            changes.append(f"agent {where}: {name} {old} -> {bounds[name]} (consumed {consumed})")
     if document.status == "waiting" and not document.pending() and not _still_waiting(document):
         document.status = "running"  # resumable: the next run of the key goes on
     document.touched()
     return document.to_json(), changes
+
+
+def _nothing_to_raise(key: str, name: str, route: str | None, having: list[str]) -> str:
+    """Why no agent's ``name`` budget was raised, and where there is one to raise."""
+    flag = BUDGET_FLAGS[name]
+    if not having:
+        return (
+            f"checkpoint {key!r} has no agent with a {name} budget to raise ({flag}); "
+            "a budget the definition does not set is unbounded"
+        )
+    listed = ", ".join(having)
+    if route is not None:
+        verb = "has" if len(having) == 1 else "have"
+        return (
+            f"checkpoint {key!r} has no agent at route {route!r} with a {name} budget; "
+            f"{listed} {verb} one"
+        )
+    routes = " or ".join(f"--route {where}" for where in having)
+    return (
+        f"checkpoint {key!r}: no top-level agent has a {name} budget; a child agent's is "
+        f"raised by its route: {routes}"
+    )
 
 
 def _still_waiting(document: CheckpointDocument) -> bool:
