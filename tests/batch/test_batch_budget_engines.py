@@ -152,3 +152,43 @@ def test_ray_actors_reserve_against_one_batch_budget(
     tmp_path: Path, model_server: FinishServer, ray_address: str
 ) -> None:
     _check_engine(tmp_path, model_server, engine="ray", ray_address=ray_address)
+
+
+def test_a_remote_ledger_reserves_at_its_owner_and_sends_charges_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The protocol alone (what the pipe and the Ray actor carry), in one process."""
+    from tubeless.agent import LimitReachedError, _usage
+    from tubeless.agent._spi import Ledger, RemoteLedger, answer
+    from tubeless.agent._usage import Usage
+
+    # The owner is another process's ledger in the engines; here it shares this process's
+    # lock, which the reserving side holds while it waits for the answer.
+    monkeypatch.setattr(_usage, "_LOCK", threading.RLock())
+
+    owner = Ledger("batch", {"max_total_tokens": 100})
+    sent: list[str] = []
+
+    def call(request: tuple[Any, ...]) -> tuple[Any, Any]:
+        sent.append(request[0])
+        return answer(owner, request)
+
+    remote = RemoteLedger("batch", dict(owner.bounds), call)
+    meter = Ledger("row", {})
+    usage = Usage((remote, meter), {})
+    held = usage.reserve(input_tokens=30, output_tokens=10)
+    assert (owner.input_tokens, owner.output_tokens) == (30, 10)
+    usage.charge(held, input_tokens=10, output_tokens=5)
+    assert (owner.input_tokens, owner.output_tokens) == (10, 5)  # the rest released
+    usage.reserve(input_tokens=80, output_tokens=0)
+    with pytest.raises(LimitReachedError) as refused:
+        usage.reserve(input_tokens=10, output_tokens=0)
+    assert (refused.value.limit, refused.value.consumed, refused.value.scope) == (
+        "max_total_tokens",
+        95,
+        "batch",
+    )
+    assert owner.refused and owner.spent
+    assert (owner.input_tokens, meter.input_tokens) == (90, 90)  # the refusal added nothing
+    assert remote.remaining() == {"max_total_tokens": 5}  # the owner's counts, mirrored
+    assert sent == ["reserve", "charge", "reserve", "reserve"]

@@ -15,7 +15,6 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tubeless.agent._budget_wait import tool_wait
 from tubeless.agent._hooks import CallSite
 from tubeless.agent._outcomes import failed as failed_outcome
 from tubeless.agent._outcomes import ok as ok_outcome
@@ -90,6 +89,8 @@ def _failed_outcome(
         errors = _handler_tool_errors(run)
         if errors:
             return failed_outcome(call, *_error_outcome(errors))
+        from tubeless.agent._budget_wait import tool_wait  # only for a failed call
+
         waiting = tool_wait(t, run)
         if waiting is not None:
             raise waiting

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless._callables import is_awaitable
 from tubeless.agent._approvals import dispatch_gated, gated_requests
-from tubeless.agent._budget_wait import wait, waits
 from tubeless.agent._decisions import Continue, DecisionError, Finish, parse_decision
 from tubeless.agent._dispatch import dispatch
 from tubeless.agent._invocation import Invocation
@@ -239,6 +238,8 @@ async def decide(
             return finish(spec, t, ctx, decision)
         return admit(spec, t, ctx, decision)
     except LimitReachedError as exc:
+        from tubeless.agent._budget_wait import wait, waits  # only when a limit is reached
+
         if exc.limit in BUDGET_NAMES and waits(t.invocation.scope, exc):
             raise wait(t, exc) from None
         if spec.limits.on_limit != "finish" or exc.limit == "max_depth":
