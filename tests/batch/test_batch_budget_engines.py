@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from tests.batch.test_engines import ray_address
+from tests.fixtures.batch import write_inputs
+from tests.fixtures.cli import tubeless
 from tests.fixtures.processes import write_project
 from tests.providers.fixtures.chat_completions import completion, finish_call
 from tubeless.batch import run_batch
@@ -148,6 +150,44 @@ def test_process_workers_reserve_against_one_batch_budget(
 
 
 @pytest.mark.slow
+def test_the_cli_bounds_a_process_batch_in_dollars(
+    tmp_path: Path, model_server: FinishServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tubeless batch --engine process --max-cost-usd X``: prices are computed in the
+    workers, the bound and the amounts cross the pipe as exact decimals."""
+    from decimal import Decimal
+
+    project = write_project(
+        tmp_path, _PROJECT.format(max_out=MAX_OUT, url=model_server.url), _MODULE
+    )
+    [probe] = _batch(project, 1, max_cost_usd="1000")  # what one request's reservation costs
+    model_server.sizes.clear()
+    cost = Decimal(str(probe["usage"]["cost_usd"]))
+    bound = cost * FITS + cost / 2
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"question": "Say done."}] * 6)
+    outcome = tubeless(
+        capsys,
+        "batch",
+        project,
+        "asker",
+        inputs,
+        "--engine",
+        "process",
+        "-c",
+        "2",
+        "--max-cost-usd",
+        str(bound),
+    )
+    assert outcome.code == 6, outcome.err
+    rows = [json.loads(line) for line in outcome.out.splitlines()]
+    assert [row["status"] for row in rows].count("completed") == FITS
+    assert rows[-1]["status"] == "skipped"
+    assert len(model_server.sizes) == FITS
+    spent = sum(Decimal(str(row["usage"]["cost_usd"] or 0)) for row in rows if "usage" in row)
+    assert spent <= bound
+
+
+@pytest.mark.slow
 def test_ray_actors_reserve_against_one_batch_budget(
     tmp_path: Path, model_server: FinishServer, ray_address: str
 ) -> None:
@@ -192,3 +232,19 @@ def test_a_remote_ledger_reserves_at_its_owner_and_sends_charges_back(
     assert (owner.input_tokens, meter.input_tokens) == (90, 90)  # the refusal added nothing
     assert remote.remaining() == {"max_total_tokens": 5}  # the owner's counts, mirrored
     assert sent == ["reserve", "charge", "reserve", "reserve"]
+
+
+def test_a_batch_budget_never_makes_a_row_wait() -> None:
+    """``on_limit: wait`` waits for an agent's bound, which a checkpoint holds and ``raise``
+    raises; the batch's bound is not one: its row fails, and the rest are skipped."""
+    from tests.batch.test_batch_budgets import _agent, _rows
+    from tubeless.durable import MemoryCheckpoints
+
+    store = MemoryCheckpoints()
+    rows = asyncio.run(
+        _rows(_agent({"on_limit": "wait"}), 3, max_total_tokens=70, checkpoints=store)
+    )
+    assert [row["status"] for row in rows] == ["completed", "failed", "skipped"]
+    assert rows[1]["error"]["code"] == AGENT_LIMIT_REACHED
+    assert "waits" not in rows[1]["error"]["message"]
+    assert sorted(json.loads(c.document)["status"] for c in store.list()) == ["completed", "failed"]

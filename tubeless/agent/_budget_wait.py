@@ -2,8 +2,9 @@
 
 A request that does not fit is refused by the budget of some agent of the delegation chain
 (the *owner*, named by the refusal's ``scope``): the deciding agent's own, an ancestor's, or a
-batch's. The run waits when the owner's ``on_limit`` is ``wait``, or the agent that made the
-request says ``wait``; a checkpointed run then stops ``waiting`` with the owner's budget marked
+batch's. The run waits when the owner is an agent and its ``on_limit`` is ``wait``, or the
+agent that made the request says ``wait`` (a batch's budget never waits: no checkpoint holds
+its bound); a checkpointed run then stops ``waiting`` with the owner's budget marked
 as waited for (committed before the run stops) and its route named, so that
 ``tubeless checkpoints raise ... [--route ROUTE]`` raises exactly that bound.
 
@@ -30,11 +31,11 @@ def waits(scope: Scope, reached: LimitReachedError) -> bool:
     """Whether ``reached`` (a refusal met by ``scope``'s invocation) stops the run waiting."""
     if reached.limit not in BUDGET_NAMES or isinstance(reached, BudgetWaiting):
         return False
-    if scope.budget.limits.on_limit == "wait":
-        return True
     for budget in scope.chain:
         if budget.id == reached.scope:
-            return budget.limits.on_limit == "wait"
+            return budget.limits.on_limit == "wait" or scope.budget.limits.on_limit == "wait"
+    # Not an agent's budget (a batch's): no checkpoint holds its bound, so nothing to wait
+    # for; a rerun of the batch with a higher bound runs the row again.
     return False
 
 
