@@ -7,7 +7,9 @@ the row. Workers ignore SIGINT (a terminal sends it to the whole process group):
 cancels their rows by message instead. A worker whose pipe closes (it died) is replaced and its
 row runs again on another worker (``row_retries`` times at most) before it fails; with a
 database URL store, once the dead worker's lease on the row's key expired. A worker whose
-driver went away (its pipe closed) exits at once.
+driver went away (its pipe closed) exits at once. With a batch-wide budget, a worker's model
+requests are granted by the driver over the same pipe before they are sent
+(:mod:`tubeless.batch._budget_broker`).
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ with a database URL store, its rerun waits for the dead actor's lease on the row
 expire, then resumes the row from the checkpoint (:mod:`tubeless.batch._retries`).
 An actor whose host does not see the driver's checkpoint file as the driver's own never runs
 a row (a fresh, empty store there would make a resume depend on where a row lands).
+With a batch-wide budget, a small actor holds it and grants each row's model requests before
+they are sent (:mod:`tubeless.batch._budget_broker`).
 """
 
 from __future__ import annotations
