@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.mcp_servers import HANG_GUARD_S, SERVER, Served, one_turn_agent, source_codes
+from tests.fixtures.mcp_servers import (
+    HANG_GUARD_S,
+    MUTE_SERVER,
+    SERVER,
+    Served,
+    one_turn_agent,
+    source_codes,
+)
 from tests.fixtures.processes import cli_env
 from tubeless.mcp import MCP_PROTOCOL_ERROR, MCP_TIMEOUT, McpServer
 from tubeless.testing import capture_trace
@@ -205,7 +212,7 @@ def test_a_server_that_never_answers_the_handshake_is_refused_within_timeout_s(
     is bounded by ``timeout_s`` in all, so that ``initialize`` is never sent."""
     log = tmp_path / "server.log"
     server = McpServer.stdio(
-        "t", [sys.executable, str(SERVER), "mute"], env={"MCP_TEST_LOG": str(log)}, timeout_s=3
+        "t", [sys.executable, str(MUTE_SERVER)], env={"MCP_TEST_LOG": str(log)}, timeout_s=3
     )
 
     run = _run(server, ["echo"], [("t__echo", {"text": "hi"})])
