@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from tests.fixtures.mcp_servers import (
-    HANG_GUARD_S,
     MUTE_SERVER,
     SERVER,
+    START_GUARD_S,
     Served,
     one_turn_agent,
     source_codes,
@@ -183,7 +183,7 @@ def test_junk_on_a_stdio_servers_stdout_is_one_warning_line_with_a_count(
         text=True,
         cwd=ROOT,
         env=cli_env(),
-        timeout=HANG_GUARD_S * 2,
+        timeout=START_GUARD_S,
     )
 
     assert done.returncode == 0, done.stderr[-3000:]
