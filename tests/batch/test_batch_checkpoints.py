@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -19,7 +18,15 @@ import pytest
 
 from tests.fixtures.batch import write_inputs
 from tests.fixtures.cli import tubeless
-from tests.fixtures.processes import HANG_GUARD, ROOT, cli_env, finish, wait_for_file, write_project
+from tests.fixtures.processes import (
+    HANG_GUARD,
+    ROOT,
+    cli_env,
+    finish,
+    start_batch,
+    wait_for_file,
+    write_project,
+)
 from tubeless.batch import run_batch
 
 PROJECT = """\
@@ -98,24 +105,7 @@ def _gone(pid: int) -> bool:
 def _batch(
     project: Path, inputs: Path, store: Path, *extra: str, env: dict[str, str]
 ) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tubeless",
-            "batch",
-            str(project),
-            str(inputs),
-            "--checkpoints",
-            str(store),
-            *extra,
-        ],
-        text=True,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
+    return start_batch(project, inputs, "--checkpoints", store, *extra, env=env)
 
 
 @pytest.mark.parametrize("engine", ["local", "process"])

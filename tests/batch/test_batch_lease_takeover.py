@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.fixtures.batch import write_inputs
+from tests.fixtures.batch import CHARGE_THEN_SQUARE, CHARGED_PROJECT, write_inputs
 from tests.fixtures.cli import tubeless
 from tests.fixtures.postgres import postgres_dsn, postgres_server
 from tests.fixtures.processes import write_project
@@ -29,70 +29,25 @@ pytest.importorskip("psycopg")
 
 __all__ = ["postgres_dsn", "postgres_server"]
 
-PROJECT = """\
-    version: 1
-    project: {id: rows}
-    python_path: [.]
-    agents:
-      rows:
-        input:
-          schema: {type: object, properties: {n: {type: integer}}, required: [n],
-                   additionalProperties: false}
-        result: {schema: {}}
-        initial_state: "helpers:initial"
-        decide: "helpers:decide"
-        reduce: "helpers:reduce"
-        limits: {max_turns: 4}
-        tools:
-          charge: {run: "helpers:charge", description: Charge once., replay: unsafe,
-                   input: {schema: {type: integer}}, output: {schema: {type: string}}}
-          square: {run: "helpers:square", description: Square a number., replay: safe,
-                   input: {schema: {type: integer}}, output: {schema: {type: integer}}}
-    """
-
 #: ``square`` kills its worker the first time it runs (the marker file says it did).
-MODULE = """\
-    import json
-    import os
-    import uuid
-
-    FOLDER = {folder!r}
-
-
-    def initial(raw):
-        return {{"n": raw["n"], "receipt": None, "square": None}}
+TOOLS = """
+def charge(n, ctx):
+    with open(os.path.join(FOLDER, "charge." + uuid.uuid4().hex), "w") as out:
+        json.dump({"n": n, "key": ctx.execution["idempotency_key"]}, out)
+    return f"receipt {n}"
 
 
-    def decide(state, ctx):
-        if state["receipt"] is None:
-            return {{"kind": "continue", "calls": [{{"id": "c1", "tool": "charge",
-                                                    "input": state["n"]}}]}}
-        if state["square"] is None:
-            return {{"kind": "continue", "calls": [{{"id": "c2", "tool": "square",
-                                                    "input": state["n"]}}]}}
-        return {{"kind": "finish", "result": {{"n": state["n"], "square": state["square"]}}}}
+def square(n, ctx):
+    died = os.path.join(FOLDER, "died")
+    if not os.path.exists(died):
+        open(died, "w").close()
+        os._exit(3)
+    return n * n
+"""
 
 
-    def reduce(state, outcomes):
-        outcome = outcomes[0]
-        value = outcome["value"] if outcome["ok"] else "failed"
-        field = "receipt" if state["receipt"] is None else "square"
-        return {{**state, field: value}}
-
-
-    def charge(n, ctx):
-        with open(os.path.join(FOLDER, "charge." + uuid.uuid4().hex), "w") as out:
-            json.dump({{"n": n, "key": ctx.execution["idempotency_key"]}}, out)
-        return f"receipt {{n}}"
-
-
-    def square(n, ctx):
-        died = os.path.join(FOLDER, "died")
-        if not os.path.exists(died):
-            open(died, "w").close()
-            os._exit(3)
-        return n * n
-    """
+def _module(folder: Path) -> str:
+    return f"import json, os, uuid\n\nFOLDER = {str(folder)!r}\n" + CHARGE_THEN_SQUARE + TOOLS
 
 
 def _batch(project: Path, inputs: Path, store: str) -> list[dict[str, Any]]:
@@ -114,11 +69,11 @@ def test_a_dead_workers_row_resumes_on_another_once_its_lease_expired(
 ) -> None:
     folder = tmp_path / "marks"
     folder.mkdir()
-    project = write_project(tmp_path, PROJECT, MODULE.format(folder=str(folder)))
+    project = write_project(tmp_path, CHARGED_PROJECT, _module(folder))
     inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 4}])
     rows = _batch(project, inputs, f"{postgres_dsn}?lease_ttl_s=2")
     assert [(row["status"], row.get("result")) for row in rows] == [
-        ("completed", {"n": 4, "square": 16})
+        ("completed", {"n": 4, "square": 16, "receipt": "receipt 4"})
     ]
     assert (folder / "died").exists()
     charges = [json.loads(p.read_text()) for p in folder.glob("charge.*")]
@@ -149,7 +104,7 @@ def test_a_lease_time_below_a_second_on_the_url_is_refused(value: str) -> None:
 def test_the_cli_refuses_a_lease_time_below_a_second_naming_the_url_without_its_password(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    project = write_project(tmp_path, PROJECT, MODULE.format(folder=str(tmp_path)))
+    project = write_project(tmp_path, CHARGED_PROJECT, _module(tmp_path))
     inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 4}])
     url = "postgresql://me:s3cret@127.0.0.1:1/db?lease_ttl_s=0.5"
     done = tubeless(capsys, "batch", project, inputs, "--checkpoints", url)

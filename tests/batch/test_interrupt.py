@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.batch import marks, read_rows, rows_project, write_inputs
-from tests.fixtures.processes import HANG_GUARD, ROOT, cli_env, finish
+from tests.fixtures.processes import HANG_GUARD, cli_env, finish, start_batch
 
 ROWS = 24
 
@@ -21,22 +20,12 @@ ROWS = 24
 def _start(
     project: Path, inputs: Path, output: Path, folder: Path, *extra: str, delay: str = "0.1"
 ) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tubeless",
-            "batch",
-            str(project),
-            str(inputs),
-            "-o",
-            str(output),
-            *extra,
-        ],
-        text=True,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    return start_batch(
+        project,
+        inputs,
+        "-o",
+        output,
+        *extra,
         env=cli_env(BATCH_MARKS=str(folder), BATCH_DELAY=delay),
     )
 

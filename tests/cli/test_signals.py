@@ -58,7 +58,7 @@ def _agent(tmp_path: Path, nap: str) -> Path:
 BLOCKING = """\
 def nap(text, ctx):
     READY.write_text("ready")
-    time.sleep(60)  # ignores ctx.signal: only the process exit ends this thread
+    time.sleep(600)  # ignores ctx.signal: only the process exit ends this thread
     return text
 """
 
@@ -85,7 +85,8 @@ async def nap(text, ctx):
 def test_a_second_signal_stops_a_blocking_sync_tool_at_once_and_exits_7(
     tmp_path: Path, first: signal.Signals, second: signal.Signals, said: str
 ) -> None:
-    """The tool sleeps 60 s in a worker thread; the run ends within the 30 s hang guard."""
+    """The tool sleeps 600 s in a worker thread; the run ends within the hang guard (far
+    shorter)."""
     path = _agent(tmp_path, BLOCKING)
     ndjson, sqlite = tmp_path / "run.ndjson", tmp_path / "run.sqlite"
     process = start_run(path, "--trace", ndjson, "--trace", sqlite)

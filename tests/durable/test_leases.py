@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.leases import two_call_worker, two_calls
 from tubeless import define_agent, define_tool
 from tubeless.durable import CheckpointStore, MemoryCheckpoints, SqliteCheckpoints
 from tubeless.errors import (
@@ -196,49 +197,28 @@ def test_a_lease_lost_while_a_call_runs_is_noticed_by_the_renewal() -> None:
     assert [e.code for e in result.errors] == [CHECKPOINT_LEASE_LOST]
 
 
-TAKING_OVER = """\
-    import os
-    from tubeless.durable import SqliteCheckpoints
+TAKING_OVER = (
+    """\
+import os
+from tubeless.durable import SqliteCheckpoints
 
-    KEPT = []
+KEPT = []
+"""
+    + two_calls("work")
+    + """
+def reduce(state, outcomes):
+    return {"seen": [o["value"] for o in outcomes]}
 
-    def initial(value):
-        return {"seen": []}
-
-    def decide(state, ctx):
-        if state["seen"]:
-            return {"kind": "finish", "result": state["seen"]}
-        return {"kind": "continue", "calls": [
-            {"id": "c1", "tool": "work", "input": "a"},
-            {"id": "c2", "tool": "work", "input": "b"}]}
-
-    def reduce(state, outcomes):
-        return {"seen": [o["value"] for o in outcomes]}
-
-    def work(text, ctx):
-        # Another worker takes the key over while this call runs (its lease made to expire).
-        other = SqliteCheckpoints(os.environ["STORE"])
-        with other._lock:
-            other._db.execute("UPDATE checkpoint_leases SET expires_at = 0")
-        KEPT.append(other.acquire("k"))
-        return text
-    """
-TAKING_OVER_BODY = """\
-    version: 1
-    project: {id: worker}
-    python_path: [.]
-    agents:
-      worker:
-        input: {schema: {type: object}}
-        result: {schema: {}}
-        initial_state: "helpers:initial"
-        decide: "helpers:decide"
-        reduce: "helpers:reduce"
-        limits: {max_turns: 3, max_concurrency: 1}
-        tools:
-          work: {run: "helpers:work", description: Works.,
-                 input: {schema: {type: string}}, output: {schema: {type: string}}}
-    """
+def work(text, ctx):
+    # Another worker takes the key over while this call runs (its lease made to expire).
+    other = SqliteCheckpoints(os.environ["STORE"])
+    with other._lock:
+        other._db.execute("UPDATE checkpoint_leases SET expires_at = 0")
+    KEPT.append(other.acquire("k"))
+    return text
+"""
+)
+TAKING_OVER_BODY = two_call_worker("work", "Works.")
 
 
 def test_the_cli_exits_7_with_lease_lost_when_the_key_is_taken_over(

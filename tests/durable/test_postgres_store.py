@@ -131,14 +131,45 @@ def test_an_unreachable_database_is_a_clear_error_without_the_password(
     assert SECRET not in caught.value.message
 
 
+MISSING_DRIVER = (
+    "PostgreSQL checkpoints need psycopg 3, which is not installed: "
+    "pip install 'tubeless[postgres]'"
+)
+
+
 def test_without_psycopg_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ImportError naming the extra, as ``PostgresSink`` raises (not a checkpoint problem)."""
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg now raises ImportError
-    with pytest.raises(CheckpointError) as caught:
-        PostgresCheckpoints("postgresql://db/runs")
-    assert caught.value.message == (
-        "PostgreSQL checkpoints need psycopg 3, which is not installed: "
-        "pip install 'tubeless[postgres]'"
-    )
+    for opening in (
+        lambda: PostgresCheckpoints("postgresql://db/runs"),
+        lambda: open_checkpoints("postgresql://db/runs?lease_ttl_s=5"),
+    ):
+        with pytest.raises(ImportError) as caught:
+            opening()
+        assert str(caught.value) == MISSING_DRIVER
+        assert caught.value.name == "psycopg"
+
+
+def test_without_psycopg_a_checkpoints_url_is_a_usage_error_naming_the_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Exit 1 and one line naming the install command, as ``--trace postgresql://...`` gives,
+    from every command that opens a checkpoint store; the password is never printed."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    url = f"postgresql://app:{SECRET}@127.0.0.1:1/runs"
+    project = write_project(tmp_path, GATED, MODULE)
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text("{}\n", encoding="utf-8")
+    for args in [
+        ("run", project, "--checkpoints", url, "-q"),
+        ("batch", project, inputs, "--output", tmp_path / "o.jsonl", "--checkpoints", url),
+        ("checkpoints", "list", url),
+        ("checkpoints", "show", url, "k1"),
+    ]:
+        outcome = tubeless(capsys, *args)
+        assert outcome.code == 1, (args, outcome.err)
+        assert outcome.err.splitlines()[0] == f"error: {MISSING_DRIVER}", (args, outcome.err)
+        assert SECRET not in outcome.err + outcome.out
 
 
 def test_run_checkpoints_approve_and_delete_take_a_url(

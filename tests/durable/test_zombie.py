@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.leases import two_call_worker, two_calls
 from tests.fixtures.postgres import postgres_dsn, postgres_server
 from tests.fixtures.processes import HANG_GUARD, ROOT, cli_env, finish, wait_for_file, write_project
 from tubeless.durable import open_checkpoints
@@ -25,56 +26,35 @@ from tubeless.errors import CHECKPOINT_LOCKED, CheckpointError
 
 __all__ = ["postgres_dsn", "postgres_server"]
 
-BODY = """\
-    version: 1
-    project: {id: worker}
-    python_path: [.]
-    agents:
-      worker:
-        input: {schema: {type: object}}
-        result: {schema: {}}
-        initial_state: "helpers:initial"
-        decide: "helpers:decide"
-        reduce: "helpers:reduce"
-        limits: {max_turns: 3, max_concurrency: 1}
-        tools:
-          charge: {run: "helpers:charge", description: Charges.,
-                   input: {schema: {type: string}}, output: {schema: {type: string}}}
-    """
+BODY = two_call_worker("charge", "Charges.")
 
-MODULE = """\
-    import os, time
+MODULE = (
+    """\
+import os, time
 
-    def _mark(*words):
-        with open(os.environ["MARKER"], "a", encoding="utf-8") as out:
-            out.write(" ".join([os.environ["WHO"], *words]) + "\\n")
-            out.flush()
-            os.fsync(out.fileno())
+def _mark(*words):
+    with open(os.environ["MARKER"], "a", encoding="utf-8") as out:
+        out.write(" ".join([os.environ["WHO"], *words]) + "\\n")
+        out.flush()
+        os.fsync(out.fileno())
+"""
+    + two_calls("charge")
+    + """
+def reduce(state, outcomes):
+    return {"seen": [o["value"] if o["ok"] else o["error"]["code"] for o in outcomes]}
 
-    def initial(value):
-        return {"seen": []}
-
-    def decide(state, ctx):
-        if state["seen"]:
-            return {"kind": "finish", "result": state["seen"]}
-        return {"kind": "continue", "calls": [
-            {"id": "c1", "tool": "charge", "input": "a"},
-            {"id": "c2", "tool": "charge", "input": "b"}]}
-
-    def reduce(state, outcomes):
-        return {"seen": [o["value"] if o["ok"] else o["error"]["code"] for o in outcomes]}
-
-    def charge(text, ctx):
-        _mark("start", text)
-        if os.environ.get("PAUSE") == text:
-            with open(os.environ["READY"], "w") as ready:
-                ready.write("paused")
-            deadline = time.monotonic() + 60
-            while not os.path.exists(os.environ["GO"]) and time.monotonic() < deadline:
-                time.sleep(0.01)
-        _mark("end", text)
-        return text.upper()
-    """
+def charge(text, ctx):
+    _mark("start", text)
+    if os.environ.get("PAUSE") == text:
+        with open(os.environ["READY"], "w") as ready:
+            ready.write("paused")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.environ["GO"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    _mark("end", text)
+    return text.upper()
+"""
+)
 
 SCRIPT = """\
 import asyncio, json, sys

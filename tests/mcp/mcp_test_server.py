@@ -7,8 +7,8 @@ at start, ``call NAME`` when a tool starts, ``cancelled ID`` for each notificati
 ``interrupted hang`` when the hanging call is cancelled, ``inflight N`` when a ``gate`` call
 starts with N calls of it in flight. ``MCP_TEST_VARIANT`` (``description``, ``schema``) changes
 the tools it lists. ``MCP_TEST_JUNK=N`` makes a stdio server print N lines of junk to stdout
-before it serves (what a chatty server does). ``python mcp_test_server.py mute`` reads requests
-(logging ``got METHOD`` for each) and never answers one.
+before it serves (what a chatty server does). A server that never answers is
+``mcp_mute_server.py`` (no SDK import: it starts reading at once).
 """
 
 from __future__ import annotations
@@ -170,24 +170,11 @@ async def serve_http(port_file: str) -> None:
     await server.serve(sockets=[sock])
 
 
-def mute() -> None:
-    """Read requests and never answer one."""
-    import json
-
-    for line in sys.stdin:
-        try:
-            log(f"got {json.loads(line).get('method')}")
-        except ValueError:
-            log("got junk")
-
-
 if __name__ == "__main__":
     log(f"pid {os.getpid()}")
     for n in range(int(os.environ.get("MCP_TEST_JUNK", "0"))):
         print(f"junk line {n}: not JSON-RPC", flush=True)
-    if sys.argv[1] == "mute":
-        mute()
-    elif sys.argv[1] == "stdio":
+    if sys.argv[1] == "stdio":
         anyio.run(serve_stdio)
     else:
         anyio.run(serve_http, sys.argv[2])

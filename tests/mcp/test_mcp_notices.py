@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.mcp_servers import HANG_GUARD_S, SERVER, Served, one_turn_agent, source_codes
+from tests.fixtures.mcp_servers import (
+    MUTE_SERVER,
+    SERVER,
+    START_GUARD_S,
+    Served,
+    one_turn_agent,
+    source_codes,
+)
 from tests.fixtures.processes import cli_env
 from tubeless.mcp import MCP_PROTOCOL_ERROR, MCP_TIMEOUT, McpServer
 from tubeless.testing import capture_trace
@@ -176,7 +183,7 @@ def test_junk_on_a_stdio_servers_stdout_is_one_warning_line_with_a_count(
         text=True,
         cwd=ROOT,
         env=cli_env(),
-        timeout=HANG_GUARD_S * 2,
+        timeout=START_GUARD_S,
     )
 
     assert done.returncode == 0, done.stderr[-3000:]
@@ -205,7 +212,7 @@ def test_a_server_that_never_answers_the_handshake_is_refused_within_timeout_s(
     is bounded by ``timeout_s`` in all, so that ``initialize`` is never sent."""
     log = tmp_path / "server.log"
     server = McpServer.stdio(
-        "t", [sys.executable, str(SERVER), "mute"], env={"MCP_TEST_LOG": str(log)}, timeout_s=3
+        "t", [sys.executable, str(MUTE_SERVER)], env={"MCP_TEST_LOG": str(log)}, timeout_s=3
     )
 
     run = _run(server, ["echo"], [("t__echo", {"text": "hi"})])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.guards import cli
-from tests.fixtures.mcp_servers import HANG_GUARD_S, SERVER
+from tests.fixtures.mcp_servers import SERVER, START_GUARD_S
 from tests.fixtures.processes import finish, start_run
 from tubeless.errors import AgentDefinitionError
 from tubeless.mcp import McpServer, mcp_tools
@@ -215,7 +215,7 @@ def test_sigint_during_an_mcp_call_cancels_it_at_the_server_and_stops_the_server
     )
     path, log = _project(tmp_path, text)
     process = start_run(path, "--question", "x")
-    deadline = time.monotonic() + HANG_GUARD_S
+    deadline = time.monotonic() + START_GUARD_S  # tubeless and the server start first
     while "call hang" not in (log.read_text() if log.exists() else ""):
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "the server never got the call"

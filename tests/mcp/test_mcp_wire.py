@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.guards import cli
-from tests.fixtures.mcp_servers import HANG_GUARD_S, one_turn_agent, source_codes
+from tests.fixtures.mcp_servers import HANG_GUARD_S, START_GUARD_S, one_turn_agent, source_codes
 from tests.fixtures.processes import cli_env
 from tests.mcp.mcp_wire_server import PNG, WAV
 from tubeless.errors import AGENT_INVALID_DECISION
@@ -413,7 +413,7 @@ def test_a_stdio_servers_stderr_shows_only_with_verbose(
         text=True,
         cwd=ROOT,
         env=cli_env(),
-        timeout=HANG_GUARD_S,
+        timeout=START_GUARD_S,
     )
 
     assert done.returncode == 0, done.stderr

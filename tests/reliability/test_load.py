@@ -30,7 +30,12 @@ from tubeless.tracing.ndjson import read_ndjson
 RUNS = 1_000
 TURNS = 5
 CALLS = 3
-HANG_GUARD = 120  # seconds, for a whole batch; a hang guard only
+#: Seconds, for a whole batch of 1,000 runs; a hang guard only. A batch takes about a minute on
+#: a loaded 2-core machine (several times that under ``tracemalloc`` and CI load): the guard and
+#: the tests' own ``timeout`` marks leave it room, since they must never decide a result.
+HANG_GUARD = 600
+#: pytest-timeout for the long tests (the suite's default of 120 s cuts them off under load).
+LONG_TEST_GUARD = 1200
 MiB = 1024 * 1024
 
 
@@ -178,6 +183,7 @@ def _live_states(prefixes: str) -> list[Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(LONG_TEST_GUARD)
 def test_a_thousand_concurrent_runs_keep_results_and_budgets_apart_and_leak_nothing() -> None:
     """Two batches of 1,000 concurrent runs (5 turns of 3 calls each, one trace sink each); the
     second runs under ``tracemalloc``, which starts once the first has been collected."""
@@ -275,11 +281,12 @@ def long_trace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
     """A 10,000-turn run traced to NDJSON: (the file, the run)."""
     path = tmp_path_factory.mktemp("long") / "long.ndjson"
     with NdjsonSink(path) as sink:
-        run = asyncio.run(asyncio.wait_for(_long_agent().run(None, trace=sink), 600))
+        run = asyncio.run(asyncio.wait_for(_long_agent().run(None, trace=sink), HANG_GUARD))
     yield path, run
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(LONG_TEST_GUARD)
 def test_a_ten_thousand_turn_run_completes_and_its_trace_projects_every_turn(
     long_trace: tuple[Path, Any],
 ) -> None:
@@ -299,6 +306,7 @@ def test_a_ten_thousand_turn_run_completes_and_its_trace_projects_every_turn(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(LONG_TEST_GUARD)
 def test_trace_show_reads_back_the_ten_thousand_turn_trace(
     long_trace: tuple[Path, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,6 +28,8 @@ from tubeless.tracing.sqlite import read_sqlite
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD = 30.0  # seconds; a hang guard, never a timing assertion (DESIGN.md §9)
+#: The hang guard of a wait that includes ``tubeless run`` starting (slow on a loaded machine).
+START_GUARD = 90.0
 TERMINAL = {"step.complete", "step.failed", "step.cancelled", "step.skipped"}
 TIMER_THREAD = "tubeless-trace-flush"
 
@@ -87,8 +89,8 @@ def _project(tmp_path: Path) -> Path:
     return path
 
 
-def _wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD
+def _wait_for(condition: Callable[[], bool], what: str, guard: float = HANG_GUARD) -> None:
+    deadline = time.monotonic() + guard
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         time.sleep(0.01)
@@ -107,7 +109,9 @@ def _killed_mid_turn_2(tmp_path: Path, *traces: Path) -> None:
     )
     try:
         ready = tmp_path / "READY"
-        _wait_for(lambda: ready.exists() or process.poll() is not None, "turn 2's call")
+        _wait_for(
+            lambda: ready.exists() or process.poll() is not None, "turn 2's call", START_GUARD
+        )
         assert ready.exists(), process.communicate(timeout=HANG_GUARD)
     finally:
         process.kill()

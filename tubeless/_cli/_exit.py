@@ -4,6 +4,7 @@
 condition                                                   run  plan  validate  trace
 ==========================================================  ===  ====  ========  =====
 usage error (click's own exit 2 is remapped)                1    1     1         1
+a missing extra (``ImportError`` naming ``pip install``)    1    1     1         1
 file missing or unreadable (``OSError``)                    2    2     2         2
 ``DocumentError``, ``TemplateError``                        4    4     4         -
 ``ReferenceResolutionError``                                2    2     4         -
@@ -130,11 +131,19 @@ def exit_code_for(exc: BaseException, *, command: str | None = None) -> int:
         return EXIT_USAGE if command == "trace" else EXIT_LOAD
     if isinstance(exc, CliInputError):
         return EXIT_VALIDATION
+    if _missing_extra(exc):
+        return EXIT_USAGE
     if isinstance(exc, OSError):
         return EXIT_LOAD
     if isinstance(exc, TubelessError):
         return _tubeless_exit_code(exc, command)
     return EXIT_EXECUTION
+
+
+def _missing_extra(exc: BaseException) -> bool:
+    """An optional dependency is missing and the message names the extra that installs it
+    (``PostgresCheckpoints`` without psycopg): a usage error, as ``--trace`` says it."""
+    return isinstance(exc, ImportError) and "pip install 'tubeless[" in str(exc)
 
 
 def _is_interrupt(exc: BaseException) -> bool:
@@ -267,6 +276,8 @@ def _error_lines(exc: BaseException, flags: Mapping[str, str] | None = None) -> 
         if isinstance(nested, tuple) and nested:
             return [f"{error.code}: {error.message}" for error in nested]
         return [f"{exc.code}: {exc.message}"]
+    if _missing_extra(exc):
+        return [str(exc)]
     if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
         return [f"{exc.filename}: {exc.strerror}"]
     # Anything else is said with its type: a KeyError('b') alone would read "'b'".

@@ -109,12 +109,14 @@ DELETE FROM tubeless_checkpoints AS c WHERE c.key = %(key)s AND EXISTS (
 
 
 def _psycopg() -> Any:
+    """The driver; without it an ``ImportError`` naming the extra, as ``PostgresSink`` raises
+    (the CLI says it as a usage error, exit 1: nothing is wrong with the store itself)."""
     try:
         import psycopg
     except ImportError as exc:
-        raise CheckpointError(
-            CHECKPOINT_INVALID,
+        raise ImportError(
             f"PostgreSQL checkpoints need psycopg 3, which is not installed: {INSTALL_HINT}",
+            name="psycopg",
         ) from exc
     return psycopg
 
