@@ -143,14 +143,15 @@ class AgentStep:
             if budgets is not None:
                 budgets.append(scope.budget)
         tape = open_tape(slots.get(TAPE_SLOT), spec.id, route, leaf, self._definition, ctx.options)
+        # Positional: a class called with keywords builds a dict for ``__init__``.
         invocation = Invocation(
-            input=ctx.options,
-            run_id=ctx.run_id,
-            scope=scope,
-            approver=slots.get(APPROVER_SLOT),
-            hooks=turn_hooks(tape, None, ctx.tracing),
-            trace=agent_trace(ctx),
-            tape=tape,
+            ctx.options,
+            ctx.run_id,
+            scope,
+            slots.get(APPROVER_SLOT),
+            turn_hooks(tape, None, ctx.tracing),
+            agent_trace(ctx),
+            tape,
         )
         session = slots.get(SESSION_SLOT)
         try:

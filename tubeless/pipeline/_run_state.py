@@ -89,7 +89,6 @@ class RunState:
         self,
         pipeline: Pipeline,
         controls: Controls,
-        *,
         env: RunEnvironment,
         signal: CancelToken,
         run_id: str,
@@ -172,15 +171,15 @@ class RunState:
 
     def context(self, step_id: str, attempt_id: str | None) -> StepContext:
         return StepContext(
-            pipeline_id=self.pipeline.id,
-            run_id=self.run_id,
-            step_id=step_id,
-            options=self.options,
-            dry_run=self.controls.dry_run,
-            signal=self.signal,
-            env=self.env,
-            envelope=self.envelope,
-            attempt_id=attempt_id,
+            self.pipeline.id,
+            self.run_id,
+            step_id,
+            self.options,
+            self.controls.dry_run,
+            self.signal,
+            self.env,
+            self.envelope,
+            attempt_id,
         )
 
     def is_met(self, dep: str) -> bool:
