@@ -315,7 +315,7 @@ class Run:
         if disposition is not None:
             record.skipped(ps, disposition[0], dependency_id=disposition[1])
             return True
-        if record.signal.cancelled:
+        if record.signal._cancelled:
             record.cancelled_unstarted(ps)
             return True
         return False
@@ -392,7 +392,7 @@ class Run:
             finalizer.kind == "step"
             and record.envelope is None
             and pipeline.result_schema is None
-            and not record.signal.cancelled
+            and not record.signal._cancelled
             and finalizer.required[0] in record.outputs
         ):
             # The common case (agents, turns, tools): the result is one published output.
