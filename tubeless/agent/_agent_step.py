@@ -16,11 +16,11 @@ attributes, so ``inspect --connect`` finds the servers without running anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from tubeless._callables import maybe_await
+from tubeless._callables import is_awaitable
 from tubeless.agent._dispatch import DEPTH_SLOT, EXECUTION_SLOT
 from tubeless.agent._durable import run_durable
 from tubeless.agent._durable_checks import DurableAgent
@@ -143,14 +143,15 @@ class AgentStep:
             if budgets is not None:
                 budgets.append(scope.budget)
         tape = open_tape(slots.get(TAPE_SLOT), spec.id, route, leaf, self._definition, ctx.options)
+        # Positional: a class called with keywords builds a dict for ``__init__``.
         invocation = Invocation(
-            input=ctx.options,
-            run_id=ctx.run_id,
-            scope=scope,
-            approver=slots.get(APPROVER_SLOT),
-            hooks=turn_hooks(tape, None, ctx.tracing),
-            trace=agent_trace(ctx),
-            tape=tape,
+            ctx.options,
+            ctx.run_id,
+            scope,
+            slots.get(APPROVER_SLOT),
+            turn_hooks(tape, None, ctx.tracing),
+            agent_trace(ctx),
+            tape,
         )
         session = slots.get(SESSION_SLOT)
         try:
@@ -168,12 +169,19 @@ class AgentStep:
         invocation.hooks.ended(result, None)
         return result
 
-    async def _first_turn(self, step_inputs: dict[str, Any], ctx: StepContext) -> TurnInput:
-        """The first turn's input: the one a checkpoint resumes from, else the initial state."""
+    def _first_turn(
+        self, step_inputs: dict[str, Any], ctx: StepContext
+    ) -> TurnInput | Awaitable[TurnInput]:
+        """The first turn's input: the one a checkpoint resumes from, else the initial state.
+
+        An awaitable of it only when ``initial_state`` is async (the iteration awaits what it
+        must): a sync initializer costs no coroutine."""
         invocation: Invocation = ctx.slots[INVOCATION_SLOT]
         if invocation.resumed is not None:
             return invocation.resumed
-        initial = await maybe_await(self._initial_state(invocation.input))
+        initial = self._initial_state(invocation.input)
+        if is_awaitable(initial):
+            return _first_turn_of(initial, invocation)
         return TurnInput(freeze_state(initial, "Agent initial state"), 1, 0, 0, invocation)
 
     async def _connected_turns(self, step_inputs: dict[str, Any], ctx: StepContext) -> Any:
@@ -196,6 +204,12 @@ def remotes(step: Step) -> Mapping[str, Remote]:
     """The sourced tools of an agent step, by registered name (empty for any other step)."""
     agent = step.run
     return agent.remotes if isinstance(agent, AgentStep) else {}
+
+
+async def _first_turn_of(initial: Awaitable[Any], invocation: Invocation) -> TurnInput:
+    """The first turn's input once an async ``initial_state`` returned."""
+    state = freeze_state(await initial, "Agent initial state")
+    return TurnInput(state, 1, 0, 0, invocation)
 
 
 def _turn_input(state: TurnInput, step_inputs: dict[str, Any], ctx: StepContext) -> TurnInput:

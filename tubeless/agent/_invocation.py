@@ -80,7 +80,6 @@ class Invocation:
 
     def __init__(
         self,
-        *,
         input: Any,
         run_id: str,
         scope: Scope,

@@ -41,6 +41,12 @@ class _Finished:
     result: Any
 
 
+# Built with the slot's own setter: a frozen dataclass's ``__init__`` is a class call plus an
+# ``object.__setattr__`` (about three times the instructions).
+_new = object.__new__
+_set_finished = _Finished.__dict__["result"].__set__
+
+
 class DecisionContext:
     """What ``decide`` (and ``dry_run``) receive besides the state; no handler is reachable.
 
@@ -303,7 +309,8 @@ def finish(spec: TurnSpec, t: TurnInput, ctx: StepContext, decision: Finish) -> 
     """The finish result, once the result schema accepted it."""
     t.invocation.trace.decided(ctx, t, "finish", 0)
     try:
-        finished = _Finished(spec.result_schema.validate(decision.result))
+        finished: _Finished = _new(_Finished)
+        _set_finished(finished, spec.result_schema.validate(decision.result))
     except SchemaValidationError as exc:
         raise DecisionError(f"Agent finish result was rejected: {exc}", exc.issues) from None
     t.invocation.hooks.decided(t, decision, None)

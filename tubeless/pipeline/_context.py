@@ -278,15 +278,15 @@ class StepContext:
     def derive(self, *, gate: HandlerGate | _Keep | None = _KEEP, **slots: Any) -> StepContext:
         """A copy whose child runs see ``slots`` (and ``gate``, when given)."""
         copy = StepContext(
-            pipeline_id=self.pipeline_id,
-            run_id=self.run_id,
-            step_id=self.step_id,
-            options=self.options,
-            dry_run=self.dry_run,
-            signal=self.signal,
-            env=self._env.derive(gate=gate, **slots),
-            envelope=self._envelope,
-            attempt_id=self.attempt_id,
+            self.pipeline_id,
+            self.run_id,
+            self.step_id,
+            self.options,
+            self.dry_run,
+            self.signal,
+            self._env.derive(gate=gate, **slots),
+            self._envelope,
+            self.attempt_id,
         )
         copy._closed = self._closed
         return copy

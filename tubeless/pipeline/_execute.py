@@ -121,7 +121,7 @@ async def run_root(
     if session is not None:
         slots[SESSION_SLOT] = session
         session.on_lost = signal.cancel  # a lost lease: dispatch nothing more, end cancelled
-    env = RunEnvironment(fanout, slots, correlation_id=correlation_id)
+    env = RunEnvironment(fanout, slots, correlation_id)
     # Run-scoped resources (the model adapters' HTTP clients) close before sinks flush.
     resources, token = enter_run()
     try:
@@ -161,17 +161,17 @@ def execute(
 ) -> Coroutine[Any, Any, PipelineRun]:
     """Run ``pipeline`` once inside a run tree (the root or a child); await the result."""
     _check_concurrency(controls.max_concurrency)
-    # One constructor call with keywords (the record); the scheduler takes it positionally.
+    # Positional constructor calls: a class called with keywords builds a dict for ``__init__``.
     runner = Run(
         RunState(
             pipeline,
             controls,
-            env=env,
-            signal=signal,
-            run_id=run_id or new_run_id(pipeline.id),
-            parent_run_id=parent_run_id,
-            item_key=item_key,
-            iteration=iteration,
+            env,
+            signal,
+            run_id or new_run_id(pipeline.id),
+            parent_run_id,
+            item_key,
+            iteration,
         )
     )
     return runner.go(raw_input, validated, now_ms(), time.perf_counter())
@@ -315,7 +315,7 @@ class Run:
         if disposition is not None:
             record.skipped(ps, disposition[0], dependency_id=disposition[1])
             return True
-        if record.signal.cancelled:
+        if record.signal._cancelled:
             record.cancelled_unstarted(ps)
             return True
         return False
@@ -392,7 +392,7 @@ class Run:
             finalizer.kind == "step"
             and record.envelope is None
             and pipeline.result_schema is None
-            and not record.signal.cancelled
+            and not record.signal._cancelled
             and finalizer.required[0] in record.outputs
         ):
             # The common case (agents, turns, tools): the result is one published output.

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from tubeless import errors as codes
-from tubeless._callables import is_awaitable, maybe_await
+from tubeless._callables import is_awaitable
 from tubeless.errors import TubelessError
 from tubeless.pipeline._cancel import YIELD_EVERY
 from tubeless.pipeline._child import _controls, run_child_value
@@ -29,6 +29,9 @@ ITERATION_START_SLOT = "tubeless.iteration_start"
 
 _MAX_SAFE_INT = 2**53 - 1
 _RECENT_ITERATIONS = 31
+#: The child runs' item keys ``iteration-<index>`` of the first iterations, made once.
+_KEPT_KEYS = 64
+_ITEM_KEYS = tuple(f"iteration-{index}" for index in range(_KEPT_KEYS))
 
 
 def iterate_pipeline(
@@ -82,10 +85,14 @@ def iterate_pipeline(
     label = pipeline.name or "Iteration"
 
     async def run(inputs: dict[str, Any], ctx: StepContext) -> Any:
-        state = await maybe_await(initial_state(inputs, ctx))
-        groups = _IterationGroups(label, _first_number(ctx)) if ctx.tracing else _UNTRACED
+        state = initial_state(inputs, ctx)
+        if is_awaitable(state):  # no coroutine of maybe_await's for a sync initializer
+            state = await state
+        # Progress rows only when traced: an untraced iteration calls nothing for them.
+        groups = _IterationGroups(label, _first_number(ctx)) if ctx.tracing else None
         for index in range(1, max_iterations + 1):
-            groups.report(ctx, index, max_iterations)
+            if groups is not None:
+                groups.report(ctx, index, max_iterations)
             raw = map_options(state, inputs, ctx)
             if is_awaitable(raw):
                 raw = await raw
@@ -95,20 +102,23 @@ def iterate_pipeline(
                 ctx,
                 pipeline,
                 raw,
-                item_key=f"iteration-{index}",
-                iteration=groups.iteration(ctx, index),
+                item_key=_ITEM_KEYS[index] if index < _KEPT_KEYS else f"iteration-{index}",
+                iteration=None if groups is None else groups.iteration(ctx, index),
                 controls=None if controls is None else _controls(controls, state, inputs, ctx),
             )
-            groups.finished(index, "completed" if ok else result.status)
+            if groups is not None:
+                groups.finished(index, "completed" if ok else result.status)
             if not ok:
-                groups.report(ctx, None, max_iterations)
+                if groups is not None:
+                    groups.report(ctx, None, max_iterations)
                 raise ChildRunFailedError(result)
             decision = transition(result, state, ctx)
             if is_awaitable(decision):
                 decision = await decision
             kind = _transition_kind(decision)
             if kind == "finish":
-                groups.report(ctx, None, max_iterations)
+                if groups is not None:
+                    groups.report(ctx, None, max_iterations)
                 return decision["result"]
             state = decision["state"]
         raise TubelessError(
@@ -142,12 +152,12 @@ def _first_number(ctx: StepContext) -> int:
 class _IterationGroups:
     """Progress rows of an iteration: the current one, at most 31 recent ones, then a count.
 
-    Untraced iterations get ``_UNTRACED``, the null object that keeps and reports nothing.
+    Only traced iterations have one.
     """
 
     __slots__ = ("done", "label", "offset", "recent")
 
-    def iteration(self, ctx: StepContext, index: int) -> dict[str, Any] | None:
+    def iteration(self, ctx: StepContext, index: int) -> dict[str, Any]:
         """The child run's ``iteration`` relation (traced runs only)."""
         return {
             "runId": ctx.run_id,
@@ -191,27 +201,6 @@ class _IterationGroups:
             rows.append({"id": "earlier", "label": f"{earlier} earlier iterations", "depth": 0})
         shown = (current if current is not None else self.done) + self.offset
         ctx.report_progress(self.done, None, f"{self.label} {shown} of at most {bound}", rows)
-
-
-class _NoGroups(_IterationGroups):
-    """The progress rows of an untraced iteration: nothing is kept or reported."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        pass
-
-    def iteration(self, ctx: StepContext, index: int) -> dict[str, Any] | None:
-        return None
-
-    def finished(self, index: int, status: RunStatus) -> None:
-        pass
-
-    def report(self, ctx: StepContext, current: int | None, bound: int) -> None:
-        pass
-
-
-_UNTRACED = _NoGroups()
 
 
 def _transition_kind(decision: Any) -> Literal["next", "finish"]:

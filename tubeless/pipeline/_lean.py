@@ -80,6 +80,8 @@ class _LeanStep(NamedTuple):
     step: Step
     inputs: tuple[str, ...]
     """Required, then optional dependencies: all of them published once earlier steps ran."""
+    attempt: str
+    """What follows the run id in this step's attempt id (the n-th step opens attempt n)."""
 
 
 class LeanProgram(NamedTuple):
@@ -114,11 +116,12 @@ def _compile(pipeline: Pipeline) -> LeanProgram | bool:
     if not plan.ok or pipeline.result_schema is not None or finalizer.kind != "step":
         return False
     steps: list[_LeanStep] = []
-    for ps in plan.steps:
+    for number, ps in enumerate(plan.steps, 1):
         s = ps.step
         if not ps.selected or ps.skip_reason is not None or s.skip is not None:
             return False
-        steps.append(_LeanStep(ps.id, s, (*s.depends_on, *s.optional_depends_on)))
+        inputs = (*s.depends_on, *s.optional_depends_on)
+        steps.append(_LeanStep(ps.id, s, inputs, attempt_id_of("", number)))
     return LeanProgram(tuple(steps), finalizer.required[0])
 
 
@@ -155,30 +158,36 @@ async def run_lean(
 
     if options_error is None:
         pipeline_id = pipeline.id
-        for step_id, step, deps in program.steps:
-            if signal.cancelled:
+        # Per step, only what the step needs: the token's flag and the context's ``_closed``
+        # are read and set directly (no property or method call), the attempt id is the run
+        # id and the step's precomputed suffix, the inputs dict is filled without a
+        # comprehension's frame, and a step without an output schema skips ``checked_output``.
+        for step_id, step, deps, attempt in program.steps:
+            if signal._cancelled:
                 break
             starts.append(time_ns() // 1_000_000)
-            attempt_id = attempt_id_of(run_id, len(starts))
             ctx = StepContext(
-                pipeline_id, run_id, step_id, options, False, signal, env, None, attempt_id
+                pipeline_id, run_id, step_id, options, False, signal, env, None, run_id + attempt
             )
-            inputs = {dep: outputs[dep] for dep in deps} if deps else {}
+            inputs: dict[str, Any] = {}
+            for dep in deps:
+                inputs[dep] = outputs[dep]
             from_handler = not step.orchestration
             try:
                 value = call_step(step, inputs, ctx, env, dry_run=False)
                 if is_awaitable(value):
                     value = await value
                 from_handler = False
-                value = checked_output(step, step_id, value)
+                if step.output_schema is not None:
+                    value = checked_output(step, step_id, value)
             except BaseException as exc:  # a task cancellation, or anything user code raised
-                ctx.close()
+                ctx._closed = True
                 failure = _Failure(step_id, exc, from_handler)
                 break
-            ctx.close()
+            ctx._closed = True
             outputs[step_id] = value
         else:
-            if not signal.cancelled:
+            if not signal._cancelled:
                 return True, outputs[program.result_id]
 
     # Every completed step, then the one that failed (if one did): one start each, in order.

@@ -18,6 +18,8 @@ from tubeless.pipeline._results import (
     SkipReason,
     StepReport,
     StepStatus,
+    completed_report,
+    new_run,
 )
 from tubeless.schema import SchemaValidationError
 from tubeless.tracing.records import Envelope
@@ -87,7 +89,6 @@ class RunState:
         self,
         pipeline: Pipeline,
         controls: Controls,
-        *,
         env: RunEnvironment,
         signal: CancelToken,
         run_id: str,
@@ -170,15 +171,15 @@ class RunState:
 
     def context(self, step_id: str, attempt_id: str | None) -> StepContext:
         return StepContext(
-            pipeline_id=self.pipeline.id,
-            run_id=self.run_id,
-            step_id=step_id,
-            options=self.options,
-            dry_run=self.controls.dry_run,
-            signal=self.signal,
-            env=self.env,
-            envelope=self.envelope,
-            attempt_id=attempt_id,
+            self.pipeline.id,
+            self.run_id,
+            step_id,
+            self.options,
+            self.controls.dry_run,
+            self.signal,
+            self.env,
+            self.envelope,
+            attempt_id,
         )
 
     def is_met(self, dep: str) -> bool:
@@ -205,14 +206,8 @@ class RunState:
         self.outputs[ps.id] = value
         self.state[ps.id] = "completed"
         finished = now_ms()
-        self.reports[ps.id] = StepReport(
-            id=ps.id,
-            status="completed",
-            name=ps.name,
-            description=ps.description,
-            attempt_id=attempt.id,
-            started_at_ms=attempt.started_ms,
-            finished_at_ms=finished,
+        self.reports[ps.id] = completed_report(
+            ps.id, ps.name, ps.description, attempt.id, attempt.started_ms, finished
         )
         if self.envelope is not None:
             self.emit(
@@ -363,21 +358,21 @@ class RunState:
             status = "failed"
         finalized = self.finalized
         finished = now_ms()
-        run = PipelineRun(
-            run_id=self.run_id,
-            pipeline_id=self.pipeline.id,
-            parent_run_id=self.parent_run_id,
-            correlation_id=self.env.correlation_id,
-            item_key=self.item_key,
-            status=status,
-            dry_run=self.controls.dry_run,
-            started_at_ms=started_ms,
-            finished_at_ms=finished,
-            errors=tuple(errors),
-            steps=tuple([self.reports[ps.id] for ps in plan.steps]) if steps else (),
-            finalized=finalized,
-            value=self.value if finalized else None,
-            definition_identity=self.pipeline.identity,
+        run = new_run(
+            self.run_id,
+            self.pipeline.id,
+            status,
+            self.controls.dry_run,
+            started_ms,
+            finished,
+            tuple(errors),
+            tuple([self.reports[ps.id] for ps in plan.steps]) if steps else (),
+            finalized,
+            self.value if finalized else None,
+            self.pipeline.identity,
+            self.parent_run_id,
+            self.env.correlation_id,
+            self.item_key,
         )
         if self.envelope is not None:
             self.emit(
