@@ -55,7 +55,13 @@ async def stream_events(request: Request, manager: RunManager) -> Response:
     async def events() -> AsyncIterator[ServerSentEvent]:
         nonlocal after
         shown: tuple[str, int, int] | None = None
+        # A run's records are committed before its status turns terminal, so only a read that
+        # began after the terminal status was seen is sure to hold the last of them: the status
+        # is read before each read of the records (the previous pass's read serves), never only
+        # after it, or a run ending between the two would end the stream without its records.
+        row = manager.current(manager.get(run_id))
         while True:
+            ended = row.status in TERMINAL
             records = await asyncio.get_running_loop().run_in_executor(
                 manager.readers,
                 partial(read_since, source, run_id=run_id, after=after, limit=_BATCH),
@@ -71,13 +77,12 @@ async def stream_events(request: Request, manager: RunManager) -> Response:
                 shown = now
                 status = {**_status(row), "turns": row.turns, "calls": row.calls}
                 yield ServerSentEvent(data=json.dumps(status), event="status")
-            if row.status in TERMINAL and len(records) < _BATCH:
-                if not records:  # one more look: the last records may have landed just now
+            if len(records) < _BATCH:
+                if ended:
                     yield ServerSentEvent(data=json.dumps(_status(row)), event="end")
                     return
-                continue
-            if len(records) < _BATCH:
-                await asyncio.sleep(POLL_S)
+                if row.status not in TERMINAL:  # else look again at once: the rest is there
+                    await asyncio.sleep(POLL_S)
 
     return EventSourceResponse(
         events(),

@@ -1,0 +1,3 @@
+"""The scripted agent as an ADK app (``adk api_server`` loads ``agent.root_agent``)."""
+
+from . import agent as agent
