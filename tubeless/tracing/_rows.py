@@ -17,7 +17,7 @@ from tubeless.tracing._read_checks import TraceReadError, json_problem
 from tubeless.tracing._tails import progress_payload, running_progress
 from tubeless.tracing.records import ConstantPayload, TraceRecord
 
-__all__ = ["COLUMNS", "WIDTH", "Row", "record_of", "row_of"]
+__all__ = ["COLUMNS", "WIDTH", "Row", "payload_json", "record_of", "row_of"]
 
 #: The columns a row binds, in order (the store adds its sequence column ``id`` before them).
 COLUMNS: Final = (
@@ -41,20 +41,24 @@ WIDTH: Final = len(COLUMNS)
 Row = tuple[Any, ...]
 
 
+def payload_json(record: TraceRecord) -> str:
+    """The ``payload_json`` column of a record the record constructors built, reusing the JSON
+    they already made (a shared payload's, a progress record's bounded details)."""
+    payload = record["payload"]
+    if type(payload) is ConstantPayload:
+        return payload.json()
+    if record.tail is running_progress:  # details already encoded when bounded
+        return progress_payload(record) or compact_json(payload)
+    return compact_json(payload) if payload else "{}"
+
+
 def row_of(record: Mapping[str, Any]) -> Row:
     """The columns of one wire record (:data:`COLUMNS` order)."""
     get = record.get
-    payload = record["payload"]
     error = get("error")
     if type(record) is TraceRecord:
         # The run's own columns come from its envelope, read once per run.
         head, item_key, iteration_json = record.envelope.row_columns()
-        if type(payload) is ConstantPayload:
-            payload_json = payload.json()
-        elif record.tail is running_progress:  # details already encoded when bounded
-            payload_json = progress_payload(record) or compact_json(payload)
-        else:
-            payload_json = compact_json(payload) if payload else "{}"
         return (
             *head,
             get("stepId"),
@@ -63,10 +67,11 @@ def row_of(record: Mapping[str, Any]) -> Row:
             record["name"],
             record["timestampMs"],
             get("durationMs"),
-            payload_json,
+            payload_json(record),
             None if error is None else compact_json(error),
             iteration_json,
         )
+    payload = record["payload"]
     iteration = get("iteration")
     iteration_json = None if iteration is None else compact_json(iteration)
     return (
