@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
 from tubeless.tracing._read_checks import TraceReadError, json_problem
-from tubeless.tracing._tails import progress_payload, running_progress
+from tubeless.tracing._tails import STATUS_JSON, progress_payload, running_progress, terminal
 from tubeless.tracing.records import ConstantPayload, TraceRecord
 
 __all__ = ["COLUMNS", "WIDTH", "Row", "payload_json", "record_of", "row_of"]
@@ -47,8 +47,13 @@ def payload_json(record: TraceRecord) -> str:
     payload = record["payload"]
     if type(payload) is ConstantPayload:
         return payload.json()
-    if record.tail is running_progress:  # details already encoded when bounded
+    tail = record.tail
+    if tail is running_progress:  # details already encoded when bounded
         return progress_payload(record) or compact_json(payload)
+    if tail is terminal and len(payload) == 1:  # a step's end: {"status": ...}, made once
+        known = STATUS_JSON.get(payload.get("status"))
+        if known is not None:
+            return known
     return compact_json(payload) if payload else "{}"
 
 

@@ -17,6 +17,7 @@ from typing import Any, Final
 from tubeless.tracing._json import compact_json
 
 __all__ = [
+    "STATUS_JSON",
     "Tail",
     "attempted",
     "finalize_completed",
@@ -36,7 +37,8 @@ Tail = Callable[[Any, int], "str | None"]
 #: A JSON string literal, as the compact UTF-8 encoder writes it.
 quote: Final[Callable[[str], str]] = encode_basestring
 
-_STATUS_JSON: Final = {
+#: The payload JSON of a step's end, by its status.
+STATUS_JSON: Final = {
     status: f'{{"status":{quote(status)}}}'
     for status in ("completed", "skipped", "failed", "cancelled")
 }
@@ -115,7 +117,7 @@ def terminal(record: Any, head: int) -> str | None:
         return None
     duration = record["durationMs"]
     payload = record["payload"]
-    status = _STATUS_JSON.get(payload.get("status")) if len(payload) == 1 else None
+    status = STATUS_JSON.get(payload.get("status")) if len(payload) == 1 else None
     if status is None or not _finite(duration):
         return None
     step = record.envelope.step_json(record["stepId"], record["attemptId"])
