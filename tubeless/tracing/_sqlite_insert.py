@@ -5,8 +5,10 @@ A turn's records repeat their run's columns (``version``, ``run_id``, ``correlat
 a third of their columns are ``NULL``. Binding a parameter from Python costs more than SQLite's
 work to store it (a ``NULL`` goes through the adapter table, a text is copied), so a commit
 binds each run's columns once, as numbered parameters every row of that run names again, writes
-``NULL`` and the record's name as literals, and binds only what varies per row: step and attempt
-ids, the timestamp, the duration, the payload and the error. The rows stored are the same.
+``NULL``, an empty payload and the record's name as literals, and binds only what varies per
+row: step and attempt ids, the timestamp, the duration, the payload and the error. The rows
+stored are the same. (Binding step and attempt ids once per commit too was tried: the look-ups
+in Python cost what the binding saved.)
 
 A commit's statement follows from its *shape*: per row, its run's slot (the slot's number in
 the commit and which of the run's optional columns it has), its name and which of its own
@@ -25,6 +27,7 @@ __all__ = [
     "ATTEMPT",
     "CORRELATION",
     "DURATION",
+    "EMPTY_PAYLOAD",
     "ERROR",
     "ITEM_KEY",
     "ITERATION",
@@ -53,11 +56,12 @@ CORRELATION: Final = 1
 PARENT: Final = 2
 ITEM_KEY: Final = 4
 ITERATION: Final = 8
-# Which of a row's optional columns it binds.
+# Which of a row's optional columns it binds, and whether its payload is ``{}`` (a literal).
 STEP: Final = 1
 ATTEMPT: Final = 2
 DURATION: Final = 4
 ERROR: Final = 8
+EMPTY_PAYLOAD: Final = 16
 
 #: A run's place in one commit: its number there and the :data:`CORRELATION` ... bits it has.
 Slot = tuple[int, int]
@@ -108,7 +112,7 @@ def statement(shape: tuple[RowShape, ...]) -> str:
 
     Parameters are numbered in the order the sink appended them: a run's columns (see
     :func:`run_slot`) before the first of its rows' own columns, then each row's step id,
-    attempt id, timestamp, duration, payload and error, the optional ones when its bits say so.
+    attempt id, timestamp, duration, payload and error, as its bits say.
     """
     count = 0
 
@@ -139,7 +143,7 @@ def statement(shape: tuple[RowShape, ...]) -> str:
         step, attempt = optional(own & STEP), optional(own & ATTEMPT)
         timestamp = param()
         duration = optional(own & DURATION)
-        payload = param()
+        payload = "'{}'" if own & EMPTY_PAYLOAD else param()
         error = optional(own & ERROR)
         columns = (
             version,

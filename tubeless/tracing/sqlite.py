@@ -28,6 +28,7 @@ from tubeless.tracing._rows import COLUMNS, payload_json, record_of, row_of
 from tubeless.tracing._sqlite_insert import (
     ATTEMPT,
     DURATION,
+    EMPTY_PAYLOAD,
     ERROR,
     STEP,
     TABLE,
@@ -251,7 +252,8 @@ class SqliteSink(BufferedSink):
 
         The buffer is the commit's parameters (see :mod:`tubeless.tracing._sqlite_insert`): a
         record of the record constructors adds its run's columns once per commit and its own
-        non-``NULL`` columns but its name; any other record adds all its columns.
+        non-``NULL`` columns but its name and an empty payload; any other record adds all its
+        columns.
         """
         if self._conn is None or self._failure is not None:
             self._refuse()
@@ -285,7 +287,10 @@ class SqliteSink(BufferedSink):
             if duration_ms is not None:
                 params.append(duration_ms)
                 own |= DURATION
-            params.append(payload)
+            if payload == "{}":
+                own |= EMPTY_PAYLOAD
+            else:
+                params.append(payload)
             if error is not None:
                 params.append(compact_json(error))
                 own |= ERROR
