@@ -44,7 +44,8 @@ Row = tuple[Any, ...]
 def payload_json(record: TraceRecord) -> str:
     """The ``payload_json`` column of a record the record constructors built, reusing the JSON
     they already made (a shared payload's, a progress record's bounded details)."""
-    payload = record["payload"]
+    # ``get``: a dict subclass's ``[]`` goes through a slot wrapper; ``get`` is dict's own.
+    payload: Any = record.get("payload")
     if type(payload) is ConstantPayload:
         return payload.json()
     tail = record.tail

@@ -80,7 +80,7 @@ def running_progress(record: Any, head: int) -> str | None:
 def progress_payload(record: Any) -> str | None:
     """The payload JSON of a :func:`running_progress` record, reusing the JSON its details
     got when they were bounded; ``None`` when there is none to reuse."""
-    payload = record["payload"]
+    payload = record.get("payload")
     if len(payload) != 1:
         return None
     progress = payload["progress"]
@@ -89,10 +89,21 @@ def progress_payload(record: Any) -> str | None:
         return None
     rows, text = encoded
     members = ",".join(
-        f"{quote(key)}:{text if value is rows else compact_json(value)}"
+        f"{quote(key)}:{text if value is rows else _value_json(value)}"
         for key, value in progress.items()
     )
     return f'{{"progress":{{{members}}}}}'
+
+
+def _value_json(value: Any) -> str:
+    """A progress member's JSON: a string or an int (the counts, the message) directly, as the
+    encoder writes them, without a call into it; anything else through it."""
+    kind = type(value)
+    if kind is str:
+        return quote(value)
+    if kind is int:
+        return int.__repr__(value)
+    return compact_json(value)
 
 
 def attempted(record: Any, head: int) -> str | None:

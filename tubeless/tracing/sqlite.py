@@ -270,7 +270,9 @@ class SqliteSink(BufferedSink):
         error = get("error")
         payload = payload_json(record)
         envelope = record.envelope
-        name = record["name"]
+        # ``get`` rather than ``[]``: on a dict subclass ``[]`` goes through a slot wrapper.
+        name: Any = get("name")
+        timestamp_ms = get("timestampMs")
         with self._lock:
             params = self._rows
             slot = self._slots.get(envelope)
@@ -283,7 +285,7 @@ class SqliteSink(BufferedSink):
             if attempt_id is not None:
                 params.append(attempt_id)
                 own |= ATTEMPT
-            params.append(record["timestampMs"])
+            params.append(timestamp_ms)
             if duration_ms is not None:
                 params.append(duration_ms)
                 own |= DURATION
