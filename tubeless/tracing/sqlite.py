@@ -273,7 +273,11 @@ class SqliteSink(BufferedSink):
         # ``get`` rather than ``[]``: on a dict subclass ``[]`` goes through a slot wrapper.
         name: Any = get("name")
         timestamp_ms = get("timestampMs")
-        with self._lock:
+        error_json = None if error is None else compact_json(error)
+        # acquire/release, not ``with``: ``with`` makes two bound methods per record.
+        lock = self._lock
+        lock.acquire()
+        try:
             params = self._rows
             slot = self._slots.get(envelope)
             if slot is None:
@@ -293,14 +297,21 @@ class SqliteSink(BufferedSink):
                 own |= EMPTY_PAYLOAD
             else:
                 params.append(payload)
-            if error is not None:
-                params.append(compact_json(error))
+            if error_json is not None:
+                params.append(error_json)
                 own |= ERROR
-            self._buffered((slot, name, own), name, record)
+            shape = self._shape
+            shape.append((slot, name, own))
+            if len(shape) >= BATCH_SIZE or (name == RUN_END and writes_through(record)):
+                self._commit()
+            elif self._timer is None:
+                self._timer = flush_later(self._on_timer)
+        finally:
+            lock.release()
 
     def _buffered(self, row: RowShape, name: object, record: Mapping[str, Any]) -> None:
         """Add a buffered row's shape (under the lock); commit when the batch is full or a
-        turn or root run ended, else make sure the timer will."""
+        turn or root run ended, else make sure the timer will (``export`` inlines this)."""
         shape = self._shape
         shape.append(row)
         if len(shape) >= BATCH_SIZE or (name == RUN_END and writes_through(record)):
