@@ -96,12 +96,12 @@ _OLD_INDEXES: Final = (
 _MIGRATE_3_TO_4: Final = f"ALTER TABLE {TABLE} ADD COLUMN iteration_json TEXT"
 #: Pages the write-ahead log grows to before a commit copies it into the store (SQLite's
 #: default is 1,000). Each copy syncs the log and the store (``synchronous = NORMAL``), which
-#: keeps the store whole after a power loss; an agent turn commits some 25 pages, so the
+#: keeps the store whole after a power loss; an agent turn commits 20 to 25 pages, so the
 #: default paid three syncs every 40 turns, on the run's thread. The log keeps its size once
 #: copied (up to some 20 MB while a sink is open; closing the last connection removes it):
 #: cutting it back made every cycle allocate the file's blocks again.
 _WAL_PAGES: Final = 10_000
-#: The page size of a new store (SQLite's default is 4,096). A turn's commit dirties some 25
+#: The page size of a new store (SQLite's default is 4,096). A turn's commit dirties 20 to 25
 #: pages whatever their size (a leaf or two of the table, and of each index, where the turn's
 #: rows land, and the pages above them), and the log takes each whole: half-size pages write,
 #: checksum and copy half the bytes (1,024 wrote a quarter, but b-tree rebalancing cost more
