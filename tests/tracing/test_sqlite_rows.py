@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from tubeless import define_agent, define_tool
 from tubeless.tracing import SqliteSink, read_since, read_trace
-from tubeless.tracing._rows import row_of
+from tubeless.tracing._json import compact_json
+from tubeless.tracing._rows import payload_json, row_of
 from tubeless.tracing.records import TraceRecord
 
 TABLE = "pipeline_run_events"
@@ -109,6 +110,13 @@ def test_the_run_sets_every_optional_column_somewhere() -> None:
             assert values == {False}
         else:
             assert values == {True, False}, column
+
+
+def test_each_payload_text_is_the_encoders() -> None:
+    """The payload text reused or written without the encoder (a shared payload's, a progress
+    report's, a step end's, an attempt's) is byte for byte what the encoder writes."""
+    for record in _records():
+        assert payload_json(record) == compact_json(record["payload"]), record["name"]
 
 
 @settings(max_examples=25, deadline=None)

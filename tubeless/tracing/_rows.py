@@ -14,7 +14,13 @@ from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
 from tubeless.tracing._read_checks import TraceReadError, json_problem
-from tubeless.tracing._tails import STATUS_JSON, progress_payload, running_progress, terminal
+from tubeless.tracing._tails import (
+    STATUS_JSON,
+    attempted,
+    progress_payload,
+    running_progress,
+    terminal,
+)
 from tubeless.tracing.records import ConstantPayload, TraceRecord
 
 __all__ = ["COLUMNS", "WIDTH", "Row", "payload_json", "record_of", "row_of"]
@@ -55,6 +61,11 @@ def payload_json(record: TraceRecord) -> str:
         known = STATUS_JSON.get(payload.get("status"))
         if known is not None:
             return known
+    elif tail is attempted and len(payload) == 2:  # {"attempt": n, "attributes": {...}}
+        attempt = payload.get("attempt")
+        attributes = payload.get("attributes")
+        if type(attempt) is int and attributes is not None:
+            return f'{{"attempt":{attempt},"attributes":{compact_json(attributes)}}}'
     return compact_json(payload) if payload else "{}"
 
 
