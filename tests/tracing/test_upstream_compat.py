@@ -621,8 +621,10 @@ def test_descriptor_fingerprints_hash_the_canonical_descriptor() -> None:
 
 
 # -- the SQLite layout ------------------------------------------------------------------------
-_INDEXES = {
-    "pipeline_run_events_run_id_idx": ["run_id", "id"],
+#: A new store's indexes: the original's (run_id, id) alone (see docs/traces.md).
+_INDEXES = {"pipeline_run_events_run_id_idx": ["run_id", "id"]}
+#: The original's other two, which a store written by the original or by earlier tubeless has.
+_UPSTREAM_DESC = {
     "pipeline_run_events_pipeline_id_idx": ["pipeline_id", "id"],
     "pipeline_run_events_timestamp_idx": ["timestamp_ms"],
 }
@@ -642,12 +644,17 @@ def _indexes(path: Path) -> dict[str, list[str]]:
 
 
 def _old_layout_store(path: Path) -> None:
-    """A store as earlier tubeless wrote it: the timestamp index under its old name, and an
-    index on (parent_run_id, id) that the original does not define."""
+    """A store as earlier tubeless wrote it: the original's (pipeline_id, id DESC), the timestamp
+    index under its old name, and an index on (parent_run_id, id) that the original does not
+    define; and without the (run_id, id) index."""
     write_trace(_fixture("plain.ndjson"), path)
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("DROP INDEX pipeline_run_events_timestamp_idx")
+        conn.execute("DROP INDEX pipeline_run_events_run_id_idx")
+        conn.execute(
+            "CREATE INDEX pipeline_run_events_pipeline_id_idx"
+            " ON pipeline_run_events (pipeline_id, id DESC)"
+        )
         conn.execute(
             "CREATE INDEX pipeline_run_events_parent_run_id_idx"
             " ON pipeline_run_events (parent_run_id, id)"
@@ -659,18 +666,48 @@ def _old_layout_store(path: Path) -> None:
     conn.close()
 
 
-def test_a_new_store_has_the_upstream_index_names(tmp_path: Path) -> None:
+def test_a_new_store_has_the_upstream_run_index(tmp_path: Path) -> None:
     write_trace(_fixture("plain.ndjson"), tmp_path / "new.sqlite")
     assert _indexes(tmp_path / "new.sqlite") == _INDEXES
 
 
-def test_opening_an_older_store_for_writing_gives_it_the_upstream_indexes(tmp_path: Path) -> None:
+def test_opening_an_older_store_for_writing_gives_it_the_run_index(tmp_path: Path) -> None:
+    """The run index is added, what only earlier tubeless added is dropped, and the original's
+    (pipeline_id, id DESC) stays: a store keeps the original's indexes it has."""
     path = tmp_path / "old.sqlite"
     _old_layout_store(path)
     with SqliteSink(path) as sink:
         sink.export(copy.deepcopy(_fixture("plain.ndjson")[0]))
-    assert _indexes(path) == _INDEXES
+    pipeline = "pipeline_run_events_pipeline_id_idx"
+    assert _indexes(path) == {**_INDEXES, pipeline: _UPSTREAM_DESC[pipeline]}
     assert len(read_trace(path)) == len(_fixture("plain.ndjson")) + 1
+
+
+def test_a_store_with_all_the_original_indexes_keeps_them_and_takes_records(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "upstream.sqlite"
+    write_trace(_fixture("plain.ndjson"), path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "CREATE INDEX pipeline_run_events_pipeline_id_idx"
+            " ON pipeline_run_events (pipeline_id, id DESC)"
+        )
+        conn.execute(
+            "CREATE INDEX pipeline_run_events_timestamp_idx"
+            " ON pipeline_run_events (timestamp_ms DESC)"
+        )
+    conn.close()
+    extra = copy.deepcopy(_fixture("plain.ndjson"))
+    with SqliteSink(path) as sink:
+        for record in extra:
+            sink.export(record)
+    assert _indexes(path) == {**_INDEXES, **_UPSTREAM_DESC}
+    assert read_trace(path) == _fixture("plain.ndjson") + extra
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
 
 
 def test_reading_an_older_store_read_only_changes_nothing(tmp_path: Path) -> None:

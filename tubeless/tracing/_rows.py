@@ -14,10 +14,16 @@ from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
 from tubeless.tracing._read_checks import TraceReadError, json_problem
-from tubeless.tracing._tails import progress_payload, running_progress
+from tubeless.tracing._tails import (
+    STATUS_JSON,
+    attempted,
+    progress_payload,
+    running_progress,
+    terminal,
+)
 from tubeless.tracing.records import ConstantPayload, TraceRecord
 
-__all__ = ["COLUMNS", "WIDTH", "Row", "record_of", "row_of"]
+__all__ = ["COLUMNS", "WIDTH", "Row", "payload_json", "record_of", "row_of"]
 
 #: The columns a row binds, in order (the store adds its sequence column ``id`` before them).
 COLUMNS: Final = (
@@ -41,20 +47,35 @@ WIDTH: Final = len(COLUMNS)
 Row = tuple[Any, ...]
 
 
+def payload_json(record: TraceRecord) -> str:
+    """The ``payload_json`` column of a record the record constructors built, reusing the JSON
+    they already made (a shared payload's, a progress record's bounded details)."""
+    # ``get``: a dict subclass's ``[]`` goes through a slot wrapper; ``get`` is dict's own.
+    payload: Any = record.get("payload")
+    if type(payload) is ConstantPayload:
+        return payload.json()
+    tail = record.tail
+    if tail is running_progress:  # details already encoded when bounded
+        return progress_payload(record) or compact_json(payload)
+    if tail is terminal and len(payload) == 1:  # a step's end: {"status": ...}, made once
+        known = STATUS_JSON.get(payload.get("status"))
+        if known is not None:
+            return known
+    elif tail is attempted and len(payload) == 2:  # {"attempt": n, "attributes": {...}}
+        attempt = payload.get("attempt")
+        attributes = payload.get("attributes")
+        if type(attempt) is int and attributes is not None:
+            return f'{{"attempt":{attempt},"attributes":{compact_json(attributes)}}}'
+    return compact_json(payload) if payload else "{}"
+
+
 def row_of(record: Mapping[str, Any]) -> Row:
     """The columns of one wire record (:data:`COLUMNS` order)."""
     get = record.get
-    payload = record["payload"]
     error = get("error")
     if type(record) is TraceRecord:
         # The run's own columns come from its envelope, read once per run.
         head, item_key, iteration_json = record.envelope.row_columns()
-        if type(payload) is ConstantPayload:
-            payload_json = payload.json()
-        elif record.tail is running_progress:  # details already encoded when bounded
-            payload_json = progress_payload(record) or compact_json(payload)
-        else:
-            payload_json = compact_json(payload) if payload else "{}"
         return (
             *head,
             get("stepId"),
@@ -63,10 +84,11 @@ def row_of(record: Mapping[str, Any]) -> Row:
             record["name"],
             record["timestampMs"],
             get("durationMs"),
-            payload_json,
+            payload_json(record),
             None if error is None else compact_json(error),
             iteration_json,
         )
+    payload = record["payload"]
     iteration = get("iteration")
     iteration_json = None if iteration is None else compact_json(iteration)
     return (

@@ -17,6 +17,7 @@ from typing import Any, Final
 from tubeless.tracing._json import compact_json
 
 __all__ = [
+    "STATUS_JSON",
     "Tail",
     "attempted",
     "finalize_completed",
@@ -36,7 +37,8 @@ Tail = Callable[[Any, int], "str | None"]
 #: A JSON string literal, as the compact UTF-8 encoder writes it.
 quote: Final[Callable[[str], str]] = encode_basestring
 
-_STATUS_JSON: Final = {
+#: The payload JSON of a step's end, by its status.
+STATUS_JSON: Final = {
     status: f'{{"status":{quote(status)}}}'
     for status in ("completed", "skipped", "failed", "cancelled")
 }
@@ -78,7 +80,7 @@ def running_progress(record: Any, head: int) -> str | None:
 def progress_payload(record: Any) -> str | None:
     """The payload JSON of a :func:`running_progress` record, reusing the JSON its details
     got when they were bounded; ``None`` when there is none to reuse."""
-    payload = record["payload"]
+    payload = record.get("payload")
     if len(payload) != 1:
         return None
     progress = payload["progress"]
@@ -87,10 +89,21 @@ def progress_payload(record: Any) -> str | None:
         return None
     rows, text = encoded
     members = ",".join(
-        f"{quote(key)}:{text if value is rows else compact_json(value)}"
+        f"{quote(key)}:{text if value is rows else _value_json(value)}"
         for key, value in progress.items()
     )
     return f'{{"progress":{{{members}}}}}'
+
+
+def _value_json(value: Any) -> str:
+    """A progress member's JSON: a string or an int (the counts, the message) directly, as the
+    encoder writes them, without a call into it; anything else through it."""
+    kind = type(value)
+    if kind is str:
+        return quote(value)
+    if kind is int:
+        return int.__repr__(value)
+    return compact_json(value)
 
 
 def attempted(record: Any, head: int) -> str | None:
@@ -115,7 +128,7 @@ def terminal(record: Any, head: int) -> str | None:
         return None
     duration = record["durationMs"]
     payload = record["payload"]
-    status = _STATUS_JSON.get(payload.get("status")) if len(payload) == 1 else None
+    status = STATUS_JSON.get(payload.get("status")) if len(payload) == 1 else None
     if status is None or not _finite(duration):
         return None
     step = record.envelope.step_json(record["stepId"], record["attemptId"])

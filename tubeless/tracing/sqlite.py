@@ -2,11 +2,12 @@
 
 The layout is the upstream one (UPSTREAM §2.7, store version 4): one row per record, the
 envelope in columns and ``payload``/``error``/``iteration`` as JSON text. Triggers forbid UPDATE
-and DELETE. Writers buffer rows and commit them in ``BEGIN IMMEDIATE`` transactions of 64, at
-the end of every turn and of the root run, a quarter second after a row was buffered, and on
-``flush``/``close``; a crash can lose rows of an unfinished turn from the last quarter second,
-never a committed row. A commit is one multi-row INSERT; nothing is synced at a commit, only when
-the write-ahead log (up to 10,000 pages) is copied into the store.
+and DELETE. A new store has the upstream ``(run_id, id)`` index only (see ``_INDEXES``). Writers
+buffer rows and commit them in transactions of 64, at the end of every turn and of the root run,
+a quarter second after a row was buffered, and on ``flush``/``close``; a crash can lose rows of
+an unfinished turn from the last quarter second, never a committed row. A commit is one
+multi-row INSERT, its own transaction (:mod:`tubeless.tracing._sqlite_insert`); nothing is
+synced at a commit, only when the write-ahead log (up to 10,000 pages) is copied into the store.
 Readers open the file read-only, so a ``-wal`` sidecar left by a crashed writer is read, not
 refused.
 """
@@ -14,7 +15,6 @@ refused.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import sqlite3
 from collections.abc import Callable, Mapping
@@ -22,8 +22,22 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from tubeless.tracing._buffered import BufferedSink
+from tubeless.tracing._json import compact_json
 from tubeless.tracing._read_checks import MAX_RECORDS, TraceReadError, record_problem
-from tubeless.tracing._rows import COLUMNS, record_of, row_of
+from tubeless.tracing._rows import COLUMNS, payload_json, record_of, row_of
+from tubeless.tracing._sqlite_insert import (
+    ATTEMPT,
+    DURATION,
+    EMPTY_PAYLOAD,
+    ERROR,
+    STEP,
+    TABLE,
+    RowShape,
+    Slot,
+    run_slot,
+    statement,
+)
+from tubeless.tracing.records import Envelope, TraceRecord
 from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
 
 __all__ = [
@@ -42,7 +56,6 @@ _T = TypeVar("_T")
 STORE_VERSION: Final = 4
 #: Rows committed per transaction.
 BATCH_SIZE: Final = 64
-TABLE: Final = "pipeline_run_events"
 
 _CREATE: Final = (
     f"""CREATE TABLE {TABLE} (
@@ -67,12 +80,12 @@ BEGIN SELECT RAISE(ABORT, '{TABLE} is append-only: rows cannot be updated'); END
     f"""CREATE TRIGGER {TABLE}_no_delete BEFORE DELETE ON {TABLE}
 BEGIN SELECT RAISE(ABORT, '{TABLE} is append-only: rows cannot be deleted'); END""",
 )
-#: The indexes, by the upstream names. ``IF NOT EXISTS``: a writable open adds any missing.
-_INDEXES: Final = (
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_run_id_idx ON {TABLE} (run_id, id)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_pipeline_id_idx ON {TABLE} (pipeline_id, id DESC)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_timestamp_idx ON {TABLE} (timestamp_ms DESC)",
-)
+#: The one index tubeless's readers use: a run's records (``read_since``, following a run).
+#: ``IF NOT EXISTS``: a writable open adds it when missing. The upstream layout also defines
+#: ``(pipeline_id, id DESC)`` and ``(timestamp_ms DESC)``; no reader here queries them, and
+#: they cost a new store's every record two inserts at the left edge of their b-trees and every
+#: commit a third of its pages, so new stores do without them. A store that has them keeps them.
+_INDEXES: Final = (f"CREATE INDEX IF NOT EXISTS {TABLE}_run_id_idx ON {TABLE} (run_id, id)",)
 #: Indexes earlier tubeless added, dropped on a writable open: the timestamp index under its
 #: old name, and one on ``(parent_run_id, id)`` that the original does not define and no
 #: reader queries (it cost every row a fourth index insert and every commit three pages).
@@ -81,34 +94,19 @@ _OLD_INDEXES: Final = (
     f"DROP INDEX IF EXISTS {TABLE}_parent_run_id_idx",
 )
 _MIGRATE_3_TO_4: Final = f"ALTER TABLE {TABLE} ADD COLUMN iteration_json TEXT"
-_INSERT_INTO: Final = (
-    f"INSERT INTO {TABLE} (version, run_id, correlation_id, parent_run_id, pipeline_id, step_id,"
-    " attempt_id, item_key, event_name, timestamp_ms, duration_ms, payload_json, error_json,"
-    " iteration_json) VALUES "
-)
-#: Columns a row binds.
-_WIDTH: Final = 14
-_ROW_PLACES: Final = "(" + ", ".join("?" * _WIDTH) + ")"
 #: Pages the write-ahead log grows to before a commit copies it into the store (SQLite's
 #: default is 1,000). Each copy syncs the log and the store (``synchronous = NORMAL``), which
-#: keeps the store whole after a power loss; an agent turn commits some 25 pages, so the
+#: keeps the store whole after a power loss; an agent turn commits 20 to 25 pages, so the
 #: default paid three syncs every 40 turns, on the run's thread. The log keeps its size once
 #: copied (up to some 20 MB while a sink is open; closing the last connection removes it):
 #: cutting it back made every cycle allocate the file's blocks again.
 _WAL_PAGES: Final = 10_000
-#: The page size of a new store (SQLite's default is 4,096). A turn's commit dirties some 25
+#: The page size of a new store (SQLite's default is 4,096). A turn's commit dirties 20 to 25
 #: pages whatever their size (a leaf or two of the table, and of each index, where the turn's
 #: rows land, and the pages above them), and the log takes each whole: half-size pages write,
 #: checksum and copy half the bytes (1,024 wrote a quarter, but b-tree rebalancing cost more
 #: than that saved). An existing store keeps its page size.
 _PAGE_BYTES: Final = 2048
-
-
-@functools.cache
-def _insert(rows: int) -> str:
-    """One INSERT of ``rows`` rows: SQLite then reads and writes the AUTOINCREMENT counter once
-    per commit instead of once per row, and steps one statement instead of ``rows``."""
-    return _INSERT_INTO + ", ".join([_ROW_PLACES] * rows)
 
 
 def _bind_none_directly() -> None:
@@ -146,8 +144,8 @@ def _has_table(conn: sqlite3.Connection) -> bool:
 
 def _ensure_indexes(conn: sqlite3.Connection) -> None:
     """Give a store the upstream indexes (only on a writable open; readers never need them)."""
-    for statement in (*_OLD_INDEXES, *_INDEXES):
-        conn.execute(statement)
+    for sql in (*_OLD_INDEXES, *_INDEXES):
+        conn.execute(sql)
 
 
 def _prepare(conn: sqlite3.Connection, path: Path) -> None:
@@ -203,7 +201,7 @@ class SqliteSink(BufferedSink):
         TraceReadError: The file is not a trace store, or its version is unsupported.
     """
 
-    __slots__ = ("_identity", "_location", "path")
+    __slots__ = ("_identity", "_location", "_shape", "_slots", "path")
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
         self.path = Path(path)
@@ -211,10 +209,13 @@ class SqliteSink(BufferedSink):
         _bind_none_directly()
         # Absolute, so that a handler changing the working directory changes nothing.
         self._location = os.path.abspath(self.path)
-        # The buffered rows are the columns, flat: one INSERT binds them all.
+        # The buffered rows are the commit's parameters, flat, and each row's shape (which
+        # parameters it names): one INSERT binds them all.
         super().__init__()
+        self._shape: list[RowShape] = []
+        self._slots: dict[Envelope, Slot] = {}
         self._identity: tuple[int, int] | None = None
-        # isolation_level=None: the sink issues BEGIN IMMEDIATE / COMMIT itself.
+        # isolation_level=None: Python opens no transaction; each commit is one INSERT.
         conn = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
@@ -247,19 +248,76 @@ class SqliteSink(BufferedSink):
         return f"SqliteSink({str(self.path)!r})"
 
     def export(self, record: Mapping[str, Any]) -> None:
-        """Buffer one record; every 64th, and a turn's or root run's last, commit the batch."""
+        """Buffer one record; every 64th, and a turn's or root run's last, commit the batch.
+
+        The buffer is the commit's parameters (see :mod:`tubeless.tracing._sqlite_insert`): a
+        record of the record constructors adds its run's columns once per commit and its own
+        non-``NULL`` columns but its name and an empty payload; any other record adds all its
+        columns.
+        """
         if self._conn is None or self._failure is not None:
             self._refuse()
-        row = row_of(record)
-        with self._lock:
-            rows = self._rows
-            rows += row
-            if len(rows) >= BATCH_SIZE * _WIDTH or (
-                record.get("name") == RUN_END and writes_through(record)
-            ):
+        if type(record) is not TraceRecord:
+            row = row_of(record)
+            with self._lock:
+                self._rows += row
+                self._buffered(None, record.get("name"), record)
+            return
+        get = record.get
+        step_id = get("stepId")
+        attempt_id = get("attemptId")
+        duration_ms = get("durationMs")
+        error = get("error")
+        payload = payload_json(record)
+        envelope = record.envelope
+        # ``get`` rather than ``[]``: on a dict subclass ``[]`` goes through a slot wrapper.
+        name: Any = get("name")
+        timestamp_ms = get("timestampMs")
+        error_json = None if error is None else compact_json(error)
+        # acquire/release, not ``with``: ``with`` makes two bound methods per record.
+        lock = self._lock
+        lock.acquire()
+        try:
+            params = self._rows
+            slot = self._slots.get(envelope)
+            if slot is None:
+                slot = self._slots[envelope] = run_slot(params, envelope, len(self._slots))
+            own = 0
+            if step_id is not None:
+                params.append(step_id)
+                own = STEP
+            if attempt_id is not None:
+                params.append(attempt_id)
+                own |= ATTEMPT
+            params.append(timestamp_ms)
+            if duration_ms is not None:
+                params.append(duration_ms)
+                own |= DURATION
+            if payload == "{}":
+                own |= EMPTY_PAYLOAD
+            else:
+                params.append(payload)
+            if error_json is not None:
+                params.append(error_json)
+                own |= ERROR
+            shape = self._shape
+            shape.append((slot, name, own))
+            if len(shape) >= BATCH_SIZE or (name == RUN_END and writes_through(record)):
                 self._commit()
             elif self._timer is None:
                 self._timer = flush_later(self._on_timer)
+        finally:
+            lock.release()
+
+    def _buffered(self, row: RowShape, name: object, record: Mapping[str, Any]) -> None:
+        """Add a buffered row's shape (under the lock); commit when the batch is full or a
+        turn or root run ended, else make sure the timer will (``export`` inlines this)."""
+        shape = self._shape
+        shape.append(row)
+        if len(shape) >= BATCH_SIZE or (name == RUN_END and writes_through(record)):
+            self._commit()
+        elif self._timer is None:
+            self._timer = flush_later(self._on_timer)
 
     def _refuse(self) -> None:
         if self._conn is None and self._identity is None and self._failure is not None:
@@ -267,25 +325,24 @@ class SqliteSink(BufferedSink):
         super()._refuse()
 
     def _commit(self) -> None:
-        """Commit the buffered rows in one transaction (under the lock)."""
-        rows = self._rows
-        if not rows:
+        """Commit the buffered rows in one transaction, one INSERT (under the lock)."""
+        shape = self._shape
+        if not shape:
             return
         conn = self._conn
         assert conn is not None
+        rows = self._rows
         self._rows = []
+        self._shape = []
+        self._slots = {}
         try:
             if _file_identity(self._location) != self._identity:
                 # Deleted or replaced under the sink: commits would land in an unlinked file.
                 raise OSError(f"{self.path} was removed or replaced while the run wrote to it")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(_insert(len(rows) // _WIDTH), rows)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            # One statement, so its own transaction: SQLite takes the write lock when the
+            # INSERT starts (waiting up to ``timeout`` for another writer, as BEGIN IMMEDIATE
+            # did) and commits or rolls back all of its rows when it ends.
+            conn.execute(statement(tuple(shape)), rows)
         except Exception as exc:
             self._failure = exc
             raise
