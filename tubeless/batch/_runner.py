@@ -220,7 +220,9 @@ async def run_outcomes(
             driving = False
             try:
                 if launch is not None:
-                    launch()  # worker processes start loading the project now, ahead of need
+                    # Workers start now, ahead of need; forked ones after the engine loaded
+                    # the project, which it hands over (spawned ones load it themselves).
+                    pipeline = launch() or pipeline
                 if pipeline is None:
                     pipeline = entry.load() if isinstance(entry, EntrySource) else entry
                 namer = RowNamer(
