@@ -1,0 +1,114 @@
+"""Whole-batch throughput of the ``process`` engine, start-up included (issue 32, item 3).
+
+``python -m benchmarks.batch_start [--repeats N] [--rows N] [TREE ...]``
+
+Each sample is a fresh interpreter (as a user's ``tubeless batch`` is) that imports
+``tubeless.batch`` and then times one batch of ``cpu-row`` rows (about 1.7 ms of CPU each) on
+the ``process`` engine, from the call to ``run_batch`` to its last row: ``rows / elapsed``, and
+when the first row arrived. With ``--warm`` the project is loaded before the timer starts (as
+``tubeless batch`` loads it before its batch), else the timer includes importing what loading
+a project needs. Concurrency 1 and 2 (and each TREE given, a checkout whose code is
+put first on ``PYTHONPATH``; default: this one) are alternated, so a change in the machine's
+load hits every cell alike. Prints one JSON line per sample, then the medians, the c=2 / c=1
+ratio of the medians and the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+
+_SAMPLE = """\
+import asyncio, json, sys, time
+from tubeless.batch import run_batch
+
+project, engine, concurrency, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if sys.argv[5] == "warm":  # as `tubeless batch` does: the CLI loads the entry before the batch
+    from tubeless.batch import EntrySource
+
+    EntrySource.of(project, "cpu-row").load()
+seen = []
+
+
+async def main():
+    async for row in run_batch(project, [{"i": i} for i in range(rows)], entry_id="cpu-row",
+                               engine=engine, concurrency=concurrency,
+                               on_row=lambda outcome, reused: seen.append(time.perf_counter())):
+        assert row["status"] == "completed", row
+
+
+start = time.perf_counter()
+asyncio.run(main())
+end = time.perf_counter()
+print(json.dumps({"rows_per_s": rows / (end - start), "first_row_s": seen[0] - start}))
+"""
+
+
+def sample(tree: Path, engine: str, concurrency: int, rows: int, warm: bool) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{HERE}"}
+    project = HERE / "benchmarks" / "batch_project.yaml"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-c", _SAMPLE, str(project), engine),
+            *(str(concurrency), str(rows), "warm" if warm else "cold"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=HERE,
+    )
+    result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("trees", nargs="*", type=Path, default=[HERE])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--engine", default="process")
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="load the project before the timer starts, as the CLI does before its batch",
+    )
+    options = parser.parse_args()
+    load_before = os.getloadavg()
+    cells: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for _ in range(options.repeats):
+        for tree in options.trees:
+            for concurrency in (1, 2):
+                got = sample(tree, options.engine, concurrency, options.rows, options.warm)
+                cells.setdefault((str(tree), concurrency), []).append(got)
+                print(json.dumps({"tree": str(tree), "c": concurrency, **got}), flush=True)
+    for tree in options.trees:
+        medians = {}
+        for concurrency in (1, 2):
+            samples = cells[str(tree), concurrency]
+            medians[concurrency] = statistics.median(s["rows_per_s"] for s in samples)
+            first = statistics.median(s["first_row_s"] for s in samples)
+            print(
+                json.dumps(
+                    {
+                        "tree": str(tree),
+                        "c": concurrency,
+                        "median_rows_per_s": round(medians[concurrency], 1),
+                        "median_first_row_s": round(first, 3),
+                    }
+                )
+            )
+        ratio = medians[2] / medians[1]
+        print(json.dumps({"tree": str(tree), "c2_over_c1": round(ratio, 2)}))
+    print(json.dumps({"loadavg_before": load_before, "loadavg_after": os.getloadavg()}))
+
+
+if __name__ == "__main__":
+    main()
