@@ -217,6 +217,7 @@ async def run_outcomes(
                 on_records=fanout.export if sinks else None,  # workers ship records as made
             )
             launch = getattr(runner, "launch", None)
+            slots: int = getattr(runner, "slots", concurrency)  # ray: rows for its batches
             driving = False
             try:
                 if launch is not None:
@@ -239,7 +240,7 @@ async def run_outcomes(
                     retry_failed=retry_failed,
                     fail_fast=fail_fast,
                     on_row=on_row,
-                    window=window(concurrency),
+                    window=window(slots),
                     budget=budget,
                 )
                 driving = True
@@ -247,7 +248,7 @@ async def run_outcomes(
                 if not driving:
                     await runner.close()
             try:
-                async for outcome in batch.drive(concurrency):
+                async for outcome in batch.drive(slots):
                     yield outcome
             finally:
                 batch.stop()
