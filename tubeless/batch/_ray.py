@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._entry_source import EntrySource, OnRecord
 from tubeless.batch._inputs import InputRow
-from tubeless.batch._ray_actor import WireRow, _Actor
+from tubeless.batch._ray_actor import WireRow, _Actor, _Pending
 from tubeless.batch._ray_setup import EXCLUDES, file_identity, init_ray
 from tubeless.batch._retries import DEFAULT_ROW_RETRIES, with_row_retries
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row
 from tubeless.durable import is_database_url
-from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, RUN_CANCELLED, BatchError
+from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchError
 
 if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken
@@ -54,36 +54,6 @@ PLACEMENT_WAIT_S = 60.0
 ACTOR_CLOSE_WAIT_S = 5.0
 #: Rows sent to an actor in one remote call at most (Ray's cost is per call).
 ROWS_PER_CALL = 16
-
-
-class _Pending:
-    """A row handed to the engine, waiting for an actor or running on one."""
-
-    __slots__ = ("future", "item", "key", "plan")
-
-    def __init__(
-        self, item: InputRow, key: str, plan: RowPlan, future: asyncio.Future[RowOutcome]
-    ) -> None:
-        self.item, self.key, self.plan, self.future = item, key, plan, future
-
-    def settle(self, outcome: RowOutcome) -> None:
-        if not self.future.done():
-            self.future.set_result(outcome)
-
-    def cancelled(self) -> None:
-        outcome = failed_row(self.item, self.key, RUN_CANCELLED, "the row was cancelled")
-        outcome.row["status"] = "cancelled"
-        self.settle(outcome)
-
-    def unplaced(self) -> None:
-        self.settle(
-            failed_row(
-                self.item,
-                self.key,
-                BATCH_ENGINE_UNAVAILABLE,
-                "no Ray actor is left to run the row: the cluster has no room for one",
-            )
-        )
 
 
 class RayEngine:

@@ -8,7 +8,9 @@ engine's cost per row small: Ray's cost is per call, several milliseconds each. 
 runs one batch at a time; a call cancelled by the driver cancels the row it is running, and
 the rows after it never start.
 
-Ray is not imported here: the engine makes this class an actor with ``ray.remote``.
+The driver's side of a row sent to an actor is a :class:`_Pending`: the row and the future its
+caller awaits. Ray is not imported here: the engine makes :class:`_Actor` an actor with
+``ray.remote``.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from typing import Any
 from tubeless.batch._entry_source import EntrySource
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._ray_setup import not_the_drivers
-from tubeless.batch._row import RowPlan, failed_row, row_messages, run_row
-from tubeless.errors import CASSETTE_INVALID
+from tubeless.batch._row import RowOutcome, RowPlan, failed_row, row_messages, run_row
+from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, CASSETTE_INVALID, RUN_CANCELLED
 from tubeless.mcp import SharedConnections
 
-__all__ = ["WireRow", "_Actor"]
+__all__ = ["WireRow", "_Actor", "_Pending"]
 
 WireRow = tuple[int, int, Any, "str | None", str, str, "dict[str, Any] | None", Any]
 """One row as sent to an actor: index, line, raw input, problem, text, key, plan on the wire,
@@ -114,3 +116,33 @@ class _Actor:
 
         async for message in row_messages(attempt, stream=self._stream):
             yield message
+
+
+class _Pending:
+    """A row handed to the engine, waiting for an actor or running on one."""
+
+    __slots__ = ("future", "item", "key", "plan")
+
+    def __init__(
+        self, item: InputRow, key: str, plan: RowPlan, future: asyncio.Future[RowOutcome]
+    ) -> None:
+        self.item, self.key, self.plan, self.future = item, key, plan, future
+
+    def settle(self, outcome: RowOutcome) -> None:
+        if not self.future.done():
+            self.future.set_result(outcome)
+
+    def cancelled(self) -> None:
+        outcome = failed_row(self.item, self.key, RUN_CANCELLED, "the row was cancelled")
+        outcome.row["status"] = "cancelled"
+        self.settle(outcome)
+
+    def unplaced(self) -> None:
+        self.settle(
+            failed_row(
+                self.item,
+                self.key,
+                BATCH_ENGINE_UNAVAILABLE,
+                "no Ray actor is left to run the row: the cluster has no room for one",
+            )
+        )
