@@ -129,6 +129,9 @@ def _become_worker(close: Iterable[int]) -> None:
     os.close(devnull)
     # Not the driver's stdin object either: its buffer may hold inputs read ahead.
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - the worker's, for good
+    # Nor what the driver put in place of stdout and stderr (a progress display's proxies).
+    if sys.__stdout__ is not None and sys.__stderr__ is not None:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
     for fd in close:
         with contextlib.suppress(OSError):
             os.close(fd)
