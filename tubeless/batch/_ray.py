@@ -10,11 +10,14 @@ runtime environment: actors then load the project by its absolute path.
 
 Rows go to actors in batches, up to :data:`ROWS_PER_CALL` in one remote call
 (:mod:`tubeless.batch._ray_actor`): the rows waiting when an actor is free, split evenly
-between the free actors. Each row's result, and its records as the row makes them, stream
-back as it finishes (a call is a generator), so rows still come back one by one. The pool
-never waits for room the cluster does not have: an actor that is not placed within
-:data:`PLACEMENT_WAIT_S` is given up, and an actor that dies is replaced only while the cluster
-(as it is now: a node may be gone) has room for it; otherwise the pool shrinks, said on stderr.
+between the actors free or about to be, and about :data:`CALL_WORK_S` of work at most by the
+rows' average time (slow rows go one per call). Each row's result, and its records as the row
+makes them, stream back as it finishes (a call is a generator), so rows still come back one by
+one. Rows start with the first actor that is ready; the others join the pool as they become
+ready. The pool never waits for room the cluster does not have: an actor that is not placed
+within :data:`PLACEMENT_WAIT_S` is given up, and an actor that dies is replaced only while the
+cluster (as it is now: a node may be gone) has room for it; otherwise the pool shrinks, said on
+stderr.
 The row an actor was running when it died runs again on another actor (``row_retries`` times
 at most; the rows of its batch after that one had not started and simply wait for an actor);
 with a database URL store, its rerun waits for the dead actor's lease on the row's key to
@@ -28,8 +31,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import sys
+import time
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,7 +51,7 @@ from tubeless.errors import BATCH_ENGINE_UNAVAILABLE, BATCH_WORKER_DIED, BatchEr
 if TYPE_CHECKING:
     from tubeless.pipeline import CancelToken
 
-__all__ = ["EXCLUDES", "PLACEMENT_WAIT_S", "ROWS_PER_CALL", "RayEngine", "_Actor"]
+__all__ = ["CALL_WORK_S", "EXCLUDES", "PLACEMENT_WAIT_S", "ROWS_PER_CALL", "RayEngine", "_Actor"]
 
 #: Seconds an actor may take to be placed on a node and load the project.
 PLACEMENT_WAIT_S = 60.0
@@ -54,6 +59,9 @@ PLACEMENT_WAIT_S = 60.0
 ACTOR_CLOSE_WAIT_S = 5.0
 #: Rows sent to an actor in one remote call at most (Ray's cost is per call).
 ROWS_PER_CALL = 16
+#: Seconds of rows a call holds, by the rows' running average: slow rows go one by one, so a
+#: long batch on one actor never leaves another actor idle at the end.
+CALL_WORK_S = 0.05
 
 
 class RayEngine:
@@ -99,6 +107,8 @@ class RayEngine:
         self._running: dict[Any, Any] = {}  # a batch's stream: its actor
         self._sending: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._joining: dict[asyncio.Future[str | None], Any] = {}  # made at the start, not ready
+        self._row_s: float | None = None  # a row's time on an actor, a running average
         #: Rows the driver may hand over at once: a batch for each actor, and the next.
         self.slots = actors * ROWS_PER_CALL
         self._live = 0  # actors placed or being placed, running rows or idle
@@ -120,29 +130,57 @@ class RayEngine:
         self._options = {"num_cpus": self._per_actor, "max_restarts": 0}
         actors = [self._spawn() for _ in range(self._size)]
         waits = {asyncio.ensure_future(self._placed(actor)): actor for actor in actors}
-        await asyncio.wait(waits)
-        problems = [str(task.result()) for task in waits if task.result() is not None]
-        placed = [actor for task, actor in waits.items() if task.result() is None]
+        pending, problems = set(waits), []
+        while pending and not self._free:  # rows start with the first actor that is ready
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if (problem := task.result()) is None:
+                    self._free.append(waits[task])
+                else:
+                    problems.append(problem)
+                    with contextlib.suppress(Exception):
+                        ray.kill(waits[task])
         unusable = [p for p in problems if not p.startswith("was not placed")]
-        if unusable or not placed:
+        if unusable or not self._free:
+            for task in pending:
+                task.cancel()
             for actor in actors:
                 with contextlib.suppress(Exception):
                     ray.kill(actor)
+            self._free = []
             await self.close()
             raise BatchError(BATCH_ENGINE_UNAVAILABLE, f"a Ray actor {(unusable or problems)[0]}")
-        if len(placed) < self._size:
+        if problems:
             _notice(
-                f"only {_actors(len(placed))} of {self._size} could be placed within "
+                f"{_actors(len(problems))} of {self._size} could not be placed within "
                 f"{PLACEMENT_WAIT_S:g} s (the cluster has {cpus:g} CPU): the pool shrinks to "
-                f"{_actors(len(placed))}"
+                f"{_actors(self._size - len(problems))}"
             )
-            for task, actor in waits.items():
-                if task.result() is not None:
-                    with contextlib.suppress(Exception):
-                        ray.kill(actor)
-        self._live = len(placed)
-        self._free.extend(placed)
+        self._live = self._size - len(problems)
+        for task in pending:  # the others join the pool when they are ready
+            self._joining[task] = waits[task]
+            task.add_done_callback(self._joined)
         self._remove_callback = self._signal.add_callback(lambda: self.cancel("cancelled"))
+
+    def _joined(self, task: asyncio.Future[str | None]) -> None:
+        """An actor made at the start is ready (it takes rows), or it is not (the pool
+        shrinks, as when an actor dies and the cluster has no room for another)."""
+        actor = self._joining.pop(task, None)
+        if actor is None or self._closing:
+            return
+        problem = None if task.cancelled() else task.result()
+        if problem is None:
+            self._free.append(actor)
+            self._schedule()
+            return
+        self._live -= 1
+        with contextlib.suppress(Exception):
+            self._ray.kill(actor)
+        _notice(
+            f"a Ray actor {problem}: the pool shrinks to {_actors(self._live)} "
+            f"(was {self._live + 1})"
+        )
+        self._if_empty()
 
     def _cpus(self) -> float:
         """The CPUs of the cluster's nodes alive now."""
@@ -254,9 +292,13 @@ class RayEngine:
                 self._queue.popleft()  # nobody waits for it any more (the batch stopped)
             if not self._queue:
                 return
-            share = -(-len(self._queue) // len(self._free))  # the waiting rows, split evenly
+            # The waiting rows split evenly between the actors free or about to be, at most
+            # CALL_WORK_S of them (one row until a row's time is known).
+            share = -(-len(self._queue) // (len(self._free) + len(self._joining)))
+            fits = 1 if self._row_s is None else math.ceil(CALL_WORK_S / self._row_s)
+            size = max(1, min(ROWS_PER_CALL, share, fits))
             rows: list[_Pending] = []
-            while self._queue and len(rows) < min(ROWS_PER_CALL, share):
+            while self._queue and len(rows) < size:
                 pending = self._queue.popleft()
                 if not pending.future.done():
                     rows.append(pending)
@@ -284,12 +326,16 @@ class RayEngine:
         stream = actor.run_batch.remote(wire)
         self._running[stream] = actor
         settled = 0  # rows[:settled] have their outcome (an actor runs its rows in order)
+        last = time.monotonic()
         try:
             async for ref in stream:
                 n, kind, body = await ref
                 if kind == "done":
                     rows[n].settle(RowOutcome.from_wire(body))
                     settled = n + 1
+                    now = time.monotonic()
+                    took, last = now - last, now
+                    self._row_s = took if self._row_s is None else 0.8 * self._row_s + 0.2 * took
                     if settled == len(rows):  # free now, not once the call's end comes back
                         self._free.append(actor)
                         self._schedule()
@@ -372,6 +418,11 @@ class RayEngine:
         for task in pending:
             task.cancel()
         self._closing = True
+        for joining, actor in list(self._joining.items()):
+            joining.cancel()
+            with contextlib.suppress(Exception):
+                self._ray.kill(actor)
+        self._joining.clear()
         for task in list(self._sending):
             task.cancel()  # the rows of its batch come back cancelled
         idle, self._free = self._free, []
