@@ -32,19 +32,21 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 
-from tubeless.durable import is_database_url
-
 __all__ = ["Forked", "can_fork", "fork"]
 
 
 def can_fork(store_path: str | None) -> bool:
     """Whether a worker may be forked from this process now (see the module's docstring)."""
+    if store_path is not None:
+        from tubeless.durable import is_database_url
+
+        if not is_database_url(store_path):
+            return False  # a SQLite file the driver has open
     return (
         hasattr(os, "fork")
         and sys.platform != "darwin"  # macOS frameworks do not survive a fork without exec
         and threading.current_thread() is threading.main_thread()
         and threading.active_count() == 1
-        and (store_path is None or is_database_url(store_path))
     )
 
 
