@@ -21,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
@@ -47,25 +48,30 @@ async def main():
 start = time.perf_counter()
 asyncio.run(main())
 end = time.perf_counter()
-print(json.dumps({"rows_per_s": rows / (end - start), "first_row_s": seen[0] - start}))
+import os.path, tubeless
+tree = os.path.dirname(tubeless.__file__)
+print(json.dumps({"rows_per_s": rows / (end - start), "first_row_s": seen[0] - start,
+                  "tree": tree}))
 """
 
 
 def sample(tree: Path, engine: str, concurrency: int, rows: int, warm: bool) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{HERE}"}
     project = HERE / "benchmarks" / "batch_project.yaml"
-    done = subprocess.run(
-        [
-            *(sys.executable, "-c", _SAMPLE, str(project), engine),
-            *(str(concurrency), str(rows), "warm" if warm else "cold"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        cwd=HERE,
-    )
+    with tempfile.TemporaryDirectory() as elsewhere:  # ``-c`` puts the cwd first on the path
+        done = subprocess.run(
+            [
+                *(sys.executable, "-c", _SAMPLE, str(project), engine),
+                *(str(concurrency), str(rows), "warm" if warm else "cold"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            cwd=elsewhere,
+        )
     result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    assert result.pop("tree") == str(tree / "tubeless"), "the sample ran another checkout"
     return result
 
 
