@@ -80,7 +80,7 @@ class ProcessEngine:
         self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
         self._busy: set[_Worker] = set()
         self._serial = 0
-        # One thread per worker waits on its pipe (a blocking recv), so the pool needs as many.
+        # Threads wait for a worker to be ready or to end (rows' messages: the event loop).
         self._threads = ThreadPoolExecutor(
             max_workers=workers + 1, thread_name_prefix="tubeless-batch-pipe"
         )
@@ -205,7 +205,7 @@ class ProcessEngine:
                 )
             )
             while True:
-                kind, body = await loop.run_in_executor(self._threads, worker.conn.recv)
+                kind, body = await _receive(worker.conn)
                 if kind == "done":
                     wire = body
                     break
@@ -254,6 +254,28 @@ class ProcessEngine:
             await loop.run_in_executor(self._threads, _reap, worker)
             self._live.discard(worker)
         self._threads.shutdown(wait=False)
+
+
+async def _receive(conn: Connection) -> Any:
+    """The next message from a worker, waited for by the event loop (no thread per message:
+    at two workers on two cores, each thread woken would take a core from a worker). A message
+    is written whole, so once its first bytes are there the rest follows at once; a worker that
+    died makes the pipe readable too, and ``recv`` raises ``EOFError``."""
+    if not conn.poll():
+        loop = asyncio.get_running_loop()
+        readable = loop.create_future()
+        fd = conn.fileno()
+
+        def wake() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(fd, wake)
+        try:
+            await readable
+        finally:
+            loop.remove_reader(fd)
+    return conn.recv()
 
 
 def _reap(worker: _Worker) -> str:
