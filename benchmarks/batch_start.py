@@ -10,7 +10,9 @@ when the first row arrived. With ``--warm`` the project is loaded before the tim
 a project needs. Concurrency 1 and 2 (and each TREE given, a checkout whose code is
 put first on ``PYTHONPATH``; default: this one) are alternated, so a change in the machine's
 load hits every cell alike. Prints one JSON line per sample, then the medians, the c=2 / c=1
-ratio of the medians and the load average before and after.
+ratio of the medians and the load average before and after. Each repeat also times two bare
+CPU-bound processes against one (``two_processes_over_one``): the most a c=2 / c=1 ratio can
+be with the cores the machine's other programs leave in that minute.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
@@ -75,6 +78,23 @@ def sample(tree: Path, engine: str, concurrency: int, rows: int, warm: bool) -> 
     return result
 
 
+_BURN = "t = 0\nfor k in range(4_000_000):\n    t = (t * 31 + k) % 1_000_003\n"
+
+
+def ceiling() -> float:
+    """What two CPU-bound processes get over one on this machine now: ``2 * t(1) / t(2)``, the
+    most any engine's c=2 / c=1 can be in the same minute (the cores other programs leave)."""
+
+    def burn(count: int) -> float:
+        start = time.perf_counter()
+        burners = [subprocess.Popen([sys.executable, "-c", _BURN]) for _ in range(count)]
+        for burner in burners:
+            burner.wait()
+        return time.perf_counter() - start
+
+    return 2 * burn(1) / burn(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("trees", nargs="*", type=Path, default=[HERE])
@@ -89,7 +109,10 @@ def main() -> None:
     options = parser.parse_args()
     load_before = os.getloadavg()
     cells: dict[tuple[str, int], list[dict[str, float]]] = {}
+    ceilings = []
     for _ in range(options.repeats):
+        ceilings.append(ceiling())
+        print(json.dumps({"two_processes_over_one": round(ceilings[-1], 2)}), flush=True)
         for tree in options.trees:
             for concurrency in (1, 2):
                 got = sample(tree, options.engine, concurrency, options.rows, options.warm)
@@ -113,6 +136,7 @@ def main() -> None:
             )
         ratio = medians[2] / medians[1]
         print(json.dumps({"tree": str(tree), "c2_over_c1": round(ratio, 2)}))
+    print(json.dumps({"two_processes_over_one_median": round(statistics.median(ceilings), 2)}))
     print(json.dumps({"loadavg_before": load_before, "loadavg_after": os.getloadavg()}))
 
 
