@@ -323,7 +323,10 @@ class RayEngine:
             )
             for p in rows
         ]
-        stream = actor.run_batch.remote(wire)
+        # The actor starts a row only once its previous message reached us: the row it runs
+        # when it dies is then the first one without a result (a message still on its way
+        # would make a finished row look like the one that killed it, and run it again).
+        stream = actor.run_batch.options(_generator_backpressure_num_objects=1).remote(wire)
         self._running[stream] = actor
         settled = 0  # rows[:settled] have their outcome (an actor runs its rows in order)
         last = time.monotonic()
