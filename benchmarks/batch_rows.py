@@ -37,3 +37,8 @@ async def wait(i: int, ctx: Any = None) -> int:
     """I/O-bound: 10 ms of waiting."""
     await asyncio.sleep(0.01)
     return i
+
+
+def noop(i: int, ctx: Any = None) -> int:
+    """No work: what a row costs is the engine's and the harness's own share."""
+    return i

@@ -264,3 +264,56 @@ def test_ray_actors_each_connect_once_to_an_mcp_server_and_close_it(
     launches = _launches(log)
     assert 1 <= len(launches) <= 2
     assert not [pid for pid in launches if _alive(pid)], "the batch left a server running"
+
+
+def _marking_project(tmp_path: Path, folder: Path, delay: float = 0.0) -> Path:
+    """The rows project, its marks folder and delay written in (Ray's workers do not have
+    the driver's environment)."""
+    module = MODULE.replace('os.environ.get("BATCH_MARKS")', repr(str(folder)))
+    module = module.replace('os.environ.get("BATCH_DELAY")', repr(str(delay)))
+    assert module.count(repr(str(folder))) == 1 and module.count(repr(str(delay))) == 1
+    return write_project(tmp_path, PROJECT, module)
+
+
+@pytest.mark.slow
+def test_ray_rows_sent_in_batches_keep_their_order_and_a_dead_actor_costs_one_row(
+    tmp_path: Path, ray_address: str
+) -> None:
+    """40 rows on 2 actors go in batches of several rows per call. The row that kills its
+    actor runs 3 times (row retries) and fails alone; the rows sent in the same batch after it
+    had not started: each of them, like every other row, ran exactly once."""
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    project = _marking_project(tmp_path, folder)
+    inputs: list[Any] = [{"n": n} for n in range(40)]
+    inputs[5] = {"n": -1}
+    inputs[30] = {"n": -2}
+    rows = _batch(project, inputs, engine="ray", concurrency=2, ray_address=ray_address)
+    assert [row["index"] for row in rows] == list(range(40))
+    assert [i for i, row in enumerate(rows) if row["status"] != "completed"] == [5, 30]
+    assert rows[5]["error"]["code"] == "TUBELESS_BATCH_WORKER_DIED"
+    assert rows[30]["status"] == "failed"
+    assert [rows[i]["result"]["square"] for i in (0, 6, 39)] == [0, 36, 39 * 39]
+    ran = marks(folder)
+    assert ran.pop(-1) == 3
+    assert set(ran.values()) == {1}, ran
+    assert len(ran) == 39
+
+
+@pytest.mark.slow
+def test_fail_fast_cancels_the_rows_a_ray_actor_has_not_run(
+    tmp_path: Path, ray_address: str
+) -> None:
+    """The first row fails; the rows sent with it in its batch, or waiting for an actor, come
+    back cancelled instead of running."""
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    project = _marking_project(tmp_path, folder, delay=0.2)
+    inputs: list[Any] = [{"n": -2}] + [{"n": n} for n in range(1, 30)]
+    rows = _batch(
+        project, inputs, engine="ray", concurrency=1, ray_address=ray_address, fail_fast=True
+    )
+    assert rows[0]["status"] == "failed"
+    assert {row["status"] for row in rows[1:]} <= {"completed", "cancelled"}
+    ran = marks(folder)
+    assert ran[-2] == 1 and sum(ran.values()) < 10, ran

@@ -1,15 +1,16 @@
-"""The ``process`` engine: a pool of worker processes, each loading the project from its files.
+"""The ``process`` engine: a pool of worker processes, each with the project loaded.
 
-Each worker is a fresh interpreter (``python -m tubeless.batch._process``, never a re-import of
-the caller's ``__main__``) that loads the entry once and then runs one row at
-a time, sent over a pipe; the row's trace records come back as JSON text as they are made, then
-the row. Workers ignore SIGINT (a terminal sends it to the whole process group): the driver
-cancels their rows by message instead. A worker whose pipe closes (it died) is replaced and its
-row runs again on another worker (``row_retries`` times at most) before it fails; with a
-database URL store, once the dead worker's lease on the row's key expired. A worker whose
-driver went away (its pipe closed) exits at once. With a batch-wide budget, a worker's model
-requests are granted by the driver over the same pipe before they are sent
-(:mod:`tubeless.batch._budget_broker`).
+Where it is safe (:mod:`tubeless.batch._fork`), a worker is a fork of the driver made once the
+driver has loaded the project, ready in milliseconds; elsewhere it is a fresh interpreter
+(``python -m tubeless.batch._process``, never a re-import of the caller's ``__main__``) that
+loads the entry itself. Either way a worker runs one row at a time, sent over a pipe; the row's
+trace records come back as JSON text as they are made, then the row. Workers ignore SIGINT (a
+terminal sends it to the whole process group): the driver cancels their rows by message
+instead. A worker whose pipe closes (it died) is replaced and its row runs again on another
+worker (``row_retries`` times at most) before it fails; with a database URL store, once the
+dead worker's lease on the row's key expired. A worker whose driver went away (its pipe
+closed) exits at once. With a batch-wide budget, a worker's model requests are granted by the
+driver over the same pipe before they are sent (:mod:`tubeless.batch._budget_broker`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._budget_broker import PipeBudget, answer, bounds_to_wire, metered
 from tubeless.batch._entry_source import EntrySource, OnRecord
+from tubeless.batch._fork import Forked, can_fork, fork
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._retries import DEFAULT_ROW_RETRIES, with_row_retries
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row, run_row
@@ -37,7 +39,7 @@ from tubeless.mcp import SharedConnections
 
 if TYPE_CHECKING:
     from tubeless.agent._spi import Ledger
-    from tubeless.pipeline import CancelToken
+    from tubeless.pipeline import CancelToken, Pipeline
 
 __all__ = ["ProcessEngine"]
 
@@ -45,7 +47,9 @@ __all__ = ["ProcessEngine"]
 class _Worker:
     __slots__ = ("conn", "process", "serial")
 
-    def __init__(self, process: subprocess.Popen[bytes], conn: Connection, serial: int) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes] | Forked, conn: Connection, serial: int
+    ) -> None:
         self.process = process
         self.conn = conn
         self.serial = serial
@@ -82,19 +86,38 @@ class ProcessEngine:
         self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
         self._busy: set[_Worker] = set()
         self._serial = 0
-        # One thread per worker waits on its pipe (a blocking recv), so the pool needs as many.
+        # Threads wait for a worker to be ready or to end (rows' messages: the event loop).
         self._threads = ThreadPoolExecutor(
             max_workers=workers + 1, thread_name_prefix="tubeless-batch-pipe"
         )
         self._remove_callback: Any = None
         self._launched: list[_Worker] = []
         """Workers started and not yet ready."""
+        self._live: set[_Worker] = set()
+        """Every worker started and not yet reaped (a fork closes the driver's ends of their
+        pipes in the new worker)."""
+        self._loaded: Pipeline | None = None
+        """The entry as the driver loaded it, once workers are forked from the driver."""
 
-    def launch(self) -> None:
-        """Start every worker process now, all at once (they load the project in parallel,
-        while the driver goes on); :meth:`start` waits for them."""
-        if not self._launched:
+    def launch(self) -> Pipeline | None:
+        """Start every worker process now, all at once; :meth:`start` waits for them.
+
+        Forked workers (where :func:`can_fork` allows) are started after this process loaded
+        the project, and that entry is returned for the driver's own use; spawned ones load
+        the project in parallel while the driver goes on (``None`` is returned)."""
+        if self._launched:
+            return self._loaded
+        if can_fork(self._store_path):
+            try:
+                self._loaded = self._source.load()
+            except Exception:  # the driver's own load says what is wrong, in its words
+                self._loaded = None
+        if self._loaded is not None and can_fork(self._store_path):  # loading made no thread
+            self._launched = [self._fork() for _ in range(self._size)]
+        else:
+            self._loaded = None
             self._launched = [self._spawn() for _ in range(self._size)]
+        return self._loaded
 
     async def start(self) -> None:
         self.launch()
@@ -103,21 +126,40 @@ class ProcessEngine:
             self._idle.put_nowait(self._launched.pop(0))
         self._remove_callback = self._signal.add_callback(lambda: self.cancel("cancelled"))
 
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "path": self._source.path,
+            "entry_id": self._source.entry_id,
+            "traced": self._traced,
+            "tools": self._tools,
+            "checkpoints": self._store_path,
+            "stream": self._on_records is not None,
+            "budget": bounds_to_wire(self._budget),
+        }
+
+    def _new_worker(self) -> _Worker:
+        """A replacement: forked when the driver loaded the entry and may still fork."""
+        if self._loaded is not None and can_fork(self._store_path):
+            return self._fork()
+        return self._spawn()
+
+    def _fork(self) -> _Worker:
+        parent, child = socket.socketpair()
+        self._serial += 1
+        entry, settings = self._loaded, self._settings()
+        drivers = [worker.conn.fileno() for worker in self._live] + [parent.fileno()]
+        process = fork(
+            lambda: _run_worker(Connection(child.detach()), entry, settings), close=drivers
+        )
+        child.close()
+        worker = _Worker(process, Connection(parent.detach()), self._serial)
+        self._live.add(worker)
+        return worker
+
     def _spawn(self) -> _Worker:
         parent, child = socket.socketpair()
         self._serial += 1
-        spec = json.dumps(
-            {
-                "path": self._source.path,
-                "entry_id": self._source.entry_id,
-                "traced": self._traced,
-                "tools": self._tools,
-                "checkpoints": self._store_path,
-                "stream": self._on_records is not None,
-                "fd": child.fileno(),
-                "budget": bounds_to_wire(self._budget),
-            }
-        )
+        spec = json.dumps({**self._settings(), "fd": child.fileno()})
         process = subprocess.Popen(
             [sys.executable, "-m", "tubeless.batch._process", spec],
             pass_fds=(child.fileno(),),
@@ -125,7 +167,9 @@ class ProcessEngine:
             stdout=2,  # what a handler prints must not land among the rows on stdout
         )
         child.close()
-        return _Worker(process, Connection(parent.detach()), self._serial)
+        worker = _Worker(process, Connection(parent.detach()), self._serial)
+        self._live.add(worker)
+        return worker
 
     async def _ready(self, worker: _Worker) -> None:
         loop = asyncio.get_running_loop()
@@ -168,7 +212,7 @@ class ProcessEngine:
                 )
             )
             while True:
-                kind, body = await loop.run_in_executor(self._threads, worker.conn.recv)
+                kind, body = await _receive(worker.conn)
                 if kind == "done":
                     wire = body
                     break
@@ -181,6 +225,7 @@ class ProcessEngine:
         except (EOFError, OSError):
             self._busy.discard(worker)
             code = await loop.run_in_executor(self._threads, _reap, worker)
+            self._live.discard(worker)
             self._idle.put_nowait(await self._replace())
             return failed_row(
                 item, key, BATCH_WORKER_DIED, f"the worker process running the row died ({code})"
@@ -190,7 +235,7 @@ class ProcessEngine:
         return RowOutcome.from_wire(wire)
 
     async def _replace(self) -> _Worker:
-        worker = self._spawn()
+        worker = self._new_worker()
         await self._ready(worker)
         if self._signal.cancelled:
             with contextlib.suppress(OSError):
@@ -217,14 +262,37 @@ class ProcessEngine:
         loop = asyncio.get_running_loop()
         for worker in workers:
             await loop.run_in_executor(self._threads, _reap, worker)
+            self._live.discard(worker)
         self._threads.shutdown(wait=False)
+
+
+async def _receive(conn: Connection) -> Any:
+    """The next message from a worker, waited for by the event loop (no thread per message:
+    at two workers on two cores, each thread woken would take a core from a worker). A message
+    is written whole, so once its first bytes are there the rest follows at once; a worker that
+    died makes the pipe readable too, and ``recv`` raises ``EOFError``."""
+    if not conn.poll():
+        loop = asyncio.get_running_loop()
+        readable = loop.create_future()
+        fd = conn.fileno()
+
+        def wake() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(fd, wake)
+        try:
+            await readable
+        finally:
+            loop.remove_reader(fd)
+    return conn.recv()
 
 
 def _reap(worker: _Worker) -> str:
     """Wait briefly for the process to end (killing it if it does not) and say how it ended."""
     try:
         code = worker.process.wait(5)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, TimeoutError):
         worker.process.kill()
         code = worker.process.wait()
     if code < 0:
@@ -238,11 +306,21 @@ def _worker_main(spec: str) -> None:
     settings = json.loads(spec)
     conn = Connection(settings["fd"])
     source = EntrySource(path=settings["path"], entry_id=settings["entry_id"])
+    try:
+        entry = source.load()
+    except BaseException as exc:
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    _run_worker(conn, entry, settings)
+
+
+def _run_worker(conn: Connection, entry: Any, settings: dict[str, Any]) -> None:
+    """Open the worker's own checkpoint store, say it is ready, and run rows until told to
+    stop (a spawned worker, after loading the entry; a forked one, with the driver's)."""
     traced, tools = bool(settings["traced"]), bool(settings["tools"])
     stream = bool(settings.get("stream"))
     store = None
     try:
-        entry = source.load()
         if settings.get("checkpoints") is not None:
             from tubeless.durable import open_checkpoints
 

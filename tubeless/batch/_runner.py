@@ -213,10 +213,13 @@ async def run_outcomes(
                 budget=budget,  # process and ray workers reserve against it (_budget_broker)
             )
             launch = getattr(runner, "launch", None)
+            slots: int = getattr(runner, "slots", concurrency)  # ray: rows for its batches
             driving = False
             try:
                 if launch is not None:
-                    launch()  # worker processes start loading the project now, ahead of need
+                    # Workers start now, ahead of need; forked ones after the engine loaded
+                    # the project, which it hands over (spawned ones load it themselves).
+                    pipeline = launch() or pipeline
                 if pipeline is None:
                     pipeline = entry.load() if isinstance(entry, EntrySource) else entry
                 namer = RowNamer(
@@ -233,7 +236,7 @@ async def run_outcomes(
                     retry_failed=retry_failed,
                     fail_fast=fail_fast,
                     on_row=on_row,
-                    window=window(concurrency),
+                    window=window(slots),
                     budget=budget,
                 )
                 driving = True
@@ -241,7 +244,7 @@ async def run_outcomes(
                 if not driving:
                     await runner.close()
             try:
-                async for outcome in batch.drive(concurrency):
+                async for outcome in batch.drive(slots):
                     yield outcome
             finally:
                 batch.stop()
