@@ -25,14 +25,14 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tubeless.batch._engine import DEFAULT_ROW_RETRIES, Engine, EngineName, EntrySource, make_engine
 from tubeless.batch._inputs import InputSource, iter_inputs
 from tubeless.batch._ledger import Ledger
 from tubeless.batch._output import BatchOutput
 from tubeless.batch._plans import NamedRow, PlanMaker, RowKeys, RowNamer, row_keys
-from tubeless.batch._row import RowOutcome
+from tubeless.batch._row import NO_PLAN, RowOutcome
 from tubeless.batch._summary import BatchSummary, summarize
 from tubeless.errors import (
     BATCH_ENGINE_UNAVAILABLE,
@@ -64,7 +64,7 @@ OnRow = Callable[[RowOutcome, bool], None]
 """Called once per row as it finishes (in completion order); the flag says it was reused."""
 
 
-async def run_batch(
+def run_batch(
     entry: Pipeline | EntrySource | str | os.PathLike[str],
     inputs: str | os.PathLike[str] | InputSource | Iterable[Any],
     *,
@@ -115,13 +115,16 @@ async def run_batch(
             are bounded by their own reservations, so the batch never exceeds it.
         max_total_tokens: Likewise, input plus output tokens for the whole batch.
 
-    Yields:
-        ``{index, key, status, result | error: {code, message}, run_id, duration_ms, turns,
-        calls}`` for each input.
+    Returns:
+        An async iterator (an async generator: close it with ``aclose``) of ``{index, key,
+        status, result | error: {code, message}, run_id, duration_ms, turns, calls}``, one
+        per input.
     """
-    async for outcome in run_outcomes(
+    # The driver's own generator, yielding the rows themselves: no second generator per row.
+    return _outcomes(
         entry,
         inputs,
+        as_rows=True,
         concurrency=concurrency,
         engine=engine,
         entry_id=entry_id,
@@ -138,11 +141,10 @@ async def run_batch(
         row_retries=row_retries,
         max_cost_usd=max_cost_usd,
         max_total_tokens=max_total_tokens,
-    ):
-        yield outcome.row
+    )
 
 
-async def run_outcomes(
+def run_outcomes(
     entry: Pipeline | EntrySource | str | os.PathLike[str],
     inputs: str | os.PathLike[str] | InputSource | Iterable[Any],
     *,
@@ -169,6 +171,58 @@ async def run_outcomes(
     """:func:`run_batch`, yielding each row's :class:`RowOutcome`; with ``count_tools`` its
     calls per tool name too (what eval needs); ``replays`` and ``records`` give rows their own
     cassette to replay or record (by index; before ``replay_dir`` and ``record_dir``)."""
+    return _outcomes(
+        entry,
+        inputs,
+        as_rows=False,
+        concurrency=concurrency,
+        engine=engine,
+        entry_id=entry_id,
+        trace=trace,
+        output=output,
+        retry_failed=retry_failed,
+        fail_fast=fail_fast,
+        ray_address=ray_address,
+        signal=signal,
+        on_row=on_row,
+        count_tools=count_tools,
+        checkpoints=checkpoints,
+        record_dir=record_dir,
+        replay_dir=replay_dir,
+        replays=replays,
+        records=records,
+        row_retries=row_retries,
+        max_cost_usd=max_cost_usd,
+        max_total_tokens=max_total_tokens,
+    )
+
+
+async def _outcomes(
+    entry: Pipeline | EntrySource | str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | InputSource | Iterable[Any],
+    *,
+    as_rows: bool,
+    concurrency: int,
+    engine: EngineName,
+    entry_id: str | None,
+    trace: TraceSink | Sequence[TraceSink] | None,
+    output: str | os.PathLike[str] | None,
+    retry_failed: bool,
+    fail_fast: bool,
+    ray_address: str | None,
+    signal: CancelToken | None,
+    on_row: OnRow | None,
+    checkpoints: str | os.PathLike[str] | CheckpointStore | None,
+    record_dir: str | os.PathLike[str] | None,
+    replay_dir: str | os.PathLike[str] | None,
+    row_retries: int,
+    max_cost_usd: Decimal | int | str | None,
+    max_total_tokens: int | None,
+    count_tools: bool = False,
+    replays: Mapping[int, str] | None = None,
+    records: Mapping[int, str] | None = None,
+) -> AsyncIterator[Any]:
+    """The batch (:func:`run_outcomes`); ``as_rows``: yield each outcome's output row."""
     from tubeless.pipeline import CancelToken
     from tubeless.tracing.sinks import TraceFanout
 
@@ -228,7 +282,7 @@ async def run_outcomes(
                 )
                 store = BatchOutput(output, ledger) if output is not None else None
                 batch = _Batch(
-                    (namer.name(row) for row in rows),
+                    map(namer.name, rows),
                     planner,
                     runner,
                     store,
@@ -245,17 +299,32 @@ async def run_outcomes(
                 if not driving:
                     await runner.close()
             try:
-                async for outcome in batch.drive(concurrency):
-                    yield outcome
+                # The slots' loop, here rather than in a generator of its own: every row passes
+                # through each generator layer it is yielded by.
+                running = batch.begin(concurrency)
+                done = batch.done
+                while True:
+                    while batch.next_index in done:
+                        outcome = batch.take()
+                        yield outcome.row if as_rows else outcome
+                    if running.done():
+                        running.result()
+                        break
+                    await batch.changes()
+                for outcome in batch.left():
+                    yield outcome.row if as_rows else outcome
             finally:
                 batch.stop()
-                if store is not None:
-                    try:
-                        batch.write_rest()
-                        store.finish()
-                    finally:
-                        store.close()
-                fanout.flush()
+                try:
+                    await runner.close()
+                finally:
+                    if store is not None:
+                        try:
+                            batch.write_rest()
+                            store.finish()
+                        finally:
+                            store.close()
+                    fanout.flush()
         finally:
             if opened and checkpoint_store is not None:
                 checkpoint_store.close()
@@ -344,39 +413,43 @@ class _Batch:
         for task in self.tasks:
             task.cancel()
 
-    async def drive(self, concurrency: int) -> AsyncIterator[RowOutcome]:
-        try:
-            self.tasks = [asyncio.create_task(self._slot()) for _ in range(concurrency)]
-            running = asyncio.gather(*self.tasks)
-            running.add_done_callback(lambda _: self.changed.set())
-            while True:
-                while self.next_index in self.done:
-                    outcome = self.done.pop(self.next_index)
-                    self.waiting.pop(self.next_index, None)
-                    if self.store is not None:
-                        self.store.emit(outcome.row)
-                    self.next_index += 1
-                    self.room.set()
-                    yield outcome
-                if running.done():
-                    running.result()
-                    break
-                self.changed.clear()
-                await self.changed.wait()
-            for index in sorted(self.done):
-                yield self.done[index]  # after a cancellation: the rows that did finish
-        finally:
-            await self.engine.close()
+    def begin(self, concurrency: int) -> asyncio.Future[list[None]]:
+        """Start ``concurrency`` slots; the future is done when they all are."""
+        self.tasks = [asyncio.create_task(self._slot()) for _ in range(concurrency)]
+        running = asyncio.gather(*self.tasks)
+        running.add_done_callback(lambda _: self.changed.set())
+        return running
 
-    async def _next(self) -> NamedRow | None:
-        """The next row to run (rows completed in the previous output are settled here), or
-        ``None`` when there is none or the batch stops."""
+    def take(self) -> RowOutcome:
+        """The next row in input order, which has finished (``next_index in done``): it is
+        written to the output and makes room for another row to be read."""
+        index = self.next_index
+        outcome = self.done.pop(index)
+        self.waiting.pop(index, None)
+        if self.store is not None:
+            self.store.emit(outcome.row)
+        self.next_index = index + 1
+        self.room.set()
+        return outcome
+
+    async def changes(self) -> None:
+        """Until a row finishes or the slots end."""
+        self.changed.clear()
+        await self.changed.wait()
+
+    def left(self) -> list[RowOutcome]:
+        """After a cancellation: the rows that did finish, not yet yielded, in input order."""
+        return [self.done[index] for index in sorted(self.done)]
+
+    def _read(self) -> NamedRow | Literal[False] | None:
+        """The next row to run (rows completed in the previous output are settled here);
+        ``None`` when there is none or the batch stops; ``False`` while the window is full
+        (wait for :attr:`room`). Not a coroutine: reading a row is most often not waiting."""
         while True:
-            while self.read - self.next_index >= self.window and not self._over():
-                self.room.clear()
-                await self.room.wait()
-            if self._over():
+            if self.exhausted or self.token.cancelled or self.stopping or self.closed:
                 return None
+            if self.read - self.next_index >= self.window:
+                return False
             named = next(self.named, None)
             if named is None:
                 self.exhausted = True
@@ -393,11 +466,15 @@ class _Batch:
                 return named
             self._finished(RowOutcome(row=reused), reused=True)
 
-    def _over(self) -> bool:
-        return self.exhausted or self.token.cancelled or self.stopping or self.closed
-
     async def _slot(self) -> None:
-        while (named := await self._next()) is not None:
+        while True:
+            named = self._read()
+            if named is None:
+                return
+            if named is False:
+                self.room.clear()
+                await self.room.wait()
+                continue
             if self.budget is not None:
                 if self.budget.spent:
                     self._finished(_skipped(named))
@@ -414,7 +491,7 @@ class _Batch:
             else:
                 await asyncio.shield(self.started)
             row, key = named.row, named.key
-            plan = self.planner.plan(named)
+            plan = NO_PLAN if self.planner.none else self.planner.plan(named)
             try:
                 outcome = await self.engine.run(row, key, plan=plan)
                 if (
@@ -427,6 +504,10 @@ class _Batch:
                     # over. A row whose worker died left its checkpoint resumable: it resumes.
                     if plan.checkpoint_key is not None and outcome.row["run_id"] is not None:
                         plan = replace(plan, restart=True)
+                    # The first run may have changed its options in place: the retry validates
+                    # the input afresh.
+                    if row.validated is not None:
+                        row = replace(row, validated=None)
                     outcome = await self.engine.run(row, key, retry=True, plan=plan)
             finally:
                 self.changed.set()
@@ -436,9 +517,10 @@ class _Batch:
         if self.closed:
             return
         if not reused:
-            for record in outcome.records:
-                self.fanout.export(record)
-            outcome.records = []
+            if outcome.records:
+                for record in outcome.records:
+                    self.fanout.export(record)
+                outcome.records = []
             if self.store is not None:
                 self.store.append(outcome.row)
         self.done[outcome.row["index"]] = outcome
