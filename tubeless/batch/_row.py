@@ -356,7 +356,19 @@ def _run(
     pipeline_run, run_root, controls = _ROOT or _load_root()
     if type(entry).run is not pipeline_run:  # a pipeline whose run does more: left to it
         return entry.run(item.raw, trace=trace, signal=signal, **durable)
-    return run_root(
+    if durable:
+        return run_root(
+            entry,
+            item.raw,
+            controls,
+            trace=trace,
+            signal=signal,
+            run_id=None,
+            correlation_id=None,
+            validated=item.validated[0],
+            **durable,
+        )
+    return run_root(  # no ``**{}``: a call that unpacks a mapping binds every argument slowly
         entry,
         item.raw,
         controls,
@@ -365,7 +377,6 @@ def _run(
         run_id=None,
         correlation_id=None,
         validated=item.validated[0],
-        **durable,
     )
 
 
