@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tubeless.batch._inputs import InputRow, text_key
 from tubeless.batch._ledger import Ledger
@@ -64,7 +64,15 @@ class RowNamer:
         self._keys, self._validated = checkpoint_keys, validated_or_unvalidated
         self._unvalidated = UNVALIDATED
 
-    def name(self, row: InputRow) -> NamedRow:
+    def name_given(self, index: int, item: Any) -> NamedRow:
+        """:meth:`name` for an input given in memory (``item`` at ``index``), whose
+        :class:`InputRow` is made once, holding its validated input (not made, then made again
+        with it)."""
+        if isinstance(item, InputRow):
+            return self.name(item)
+        return self.name(_Given(index, item))
+
+    def name(self, row: InputRow | _Given) -> NamedRow:
         """The row's keys; the row comes back holding its validated input (when its entry has
         an options schema that accepts it), which its run then takes instead of validating."""
         raw_base: str | None = None
@@ -80,7 +88,9 @@ class RowNamer:
                     )
             except (TypeError, ValueError, RecursionError, TubelessError):
                 text = f"index {row.index}: {type(row.raw).__name__}"
-                row = replace(row, raw=None, problem=_NOT_JSON, text=text)
+                row = InputRow(index=row.index, line=row.line, problem=_NOT_JSON, text=text)
+        if isinstance(row, _Given):
+            row = InputRow(index=row.index, line=row.line, raw=row.raw)
         if row.problem is not None:
             base = text_key(self.pipeline.id, row.text)
         # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
@@ -89,6 +99,18 @@ class RowNamer:
         key = base if count == 1 else f"{base}#{count}"
         old = earlier if earlier_count == 1 else f"{earlier}#{earlier_count}"
         return NamedRow(row, key, None if old == key else old, None if earlier == key else earlier)
+
+
+class _Given:
+    """An input given in memory, not yet an :class:`InputRow` (what :meth:`RowNamer.name`
+    reads of a row; far cheaper to make than a frozen dataclass)."""
+
+    __slots__ = ("index", "line", "raw")
+    problem: str | None = None
+    text = ""
+
+    def __init__(self, index: int, raw: Any) -> None:
+        self.index, self.line, self.raw = index, index + 1, raw
 
 
 @dataclass(frozen=True, slots=True)

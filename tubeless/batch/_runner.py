@@ -21,6 +21,7 @@ output's index live in a temporary file (:class:`~tubeless.batch._ledger.Ledger`
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -242,7 +243,10 @@ async def _outcomes(
     # The local engine runs the entry loaded here; other engines' workers load it themselves,
     # and start doing so (below) before this process loads it for the rows' keys.
     pipeline = entry.load() if engine == "local" and isinstance(entry, EntrySource) else None
-    rows = iter_inputs(inputs)  # a file is opened (and a JSON array or YAML list checked) now
+    # A file is opened (and a JSON array or YAML list checked) now; inputs given in memory are
+    # made rows as they are named.
+    given = None if isinstance(inputs, InputSource | str | os.PathLike) else inputs
+    rows = iter_inputs(inputs) if given is None else iter(())
     ledger = Ledger()
     try:
         planner = PlanMaker(
@@ -282,7 +286,9 @@ async def _outcomes(
                 )
                 store = BatchOutput(output, ledger) if output is not None else None
                 batch = _Batch(
-                    map(namer.name, rows),
+                    map(namer.name, rows)
+                    if given is None
+                    else itertools.starmap(namer.name_given, enumerate(given)),
                     planner,
                     runner,
                     store,
