@@ -288,7 +288,9 @@ async def _outcomes(
                 batch = _Batch(
                     map(namer.name, rows)
                     if given is None
-                    else itertools.starmap(namer.name_given, enumerate(given)),
+                    # (``map`` over two iterables, not ``itertools.starmap``: benchmarks/count.py
+                    # switches callgrind's counting on and off at ``starmap_next``.)
+                    else map(namer.name_given, itertools.count(), given),
                     planner,
                     runner,
                     store,
