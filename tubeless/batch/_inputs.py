@@ -68,6 +68,10 @@ class InputRow:
     """Why the input could not be read (the row fails with ``TUBELESS_BATCH_INPUT_INVALID``)."""
     text: str = ""
     """The line as written, kept only for an unreadable line (its key is made from it)."""
+    validated: tuple[Any] | None = field(default=None, compare=False, repr=False)
+    """``(value,)``: the input as the entry's options schema validated it, when the driver did
+    so for the row's key; the row's run takes it as its options instead of validating the
+    input again. ``None``: the run validates the input (it never crosses to a worker)."""
 
 
 def row_key(entry_id: str, row: InputRow) -> str:

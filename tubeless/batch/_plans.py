@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tubeless.batch._inputs import InputRow, text_key
 from tubeless.batch._ledger import Ledger
@@ -36,9 +36,9 @@ _NOT_JSON = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class NamedRow:
-    """A row and its keys."""
+class NamedRow(NamedTuple):
+    """A row and its keys (a named tuple, not a frozen dataclass: one is made per row, and a
+    tuple costs less than half as much to make)."""
 
     row: InputRow
     key: str
@@ -55,27 +55,42 @@ class RowNamer:
     gave it. Repeats are counted in ``ledger``, not in memory."""
 
     def __init__(self, pipeline: Pipeline, ledger: Ledger, *, earlier: bool = True) -> None:
-        from tubeless.pipeline._spi import checkpoint_keys, validated_or_unvalidated
+        from tubeless.pipeline._spi import UNVALIDATED, checkpoint_keys, validated_or_unvalidated
 
         self.pipeline, self.ledger = pipeline, ledger
         # Round 2's keys are only looked up in a checkpoint file or a previous output: a batch
         # with neither does not make them (``None``, as for an input whose keys agree).
         self.earlier = earlier
         self._keys, self._validated = checkpoint_keys, validated_or_unvalidated
+        self._unvalidated = UNVALIDATED
 
-    def name(self, row: InputRow) -> NamedRow:
+    def name_given(self, index: int, item: Any) -> NamedRow:
+        """:meth:`name` for an input given in memory (``item`` at ``index``), whose
+        :class:`InputRow` is made once, holding its validated input (not made, then made again
+        with it)."""
+        if isinstance(item, InputRow):
+            return self.name(item)
+        return self.name(_Given(index, item))
+
+    def name(self, row: InputRow | _Given) -> NamedRow:
+        """The row's keys; the row comes back holding its validated input (when its entry has
+        an options schema that accepts it), which its run then takes instead of validating."""
         raw_base: str | None = None
         if row.problem is None:
             try:
+                validated = self._validated(self.pipeline, row.raw)
                 base, raw_base = self._keys(
-                    self.pipeline.id,
-                    row.raw,
-                    self._validated(self.pipeline, row.raw),
-                    earlier=self.earlier,
+                    self.pipeline.id, row.raw, validated, earlier=self.earlier
                 )
+                if validated is not self._unvalidated and self.pipeline.options_schema is not None:
+                    row = InputRow(
+                        index=row.index, line=row.line, raw=row.raw, validated=(validated,)
+                    )
             except (TypeError, ValueError, RecursionError, TubelessError):
                 text = f"index {row.index}: {type(row.raw).__name__}"
-                row = replace(row, raw=None, problem=_NOT_JSON, text=text)
+                row = InputRow(index=row.index, line=row.line, problem=_NOT_JSON, text=text)
+        if isinstance(row, _Given):
+            row = InputRow(index=row.index, line=row.line, raw=row.raw)
         if row.problem is not None:
             base = text_key(self.pipeline.id, row.text)
         # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
@@ -83,12 +98,19 @@ class RowNamer:
         count, earlier_count = self.ledger.number(base, earlier)
         key = base if count == 1 else f"{base}#{count}"
         old = earlier if earlier_count == 1 else f"{earlier}#{earlier_count}"
-        return NamedRow(
-            row=row,
-            key=key,
-            earlier_checkpoint=None if old == key else old,
-            earlier_row=None if earlier == key else earlier,
-        )
+        return NamedRow(row, key, None if old == key else old, None if earlier == key else earlier)
+
+
+class _Given:
+    """An input given in memory, not yet an :class:`InputRow` (what :meth:`RowNamer.name`
+    reads of a row; far cheaper to make than a frozen dataclass)."""
+
+    __slots__ = ("index", "line", "raw")
+    problem: str | None = None
+    text = ""
+
+    def __init__(self, index: int, raw: Any) -> None:
+        self.index, self.line, self.raw = index, index + 1, raw
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +158,14 @@ class PlanMaker:
         self.replays, self.records = replays or {}, records or {}
         if self.record is not None:
             self.record.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.none = not (
+            self.checkpoints or self.record or self.replay or self.replays or self.records
+        )
+        """Every row's plan is :data:`NO_PLAN` (nothing beyond its input: most batches)."""
 
     def plan(self, named: NamedRow) -> RowPlan:
-        if not (self.checkpoints or self.record or self.replay or self.replays or self.records):
-            return NO_PLAN  # a row with nothing beyond its input (most batches)
+        if self.none:
+            return NO_PLAN
         index = named.row.index
         name = f"{index}.cassette.jsonl"
         recorded = self.records.get(index)

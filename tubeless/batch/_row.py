@@ -30,6 +30,7 @@ from tubeless.errors import (
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Iterator
+    from contextvars import ContextVar
 
     from tubeless.durable import CheckpointStore
     from tubeless.pipeline import CancelToken, Pipeline, PipelineRun
@@ -228,11 +229,10 @@ async def run_row(
     """
     if item.problem is not None:
         return failed_row(item, key, BATCH_INPUT_INVALID, f"line {item.line}: {item.problem}")
-    from tubeless.agent._spi import ROOT_BUDGETS
-
+    root_budgets = (_AGENT_VARS or _load_agent_vars())[0]
     sink = RowSink(keep=traced, forward=forward if traced else None) if traced or tools else None
     budgets: list[Any] = []
-    token = ROOT_BUDGETS.set(budgets)
+    token = root_budgets.set(budgets)
     start = time.perf_counter()
     durable: dict[str, Any] = {}
     try:
@@ -245,14 +245,10 @@ async def run_row(
                 "restart": plan.restart,
             }
         if plan.record is None and plan.replay is None:
-            run = await entry.run(
-                item.raw, trace=None if sink is None else [sink], signal=signal, **durable
-            )
+            run = await _run(entry, item, None if sink is None else [sink], signal, durable)
         else:
             with _cassette(plan):
-                run = await entry.run(
-                    item.raw, trace=None if sink is None else [sink], signal=signal, **durable
-                )
+                run = await _run(entry, item, None if sink is None else [sink], signal, durable)
     except TubelessError as exc:  # the row's cassette or checkpoint cannot be used
         return failed_row(item, key, exc.code, exc.message, (time.perf_counter() - start) * 1000)
     except asyncio.CancelledError:
@@ -264,13 +260,18 @@ async def run_row(
         return outcome
     finally:
         if token is not None:
-            ROOT_BUDGETS.reset(token)
+            root_budgets.reset(token)
     duration = (time.perf_counter() - start) * 1000
     if sink is not None:
         turns, calls, counted = sink.turns, sum(sink.tools.values()), dict(sink.tools)
     else:
-        turns = sum(b.decisions for b in budgets if b.id == run.run_id)
-        calls, counted = sum(b.calls for b in budgets), {}
+        turns = calls = 0
+        run_id = run.run_id
+        for budget in budgets:  # the root agents' budgets (one, for an agent entry)
+            calls += budget.calls
+            if budget.id == run_id:
+                turns += budget.decisions
+        counted = {}
     row = _row(item, key, run, turns, calls, duration)
     usage = row_usage(budgets)
     if usage is not None:
@@ -282,9 +283,8 @@ def row_usage(budgets: list[Any]) -> dict[str, Any] | None:
     """``{input_tokens, output_tokens, cost_usd}`` of a row whose model requests were metered:
     by the batch's row meter, else by its root agents' own budgets; ``None`` when nothing was
     (rows of unbudgeted agents in an unbudgeted batch)."""
-    from tubeless.agent._spi import OUTER_LEDGERS
-
-    ledgers = [ledger for ledger in OUTER_LEDGERS.get() if ledger.id == "row"]
+    outer = (_AGENT_VARS or _load_agent_vars())[1].get()
+    ledgers = [ledger for ledger in outer if ledger.id == "row"] if outer else []
     if not ledgers:
         ledgers = [b.ledger for b in budgets if b.ledger is not None]
     if not ledgers:
@@ -296,6 +296,19 @@ def row_usage(budgets: list[Any]) -> dict[str, Any] | None:
         "output_tokens": sum(ledger.output_tokens for ledger in ledgers),
         "cost_usd": float(cost) if priced else None,
     }
+
+
+#: The agent layer's ``ROOT_BUDGETS`` and ``OUTER_LEDGERS`` (loaded by the first row: an
+#: ``import`` statement in :func:`run_row` would cost every row thousands of instructions).
+_AGENT_VARS: tuple[ContextVar[list[Any] | None], ContextVar[tuple[Any, ...]]] | None = None
+
+
+def _load_agent_vars() -> tuple[ContextVar[list[Any] | None], ContextVar[tuple[Any, ...]]]:
+    global _AGENT_VARS
+    from tubeless.agent._spi import OUTER_LEDGERS, ROOT_BUDGETS
+
+    _AGENT_VARS = (ROOT_BUDGETS, OUTER_LEDGERS)
+    return _AGENT_VARS
 
 
 RowMessage = tuple[str, Any]
@@ -329,6 +342,58 @@ async def row_messages(
     yield ("done", outcome.to_wire())
 
 
+def _run(
+    entry: Pipeline,
+    item: InputRow,
+    trace: list[RowSink] | None,
+    signal: CancelToken | None,
+    durable: dict[str, Any],
+) -> Awaitable[PipelineRun]:
+    """``entry.run(item.raw, ...)``; an input the driver validated already (for the row's key)
+    is handed to the root run as validated, so that it is not validated a second time."""
+    if item.validated is None:
+        return entry.run(item.raw, trace=trace, signal=signal, **durable)
+    pipeline_run, run_root, controls = _ROOT or _load_root()
+    if type(entry).run is not pipeline_run:  # a pipeline whose run does more: left to it
+        return entry.run(item.raw, trace=trace, signal=signal, **durable)
+    if durable:
+        return run_root(
+            entry,
+            item.raw,
+            controls,
+            trace=trace,
+            signal=signal,
+            run_id=None,
+            correlation_id=None,
+            validated=item.validated[0],
+            **durable,
+        )
+    return run_root(  # no ``**{}``: a call that unpacks a mapping binds every argument slowly
+        entry,
+        item.raw,
+        controls,
+        trace=trace,
+        signal=signal,
+        run_id=None,
+        correlation_id=None,
+        validated=item.validated[0],
+    )
+
+
+#: ``Pipeline.run``, the root run it starts and its default controls (loaded by the first row
+#: whose input the driver validated: an ``import`` in ``_run`` would cost every row).
+_ROOT: tuple[Any, Callable[..., Awaitable[PipelineRun]], Any] | None = None
+
+
+def _load_root() -> tuple[Any, Callable[..., Awaitable[PipelineRun]], Any]:
+    global _ROOT
+    from tubeless.pipeline import Pipeline
+    from tubeless.pipeline._spi import DEFAULT_CONTROLS, run_root
+
+    _ROOT = (Pipeline.run, run_root, DEFAULT_CONTROLS)
+    return _ROOT
+
+
 @contextlib.contextmanager
 def _cassette(plan: RowPlan) -> Iterator[None]:
     """The row's cassette: recording into ``plan.record`` or replaying ``plan.replay``."""
@@ -360,6 +425,8 @@ def _row(
 
 def _jsonable(value: Any) -> Any:
     global _to_jsonable
+    if type(value) in _PLAIN:
+        return value  # what ``to_jsonable_python`` gives them too, without the call
     if _to_jsonable is None:  # imported once, when the first row completes
         from pydantic_core import to_jsonable_python
 
@@ -368,6 +435,8 @@ def _jsonable(value: Any) -> Any:
 
 
 _to_jsonable: Callable[[Any], Any] | None = None
+#: Results that are their own JSON form (exact types: a subclass goes through pydantic).
+_PLAIN = frozenset({int, str, bool, type(None)})
 
 
 def _error(item: InputRow, run: PipelineRun) -> dict[str, str]:

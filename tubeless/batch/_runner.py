@@ -20,24 +20,22 @@ output's index live in a temporary file (:class:`~tubeless.batch._ledger.Ledger`
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tubeless.batch._budget_broker import BATCH_SCOPE, ROW_METER
-from tubeless.batch._engine import DEFAULT_ROW_RETRIES, Engine, EngineName, EntrySource, make_engine
+from tubeless.batch._budget_broker import BATCH_SCOPE
+from tubeless.batch._engine import DEFAULT_ROW_RETRIES, EngineName, EntrySource, make_engine
 from tubeless.batch._inputs import InputSource, iter_inputs
 from tubeless.batch._ledger import Ledger
 from tubeless.batch._output import BatchOutput
-from tubeless.batch._plans import NamedRow, PlanMaker, RowKeys, RowNamer, row_keys
+from tubeless.batch._plans import PlanMaker, RowKeys, RowNamer, row_keys
 from tubeless.batch._row import RowOutcome
+from tubeless.batch._slots import Batch
 from tubeless.batch._summary import BatchSummary, summarize
 from tubeless.errors import (
-    BATCH_INPUT_INVALID,
-    BUDGET_EXHAUSTED,
     RUN_CONCURRENCY_INVALID,
     TubelessError,
 )
@@ -64,7 +62,7 @@ OnRow = Callable[[RowOutcome, bool], None]
 """Called once per row as it finishes (in completion order); the flag says it was reused."""
 
 
-async def run_batch(
+def run_batch(
     entry: Pipeline | EntrySource | str | os.PathLike[str],
     inputs: str | os.PathLike[str] | InputSource | Iterable[Any],
     *,
@@ -116,13 +114,16 @@ async def run_batch(
             are bounded by their own reservations, so the batch never exceeds it.
         max_total_tokens: Likewise, input plus output tokens for the whole batch.
 
-    Yields:
-        ``{index, key, status, result | error: {code, message}, run_id, duration_ms, turns,
-        calls}`` for each input.
+    Returns:
+        An async iterator (an async generator: close it with ``aclose``) of ``{index, key,
+        status, result | error: {code, message}, run_id, duration_ms, turns, calls}``, one
+        per input.
     """
-    async for outcome in run_outcomes(
+    # The driver's own generator, yielding the rows themselves: no second generator per row.
+    return _outcomes(
         entry,
         inputs,
+        as_rows=True,
         concurrency=concurrency,
         engine=engine,
         entry_id=entry_id,
@@ -139,11 +140,10 @@ async def run_batch(
         row_retries=row_retries,
         max_cost_usd=max_cost_usd,
         max_total_tokens=max_total_tokens,
-    ):
-        yield outcome.row
+    )
 
 
-async def run_outcomes(
+def run_outcomes(
     entry: Pipeline | EntrySource | str | os.PathLike[str],
     inputs: str | os.PathLike[str] | InputSource | Iterable[Any],
     *,
@@ -170,6 +170,58 @@ async def run_outcomes(
     """:func:`run_batch`, yielding each row's :class:`RowOutcome`; with ``count_tools`` its
     calls per tool name too (what eval needs); ``replays`` and ``records`` give rows their own
     cassette to replay or record (by index; before ``replay_dir`` and ``record_dir``)."""
+    return _outcomes(
+        entry,
+        inputs,
+        as_rows=False,
+        concurrency=concurrency,
+        engine=engine,
+        entry_id=entry_id,
+        trace=trace,
+        output=output,
+        retry_failed=retry_failed,
+        fail_fast=fail_fast,
+        ray_address=ray_address,
+        signal=signal,
+        on_row=on_row,
+        count_tools=count_tools,
+        checkpoints=checkpoints,
+        record_dir=record_dir,
+        replay_dir=replay_dir,
+        replays=replays,
+        records=records,
+        row_retries=row_retries,
+        max_cost_usd=max_cost_usd,
+        max_total_tokens=max_total_tokens,
+    )
+
+
+async def _outcomes(
+    entry: Pipeline | EntrySource | str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | InputSource | Iterable[Any],
+    *,
+    as_rows: bool,
+    concurrency: int,
+    engine: EngineName,
+    entry_id: str | None,
+    trace: TraceSink | Sequence[TraceSink] | None,
+    output: str | os.PathLike[str] | None,
+    retry_failed: bool,
+    fail_fast: bool,
+    ray_address: str | None,
+    signal: CancelToken | None,
+    on_row: OnRow | None,
+    checkpoints: str | os.PathLike[str] | CheckpointStore | None,
+    record_dir: str | os.PathLike[str] | None,
+    replay_dir: str | os.PathLike[str] | None,
+    row_retries: int,
+    max_cost_usd: Decimal | int | str | None,
+    max_total_tokens: int | None,
+    count_tools: bool = False,
+    replays: Mapping[int, str] | None = None,
+    records: Mapping[int, str] | None = None,
+) -> AsyncIterator[Any]:
+    """The batch (:func:`run_outcomes`); ``as_rows``: yield each outcome's output row."""
     from tubeless.pipeline import CancelToken
     from tubeless.tracing.sinks import TraceFanout
 
@@ -183,7 +235,10 @@ async def run_outcomes(
     # The local engine runs the entry loaded here; other engines' workers load it themselves,
     # and start doing so (below) before this process loads it for the rows' keys.
     pipeline = entry.load() if engine == "local" and isinstance(entry, EntrySource) else None
-    rows = iter_inputs(inputs)  # a file is opened (and a JSON array or YAML list checked) now
+    # A file is opened (and a JSON array or YAML list checked) now; inputs given in memory are
+    # made rows as they are named.
+    given = None if isinstance(inputs, InputSource | str | os.PathLike) else inputs
+    rows = iter_inputs(inputs) if given is None else iter(())
     ledger = Ledger()
     try:
         planner = PlanMaker(
@@ -226,8 +281,12 @@ async def run_outcomes(
                     pipeline, ledger, earlier=checkpoints is not None or output is not None
                 )
                 store = BatchOutput(output, ledger) if output is not None else None
-                batch = _Batch(
-                    (namer.name(row) for row in rows),
+                batch = Batch(
+                    map(namer.name, rows)
+                    if given is None
+                    # (``map`` over two iterables, not ``itertools.starmap``: benchmarks/count.py
+                    # switches callgrind's counting on and off at ``starmap_next``.)
+                    else map(namer.name_given, itertools.count(), given),
                     planner,
                     runner,
                     store,
@@ -244,17 +303,32 @@ async def run_outcomes(
                 if not driving:
                     await runner.close()
             try:
-                async for outcome in batch.drive(slots):
-                    yield outcome
+                # The slots' loop, here rather than in a generator of its own: every row passes
+                # through each generator layer it is yielded by.
+                running = batch.begin(slots)
+                done = batch.done
+                while True:
+                    while batch.next_index in done:
+                        outcome = batch.take()
+                        yield outcome.row if as_rows else outcome
+                    if running.done():
+                        running.result()
+                        break
+                    await batch.changes()
+                for outcome in batch.left():
+                    yield outcome.row if as_rows else outcome
             finally:
                 batch.stop()
-                if store is not None:
-                    try:
-                        batch.write_rest()
-                        store.finish()
-                    finally:
-                        store.close()
-                fanout.flush()
+                try:
+                    await runner.close()
+                finally:
+                    if store is not None:
+                        try:
+                            batch.write_rest()
+                            store.finish()
+                        finally:
+                            store.close()
+                    fanout.flush()
         finally:
             if opened and checkpoint_store is not None:
                 checkpoint_store.close()
@@ -299,188 +373,3 @@ def _open_checkpoints(
             where = str(Path(checkpoints).resolve())
         return open_checkpoints(where), where, True
     return checkpoints, None, False
-
-
-class _Batch:
-    def __init__(
-        self,
-        named: Iterator[NamedRow],
-        planner: PlanMaker,
-        engine: Engine,
-        store: BatchOutput | None,
-        fanout: Any,
-        token: CancelToken,
-        *,
-        retry_failed: bool,
-        fail_fast: bool,
-        on_row: OnRow | None,
-        window: int,
-        budget: BudgetLedger | None = None,
-    ) -> None:
-        self.named, self.planner, self.engine, self.store = named, planner, engine, store
-        self.fanout, self.token, self.window = fanout, token, window
-        self.retry_failed, self.fail_fast, self.on_row = retry_failed, fail_fast, on_row
-        self.budget = budget
-        """The batch-wide budget, if any (every row's root agent charges it first)."""
-        self.waiting: dict[int, NamedRow] = {}
-        """Rows read and not yet yielded (at most ``window``)."""
-        self.done: dict[int, RowOutcome] = {}
-        """Rows finished and not yet yielded."""
-        self.next_index = 0
-        self.read = 0
-        self.exhausted = False
-        self.changed = asyncio.Event()
-        self.room = asyncio.Event()
-        self.tasks: list[asyncio.Task[None]] = []
-        self.started: asyncio.Task[None] | None = None
-        self.stopping = False
-        self.closed = False
-
-    def stop(self) -> None:
-        """The batch is over (finished, or its consumer went away): rows still in flight are
-        cancelled and will not be recorded."""
-        self.closed = True
-        for task in self.tasks:
-            task.cancel()
-
-    async def drive(self, concurrency: int) -> AsyncIterator[RowOutcome]:
-        try:
-            self.tasks = [asyncio.create_task(self._slot()) for _ in range(concurrency)]
-            running = asyncio.gather(*self.tasks)
-            running.add_done_callback(lambda _: self.changed.set())
-            while True:
-                while self.next_index in self.done:
-                    outcome = self.done.pop(self.next_index)
-                    self.waiting.pop(self.next_index, None)
-                    if self.store is not None:
-                        self.store.emit(outcome.row)
-                    self.next_index += 1
-                    self.room.set()
-                    yield outcome
-                if running.done():
-                    running.result()
-                    break
-                self.changed.clear()
-                await self.changed.wait()
-            for index in sorted(self.done):
-                yield self.done[index]  # after a cancellation: the rows that did finish
-        finally:
-            await self.engine.close()
-
-    async def _next(self) -> NamedRow | None:
-        """The next row to run (rows completed in the previous output are settled here), or
-        ``None`` when there is none or the batch stops."""
-        while True:
-            while self.read - self.next_index >= self.window and not self._over():
-                self.room.clear()
-                await self.room.wait()
-            if self._over():
-                return None
-            named = next(self.named, None)
-            if named is None:
-                self.exhausted = True
-                return None
-            index = named.row.index
-            self.read = index + 1
-            self.waiting[index] = named
-            reused = (
-                self.store.completed(index, named.key, named.earlier_row)
-                if self.store is not None
-                else None
-            )
-            if reused is None:
-                return named
-            self._finished(RowOutcome(row=reused), reused=True)
-
-    def _over(self) -> bool:
-        return self.exhausted or self.token.cancelled or self.stopping or self.closed
-
-    async def _slot(self) -> None:
-        while (named := await self._next()) is not None:
-            if self.budget is not None:
-                if self.budget.spent:
-                    self._finished(_skipped(named))
-                    continue
-                from tubeless.agent._spi import OUTER_LEDGERS
-                from tubeless.agent._spi import Ledger as BudgetLedger
-
-                # This task's own context: the row charges the batch, and meters itself.
-                OUTER_LEDGERS.set((self.budget, BudgetLedger(ROW_METER, {})))
-            if self.started is None:  # the workers start with the first row that runs
-                self.started = asyncio.ensure_future(self.engine.start())
-            if self.started.done():
-                self.started.result()  # raises if the workers could not start
-            else:
-                await asyncio.shield(self.started)
-            row, key = named.row, named.key
-            plan = self.planner.plan(named)
-            try:
-                outcome = await self.engine.run(row, key, plan=plan)
-                if (
-                    self.retry_failed
-                    and outcome.row["status"] == "failed"
-                    and outcome.row["error"]["code"] != BATCH_INPUT_INVALID
-                    and not self.token.cancelled
-                ):
-                    # A run that ended failed saved its failure: the retry starts its checkpoint
-                    # over. A row whose worker died left its checkpoint resumable: it resumes.
-                    if plan.checkpoint_key is not None and outcome.row["run_id"] is not None:
-                        plan = replace(plan, restart=True)
-                    outcome = await self.engine.run(row, key, retry=True, plan=plan)
-            finally:
-                self.changed.set()
-            self._finished(outcome)
-
-    def _finished(self, outcome: RowOutcome, *, reused: bool = False) -> None:
-        if self.closed:
-            return
-        if not reused:
-            for record in outcome.records:
-                self.fanout.export(record)
-            outcome.records = []
-            if self.store is not None:
-                self.store.append(outcome.row)
-        self.done[outcome.row["index"]] = outcome
-        if self.on_row is not None:
-            self.on_row(outcome, reused)
-        if self.fail_fast and outcome.row["status"] == "failed" and not self.stopping:
-            self.stopping = True
-            self.engine.cancel("fail-fast: a row failed")
-        self.changed.set()
-
-    def write_rest(self) -> None:
-        """Give the output the rows not yielded, in input order: those that finished after a
-        gap, and for the rows that did not run, the previous output's row when it is still
-        theirs (their inputs are read on for their keys, as far as a row might be kept)."""
-        assert self.store is not None
-        last = max(self.store.ledger.last_previous(), max(self.done, default=-1))
-        for index, named in self._rest():
-            if index > last:
-                break
-            row = self.done[index].row if index in self.done else None
-            if row is None and named is not None:
-                row = self.store.kept(index, named.key, named.earlier_row)
-            if row is not None:
-                self.store.emit(row)
-
-    def _rest(self) -> Iterator[tuple[int, NamedRow | None]]:
-        for index in range(self.next_index, self.read):
-            yield index, self.waiting.get(index)
-        if not self.exhausted:
-            for named in self.named:
-                yield named.row.index, named
-
-
-def _skipped(named: NamedRow) -> RowOutcome:
-    """A row not started because the batch-wide budget was spent."""
-    from tubeless.batch._row import failed_row
-
-    outcome = failed_row(
-        named.row,
-        named.key,
-        BUDGET_EXHAUSTED,
-        "not started: the batch-wide budget was spent (rerun with a higher --max-cost-usd or "
-        "--max-total-tokens and the same --output to run it)",
-    )
-    outcome.row["status"] = "skipped"
-    return outcome

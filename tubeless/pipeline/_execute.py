@@ -85,11 +85,15 @@ async def run_root(
     checkpoints: CheckpointStore | None = None,
     checkpoint_key: str | None = None,
     restart: bool = False,
+    validated: Any = UNVALIDATED,
 ) -> PipelineRun:
-    """Run ``pipeline`` as the root of a run tree; flush (never close) the sinks at the end."""
+    """Run ``pipeline`` as the root of a run tree; flush (never close) the sinks at the end.
+
+    ``validated``: ``raw_input`` as the options schema already validated it (a batch validates
+    each input for its row's key), taken as the run's options instead of validating again.
+    """
     _check_concurrency(controls.max_concurrency)
     session = None
-    validated: Any = UNVALIDATED
     if checkpoints is not None and not controls.dry_run:
         if not isinstance(checkpoints, CheckpointStore):
             raise TypeError("checkpoints= must be a checkpoint store (tubeless.durable)")
@@ -98,7 +102,8 @@ async def run_root(
             # The default key names the validated input, so the input is validated here, once
             # (the run takes it as validated); an input the schema refuses fails the run as
             # always, before any agent could open the session.
-            validated = validated_or_unvalidated(pipeline, raw_input)
+            if validated is UNVALIDATED:
+                validated = validated_or_unvalidated(pipeline, raw_input)
             checkpoint_key, earlier = checkpoint_keys(pipeline.id, raw_input, validated)
         session = CheckpointSession(
             checkpoints,

@@ -1,0 +1,228 @@
+"""The batch's slots: ``concurrency`` tasks that each read the next row, run it on the engine
+and record its outcome, and the rows handed back in input order (:class:`Batch`, driven by
+:func:`tubeless.batch._runner.run_outcomes`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from tubeless.batch._budget_broker import ROW_METER
+from tubeless.batch._engine import Engine
+from tubeless.batch._output import BatchOutput
+from tubeless.batch._plans import NamedRow, PlanMaker
+from tubeless.batch._row import NO_PLAN, RowOutcome
+from tubeless.errors import BATCH_INPUT_INVALID, BUDGET_EXHAUSTED
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tubeless.agent._spi import Ledger as BudgetLedger
+    from tubeless.pipeline import CancelToken
+
+    OnRow = Callable[[RowOutcome, bool], None]
+
+__all__ = ["Batch"]
+
+
+class Batch:
+    """One batch's rows in flight: the slots that run them and the rows done, not yet handed
+    back (at most ``window`` rows read past the first one not yet handed back)."""
+
+    def __init__(
+        self,
+        named: Iterator[NamedRow],
+        planner: PlanMaker,
+        engine: Engine,
+        store: BatchOutput | None,
+        fanout: Any,
+        token: CancelToken,
+        *,
+        retry_failed: bool,
+        fail_fast: bool,
+        on_row: OnRow | None,
+        window: int,
+        budget: BudgetLedger | None = None,
+    ) -> None:
+        self.named, self.planner, self.engine, self.store = named, planner, engine, store
+        self.fanout, self.token, self.window = fanout, token, window
+        self.retry_failed, self.fail_fast, self.on_row = retry_failed, fail_fast, on_row
+        self.budget = budget
+        """The batch-wide budget, if any (every row's root agent charges it first)."""
+        self.waiting: dict[int, NamedRow] = {}
+        """Rows read and not yet yielded (at most ``window``)."""
+        self.done: dict[int, RowOutcome] = {}
+        """Rows finished and not yet yielded."""
+        self.next_index = 0
+        self.read = 0
+        self.exhausted = False
+        self.changed = asyncio.Event()
+        self.room = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.started: asyncio.Task[None] | None = None
+        self.stopping = False
+        self.closed = False
+
+    def stop(self) -> None:
+        """The batch is over (finished, or its consumer went away): rows still in flight are
+        cancelled and will not be recorded."""
+        self.closed = True
+        for task in self.tasks:
+            task.cancel()
+
+    def begin(self, concurrency: int) -> asyncio.Future[list[None]]:
+        """Start ``concurrency`` slots; the future is done when they all are."""
+        self.tasks = [asyncio.create_task(self._slot()) for _ in range(concurrency)]
+        running = asyncio.gather(*self.tasks)
+        running.add_done_callback(lambda _: self.changed.set())
+        return running
+
+    def take(self) -> RowOutcome:
+        """The next row in input order, which has finished (``next_index in done``): it is
+        written to the output and makes room for another row to be read."""
+        index = self.next_index
+        outcome = self.done.pop(index)
+        self.waiting.pop(index, None)
+        if self.store is not None:
+            self.store.emit(outcome.row)
+        self.next_index = index + 1
+        self.room.set()
+        return outcome
+
+    async def changes(self) -> None:
+        """Until a row finishes or the slots end."""
+        self.changed.clear()
+        await self.changed.wait()
+
+    def left(self) -> list[RowOutcome]:
+        """After a cancellation: the rows that did finish, not yet yielded, in input order."""
+        return [self.done[index] for index in sorted(self.done)]
+
+    def _read(self) -> NamedRow | Literal[False] | None:
+        """The next row to run (rows completed in the previous output are settled here);
+        ``None`` when there is none or the batch stops; ``False`` while the window is full
+        (wait for :attr:`room`). Not a coroutine: reading a row is most often not waiting."""
+        while True:
+            if self.exhausted or self.token.cancelled or self.stopping or self.closed:
+                return None
+            if self.read - self.next_index >= self.window:
+                return False
+            named = next(self.named, None)
+            if named is None:
+                self.exhausted = True
+                return None
+            index = named.row.index
+            self.read = index + 1
+            self.waiting[index] = named
+            reused = (
+                self.store.completed(index, named.key, named.earlier_row)
+                if self.store is not None
+                else None
+            )
+            if reused is None:
+                return named
+            self._finished(RowOutcome(row=reused), reused=True)
+
+    async def _slot(self) -> None:
+        while True:
+            named = self._read()
+            if named is None:
+                return
+            if named is False:
+                self.room.clear()
+                await self.room.wait()
+                continue
+            if self.budget is not None:
+                if self.budget.spent:
+                    self._finished(_skipped(named))
+                    continue
+                from tubeless.agent._spi import OUTER_LEDGERS
+                from tubeless.agent._spi import Ledger as BudgetLedger
+
+                # This task's own context: the row charges the batch, and meters itself.
+                OUTER_LEDGERS.set((self.budget, BudgetLedger(ROW_METER, {})))
+            if self.started is None:  # the workers start with the first row that runs
+                self.started = asyncio.ensure_future(self.engine.start())
+            if self.started.done():
+                self.started.result()  # raises if the workers could not start
+            else:
+                await asyncio.shield(self.started)
+            row, key = named.row, named.key
+            plan = NO_PLAN if self.planner.none else self.planner.plan(named)
+            try:
+                outcome = await self.engine.run(row, key, plan=plan)
+                if (
+                    self.retry_failed
+                    and outcome.row["status"] == "failed"
+                    and outcome.row["error"]["code"] != BATCH_INPUT_INVALID
+                    and not self.token.cancelled
+                ):
+                    # A run that ended failed saved its failure: the retry starts its checkpoint
+                    # over. A row whose worker died left its checkpoint resumable: it resumes.
+                    if plan.checkpoint_key is not None and outcome.row["run_id"] is not None:
+                        plan = replace(plan, restart=True)
+                    # The first run may have changed its options in place: the retry validates
+                    # the input afresh.
+                    if row.validated is not None:
+                        row = replace(row, validated=None)
+                    outcome = await self.engine.run(row, key, retry=True, plan=plan)
+            finally:
+                self.changed.set()
+            self._finished(outcome)
+
+    def _finished(self, outcome: RowOutcome, *, reused: bool = False) -> None:
+        if self.closed:
+            return
+        if not reused:
+            if outcome.records:
+                for record in outcome.records:
+                    self.fanout.export(record)
+                outcome.records = []
+            if self.store is not None:
+                self.store.append(outcome.row)
+        self.done[outcome.row["index"]] = outcome
+        if self.on_row is not None:
+            self.on_row(outcome, reused)
+        if self.fail_fast and outcome.row["status"] == "failed" and not self.stopping:
+            self.stopping = True
+            self.engine.cancel("fail-fast: a row failed")
+        self.changed.set()
+
+    def write_rest(self) -> None:
+        """Give the output the rows not yielded, in input order: those that finished after a
+        gap, and for the rows that did not run, the previous output's row when it is still
+        theirs (their inputs are read on for their keys, as far as a row might be kept)."""
+        assert self.store is not None
+        last = max(self.store.ledger.last_previous(), max(self.done, default=-1))
+        for index, named in self._rest():
+            if index > last:
+                break
+            row = self.done[index].row if index in self.done else None
+            if row is None and named is not None:
+                row = self.store.kept(index, named.key, named.earlier_row)
+            if row is not None:
+                self.store.emit(row)
+
+    def _rest(self) -> Iterator[tuple[int, NamedRow | None]]:
+        for index in range(self.next_index, self.read):
+            yield index, self.waiting.get(index)
+        if not self.exhausted:
+            for named in self.named:
+                yield named.row.index, named
+
+
+def _skipped(named: NamedRow) -> RowOutcome:
+    """A row not started because the batch-wide budget was spent."""
+    from tubeless.batch._row import failed_row
+
+    outcome = failed_row(
+        named.row,
+        named.key,
+        BUDGET_EXHAUSTED,
+        "not started: the batch-wide budget was spent (rerun with a higher --max-cost-usd or "
+        "--max-total-tokens and the same --output to run it)",
+    )
+    outcome.row["status"] = "skipped"
+    return outcome
