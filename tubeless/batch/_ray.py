@@ -185,7 +185,10 @@ class RayEngine:
         actor = self._joining.pop(task, None)
         if actor is None or self._closing:
             return
-        problem = None if task.cancelled() else task.result()
+        self._settle_placed(actor, None if task.cancelled() else task.result(), "a Ray actor")
+
+    def _settle_placed(self, actor: Any, problem: str | None, which: str) -> None:
+        """An actor placed and loaded takes rows; one that could not be shrinks the pool."""
         if problem is None:
             self._free.append(actor)
             self._schedule()
@@ -194,8 +197,7 @@ class RayEngine:
         with contextlib.suppress(Exception):
             self._ray.kill(actor)
         _notice(
-            f"a Ray actor {problem}: the pool shrinks to {_actors(self._live)} "
-            f"(was {self._live + 1})"
+            f"{which} {problem}: the pool shrinks to {_actors(self._live)} (was {self._live + 1})"
         )
         self._if_empty()
 
@@ -255,19 +257,7 @@ class RayEngine:
 
     async def _replace(self) -> None:
         actor = self._spawn()
-        problem = await self._placed(actor)
-        if problem is None:
-            self._free.append(actor)
-            self._schedule()
-            return
-        self._live -= 1
-        with contextlib.suppress(Exception):
-            self._ray.kill(actor)
-        _notice(
-            f"a replacement Ray actor {problem}: the pool shrinks to {_actors(self._live)} "
-            f"(was {self._live + 1})"
-        )
-        self._if_empty()
+        self._settle_placed(actor, await self._placed(actor), "a replacement Ray actor")
 
     def _if_empty(self) -> None:
         if self._live == 0:
