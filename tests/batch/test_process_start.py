@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.processes import HANG_GUARD, ROOT, cli_env, write_project
+from tests.fixtures.terminal import TerminalRun
 
 PROJECT = """\
     version: 1
@@ -136,6 +137,24 @@ def test_workers_are_forked_from_the_driver_that_loaded_the_project(tmp_path: Pa
     assert driver not in {result["pid"] for result in results}
     assert {result["stdin"] for result in results} == {""}
     assert "a handler's line" in done.stderr
+
+
+def test_workers_are_forked_by_a_driver_showing_its_progress_bar(tmp_path: Path) -> None:
+    """On a terminal the driver draws a live progress bar, refreshed without a thread of its
+    own: the workers are still forked from the driver (their parent, which imported the
+    project for them), and the bar shows every row done."""
+    project = write_project(tmp_path, PROJECT, MODULE)
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(_inputs(*range(4)), encoding="utf-8")
+    run = TerminalRun(project, inputs, "--engine", "process", "-c", "2", command="batch")
+    code, out = run.finish()
+    assert code == 0, run.screen.text
+    results = [row["result"] for row in _rows(out)]
+    assert {result["imported_by"] for result in results} == {run.process.pid}
+    assert {result["parent"] for result in results} == {run.process.pid}
+    screen = "\n".join(run.screen.text)
+    assert "━" in screen and "4/4" in screen and "0 failed" in screen, screen
+    assert "batch: 4 rows: 4 completed, 0 failed" in screen
 
 
 def test_workers_are_spawned_with_a_sqlite_checkpoint_file(tmp_path: Path) -> None:
