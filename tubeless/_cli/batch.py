@@ -8,7 +8,6 @@ signal cancelled the batch.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import sys
 import time
@@ -23,6 +22,8 @@ from tubeless._cli._paths import refuse_shared_files
 from tubeless._cli._sink_warnings import SinkWarnings
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tubeless.batch._spi import InputRow, InputSource, RowOutcome
     from tubeless.pipeline import Pipeline
 
@@ -124,10 +125,14 @@ class BatchProgress:
     def attach(self) -> None:
         """Called in the batch's event loop: redraw the bar every ``_REDRAW_S`` from it (the
         rate and time left move while no row finishes) until :meth:`detach`."""
+        import asyncio
+
         if self._bar is not None and self._redraw is None:
             self._redraw = asyncio.get_running_loop().call_later(_REDRAW_S, self._redrawn)
 
     def _redrawn(self) -> None:
+        import asyncio
+
         if self._bar is None or self._redraw is None:
             return
         self._bar.refresh()
@@ -399,6 +404,7 @@ def run_cli_batch(
     max_total_tokens: int | None = None,
 ) -> int:
     """Run the batch with signal handling, progress and summary; the exit code."""
+    import asyncio
     import contextlib
 
     from tubeless._cli._signals import RunSignals
