@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.processes import HANG_GUARD, ROOT, cli_env, write_project
+from tests.fixtures.terminal import TerminalRun
 
 PROJECT = """\
     version: 1
@@ -136,6 +138,75 @@ def test_workers_are_forked_from_the_driver_that_loaded_the_project(tmp_path: Pa
     assert driver not in {result["pid"] for result in results}
     assert {result["stdin"] for result in results} == {""}
     assert "a handler's line" in done.stderr
+
+
+def test_workers_are_forked_by_a_driver_showing_its_progress_bar(tmp_path: Path) -> None:
+    """On a terminal the driver draws a live progress bar, refreshed without a thread of its
+    own: the workers are still forked from the driver (their parent, which imported the
+    project for them), and the bar shows every row done."""
+    project = write_project(tmp_path, PROJECT, MODULE)
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(_inputs(*range(4)), encoding="utf-8")
+    run = TerminalRun(project, inputs, "--engine", "process", "-c", "2", command="batch")
+    code, out = run.finish()
+    assert code == 0, run.screen.text
+    results = [row["result"] for row in _rows(out)]
+    assert {result["imported_by"] for result in results} == {run.process.pid}
+    assert {result["parent"] for result in results} == {run.process.pid}
+    screen = "\n".join(run.screen.text)
+    assert "━" in screen and "4/4" in screen and "0 failed" in screen, screen
+    assert "batch: 4 rows: 4 completed, 0 failed" in screen
+
+
+def _counted(lines: list[str]) -> bool:
+    """Whether the bar counts at least one of the 40 rows done."""
+    return re.search(r"\b[1-9][0-9]?/40\b", "\n".join(lines)) is not None
+
+
+def test_sigint_cancels_a_terminal_batch_of_forked_workers(tmp_path: Path) -> None:
+    """SIGINT to the driver and its workers (as a terminal sends it to the whole group) while
+    the bar shows: the workers, forked, ignore it (none is replaced); the driver cancels the
+    batch (exit 7), and the rows that completed are on stdout."""
+    project = write_project(tmp_path, PROJECT, MODULE)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(_inputs(*range(40)), encoding="utf-8")
+    run = TerminalRun(
+        project,
+        inputs,
+        "--engine",
+        "process",
+        "-c",
+        "2",
+        command="batch",
+        START_PIDS=str(pids),
+        START_DELAY="0.2",
+    )
+    workers: set[int] = set()
+    try:
+        # Both workers ran a row (a file each, named by its pid) and the bar counts rows done.
+        run.read_until(lambda screen: len(list(pids.iterdir())) >= 2 and _counted(screen.text))
+        assert run.process.poll() is None, "the batch ended before it could be interrupted"
+        workers = {int(path.name) for path in pids.iterdir()}
+        for pid in (*workers, run.process.pid):
+            os.kill(pid, signal.SIGINT)
+        code, out = run.finish()
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+            run.process.wait()
+        for pid in workers:
+            if _gone(pid) is False:
+                os.kill(pid, signal.SIGKILL)
+    screen = "\n".join(run.screen.text)
+    assert code == 7, screen
+    assert "batch: SIGINT received; cancelling the rows in flight" in screen
+    assert "error: TUBELESS_RUN_CANCELLED: SIGINT received; the batch was cancelled" in screen
+    completed = [row["result"] for row in _rows(out) if row["status"] == "completed"]
+    assert 0 < len(completed) < 40
+    assert {result["parent"] for result in completed} == {run.process.pid}
+    assert {int(path.name) for path in pids.iterdir()} == workers  # none died of it
 
 
 def test_workers_are_spawned_with_a_sqlite_checkpoint_file(tmp_path: Path) -> None:

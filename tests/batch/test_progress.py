@@ -17,6 +17,7 @@ import pytest
 from tests.fixtures.batch import rows_project, write_inputs
 from tests.fixtures.cli import tubeless
 from tests.fixtures.processes import HANG_GUARD, ROOT, cli_env
+from tests.fixtures.terminal import TerminalRun
 
 
 def _batch_on_a_terminal(*args: str | Path) -> tuple[int, str]:
@@ -96,3 +97,16 @@ def test_plain_lines_elsewhere(tmp_path: Path, capsys: pytest.CaptureFixture[str
         f"batch: {n}/20 rows done" for n in range(2, 21, 2)
     ]
     assert outcome.err.splitlines()[-2:][0] == "batch: 20 rows: 20 completed, 0 failed"
+
+
+def test_rows_go_to_stdout_while_the_bar_shows_on_the_terminal(tmp_path: Path) -> None:
+    """``tubeless batch P in.jsonl > rows.jsonl`` in a terminal: the rows reach stdout, not the
+    terminal the bar is drawn on."""
+    project = rows_project(tmp_path)
+    inputs = write_inputs(tmp_path / "in.jsonl", [{"n": 1}, {"n": 2}, {"n": 3}])
+    run = TerminalRun(project, inputs, command="batch")
+    code, out = run.finish()
+    assert code == 0, run.screen.text
+    assert [json.loads(line)["index"] for line in out.splitlines()] == [0, 1, 2]
+    screen = "\n".join(run.screen.text)
+    assert "3/3" in screen and '"index"' not in screen, screen

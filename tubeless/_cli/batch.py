@@ -22,6 +22,8 @@ from tubeless._cli._paths import refuse_shared_files
 from tubeless._cli._sink_warnings import SinkWarnings
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tubeless.batch._spi import InputRow, InputSource, RowOutcome
     from tubeless.pipeline import Pipeline
 
@@ -31,6 +33,8 @@ __all__ = ["BatchProgress", "batch", "load_entry"]
 _LISTED = 50
 # Plain progress lines of a stream of rows (their number unknown): one every this many rows.
 _EVERY = 1000
+# Seconds between two redraws of the bar (rich's own pace: ten a second).
+_REDRAW_S = 0.1
 
 
 def load_entry(path: str, entry_id: str | None) -> tuple[Pipeline, str | None]:
@@ -67,6 +71,11 @@ class BatchProgress:
     the number of rows is not known, a stream: every :data:`_EVERY` rows). The bar shows only
     how many rows failed, so on a terminal :meth:`failed_lines` lists them after the summary;
     only the first ``_LISTED`` failed rows (by index) are kept for that.
+
+    The bar is redrawn from the batch's event loop (:meth:`attach`), not by rich's refresh
+    thread: a driver with a second thread may not fork its ``process`` workers, and would spawn
+    fresh interpreters instead (``tubeless.batch._fork``). Rows go to the real stdout: only
+    stderr passes through the bar (what a handler prints there shows above it).
     """
 
     def __init__(
@@ -86,6 +95,7 @@ class BatchProgress:
         self._next_tenth = 1
         self._bar: Any = None
         self._task: Any = None
+        self._redraw: asyncio.TimerHandle | None = None
         if stream_is_terminal(stream) if live is None else live:
             from rich.console import Console
             from rich.progress import (
@@ -105,10 +115,35 @@ class BatchProgress:
                 TimeRemainingColumn(),
                 console=Console(file=stream),
                 transient=False,
+                auto_refresh=False,  # no thread: attach() redraws it from the event loop
+                redirect_stdout=False,  # stdout holds the rows
             )
             self._task = self._bar.add_task("rows", total=total, failed=0, rate="")
             self._bar.start()
             self.live = True
+
+    def attach(self) -> None:
+        """Called in the batch's event loop: redraw the bar every ``_REDRAW_S`` from it (the
+        rate and time left move while no row finishes) until :meth:`detach`."""
+        import asyncio
+
+        if self._bar is not None and self._redraw is None:
+            self._redraw = asyncio.get_running_loop().call_later(_REDRAW_S, self._redrawn)
+
+    def _redrawn(self) -> None:
+        import asyncio
+
+        if self._bar is None or self._redraw is None:
+            return
+        self._bar.refresh()
+        self._redraw = asyncio.get_running_loop().call_later(_REDRAW_S, self._redrawn)
+
+    def detach(self) -> None:
+        """Called before the event loop ends: no more redraws from it (:meth:`close` draws the
+        bar a last time)."""
+        if self._redraw is not None:
+            self._redraw.cancel()
+            self._redraw = None
 
     def row(self, outcome: RowOutcome, reused: bool) -> None:
         self.done += 1
@@ -182,6 +217,7 @@ class BatchProgress:
             click.echo(line, file=self.stream)
 
     def close(self) -> None:
+        self.detach()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
@@ -394,6 +430,7 @@ def run_cli_batch(
             from tubeless.batch._spi import run_outcomes
 
             signals.attach()
+            progress.attach()
             try:
                 async for outcome in run_outcomes(
                     source,
@@ -428,6 +465,7 @@ def run_cli_batch(
             except asyncio.CancelledError:
                 pass
             finally:
+                progress.detach()
                 signals.detach()
 
         # stdout holds rows only: anything else printed meanwhile (a handler's print(), Ray's
