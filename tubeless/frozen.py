@@ -241,6 +241,8 @@ _TRUSTED_ITEMS = frozenset({str, int, bool, NoneType, FrozenDict, FrozenTuple})
 _TRUSTED_ITEMS_AND_FLOAT = _TRUSTED_ITEMS | {float}
 _isfinite = math.isfinite
 _STR_ONLY = frozenset({str})
+_new_dict = dict.__new__
+_fill_dict = dict.update
 
 
 def freeze(value: Any) -> Any:
@@ -279,7 +281,9 @@ def freeze(value: Any) -> Any:
         if _STR_ONLY.issuperset(map(type, value)) and _TRUSTED_ITEMS.issuperset(
             map(type, value.values())
         ):
-            return FrozenDict._trusted(value)
+            frozen = _new_dict(FrozenDict)  # FrozenDict._trusted, without its call
+            _fill_dict(frozen, value)
+            return frozen
     elif kind is not list:
         _reject(value, ())
     return _freeze_container(value)
@@ -462,7 +466,11 @@ def digest(value: Any, *, ensure_ascii: bool = True) -> str:
         ValueError: For NaN or infinities (not JSON).
         TypeError: For values JSON cannot represent.
     """
-    text = canonical_json(value, ensure_ascii=ensure_ascii)
+    # canonical_json's body, without its call (a key's digest is made once per batch row).
+    try:
+        text = "".join((_ENCODE_ASCII if ensure_ascii else _ENCODE)(value, 0))
+    except RecursionError:
+        text = canonical_json(value, ensure_ascii=ensure_ascii)
     data = text.encode("ascii") if ensure_ascii else text.encode("utf-8", "surrogatepass")
     return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
