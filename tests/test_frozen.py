@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import copy
 import enum
+import hashlib
 import json
 import math
 import pickle
@@ -20,6 +21,7 @@ from tubeless.frozen import (
     FreezeError,
     FrozenDict,
     canonical_json,
+    digest,
     fingerprint,
     freeze,
     is_frozen,
@@ -541,6 +543,83 @@ def test_fingerprint_ignores_key_order() -> None:
 def test_canonical_json_rejects_nan() -> None:
     with pytest.raises(ValueError, match="Out of range float"):
         canonical_json([math.nan])
+
+
+def _dumps_outcome(value: Any, *, ensure_ascii: bool) -> tuple[str, str]:
+    """What ``json.dumps`` with the canonical options gives: ("text", ...) or the error."""
+    try:
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=ensure_ascii
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        return type(exc).__name__, str(exc)
+    return "text", text
+
+
+def _canonical_outcome(value: Any, *, ensure_ascii: bool) -> tuple[str, str]:
+    try:
+        text = canonical_json(value, ensure_ascii=ensure_ascii)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return type(exc).__name__, str(exc)
+    return "text", text
+
+
+# Lone surrogates, astral and control characters, quotes and backslashes in keys and strings.
+_awkward_text = st.text(
+    st.characters(blacklist_categories=()) | st.sampled_from(["\ud800", '"', "\\", "\n", "😀"]),
+    max_size=6,
+)
+_canonical_inputs = st.recursive(
+    json_scalars
+    | _awkward_text
+    | st.just(math.nan)
+    | st.just(-math.inf)
+    | st.floats()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.builds(_Opaque)
+    | st.binary(max_size=2),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(_awkward_text, children, max_size=4)
+        | st.builds(FrozenDict, st.dictionaries(_awkward_text, json_values, max_size=4))
+    ),
+    max_leaves=25,
+)
+
+
+@given(_canonical_inputs, st.booleans())
+def test_canonical_json_is_json_dumps_with_the_canonical_options(
+    value: Any, ensure_ascii: bool
+) -> None:
+    # The prebuilt encoder must give json.dumps's text, or its error, for every value.
+    outcome = _canonical_outcome(value, ensure_ascii=ensure_ascii)
+    assert outcome == _dumps_outcome(value, ensure_ascii=ensure_ascii)
+
+
+@given(st.text(max_size=40) | st.text(min_size=2100, max_size=2200), st.booleans())
+def test_digest_is_sha256_of_the_canonical_text_small_or_large(
+    text: str, ensure_ascii: bool
+) -> None:
+    # Small texts are hashed by CPython's own SHA-256, large ones by hashlib's: the same hash.
+    value = {"text": text}
+    data = canonical_json(value, ensure_ascii=ensure_ascii).encode(
+        "ascii" if ensure_ascii else "utf-8", "surrogatepass"
+    )
+    expected = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    assert digest(value, ensure_ascii=ensure_ascii) == expected
+
+
+@pytest.mark.parametrize("ensure_ascii", [False, True])
+def test_canonical_json_reports_a_cycle_as_json_dumps_does(ensure_ascii: bool) -> None:
+    looped: list[Any] = [1]
+    looped.append({"a": looped})
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        canonical_json(looped, ensure_ascii=ensure_ascii)
+    # The encoder is usable again afterwards.
+    assert (
+        canonical_json({"b": 1, "a": [looped[0]]}, ensure_ascii=ensure_ascii) == '{"a":[1],"b":1}'
+    )
 
 
 # -- properties -----------------------------------------------------------------------------------

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import compress, repeat
 from operator import is_
 from types import NoneType
@@ -240,6 +241,8 @@ _TRUSTED_ITEMS = frozenset({str, int, bool, NoneType, FrozenDict, FrozenTuple})
 _TRUSTED_ITEMS_AND_FLOAT = _TRUSTED_ITEMS | {float}
 _isfinite = math.isfinite
 _STR_ONLY = frozenset({str})
+_new_dict = dict.__new__
+_fill_dict = dict.update
 
 
 def freeze(value: Any) -> Any:
@@ -278,7 +281,9 @@ def freeze(value: Any) -> Any:
         if _STR_ONLY.issuperset(map(type, value)) and _TRUSTED_ITEMS.issuperset(
             map(type, value.values())
         ):
-            return FrozenDict._trusted(value)
+            frozen = _new_dict(FrozenDict)  # FrozenDict._trusted, without its call
+            _fill_dict(frozen, value)
+            return frozen
     elif kind is not list:
         _reject(value, ())
     return _freeze_container(value)
@@ -394,7 +399,12 @@ def canonical_json(value: Any, *, ensure_ascii: bool = False) -> str:
         ValueError: For NaN or infinities (not JSON).
         TypeError: For values JSON cannot represent.
     """
-    return (_CANONICAL_ASCII if ensure_ascii else _CANONICAL).encode(value)
+    try:
+        return "".join((_ENCODE_ASCII if ensure_ascii else _ENCODE)(value, 0))
+    except RecursionError:
+        # A cycle (the prebuilt encoders keep no markers) or nesting too deep for the encoder:
+        # the full encoder raises what ``json.dumps`` raises (``ValueError`` for a cycle).
+        return (_CANONICAL_ASCII if ensure_ascii else _CANONICAL).encode(value)
 
 
 # What ``json.dumps`` would build at every call (keys sorted, no spaces, no NaN), made once.
@@ -402,6 +412,41 @@ _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False
 )
 _CANONICAL_ASCII = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _prebuilt(encoder: json.JSONEncoder) -> Callable[[Any, int], Sequence[str]]:
+    """The C-level encoder ``encoder.encode`` builds afresh at every call, built once.
+
+    ``JSONEncoder.encode`` makes one (``c_make_encoder``) per call with the same options; made
+    once, the text is the same and the build's cost (a third of a small key's JSON) is gone. It
+    keeps no markers (a dict shared by every call would not be safe across threads), so a cycle
+    ends in ``RecursionError``, which :func:`canonical_json` hands to the full encoder. Without
+    the C accelerator, the full encoder's own ``encode`` (in a list) stands in.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)  # not in the stubs
+    if make is None:  # pragma: no cover - CPython always has _json
+        return lambda value, _level: [encoder.encode(value)]
+    strings = (
+        json.encoder.encode_basestring_ascii
+        if encoder.ensure_ascii
+        else json.encoder.encode_basestring
+    )
+    built: Callable[[Any, int], Sequence[str]] = make(
+        None,
+        encoder.default,
+        strings,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+    return built
+
+
+_ENCODE = _prebuilt(_CANONICAL)
+_ENCODE_ASCII = _prebuilt(_CANONICAL_ASCII)
 
 
 def digest(value: Any, *, ensure_ascii: bool = True) -> str:
@@ -421,9 +466,26 @@ def digest(value: Any, *, ensure_ascii: bool = True) -> str:
         ValueError: For NaN or infinities (not JSON).
         TypeError: For values JSON cannot represent.
     """
-    text = canonical_json(value, ensure_ascii=ensure_ascii)
+    # canonical_json's body, without its call (a key's digest is made once per batch row).
+    try:
+        text = "".join((_ENCODE_ASCII if ensure_ascii else _ENCODE)(value, 0))
+    except RecursionError:
+        text = canonical_json(value, ensure_ascii=ensure_ascii)
     data = text.encode("ascii") if ensure_ascii else text.encode("utf-8", "surrogatepass")
-    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+    sha256 = _small_sha256 if len(data) <= _SMALL_TEXT else hashlib.sha256
+    return f"sha256:{sha256(data).hexdigest()}"
+
+
+# CPython's own SHA-256 makes a small text's hash in about three quarters of OpenSSL's time (no
+# OpenSSL context to set up), a large one's far slower: small texts (keys, call digests) use it.
+try:
+    from _sha256 import sha256 as _small_sha256  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - named _sha2 from 3.12
+    try:
+        from _sha2 import sha256 as _small_sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+    except ImportError:
+        _small_sha256 = hashlib.sha256
+_SMALL_TEXT = 2048
 
 
 def fingerprint(value: Any) -> str:

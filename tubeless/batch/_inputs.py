@@ -33,6 +33,7 @@ __all__ = [
     "InputRow",
     "InputSource",
     "iter_inputs",
+    "new_row",
     "open_inputs",
     "read_inputs",
     "row_key",
@@ -72,6 +73,34 @@ class InputRow:
     """``(value,)``: the input as the entry's options schema validated it, when the driver did
     so for the row's key; the row's run takes it as its options instead of validating the
     input again. ``None``: the run validates the input (it never crosses to a worker)."""
+
+
+_new = object.__new__
+_set_index = InputRow.__dict__["index"].__set__
+_set_line = InputRow.__dict__["line"].__set__
+_set_raw = InputRow.__dict__["raw"].__set__
+_set_problem = InputRow.__dict__["problem"].__set__
+_set_text = InputRow.__dict__["text"].__set__
+_set_validated = InputRow.__dict__["validated"].__set__
+
+
+def new_row(index: int, line: int, raw: Any, validated: tuple[Any] | None = None) -> InputRow:
+    """``InputRow(index=index, line=line, raw=raw, validated=validated)``, a readable row, made
+    at a fraction of the constructor's cost.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` by name;
+    this sets the slots directly (the driver makes one row per input, so the difference is a
+    tenth of its own share of a row). Equal to the constructor's object
+    (``tests/batch/test_input_rows.py``).
+    """
+    row: InputRow = _new(InputRow)
+    _set_index(row, index)
+    _set_line(row, line)
+    _set_raw(row, raw)
+    _set_problem(row, None)
+    _set_text(row, "")
+    _set_validated(row, validated)
+    return row
 
 
 def row_key(entry_id: str, row: InputRow) -> str:
@@ -338,7 +367,7 @@ def _jsonl_row(decoder: _Decoder, data: bytes, index: int, number: int) -> Input
         return InputRow(index=index, line=number, problem="not valid JSON: Extra data", text=line)
     if problem is not None:
         return InputRow(index=index, line=number, problem=f"not valid JSON: {problem}", text=line)
-    return InputRow(index=index, line=number, raw=raw)
+    return new_row(index, number, raw)
 
 
 def _json_array(text: str, name: str) -> Iterator[InputRow]:
@@ -364,7 +393,7 @@ def _json_array(text: str, name: str) -> Iterator[InputRow]:
             item = text[position:end] if end - position <= 4096 else f"{position}:{end}"
             yield InputRow(index=index, line=line, problem=f"not valid JSON: {problem}", text=item)
         else:
-            yield InputRow(index=index, line=line, raw=raw)
+            yield new_row(index, line, raw)
         index += 1
         position = _skip(text, end)
         if position < len(text) and text[position] == ",":
@@ -399,6 +428,6 @@ def _yaml_rows(text: str, name: str, loader: Any) -> Iterator[InputRow]:
 
     for index, (line, raw, problem) in enumerate(yaml_items(text, name, loader)):
         if problem is None:
-            yield InputRow(index=index, line=line, raw=raw)
+            yield new_row(index, line, raw)
         else:
             yield InputRow(index=index, line=line, problem=problem, text=f"{name}:{line}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tubeless.batch._inputs import InputRow, text_key
+from tubeless.batch._inputs import InputRow, new_row, text_key
 from tubeless.batch._ledger import Ledger
 from tubeless.batch._row import NO_PLAN, RowPlan
 from tubeless.errors import TubelessError
@@ -83,14 +83,12 @@ class RowNamer:
                     self.pipeline.id, row.raw, validated, earlier=self.earlier
                 )
                 if validated is not self._unvalidated and self.pipeline.options_schema is not None:
-                    row = InputRow(
-                        index=row.index, line=row.line, raw=row.raw, validated=(validated,)
-                    )
+                    row = new_row(row.index, row.line, row.raw, (validated,))
             except (TypeError, ValueError, RecursionError, TubelessError):
                 text = f"index {row.index}: {type(row.raw).__name__}"
                 row = InputRow(index=row.index, line=row.line, problem=_NOT_JSON, text=text)
         if isinstance(row, _Given):
-            row = InputRow(index=row.index, line=row.line, raw=row.raw)
+            row = new_row(row.index, row.line, row.raw)
         if row.problem is not None:
             base = text_key(self.pipeline.id, row.text)
         # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
