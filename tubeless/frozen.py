@@ -472,20 +472,7 @@ def digest(value: Any, *, ensure_ascii: bool = True) -> str:
     except RecursionError:
         text = canonical_json(value, ensure_ascii=ensure_ascii)
     data = text.encode("ascii") if ensure_ascii else text.encode("utf-8", "surrogatepass")
-    sha256 = _small_sha256 if len(data) <= _SMALL_TEXT else hashlib.sha256
-    return f"sha256:{sha256(data).hexdigest()}"
-
-
-# CPython's own SHA-256 makes a small text's hash in about three quarters of OpenSSL's time (no
-# OpenSSL context to set up), a large one's far slower: small texts (keys, call digests) use it.
-try:
-    from _sha256 import sha256 as _small_sha256  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - named _sha2 from 3.12
-    try:
-        from _sha2 import sha256 as _small_sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
-    except ImportError:
-        _small_sha256 = hashlib.sha256
-_SMALL_TEXT = 2048
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
 def fingerprint(value: Any) -> str:
