@@ -13,7 +13,6 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 from tests.batch.test_engines import ray_address
 from tests.fixtures.batch import write_inputs
 from tests.fixtures.cli import tubeless
+from tests.fixtures.http_server import ScriptedHttpServer, scripted_http_server
 from tests.fixtures.processes import write_project
 from tests.providers.fixtures.chat_completions import completion, finish_call
 from tubeless.batch import run_batch
@@ -62,48 +62,23 @@ _MODULE = """\
     """
 
 
-class FinishServer:
-    """Answers every chat completions request with a ``_finish`` call; keeps each body size."""
-
-    def __init__(self) -> None:
-        self.sizes: list[int] = []
-        lock = threading.Lock()
-        server = self
-        data = json.dumps(completion(finish_call("done"), finish_reason="stop")).encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                with lock:
-                    server.sizes.append(len(body))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(30)
+#: Replies the model server holds: more than any test here may ask for (a request past the
+#: budget would be counted, then answered with a 500).
+_REPLIES = 32
 
 
 @pytest.fixture
-def model_server() -> Iterator[FinishServer]:
-    server = FinishServer()
-    try:
+def model_server() -> Iterator[ScriptedHttpServer]:
+    """A chat completions server answering every request with a ``_finish`` call."""
+    with scripted_http_server(
+        [completion(finish_call("done"), finish_reason="stop")] * _REPLIES
+    ) as server:
         yield server
-    finally:
-        server.close()
+
+
+def _sizes(server: ScriptedHttpServer) -> list[int]:
+    """The body size of each request the server received."""
+    return [len(request["body"]) for request in server.requests]
 
 
 def _batch(project: Path, count: int, **options: Any) -> list[dict[str, Any]]:
@@ -115,17 +90,17 @@ def _batch(project: Path, count: int, **options: Any) -> list[dict[str, Any]]:
     return asyncio.run(collect())
 
 
-def _check_engine(tmp_path: Path, server: FinishServer, **options: Any) -> None:
+def _check_engine(tmp_path: Path, server: ScriptedHttpServer, **options: Any) -> None:
     project = write_project(tmp_path, _PROJECT.format(max_out=MAX_OUT, url=server.url), _MODULE)
     [probe] = _batch(project, 1)  # one unbudgeted row: what one request reserves
     assert probe["status"] == "completed", probe
-    reservation = server.sizes.pop() + MAX_OUT
+    reservation = len(server.requests.pop()["body"]) + MAX_OUT
     bound = FITS * reservation + reservation - 1
 
     rows = _batch(project, ROWS, concurrency=2, max_total_tokens=bound, **options)
     statuses = [row["status"] for row in rows]
-    assert len(server.sizes) == FITS, statuses  # no request beyond what fits was sent
-    assert sum(size + MAX_OUT for size in server.sizes) <= bound
+    assert len(server.requests) == FITS, statuses  # no request beyond what fits was sent
+    assert sum(size + MAX_OUT for size in _sizes(server)) <= bound
     assert statuses.count("completed") == FITS, statuses
     assert rows[-1]["status"] == "skipped"
     for row in rows:
@@ -144,14 +119,14 @@ def _check_engine(tmp_path: Path, server: FinishServer, **options: Any) -> None:
 
 @pytest.mark.slow
 def test_process_workers_reserve_against_one_batch_budget(
-    tmp_path: Path, model_server: FinishServer
+    tmp_path: Path, model_server: ScriptedHttpServer
 ) -> None:
     _check_engine(tmp_path, model_server, engine="process")
 
 
 @pytest.mark.slow
 def test_the_cli_bounds_a_process_batch_in_dollars(
-    tmp_path: Path, model_server: FinishServer, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, model_server: ScriptedHttpServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``tubeless batch --engine process --max-cost-usd X``: prices are computed in the
     workers, the bound and the amounts cross the pipe as exact decimals."""
@@ -161,7 +136,7 @@ def test_the_cli_bounds_a_process_batch_in_dollars(
         tmp_path, _PROJECT.format(max_out=MAX_OUT, url=model_server.url), _MODULE
     )
     [probe] = _batch(project, 1, max_cost_usd="1000")  # what one request's reservation costs
-    model_server.sizes.clear()
+    model_server.requests.clear()
     cost = Decimal(str(probe["usage"]["cost_usd"]))
     bound = cost * FITS + cost / 2
     inputs = write_inputs(tmp_path / "in.jsonl", [{"question": "Say done."}] * 6)
@@ -182,14 +157,14 @@ def test_the_cli_bounds_a_process_batch_in_dollars(
     rows = [json.loads(line) for line in outcome.out.splitlines()]
     assert [row["status"] for row in rows].count("completed") == FITS
     assert rows[-1]["status"] == "skipped"
-    assert len(model_server.sizes) == FITS
+    assert len(model_server.requests) == FITS
     spent = sum(Decimal(str(row["usage"]["cost_usd"] or 0)) for row in rows if "usage" in row)
     assert spent <= bound
 
 
 @pytest.mark.slow
 def test_ray_actors_reserve_against_one_batch_budget(
-    tmp_path: Path, model_server: FinishServer, ray_address: str
+    tmp_path: Path, model_server: ScriptedHttpServer, ray_address: str
 ) -> None:
     _check_engine(tmp_path, model_server, engine="ray", ray_address=ray_address)
 
