@@ -56,7 +56,14 @@ class Ledger:
     def number(self, key: str, earlier: str) -> tuple[int, int]:
         """How many times ``key`` has been counted as a row's key and ``earlier`` as the key
         round 2 gave a row, this time included (two separate counts)."""
-        first = self._entry(key)
+        first = self._counts.get(key)
+        if first is None:
+            # A new key, before anything was written to the file (most batches' every key):
+            # held at once, without :meth:`_entry`'s call.
+            if self._written is None and len(self._counts) < RECENT_KEYS:
+                first = self._counts[key] = [0, 0, 0, 0]
+            else:
+                first = self._entry(key)
         first[0] += 1
         first[2] += 1
         second = first if earlier == key else self._entry(earlier)

@@ -42,6 +42,7 @@ __all__ = [
     "RowPlan",
     "RowSink",
     "failed_row",
+    "new_outcome",
     "row_messages",
     "run_row",
 ]
@@ -185,6 +186,24 @@ class RowOutcome:
         )
 
 
+_new = object.__new__
+_set_row = RowOutcome.__dict__["row"].__set__
+_set_tools = RowOutcome.__dict__["tools"].__set__
+_set_records = RowOutcome.__dict__["records"].__set__
+
+
+def new_outcome(
+    row: dict[str, Any], tools: dict[str, int], records: list[Mapping[str, Any]]
+) -> RowOutcome:
+    """``RowOutcome(row=row, tools=tools, records=records)`` at under half the constructor's
+    cost (its ``__init__`` binds keywords and fills defaults; every row that runs makes one)."""
+    outcome: RowOutcome = _new(RowOutcome)
+    _set_row(outcome, row)
+    _set_tools(outcome, tools)
+    _set_records(outcome, records)
+    return outcome
+
+
 def failed_row(
     item: InputRow, key: str, code: str, message: str, duration_ms: float = 0.0
 ) -> RowOutcome:
@@ -229,12 +248,11 @@ async def run_row(
     """
     if item.problem is not None:
         return failed_row(item, key, BATCH_INPUT_INVALID, f"line {item.line}: {item.problem}")
-    root_budgets = (_AGENT_VARS or _load_agent_vars())[0]
+    root_budgets, outer = _AGENT_VARS or _load_agent_vars()
     sink = RowSink(keep=traced, forward=forward if traced else None) if traced or tools else None
     budgets: list[Any] = []
     token = root_budgets.set(budgets)
-    start = time.perf_counter()
-    durable: dict[str, Any] = {}
+    start = _clock()
     try:
         if store is not None and plan.checkpoint_key is not None:
             from tubeless.durable._spi import find_key
@@ -244,39 +262,70 @@ async def run_row(
                 "checkpoint_key": find_key(store, plan.checkpoint_key, plan.earlier_key),
                 "restart": plan.restart,
             }
+        else:
+            durable = _NOT_DURABLE
         if plan.record is None and plan.replay is None:
             run = await _run(entry, item, None if sink is None else [sink], signal, durable)
         else:
             with _cassette(plan):
                 run = await _run(entry, item, None if sink is None else [sink], signal, durable)
     except TubelessError as exc:  # the row's cassette or checkpoint cannot be used
-        return failed_row(item, key, exc.code, exc.message, (time.perf_counter() - start) * 1000)
+        return failed_row(item, key, exc.code, exc.message, (_clock() - start) * 1000)
     except asyncio.CancelledError:
         # The task was cancelled (a second signal): the run recorded its cancellation.
-        duration = (time.perf_counter() - start) * 1000
+        duration = (_clock() - start) * 1000
         outcome = failed_row(item, key, RUN_CANCELLED, "the row was cancelled", duration)
         outcome.row["status"] = "cancelled"
         outcome.records = sink.records if sink is not None else []
         return outcome
     finally:
-        if token is not None:
-            root_budgets.reset(token)
-    duration = (time.perf_counter() - start) * 1000
+        root_budgets.reset(token)
+    # (``round(x * 1000) / 1000``: milliseconds to three decimals, as ``round(x, 3)`` gives
+    # them, at a third of its cost.)
+    duration_ms = round((_clock() - start) * 1_000_000) / 1000
+    turns = calls = 0
+    metered = False
+    run_id = run.run_id
+    for budget in budgets:  # the root agents' budgets (one, for an agent entry)
+        calls += budget.calls
+        if budget.id == run_id:
+            turns += budget.decisions
+        if budget.ledger is not None:
+            metered = True
     if sink is not None:
-        turns, calls, counted = sink.turns, sum(sink.tools.values()), dict(sink.tools)
+        turns, calls = sink.turns, sum(sink.tools.values())
+    # The output row, its keys in this order (one literal: the usual row is a completed one).
+    status = run.status
+    if status == "completed":
+        value = run.value
+        row = {
+            "index": item.index,
+            "key": key,
+            "status": status,
+            "result": value if type(value) in _PLAIN else _jsonable(value),
+            "run_id": run_id,
+            "duration_ms": duration_ms,
+            "turns": turns,
+            "calls": calls,
+        }
     else:
-        turns = calls = 0
-        run_id = run.run_id
-        for budget in budgets:  # the root agents' budgets (one, for an agent entry)
-            calls += budget.calls
-            if budget.id == run_id:
-                turns += budget.decisions
-        counted = {}
-    row = _row(item, key, run, turns, calls, duration)
-    usage = row_usage(budgets)
-    if usage is not None:
-        row["usage"] = usage
-    return RowOutcome(row=row, tools=counted, records=sink.records if sink is not None else [])
+        row = {
+            "index": item.index,
+            "key": key,
+            "status": status,
+            "error": _error(item, run),
+            "run_id": run_id,
+            "duration_ms": duration_ms,
+            "turns": turns,
+            "calls": calls,
+        }
+    if metered or outer.get():  # (rows of unbudgeted agents in an unbudgeted batch: neither)
+        usage = row_usage(budgets)
+        if usage is not None:
+            row["usage"] = usage
+    if sink is None:
+        return new_outcome(row, {}, [])
+    return new_outcome(row, dict(sink.tools), sink.records)
 
 
 def row_usage(budgets: list[Any]) -> dict[str, Any] | None:
@@ -297,6 +346,10 @@ def row_usage(budgets: list[Any]) -> dict[str, Any] | None:
         "cost_usd": float(cost) if priced else None,
     }
 
+
+_clock = time.perf_counter
+#: The durable arguments of a row without a checkpoint (never changed).
+_NOT_DURABLE: dict[str, Any] = {}
 
 #: The agent layer's ``ROOT_BUDGETS`` and ``OUTER_LEDGERS`` (loaded by the first row: an
 #: ``import`` statement in :func:`run_row` would cost every row thousands of instructions).
@@ -408,25 +461,9 @@ def _cassette(plan: RowPlan) -> Iterator[None]:
         yield
 
 
-def _row(
-    item: InputRow, key: str, run: PipelineRun, turns: int, calls: int, duration_ms: float
-) -> dict[str, Any]:
-    row: dict[str, Any] = {"index": item.index, "key": key, "status": run.status}
-    if run.status == "completed":
-        row["result"] = _jsonable(run.value)
-    else:
-        row["error"] = _error(item, run)
-    row["run_id"] = run.run_id
-    row["duration_ms"] = round(duration_ms, 3)
-    row["turns"] = turns
-    row["calls"] = calls
-    return row
-
-
 def _jsonable(value: Any) -> Any:
+    """``value``'s JSON form (results that are their own, :data:`_PLAIN`, are not passed in)."""
     global _to_jsonable
-    if type(value) in _PLAIN:
-        return value  # what ``to_jsonable_python`` gives them too, without the call
     if _to_jsonable is None:  # imported once, when the first row completes
         from pydantic_core import to_jsonable_python
 

@@ -5,6 +5,7 @@ and record its outcome, and the rows handed back in input order (:class:`Batch`,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -61,7 +62,9 @@ class Batch:
         self.changed = asyncio.Event()
         self.room = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
-        self.started: asyncio.Task[None] | None = None
+        self.started: asyncio.Future[None] | None = None
+        self.ready = False
+        """The workers have started (:meth:`_start`)."""
         self.stopping = False
         self.closed = False
 
@@ -74,7 +77,9 @@ class Batch:
 
     def begin(self, concurrency: int) -> asyncio.Future[list[None]]:
         """Start ``concurrency`` slots; the future is done when they all are."""
-        self.tasks = [asyncio.create_task(self._slot()) for _ in range(concurrency)]
+        scope = getattr(self.engine, "scope", None)  # the local engine's, for every row
+        with scope() if scope is not None else contextlib.nullcontext():
+            self.tasks = [asyncio.create_task(self._slot()) for _ in range(concurrency)]
         running = asyncio.gather(*self.tasks)
         running.add_done_callback(lambda _: self.changed.set())
         return running
@@ -143,12 +148,8 @@ class Batch:
 
                 # This task's own context: the row charges the batch, and meters itself.
                 OUTER_LEDGERS.set((self.budget, BudgetLedger(ROW_METER, {})))
-            if self.started is None:  # the workers start with the first row that runs
-                self.started = asyncio.ensure_future(self.engine.start())
-            if self.started.done():
-                self.started.result()  # raises if the workers could not start
-            else:
-                await asyncio.shield(self.started)
+            if not self.ready:
+                await self._start()
             row, key = named.row, named.key
             plan = NO_PLAN if self.planner.none else self.planner.plan(named)
             try:
@@ -168,9 +169,20 @@ class Batch:
                     if row.validated is not None:
                         row = replace(row, validated=None)
                     outcome = await self.engine.run(row, key, retry=True, plan=plan)
-            finally:
-                self.changed.set()
+            except BaseException:
+                self.changed.set()  # the batch learns of it (``_finished`` does otherwise)
+                raise
             self._finished(outcome)
+
+    async def _start(self) -> None:
+        """The workers start with the first row that runs; every slot waits for them."""
+        if self.started is None:
+            self.started = asyncio.ensure_future(self.engine.start())
+        if self.started.done():
+            self.started.result()  # raises if the workers could not start
+        else:
+            await asyncio.shield(self.started)
+        self.ready = True
 
     def _finished(self, outcome: RowOutcome, *, reused: bool = False) -> None:
         if self.closed:

@@ -22,6 +22,7 @@ __all__ = [
     "UNFINISHED",
     "default_key",
     "find_key",
+    "frozen_key",
     "json_form",
     "legacy_key",
     "unfinished_of",
@@ -65,6 +66,12 @@ def default_key(entry_id: str, value: Any) -> str:
             "pass checkpoint_key=",
         ) from None
     return f"{entry_id}:{hexdigest[7 : 7 + _HEX_CHARS]}"
+
+
+def frozen_key(entry_id: str, frozen: Any) -> str:
+    """:func:`default_key` of a value :func:`json_form` made already (frozen JSON data always
+    has a canonical form: nothing to check again)."""
+    return f"{entry_id}:{digest(frozen)[7 : 7 + _HEX_CHARS]}"
 
 
 def legacy_key(entry_id: str, raw_input: Any) -> str | None:

@@ -40,7 +40,14 @@ if TYPE_CHECKING:
     )
     from tubeless.durable._document_parse import parse
     from tubeless.durable._encode import Fragments
-    from tubeless.durable._keys import default_key, find_key, json_form, legacy_key, unfinished_of
+    from tubeless.durable._keys import (
+        default_key,
+        find_key,
+        frozen_key,
+        json_form,
+        legacy_key,
+        unfinished_of,
+    )
     from tubeless.durable._session import DOCUMENT_VERSION, SESSION_SLOT, CheckpointSession
     from tubeless.durable._store import LeaseHolder, check_key
     from tubeless.durable._summary import describe, summary
@@ -64,6 +71,7 @@ __all__ = [
     "default_key",
     "describe",
     "find_key",
+    "frozen_key",
     "json_form",
     "legacy_key",
     "parse",
@@ -101,6 +109,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "default_key": ("tubeless.durable._keys", "default_key"),
     "describe": ("tubeless.durable._summary", "describe"),
     "find_key": ("tubeless.durable._keys", "find_key"),
+    "frozen_key": ("tubeless.durable._keys", "frozen_key"),
     "json_form": ("tubeless.durable._keys", "json_form"),
     "legacy_key": ("tubeless.durable._keys", "legacy_key"),
     "parse": ("tubeless.durable._document_parse", "parse"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tubeless.durable._spi import default_key, json_form, legacy_key
+from tubeless.durable._spi import default_key, frozen_key, json_form, legacy_key
 from tubeless.pipeline._run_state import UNVALIDATED
 
 if TYPE_CHECKING:
@@ -36,13 +36,15 @@ def checkpoint_keys(
     """The default checkpoint key of a run (DESIGN.md §11) and the key round 2 gave the same
     input, which is still looked up (``None`` when it is the same key or there was none, or
     when not asked for: ``earlier=False``)."""
-    value = raw_input
-    if validated is not UNVALIDATED:
+    if validated is UNVALIDATED:
+        key = default_key(entry_id, raw_input)
+    else:
         try:
-            value = json_form(validated)
+            frozen = json_form(validated)
         except (TypeError, ValueError):  # FreezeError is a ValueError
-            value = raw_input  # a validated value with no JSON form: the raw input names it
-    key = default_key(entry_id, value)
+            key = default_key(entry_id, raw_input)  # no JSON form: the raw input names it
+        else:
+            key = frozen_key(entry_id, frozen)  # (a batch names each row: frozen once)
     if not earlier:
         return key, None
     legacy = legacy_key(entry_id, raw_input)
