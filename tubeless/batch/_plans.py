@@ -70,45 +70,38 @@ class RowNamer:
         with it)."""
         if isinstance(item, InputRow):
             return self.name(item)
-        return self.name(_Given(index, item))
+        return self._named(index, index + 1, item, None)
 
-    def name(self, row: InputRow | _Given) -> NamedRow:
+    def name(self, row: InputRow) -> NamedRow:
         """The row's keys; the row comes back holding its validated input (when its entry has
         an options schema that accepts it), which its run then takes instead of validating."""
-        raw_base: str | None = None
         if row.problem is None:
-            try:
-                validated = self._validated(self.pipeline, row.raw)
-                base, raw_base = self._keys(
-                    self.pipeline.id, row.raw, validated, earlier=self.earlier
-                )
-                if validated is not self._unvalidated and self.pipeline.options_schema is not None:
-                    row = new_row(row.index, row.line, row.raw, (validated,))
-            except (TypeError, ValueError, RecursionError, TubelessError):
-                text = f"index {row.index}: {type(row.raw).__name__}"
-                row = InputRow(index=row.index, line=row.line, problem=_NOT_JSON, text=text)
-        if isinstance(row, _Given):
-            row = new_row(row.index, row.line, row.raw)
-        if row.problem is not None:
-            base = text_key(self.pipeline.id, row.text)
+            return self._named(row.index, row.line, row.raw, row)
+        return self._number(row, text_key(self.pipeline.id, row.text), None)
+
+    def _named(self, index: int, line: int, raw: Any, row: InputRow | None) -> NamedRow:
+        """The keys of a readable input (``row``, or ``None`` when it is yet to be made)."""
+        try:
+            validated = self._validated(self.pipeline, raw)
+            base, raw_base = self._keys(self.pipeline.id, raw, validated, earlier=self.earlier)
+        except (TypeError, ValueError, RecursionError, TubelessError):
+            text = f"index {index}: {type(raw).__name__}"
+            row = InputRow(index=index, line=line, problem=_NOT_JSON, text=text)
+            return self._number(row, text_key(self.pipeline.id, text), None)
+        if validated is not self._unvalidated and self.pipeline.options_schema is not None:
+            row = new_row(index, line, raw, (validated,))
+        elif row is None:
+            row = new_row(index, line, raw)
+        return self._number(row, base, raw_base)
+
+    def _number(self, row: InputRow, base: str, raw_base: str | None) -> NamedRow:
+        """The row named ``base`` (``#2``, ``#3``... for repeats) and round 2's keys for it."""
         # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
         earlier = raw_base or base
         count, earlier_count = self.ledger.number(base, earlier)
         key = base if count == 1 else f"{base}#{count}"
         old = earlier if earlier_count == 1 else f"{earlier}#{earlier_count}"
         return NamedRow(row, key, None if old == key else old, None if earlier == key else earlier)
-
-
-class _Given:
-    """An input given in memory, not yet an :class:`InputRow` (what :meth:`RowNamer.name`
-    reads of a row; far cheaper to make than a frozen dataclass)."""
-
-    __slots__ = ("index", "line", "raw")
-    problem: str | None = None
-    text = ""
-
-    def __init__(self, index: int, raw: Any) -> None:
-        self.index, self.line, self.raw = index, index + 1, raw
 
 
 @dataclass(frozen=True, slots=True)

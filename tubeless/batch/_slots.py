@@ -64,6 +64,10 @@ class Batch:
         self.tasks: list[asyncio.Task[None]] = []
         self.started: asyncio.Future[None] | None = None
         self.ready = False
+        self.listening = False
+        """:meth:`changes` waits for :attr:`changed`."""
+        self.short_of_room = 0
+        """Slots waiting for :attr:`room`."""
         """The workers have started (:meth:`_start`)."""
         self.stopping = False
         self.closed = False
@@ -89,17 +93,29 @@ class Batch:
         written to the output and makes room for another row to be read."""
         index = self.next_index
         outcome = self.done.pop(index)
-        self.waiting.pop(index, None)
         if self.store is not None:
+            self.waiting.pop(index, None)
             self.store.emit(outcome.row)
         self.next_index = index + 1
-        self.room.set()
+        if self.short_of_room:  # (a slot waits for room: rarely, so the event is not set)
+            self.short_of_room = 0
+            self.room.set()
         return outcome
 
     async def changes(self) -> None:
         """Until a row finishes or the slots end."""
         self.changed.clear()
-        await self.changed.wait()
+        self.listening = True
+        try:
+            await self.changed.wait()
+        finally:
+            self.listening = False
+
+    def _changed(self) -> None:
+        """Wake :meth:`changes` (when it waits: most rows finish while it does not)."""
+        if self.listening:
+            self.listening = False
+            self.changed.set()
 
     def left(self) -> list[RowOutcome]:
         """After a cancellation: the rows that did finish, not yet yielded, in input order."""
@@ -120,12 +136,10 @@ class Batch:
                 return None
             index = named.row.index
             self.read = index + 1
-            self.waiting[index] = named
-            reused = (
-                self.store.completed(index, named.key, named.earlier_row)
-                if self.store is not None
-                else None
-            )
+            if self.store is None:
+                return named
+            self.waiting[index] = named  # (only an output needs the rows it has not written)
+            reused = self.store.completed(index, named.key, named.earlier_row)
             if reused is None:
                 return named
             self._finished(RowOutcome(row=reused), reused=True)
@@ -137,6 +151,7 @@ class Batch:
                 return
             if named is False:
                 self.room.clear()
+                self.short_of_room += 1
                 await self.room.wait()
                 continue
             if self.budget is not None:
@@ -170,7 +185,7 @@ class Batch:
                         row = replace(row, validated=None)
                     outcome = await self.engine.run(row, key, retry=True, plan=plan)
             except BaseException:
-                self.changed.set()  # the batch learns of it (``_finished`` does otherwise)
+                self._changed()  # the batch learns of it (``_finished`` does otherwise)
                 raise
             self._finished(outcome)
 
@@ -200,7 +215,7 @@ class Batch:
         if self.fail_fast and outcome.row["status"] == "failed" and not self.stopping:
             self.stopping = True
             self.engine.cancel("fail-fast: a row failed")
-        self.changed.set()
+        self._changed()
 
     def write_rest(self) -> None:
         """Give the output the rows not yielded, in input order: those that finished after a
