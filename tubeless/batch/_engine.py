@@ -94,15 +94,8 @@ class LocalEngine:
     ) -> Coroutine[Any, Any, RowOutcome]:
         # Not a coroutine of its own: the row's coroutine is awaited by the slot directly
         # (a frame less on every step of the row). The slot runs in :meth:`scope`.
-        return run_row(
-            self._entry,
-            item,
-            key,
-            traced=self._traced,
-            tools=self._tools,
-            signal=self._signal,
-            store=self._store,
-            plan=plan,
+        return run_row(  # (by position: see run_row)
+            self._entry, item, key, self._traced, self._tools, self._signal, self._store, plan
         )
 
     def cancel(self, reason: str) -> None:

@@ -43,15 +43,24 @@ class Ledger:
     """A batch's per-row memory, in a temporary file."""
 
     def __init__(self) -> None:
-        self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
-        self._db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-        self._db.execute("PRAGMA journal_mode = OFF")
-        self._db.execute("PRAGMA synchronous = OFF")
-        self._db.executescript(_SCHEMA)
-        self._db.execute("BEGIN")  # one transaction, never committed: the file is thrown away
+        self._opened: sqlite3.Connection | None = None
+        """The file, made by the first write (a batch of fewer than :data:`RECENT_KEYS` rows
+        and no previous output never needs one)."""
         self._counts: dict[str, list[int]] = {}
         self._written: bytearray | None = None
         """The filter of keys written to the file (``None`` until the first are)."""
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._opened is None:
+            db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
+            db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+            db.execute("PRAGMA journal_mode = OFF")
+            db.execute("PRAGMA synchronous = OFF")
+            db.executescript(_SCHEMA)
+            db.execute("BEGIN")  # one transaction, never committed: the file is thrown away
+            self._opened = db
+        return self._opened
 
     def number(self, key: str, earlier: str) -> tuple[int, int]:
         """How many times ``key`` has been counted as a row's key and ``earlier`` as the key
@@ -121,6 +130,8 @@ class Ledger:
 
     def previous(self, index: int) -> tuple[str | None, bool, int, int] | None:
         """Row ``index`` of the previous output: its key, whether it completed, where it is."""
+        if self._opened is None:
+            return None
         row = self._db.execute(
             "SELECT key, completed, offset, length FROM previous WHERE idx = ?", (index,)
         ).fetchone()
@@ -128,14 +139,19 @@ class Ledger:
 
     def previous_from(self, index: int) -> Iterator[int]:
         """The indexes of the previous output from ``index`` on, in order."""
+        if self._opened is None:
+            return
         cursor = self._db.execute("SELECT idx FROM previous WHERE idx >= ? ORDER BY idx", (index,))
         for (found,) in cursor:
             yield int(found)
 
     def last_previous(self) -> int:
         """The highest index of the previous output (-1 when it holds none)."""
+        if self._opened is None:
+            return -1
         row = self._db.execute("SELECT max(idx) FROM previous").fetchone()
         return -1 if row[0] is None else int(row[0])
 
     def close(self) -> None:
-        self._db.close()
+        if self._opened is not None:
+            self._opened.close()

@@ -75,27 +75,26 @@ class RowNamer:
     def name(self, row: InputRow) -> NamedRow:
         """The row's keys; the row comes back holding its validated input (when its entry has
         an options schema that accepts it), which its run then takes instead of validating."""
-        if row.problem is None:
-            return self._named(row.index, row.line, row.raw, row)
-        return self._number(row, text_key(self.pipeline.id, row.text), None)
+        return self._named(row.index, row.line, row.raw, row)
 
     def _named(self, index: int, line: int, raw: Any, row: InputRow | None) -> NamedRow:
-        """The keys of a readable input (``row``, or ``None`` when it is yet to be made)."""
-        try:
-            validated = self._validated(self.pipeline, raw)
-            base, raw_base = self._keys(self.pipeline.id, raw, validated, earlier=self.earlier)
-        except (TypeError, ValueError, RecursionError, TubelessError):
-            text = f"index {index}: {type(raw).__name__}"
-            row = InputRow(index=index, line=line, problem=_NOT_JSON, text=text)
-            return self._number(row, text_key(self.pipeline.id, text), None)
-        if validated is not self._unvalidated and self.pipeline.options_schema is not None:
-            row = new_row(index, line, raw, (validated,))
-        elif row is None:
-            row = new_row(index, line, raw)
-        return self._number(row, base, raw_base)
-
-    def _number(self, row: InputRow, base: str, raw_base: str | None) -> NamedRow:
-        """The row named ``base`` (``#2``, ``#3``... for repeats) and round 2's keys for it."""
+        """The keys of the input ``raw`` (its row, or ``None`` when it is yet to be made)."""
+        raw_base: str | None = None
+        if row is not None and row.problem is not None:  # an unreadable line: its text names it
+            base = text_key(self.pipeline.id, row.text)
+        else:
+            try:
+                validated = self._validated(self.pipeline, raw)
+                base, raw_base = self._keys(self.pipeline.id, raw, validated, earlier=self.earlier)
+            except (TypeError, ValueError, RecursionError, TubelessError):
+                text = f"index {index}: {type(raw).__name__}"
+                row = InputRow(index=index, line=line, problem=_NOT_JSON, text=text)
+                base = text_key(self.pipeline.id, text)
+            else:
+                if validated is not self._unvalidated and self.pipeline.options_schema is not None:
+                    row = new_row(index, line, raw, (validated,))
+                elif row is None:
+                    row = new_row(index, line, raw)
         # Round 2 numbered repeats of the same raw input the same way, under its raw-input key.
         earlier = raw_base or base
         count, earlier_count = self.ledger.number(base, earlier)

@@ -187,9 +187,6 @@ class RowOutcome:
 
 
 _new = object.__new__
-_set_row = RowOutcome.__dict__["row"].__set__
-_set_tools = RowOutcome.__dict__["tools"].__set__
-_set_records = RowOutcome.__dict__["records"].__set__
 
 
 def new_outcome(
@@ -198,9 +195,9 @@ def new_outcome(
     """``RowOutcome(row=row, tools=tools, records=records)`` at under half the constructor's
     cost (its ``__init__`` binds keywords and fills defaults; every row that runs makes one)."""
     outcome: RowOutcome = _new(RowOutcome)
-    _set_row(outcome, row)
-    _set_tools(outcome, tools)
-    _set_records(outcome, records)
+    outcome.row = row
+    outcome.tools = tools
+    outcome.records = records
     return outcome
 
 
@@ -226,7 +223,6 @@ async def run_row(
     entry: Pipeline,
     item: InputRow,
     key: str,
-    *,
     traced: bool,
     tools: bool = False,
     signal: CancelToken | None = None,
@@ -235,6 +231,9 @@ async def run_row(
     forward: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> RowOutcome:
     """Run ``entry`` on ``item``'s input as a root run and describe it as a row.
+
+    (Its arguments may be given by position: the local engine does, once a row, since binding
+    keywords costs more; others name them.)
 
     Args:
         traced: Keep the row's trace records (the batch has sinks).
@@ -280,9 +279,9 @@ async def run_row(
         return outcome
     finally:
         root_budgets.reset(token)
-    # (``round(x * 1000) / 1000``: milliseconds to three decimals, as ``round(x, 3)`` gives
-    # them, at a third of its cost.)
-    duration_ms = round((_clock() - start) * 1_000_000) / 1000
+    # Milliseconds to three decimals (as ``round(x, 3)`` gives them, but for a tie rounding
+    # up, at a fifth of its cost: a duration is never negative).
+    duration_ms = int((_clock() - start) * 1_000_000 + 0.5) / 1000
     turns = calls = 0
     metered = False
     run_id = run.run_id

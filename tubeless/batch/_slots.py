@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._budget_broker import ROW_METER
 from tubeless.batch._engine import Engine
@@ -71,22 +71,33 @@ class Batch:
         """The workers have started (:meth:`_start`)."""
         self.stopping = False
         self.closed = False
+        self.halted = False
+        """No more rows are to be read: the inputs are exhausted, the batch was cancelled, is
+        stopping (fail-fast) or closed (one flag, read before every row)."""
+        self._unwatch: Callable[[], None] | None = None
 
     def stop(self) -> None:
         """The batch is over (finished, or its consumer went away): rows still in flight are
         cancelled and will not be recorded."""
-        self.closed = True
+        self.closed = self.halted = True
+        if self._unwatch is not None:
+            self._unwatch()
         for task in self.tasks:
             task.cancel()
 
     def begin(self, concurrency: int) -> asyncio.Future[list[None]]:
         """Start ``concurrency`` slots; the future is done when they all are."""
+        self._unwatch = self.token.add_callback(self._cancelled)
         scope = getattr(self.engine, "scope", None)  # the local engine's, for every row
         with scope() if scope is not None else contextlib.nullcontext():
             self.tasks = [asyncio.create_task(self._slot()) for _ in range(concurrency)]
         running = asyncio.gather(*self.tasks)
         running.add_done_callback(lambda _: self.changed.set())
         return running
+
+    def _cancelled(self) -> None:
+        """The batch's token was cancelled (maybe from another thread): no row starts after."""
+        self.halted = True
 
     def take(self) -> RowOutcome:
         """The next row in input order, which has finished (``next_index in done``): it is
@@ -121,39 +132,30 @@ class Batch:
         """After a cancellation: the rows that did finish, not yet yielded, in input order."""
         return [self.done[index] for index in sorted(self.done)]
 
-    def _read(self) -> NamedRow | Literal[False] | None:
-        """The next row to run (rows completed in the previous output are settled here);
-        ``None`` when there is none or the batch stops; ``False`` while the window is full
-        (wait for :attr:`room`). Not a coroutine: reading a row is most often not waiting."""
-        while True:
-            if self.exhausted or self.token.cancelled or self.stopping or self.closed:
-                return None
-            if self.read - self.next_index >= self.window:
-                return False
-            named = next(self.named, None)
-            if named is None:
-                self.exhausted = True
-                return None
-            index = named.row.index
-            self.read = index + 1
-            if self.store is None:
-                return named
-            self.waiting[index] = named  # (only an output needs the rows it has not written)
-            reused = self.store.completed(index, named.key, named.earlier_row)
-            if reused is None:
-                return named
-            self._finished(RowOutcome(row=reused), reused=True)
-
     async def _slot(self) -> None:
+        named_rows = self.named
         while True:
-            named = self._read()
-            if named is None:
+            # The next row to run, read here rather than by a method of its own (it is read
+            # once a row); rows completed in the previous output are settled as they are read.
+            if self.halted:
                 return
-            if named is False:
-                self.room.clear()
+            if self.read - self.next_index >= self.window:
+                self.room.clear()  # wait for the consumer to take a row
                 self.short_of_room += 1
                 await self.room.wait()
                 continue
+            named = next(named_rows, None)
+            if named is None:
+                self.exhausted = self.halted = True
+                return
+            index = named.row.index
+            self.read = index + 1
+            if self.store is not None:
+                self.waiting[index] = named  # (only an output needs the rows not written)
+                reused = self.store.completed(index, named.key, named.earlier_row)
+                if reused is not None:
+                    self._finished(RowOutcome(row=reused), reused=True)
+                    continue
             if self.budget is not None:
                 if self.budget.spent:
                     self._finished(_skipped(named))
@@ -213,9 +215,11 @@ class Batch:
         if self.on_row is not None:
             self.on_row(outcome, reused)
         if self.fail_fast and outcome.row["status"] == "failed" and not self.stopping:
-            self.stopping = True
+            self.stopping = self.halted = True
             self.engine.cancel("fail-fast: a row failed")
-        self._changed()
+        if self.listening:  # (:meth:`_changed`, inline: once a row)
+            self.listening = False
+            self.changed.set()
 
     def write_rest(self) -> None:
         """Give the output the rows not yielded, in input order: those that finished after a

@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from operator import attrgetter
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from tubeless.errors import RUN_CANCELLED, TubelessError
 
@@ -69,16 +68,10 @@ class CancelToken:
         # Cancelled by stop_waiting(): the run no longer waits for its worker threads.
         self._stop: CancelToken | None = None
 
-    if TYPE_CHECKING:
-
-        @property
-        def cancelled(self) -> bool:
-            """Whether ``cancel`` was called."""
-
-    else:
-        # The same read-only property, its getter a C function: read once per batch row and
-        # per step, where a Python getter's frame would cost more than the read.
-        cancelled = property(attrgetter("_cancelled"), doc="Whether ``cancel`` was called.")
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``cancel`` was called."""
+        return self._cancelled
 
     @property
     def reason(self) -> str | None:
