@@ -49,6 +49,9 @@ class NamedRow(NamedTuple):
     """The ``key`` round 2 wrote in its row of the output (never suffixed)."""
 
 
+_new_named = tuple.__new__
+
+
 class RowNamer:
     """Gives each row its key, in input order (DESIGN.md §11: the default checkpoint key of its
     validated input, ``#2``, ``#3``... for later rows of the same input), and the keys round 2
@@ -64,21 +67,20 @@ class RowNamer:
         self._keys, self._validated = checkpoint_keys, validated_or_unvalidated
         self._unvalidated = UNVALIDATED
 
-    def name_given(self, index: int, item: Any) -> NamedRow:
-        """:meth:`name` for an input given in memory (``item`` at ``index``), whose
-        :class:`InputRow` is made once, holding its validated input (not made, then made again
-        with it)."""
-        if isinstance(item, InputRow):
-            return self.name(item)
-        return self._named(index, index + 1, item, None)
-
     def name(self, row: InputRow) -> NamedRow:
         """The row's keys; the row comes back holding its validated input (when its entry has
         an options schema that accepts it), which its run then takes instead of validating."""
-        return self._named(row.index, row.line, row.raw, row)
+        return self.name_given(row.index, row)
 
-    def _named(self, index: int, line: int, raw: Any, row: InputRow | None) -> NamedRow:
-        """The keys of the input ``raw`` (its row, or ``None`` when it is yet to be made)."""
+    def name_given(self, index: int, item: Any) -> NamedRow:
+        """:meth:`name` for an input given in memory (``item`` at ``index``; an
+        :class:`InputRow` is named as it is), whose row is made once, holding its validated
+        input (not made, then made again with it)."""
+        if isinstance(item, InputRow):
+            row: InputRow | None = item
+            index, line, raw = item.index, item.line, item.raw
+        else:
+            row, line, raw = None, index + 1, item
         raw_base: str | None = None
         if row is not None and row.problem is not None:  # an unreadable line: its text names it
             base = text_key(self.pipeline.id, row.text)
@@ -100,7 +102,10 @@ class RowNamer:
         count, earlier_count = self.ledger.number(base, earlier)
         key = base if count == 1 else f"{base}#{count}"
         old = earlier if earlier_count == 1 else f"{earlier}#{earlier_count}"
-        return NamedRow(row, key, None if old == key else old, None if earlier == key else earlier)
+        # (``NamedRow(...)`` without its ``__new__``'s Python frame: the same tuple, made in C.)
+        return _new_named(
+            NamedRow, (row, key, None if old == key else old, None if earlier == key else earlier)
+        )
 
 
 @dataclass(frozen=True, slots=True)
