@@ -17,7 +17,6 @@ from typing import Any, Protocol
 from jinja2 import Undefined
 
 from tubeless.errors import TemplateError, one_line
-from tubeless.pipeline._spi import interruptibly
 from tubeless.project._budget import TemplateLimit, running
 from tubeless.project._sandbox import compile_expression, compile_text
 from tubeless.project._template_check import PARSE_ERRORS, template_problem
@@ -104,6 +103,9 @@ def _compile_mapping(value: Any, where: str) -> _Part:
 def compile_template_mapping(value: Any, where: str) -> Renderer:
     """Compile every string of a nested mapping/list; the result renders the whole structure
     under one budget. Raises :class:`TemplateError` naming the pointer of a bad string."""
+    # Imported here: checking a project (``template_problems``) needs none of the pipeline core.
+    from tubeless.pipeline._spi import interruptibly
+
     part = _compile_mapping(value, where)
 
     def render(context: Mapping[str, Any], check: Callable[[], object] | None = None) -> Any:
