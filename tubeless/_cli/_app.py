@@ -3,8 +3,9 @@
 The commands are listed in :mod:`tubeless._cli._commands` (module, attribute, short help) and a
 command's module is imported only when that command is asked for: ``tubeless --help`` and
 ``tubeless validate`` start without importing what ``run`` or ``serve`` need. Each command is a
-few lines calling one library function. Commands signal outcomes by raising (see :mod:`tubeless._cli._exit` for the mapping) or,
-for a non-error exit status such as "plan not ok", by ``ctx.exit(code)``.
+few lines calling one library function. Commands signal outcomes by raising (see
+:mod:`tubeless._cli._exit` for the mapping) or, for a non-error exit status such as "plan not
+ok", by ``ctx.exit(code)``.
 """
 
 from __future__ import annotations
@@ -252,4 +253,3 @@ def _discard(stream: TextIO) -> None:
             os.dup2(devnull, stream.fileno())
         finally:
             os.close(devnull)
-
