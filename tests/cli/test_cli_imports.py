@@ -160,3 +160,18 @@ def test_help_lists_every_command_as_click_would(width: int) -> None:
     )
     assert done.stdout == formatter.getvalue()
     assert "validate" in done.stdout
+
+
+def test_a_misspelt_command_is_still_told_the_closest_name() -> None:
+    """click suggests among the commands it has: all of them, though none is loaded yet."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tubeless", "valdate", "x.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[0] == (
+        "error: No such command 'valdate'. Did you mean 'validate'?"
+    )

@@ -111,6 +111,21 @@ class _Group(click.Group):
             self.add_command(command, cmd_name)
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            # click (8.4 and later) suggests a close name among the commands loaded so far:
+            # suggest among them all, as before they were loaded lazily.
+            no_such = getattr(click, "NoSuchCommand", None)
+            if no_such is None or not isinstance(exc, no_such):
+                raise
+            raise no_such(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=exc.ctx
+            ) from None
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands' table, as click writes it, from the short helps of
         :data:`~tubeless._cli._commands.COMMANDS` for the commands not loaded yet (so ``--help``
