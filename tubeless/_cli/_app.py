@@ -132,7 +132,9 @@ class _Group(click.Group):
         imports none of them)."""
         rows = []
         for name in self.list_commands(ctx):
-            command = self.commands.get(name) or COMMANDS[name].stand_in(name)
+            command = self.commands.get(name)
+            if command is None:
+                command = COMMANDS[name].stand_in(name)
             if not command.hidden:
                 rows.append((name, command))
         if not rows:
