@@ -119,6 +119,22 @@ def test_schema_and_init_import_no_validator(args: list[str], tmp_path: Path) ->
     assert _loaded_after(*given) == (0, [])
 
 
+def test_listing_a_trace_imports_the_trace_reader_only(tmp_path: Path) -> None:
+    trace = tmp_path / "t.ndjson"
+    subprocess.run(
+        [sys.executable, "-m", "tubeless", "run", str(PROJECT), "--quiet", "--trace", str(trace)],
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    code, loaded = _loaded_after("trace", "show", str(trace))
+    assert code == 0
+    # The NDJSON reader is part of tubeless.tracing; whether it needs sqlite3 is the tracing
+    # package's business.
+    assert sorted(set(loaded) - {"tubeless.tracing", "sqlite3"}) == []
+
+
 def test_every_command_is_in_the_table_and_loads() -> None:
     """The table names every command once, under the name the command gives itself."""
     for name in COMMANDS:
