@@ -1,8 +1,11 @@
 """The ``tubeless`` click group and the ``main()`` entry point.
 
-Commands are added with ``cli.add_command(...)``; each is a few lines calling one library
-function. Commands signal outcomes by raising (see :mod:`tubeless._cli._exit` for the mapping) or,
-for a non-error exit status such as "plan not ok", by ``ctx.exit(code)``.
+The commands are listed in :mod:`tubeless._cli._commands` (module, attribute, short help) and a
+command's module is imported only when that command is asked for: ``tubeless --help`` and
+``tubeless validate`` start without importing what ``run`` or ``serve`` need. Each command is a
+few lines calling one library function. Commands signal outcomes by raising (see
+:mod:`tubeless._cli._exit` for the mapping) or, for a non-error exit status such as "plan not
+ok", by ``ctx.exit(code)``.
 """
 
 from __future__ import annotations
@@ -18,20 +21,8 @@ from typing import Any, TextIO
 
 import click
 
+from tubeless._cli._commands import COMMANDS, load_command
 from tubeless._cli._exit import EXIT_OK, exit_code_for, report_error
-from tubeless._cli.batch import batch
-from tubeless._cli.checkpoints import checkpoints
-from tubeless._cli.decide import approve, deny
-from tubeless._cli.eval import eval_
-from tubeless._cli.init import init
-from tubeless._cli.look import graph, inspect, list_, plan
-from tubeless._cli.mcp_serve import mcp_serve
-from tubeless._cli.run import run
-from tubeless._cli.schema import schema
-from tubeless._cli.serve import serve
-from tubeless._cli.trace import trace
-from tubeless._cli.ui import ui
-from tubeless._cli.validate import validate
 from tubeless._version import __version__
 
 __all__ = ["CliState", "cli", "main"]
@@ -106,8 +97,51 @@ def _output_closed_is_not_an_os_error() -> Iterator[None]:
 
 
 class _Group(click.Group):
-    """The ``tubeless`` group: a closed output while parsing (``--help``) or running a command
-    reaches ``main()`` as :class:`_OutputClosed`."""
+    """The ``tubeless`` group: its commands are loaded when first asked for (click's lazy-group
+    pattern), and a closed output while parsing (``--help``) or running a command reaches
+    ``main()`` as :class:`_OutputClosed`."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = self.commands.get(cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            command = load_command(cmd_name)
+            self.add_command(command, cmd_name)
+        return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            # click (8.4 and later) suggests a close name among the commands loaded so far:
+            # suggest among them all, as before they were loaded lazily.
+            no_such = getattr(click, "NoSuchCommand", None)
+            if no_such is None or not isinstance(exc, no_such):
+                raise
+            raise no_such(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=exc.ctx
+            ) from None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands' table, as click writes it, from the short helps of
+        :data:`~tubeless._cli._commands.COMMANDS` for the commands not loaded yet (so ``--help``
+        imports none of them)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name)
+            if command is None:
+                command = COMMANDS[name].stand_in(name)
+            if not command.hidden:
+                rows.append((name, command))
+        if not rows:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
 
     def make_context(
         self,
@@ -236,22 +270,3 @@ def _discard(stream: TextIO) -> None:
             os.dup2(devnull, stream.fileno())
         finally:
             os.close(devnull)
-
-
-cli.add_command(approve)
-cli.add_command(batch)
-cli.add_command(eval_)
-cli.add_command(checkpoints)
-cli.add_command(deny)
-cli.add_command(graph)
-cli.add_command(init)
-cli.add_command(inspect)
-cli.add_command(list_)
-cli.add_command(mcp_serve)
-cli.add_command(plan)
-cli.add_command(run)
-cli.add_command(schema)
-cli.add_command(serve)
-cli.add_command(trace)
-cli.add_command(ui)
-cli.add_command(validate)

@@ -36,7 +36,6 @@ from tubeless.project._issues import did_you_mean
 from tubeless.project._references import ReferenceProblem, Resolver
 from tubeless.project._semantics import composition_order, escape
 from tubeless.project._signatures import call_problem
-from tubeless.project._templates import compile_template_mapping
 from tubeless.project.spec import (
     AgentSpec,
     AgentToolSpec,
@@ -361,6 +360,9 @@ class Compiler:
     def _initial_state(self, agent: AgentSpec, pointer: str) -> Any:
         value = agent.initial_state
         if isinstance(value, dict):
+            # Imported here: jinja2 is loaded only for a project with a template mapping.
+            from tubeless.project._templates import compile_template_mapping
+
             render = compile_template_mapping(value, pointer)
 
             def from_template(validated: Any) -> Any:

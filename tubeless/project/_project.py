@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pydantic
 
@@ -23,15 +23,19 @@ from tubeless.errors import (
     TubelessError,
     is_definition_code,
 )
-from tubeless.pipeline import Pipeline
 from tubeless.project import metaschema
 from tubeless.project._check import check_schema
-from tubeless.project._compile import Compiler
 from tubeless.project._issues import DocumentIssue, raise_issues, sort_issues
 from tubeless.project._references import Resolver
 from tubeless.project._semantics import check_semantics
 from tubeless.project._yaml import LoadedDocument, load_document
 from tubeless.project.spec import ProjectSpec
+
+if TYPE_CHECKING:
+    # Compiling imports the pipeline core and the agent harness; checking a project
+    # (``check_project``, ``tubeless validate``) needs neither, so they are imported by
+    # ``load_project`` only.
+    from tubeless.pipeline import Pipeline
 
 __all__ = ["CheckedProject", "Project", "check_project", "load_project"]
 
@@ -259,6 +263,8 @@ def load_project(
         PipelineDefinitionError: For graphs the pipeline core rejects (``DEFINITION_*``).
         AgentDefinitionError: For agents the harness rejects, and for bad ``overrides``.
     """
+    from tubeless.project._compile import Compiler
+
     checked = check_project(path)
     doc, spec = checked.document, checked.spec
     compiler = Compiler(spec, Path(doc.file).resolve().parent, overrides)

@@ -15,8 +15,8 @@ from tubeless.errors import AGENT_INVALID_DEFINITION, DOCUMENT_INVALID, TEMPLATE
 from tubeless.project._issues import did_you_mean
 from tubeless.project._problem import Problem
 from tubeless.project._step_graph import step_graph_problems
+from tubeless.project._template_check import template_problems
 from tubeless.project._template_inputs import undeclared_reads
-from tubeless.project._templates import template_problems
 from tubeless.project.spec import (
     AgentSpec,
     AgentToolSpec,

@@ -10,21 +10,22 @@ makes it interruptible).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from jinja2 import Undefined
 
 from tubeless.errors import TemplateError, one_line
-from tubeless.pipeline._spi import interruptibly
 from tubeless.project._budget import TemplateLimit, running
 from tubeless.project._sandbox import compile_expression, compile_text
-from tubeless.project._template_check import PARSE_ERRORS, template_problem
+from tubeless.project._template_check import SINGLE as _SINGLE
+from tubeless.project._template_check import escape as _escape
+from tubeless.project._template_check import string_problem as _problem
+from tubeless.project._template_check import template_problems
+from tubeless.project._template_walk import PARSE_ERRORS
 
 __all__ = ["Renderer", "compile_template_mapping", "template_problems"]
 
-_SINGLE = re.compile(r"\A\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*\Z", re.DOTALL)
 
 _Part = Callable[[Mapping[str, Any]], Any]
 
@@ -35,16 +36,6 @@ class Renderer(Protocol):
     def __call__(
         self, context: Mapping[str, Any], check: Callable[[], object] | None = None
     ) -> Any: ...
-
-
-def _escape(part: str) -> str:
-    return part.replace("~", "~0").replace("/", "~1")
-
-
-def _problem(text: str) -> str | None:
-    """Why ``text`` is not a usable template, or None (parsed and walked, never compiled)."""
-    single = _SINGLE.match(text)
-    return template_problem("{{" + single.group("expr") + "}}" if single is not None else text)
 
 
 def _failed(where: str, exc: BaseException) -> TemplateError:
@@ -104,6 +95,9 @@ def _compile_mapping(value: Any, where: str) -> _Part:
 def compile_template_mapping(value: Any, where: str) -> Renderer:
     """Compile every string of a nested mapping/list; the result renders the whole structure
     under one budget. Raises :class:`TemplateError` naming the pointer of a bad string."""
+    # Imported here: checking a project (``template_problems``) needs none of the pipeline core.
+    from tubeless.pipeline._spi import interruptibly
+
     part = _compile_mapping(value, where)
 
     def render(context: Mapping[str, Any], check: Callable[[], object] | None = None) -> Any:
@@ -112,19 +106,3 @@ def compile_template_mapping(value: Any, where: str) -> Renderer:
             return interruptibly(part, context)
 
     return render
-
-
-def template_problems(value: Any, pointer: str) -> list[tuple[str, str]]:
-    """``(pointer, message)`` for every string of ``value`` that is not a valid template."""
-    found: list[tuple[str, str]] = []
-    if isinstance(value, str):
-        problem = _problem(value)
-        if problem is not None:
-            found.append((pointer, problem))
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            found.extend(template_problems(item, f"{pointer}/{_escape(str(key))}"))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found.extend(template_problems(item, f"{pointer}/{index}"))
-    return found
