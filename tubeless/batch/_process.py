@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tubeless.batch._budget_broker import answer, bounds_to_wire
 from tubeless.batch._entry_source import EntrySource, OnRecord
 from tubeless.batch._fork import Forked, can_fork, fork
+from tubeless.batch._frames import Frames, send
 from tubeless.batch._inputs import InputRow
 from tubeless.batch._process_worker import run_worker
 from tubeless.batch._retries import DEFAULT_ROW_RETRIES, with_row_retries
@@ -78,7 +79,7 @@ class _Died:
 
 
 class _Worker:
-    __slots__ = ("conn", "fd", "process", "sent", "serial")
+    __slots__ = ("conn", "fd", "frames", "process", "sent", "serial")
 
     def __init__(
         self, process: subprocess.Popen[bytes] | Forked, conn: Connection, serial: int
@@ -86,6 +87,8 @@ class _Worker:
         self.process = process
         self.conn = conn
         self.fd = conn.fileno()
+        self.frames = Frames(self.fd)
+        """The pipe as the event loop reads it, once the worker is ready (before: ``conn``)."""
         self.serial = serial
         self.sent: deque[asyncio.Future[Any]] = deque()
         """The rows sent and not done, in the order sent: the first one runs (a worker starts
@@ -236,7 +239,7 @@ class ProcessEngine:
         message: at two workers on two cores, each thread woken would take a core from a
         worker)."""
         self._workers.append(worker)
-        asyncio.get_running_loop().add_reader(worker.fd, self._message, worker)
+        asyncio.get_running_loop().add_reader(worker.fd, self._readable, worker)
         self._wake()
 
     async def run(
@@ -267,7 +270,7 @@ class ProcessEngine:
             done = loop.create_future()
             worker.sent.append(done)
             with contextlib.suppress(OSError):  # it died: its pipe's end says so (_lost)
-                worker.conn.send(message)
+                send(worker.fd, message)
             result = await done
             if result is _NOT_STARTED:
                 if self._signal.cancelled:
@@ -304,26 +307,26 @@ class ProcessEngine:
                 waiter.set_result(None)
                 return
 
-    def _message(self, worker: _Worker) -> None:
-        """A worker's pipe is readable: one message (written whole), or its end (it died)."""
-        try:
-            kind, body = worker.conn.recv()
-        except (EOFError, OSError):
+    def _readable(self, worker: _Worker) -> None:
+        """A worker's pipe is readable: the messages it completes, or its end (it died)."""
+        messages = worker.frames.read()
+        if messages is None:
             self._lost(worker)
             return
-        if kind == "done":
-            done = worker.sent.popleft()
-            if not done.done():
-                done.set_result(body)
-            if self._waiting:
-                self._wake()
-        elif kind == "budget":  # granted before it is sent
-            if self._budget is not None:
-                with contextlib.suppress(OSError):
-                    worker.conn.send(("budget", answer(self._budget, body)))
-        elif self._on_records is not None:  # ("records", lines): as the row made them
-            for line in body:
-                self._on_records(json.loads(line))
+        for kind, body in messages:
+            if kind == "done":
+                done = worker.sent.popleft()
+                if not done.done():
+                    done.set_result(body)
+                if self._waiting:
+                    self._wake()
+            elif kind == "budget":  # granted before it is sent
+                if self._budget is not None:
+                    with contextlib.suppress(OSError):
+                        send(worker.fd, ("budget", answer(self._budget, body)))
+            elif self._on_records is not None:  # ("records", lines): as the row made them
+                for line in body:
+                    self._on_records(json.loads(line))
 
     def _lost(self, worker: _Worker) -> None:
         """A worker's pipe closed: it died. The rows queued there go to other workers; the
@@ -357,7 +360,7 @@ class ProcessEngine:
             raise
         if self._signal.cancelled:
             with contextlib.suppress(OSError):
-                replacement.conn.send(("cancel", "cancelled"))
+                send(replacement.fd, ("cancel", "cancelled"))
         self._serve(replacement)
         for _ in range(self._depth - 1):
             self._wake()
@@ -366,7 +369,7 @@ class ProcessEngine:
         for worker in self._workers:
             if worker.sent:
                 with contextlib.suppress(OSError):
-                    worker.conn.send(("cancel", reason))
+                    send(worker.fd, ("cancel", reason))
 
     async def close(self) -> None:
         if self._remove_callback is not None:
