@@ -18,6 +18,7 @@ import pytest
 
 from tests.fixtures.processes import write_project
 from tubeless.batch import run_batch
+from tubeless.errors import BatchError
 from tubeless.pipeline import CancelToken
 
 PROJECT = """\
@@ -66,7 +67,10 @@ MODULE = """\
         busy = os.open(os.path.join(folder, f"busy-{os.getpid()}"),
                        os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         try:
-            if n == -4:
+            if n == -5:  # a worker loading the project from now on fails
+                with open(__file__, "a") as module:
+                    module.write("\\nthis is not python\\n")
+            if n in (-4, -5):
                 os.kill(os.getpid(), signal.SIGKILL)
             if n == -2:
                 raise ValueError("no work for -2")
@@ -238,3 +242,23 @@ def test_fail_fast_runs_no_row_twice_and_leaves_no_worker(
     assert len(ran) <= 4, ran
     for pids in ran.values():
         assert _gone(pids[0])
+
+
+def test_a_replacement_worker_that_cannot_load_fails_the_batch_and_leaves_no_worker(
+    tmp_path: Path, marks: Path
+) -> None:
+    """One worker, spawned (a SQLite checkpoint file): a row breaks the project's module and
+    kills its worker; the replacement cannot load the project, so the batch fails saying so
+    (the row to retry and the row queued behind it wait for that worker), and no worker is
+    left running."""
+    with pytest.raises(BatchError) as raised:
+        _run(
+            tmp_path,
+            [1, -5, 2, 3, 4],
+            concurrency=1,
+            checkpoints=str(tmp_path / "c.sqlite"),
+        )
+    assert raised.value.code == "TUBELESS_BATCH_ENGINE_UNAVAILABLE"
+    assert "a worker could not load the entry" in str(raised.value)
+    for pids in _ran(marks).values():
+        assert all(_gone(pid) for pid in pids)

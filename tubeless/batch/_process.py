@@ -132,6 +132,9 @@ class ProcessEngine:
         """Workers ready, their pipes read by the event loop."""
         self._waiting: deque[asyncio.Future[None]] = deque()
         """Rows waiting for room at a worker (one died and its replacement is not ready)."""
+        self._cancelled = False
+        """The batch was cancelled (its token, or fail-fast): a row handed over from now on
+        comes back cancelled without being sent, as the ``local`` engine's rows do."""
         self._broken: BaseException | None = None
         """Why no worker can be started any more (rows fail with it)."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -173,7 +176,11 @@ class ProcessEngine:
     async def start(self) -> None:
         self.launch()
         while self._launched:
-            await self._ready(self._launched[0])
+            try:
+                await self._ready(self._launched[0])
+            except BatchError:
+                await self.close()
+                raise
             self._serve(self._launched.pop(0))
         self._remove_callback = self._signal.add_callback(lambda: self.cancel("cancelled"))
 
@@ -229,7 +236,6 @@ class ProcessEngine:
         except (EOFError, OSError):
             message = ("failed", "the worker process exited while loading the project")
         if message[0] != "ready":
-            await self.close()
             raise BatchError(
                 BATCH_ENGINE_UNAVAILABLE, f"a worker could not load the entry: {message[1]}"
             )
@@ -267,14 +273,14 @@ class ProcessEngine:
         loop = asyncio.get_running_loop()
         while True:
             worker = await self._room()
+            if worker is None:
+                return _cancelled(item, key)
             done = loop.create_future()
             worker.sent.append(done)
             with contextlib.suppress(OSError):  # it died: its pipe's end says so (_lost)
                 send(worker.fd, message)
             result = await done
             if result is _NOT_STARTED:
-                if self._signal.cancelled:
-                    return _cancelled(item, key)
                 continue
             if isinstance(result, _Died):
                 return failed_row(
@@ -285,9 +291,12 @@ class ProcessEngine:
                 )
             return RowOutcome.from_wire(result)
 
-    async def _room(self) -> _Worker:
-        """The worker with the fewest rows, once one holds fewer than it may."""
+    async def _room(self) -> _Worker | None:
+        """The worker with the fewest rows, once one holds fewer than it may (``None``: the
+        batch was cancelled meanwhile)."""
         while True:
+            if self._cancelled:
+                return None
             if self._broken is not None:
                 raise self._broken
             workers = self._workers
@@ -306,6 +315,12 @@ class ProcessEngine:
             if not waiter.done():
                 waiter.set_result(None)
                 return
+
+    def _wake_all(self) -> None:
+        for waiter in self._waiting:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiting.clear()
 
     def _readable(self, worker: _Worker) -> None:
         """A worker's pipe is readable: the messages it completes, or its end (it died)."""
@@ -352,20 +367,17 @@ class ProcessEngine:
         try:
             replacement = self._new_worker()
             await self._ready(replacement)
-        except BaseException as exc:
+        except Exception as exc:  # the rows waiting for a worker, and those to come, fail
             self._broken = exc
-            for waiter in self._waiting:
-                if not waiter.done():
-                    waiter.set_result(None)
-            raise
-        if self._signal.cancelled:
-            with contextlib.suppress(OSError):
-                send(replacement.fd, ("cancel", "cancelled"))
+            await self.close()
+            return
         self._serve(replacement)
         for _ in range(self._depth - 1):
             self._wake()
 
     def cancel(self, reason: str) -> None:
+        self._cancelled = True
+        self._wake_all()
         for worker in self._workers:
             if worker.sent:
                 with contextlib.suppress(OSError):
@@ -379,12 +391,14 @@ class ProcessEngine:
             if task is not asyncio.current_task():  # a replacement that could not load closes
                 task.cancel()
         loop = asyncio.get_running_loop()
+        if self._broken is None:
+            self._broken = BatchError(BATCH_ENGINE_UNAVAILABLE, "the process engine was closed")
         for worker in self._workers:
             loop.remove_reader(worker.fd)
             for done in worker.sent:
-                done.cancel()
-        for waiter in self._waiting:
-            waiter.cancel()
+                if not done.done():  # (the rows of a finished batch were cancelled before)
+                    done.set_exception(self._broken)
+        self._wake_all()
         self._workers, self._launched = [], []
         workers = list(self._live)
         for worker in workers:
