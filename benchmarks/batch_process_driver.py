@@ -9,6 +9,10 @@ share shows), then runs one batch on the ``process`` engine and prints the drive
 The trees (checkouts whose code is put first on ``PYTHONPATH``; default: this one) are
 alternated, then the medians printed with the load average.
 
+With ``--entry cpu-row`` the rows are CPU-bound (``W``, the workers' CPU per row, is printed
+too: on two free cores, c=2 / c=1 can be at most ``2 W / (W + D)`` with ``D`` the driver's CPU
+per row, whatever the load of the minute).
+
 ``--profile FILE`` runs one sample of the first tree under cProfile instead (the driver only)
 and writes its statistics to FILE (read with ``python -m pstats FILE``).
 """
@@ -31,11 +35,12 @@ import asyncio, json, sys, time
 from tubeless.batch import EntrySource, run_batch
 
 project, concurrency, rows, profile = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-EntrySource.of(project, "noop-row").load()
+entry = sys.argv[5]
+EntrySource.of(project, entry).load()
 
 
 async def main():
-    async for row in run_batch(project, [{"i": i} for i in range(rows)], entry_id="noop-row",
+    async for row in run_batch(project, [{"i": i} for i in range(rows)], entry_id=entry,
                                engine="process", concurrency=concurrency):
         assert row["status"] == "completed", row
 
@@ -51,23 +56,32 @@ else:
     import resource
 
     before = resource.getrusage(resource.RUSAGE_SELF)
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu, wall = time.process_time(), time.perf_counter()
     asyncio.run(main())
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     after = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers, reaped by the batch
+    worked = reaped.ru_utime + reaped.ru_stime - workers.ru_utime - workers.ru_stime
     print(json.dumps({"driver_cpu_us_per_row": 1e6 * cpu / rows, "rows_per_s": rows / wall,
                       "user_us": 1e6 * (after.ru_utime - before.ru_utime) / rows,
                       "sys_us": 1e6 * (after.ru_stime - before.ru_stime) / rows,
-                      "switches": (after.ru_nvcsw - before.ru_nvcsw) / rows}))
+                      "switches": (after.ru_nvcsw - before.ru_nvcsw) / rows,
+                      "workers_cpu_us_per_row": 1e6 * worked / rows}))
 """
 
 
-def sample(tree: Path, concurrency: int, rows: int, profile: str = "") -> dict[str, float]:
+def sample(
+    tree: Path, concurrency: int, rows: int, profile: str = "", entry: str = "noop-row"
+) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{HERE}"}
     project = HERE / "benchmarks" / "batch_project.yaml"
     with tempfile.TemporaryDirectory() as elsewhere:  # ``-c`` puts the cwd first on the path
         done = subprocess.run(
-            [sys.executable, "-c", _SAMPLE, str(project), str(concurrency), str(rows), profile],
+            [
+                *(sys.executable, "-c", _SAMPLE, str(project), str(concurrency), str(rows)),
+                *(profile, entry),
+            ],
             capture_output=True,
             text=True,
             env=env,
@@ -85,15 +99,22 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("-c", "--concurrency", type=int, default=2)
     parser.add_argument("--profile", default="")
+    parser.add_argument("--entry", default="noop-row", help="noop-row, or cpu-row for W")
     options = parser.parse_args()
     if options.profile:
-        sample(options.trees[0], options.concurrency, options.rows, str(Path(options.profile)))
+        sample(
+            options.trees[0],
+            options.concurrency,
+            options.rows,
+            str(Path(options.profile)),
+            options.entry,
+        )
         return
     load_before = os.getloadavg()
     cells: dict[str, list[dict[str, float]]] = {}
     for _ in range(options.repeats):
         for tree in options.trees:
-            got = sample(tree, options.concurrency, options.rows)
+            got = sample(tree, options.concurrency, options.rows, entry=options.entry)
             cells.setdefault(str(tree), []).append(got)
             print(json.dumps({"tree": str(tree), **got}), flush=True)
     for tree, samples in cells.items():
@@ -106,6 +127,9 @@ def main() -> None:
                     ),
                     "median_rows_per_s": round(
                         statistics.median(s["rows_per_s"] for s in samples), 1
+                    ),
+                    "median_workers_cpu_us_per_row": round(
+                        statistics.median(s["workers_cpu_us_per_row"] for s in samples), 1
                     ),
                 }
             )

@@ -11,8 +11,9 @@ a project needs. Concurrency 1 and 2 (and each TREE given, a checkout whose code
 put first on ``PYTHONPATH``; default: this one) are alternated, so a change in the machine's
 load hits every cell alike. Prints one JSON line per sample, then the medians, the c=2 / c=1
 ratio of the medians, each repeat's own ratio and their median, and the load average before
-and after. Each repeat also times two bare CPU-bound processes against one (``two_processes_over_one``): the most a c=2 / c=1 ratio can
-be with the cores the machine's other programs leave in that minute.
+and after. Each repeat also times two bare CPU-bound processes against one
+(``two_processes_over_one``): the most a c=2 / c=1 ratio can be with the cores the machine's
+other programs leave in that minute.
 """
 
 from __future__ import annotations
