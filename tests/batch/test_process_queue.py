@@ -74,7 +74,9 @@ MODULE = """\
                 os.kill(os.getpid(), signal.SIGKILL)
             if n == -2:
                 raise ValueError("no work for -2")
-            time.sleep(float(os.environ.get("QUEUE_DELAY") or 0))
+            # n >= 1000 sleeps (n - 1000) ms; others $QUEUE_DELAY seconds.
+            delay = float(os.environ.get("QUEUE_DELAY") or 0)
+            time.sleep((n - 1000) / 1000 if n >= 1000 else delay)
         finally:
             os.close(busy)
             os.unlink(os.path.join(folder, f"busy-{os.getpid()}"))
@@ -90,6 +92,11 @@ def _ran(folder: Path) -> dict[int, list[int]]:
             n, pid, _ = mark.name.split(".")
             runs.setdefault(int(n), []).append(int(pid))
     return runs
+
+
+def _with_n(rows: list[dict[str, Any]], ns: list[int]) -> list[dict[str, Any]]:
+    """The rows, each with the ``n`` of its input (by index)."""
+    return [{**row, "n": ns[row["index"]]} for row in rows]
 
 
 def _gone(pid: int) -> bool:
@@ -175,20 +182,22 @@ def test_queued_rows_run_one_at_a_time_per_worker_in_input_order(
 def test_a_row_queued_behind_a_killed_worker_runs_once_on_another_without_a_retry(
     tmp_path: Path, marks: Path
 ) -> None:
-    """The worker is SIGKILLed by its row while the next row waits queued behind it. With no
-    row retries, the killed row fails as its worker died; the queued row never started there,
-    so it runs (once) on the replacement worker and completes: it used no retry."""
-    rows = _run(tmp_path, [-4, 1, 2, 3], concurrency=1, row_retries=0)
-    assert [row["status"] for row in rows] == ["failed", "completed", "completed", "completed"]
-    assert rows[0]["error"] == {
+    """Quick rows, so each is sent ahead: the worker is SIGKILLed by its row while the next row
+    waits queued behind it. With no row retries, the killed row fails as its worker died; the
+    queued row never started there, so it runs (once) on the replacement worker and completes:
+    it used no retry."""
+    rows = _run(tmp_path, [1, 2, -4, 3, 4], concurrency=1, row_retries=0)
+    assert [row["status"] for row in rows] == ["completed"] * 2 + ["failed"] + ["completed"] * 2
+    assert rows[2]["error"] == {
         "code": "TUBELESS_BATCH_WORKER_DIED",
         "message": "the worker process running the row died (killed by SIGKILL)",
     }
     ran = _ran(marks)
-    assert {n: len(pids) for n, pids in ran.items()} == {-4: 1, 1: 1, 2: 1, 3: 1}
+    assert {n: len(pids) for n, pids in ran.items()} == {-4: 1, 1: 1, 2: 1, 3: 1, 4: 1}
     (killed,) = ran[-4]
-    assert {rows[i]["result"]["pid"] for i in (1, 2, 3)} == {ran[1][0]} != {killed}
-    assert _gone(killed) and _gone(ran[1][0])
+    assert rows[0]["result"]["pid"] == killed
+    assert rows[4]["result"]["pid"] != killed  # the replacement
+    assert all(_gone(pid) for pids in ran.values() for pid in pids)
 
 
 def test_the_killed_row_uses_its_retries_and_the_queued_rows_none(
@@ -208,22 +217,23 @@ def test_the_killed_row_uses_its_retries_and_the_queued_rows_none(
 
 
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
-def test_a_cancelled_batch_does_not_start_its_queued_row(
-    tmp_path: Path, marks: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """One worker, its row running and the next one queued: the batch is cancelled while the
-    first row's tool runs. The first row comes back cancelled (or completed, had it ended);
-    the queued one comes back cancelled without having started; no row ran twice and the
-    worker is gone."""
-    monkeypatch.setenv("QUEUE_DELAY", "0.5")
-    rows = _run(tmp_path, list(range(6)), concurrency=1, cancel_after_marks=1)
-    statuses = {row["index"]: row["status"] for row in rows}
-    assert statuses[0] in {"cancelled", "completed"}
-    assert statuses[1] == "cancelled"
-    assert set(statuses) <= {0, 1}
+def test_a_cancelled_batch_does_not_start_its_queued_row(tmp_path: Path, marks: Path) -> None:
+    """One worker: a quick row, so the next ones are sent ahead; a 0.4 s row runs with another
+    one queued when the batch is cancelled. The running row comes back cancelled
+    (or completed, had it ended); the queued one comes back cancelled without having started;
+    no row ran twice and the worker is gone."""
+    rows = _run(tmp_path, [1001, 1400, 1401, 1402], concurrency=1, cancel_after_marks=2)
+    statuses = {row["n"]: row["status"] for row in _with_n(rows, [1001, 1400, 1401, 1402])}
     ran = _ran(marks)
-    assert {n: len(pids) for n, pids in ran.items()} == {0: 1}
-    assert _gone(ran[0][0])
+    # The second and third rows may have been sent in either order: one ran, the other waited.
+    assert ran.pop(1001) == [rows[0]["result"]["pid"]]
+    ((started, pids),) = ran.items()
+    (queued,) = {1400, 1401} - {started}
+    assert statuses[1001] == "completed"
+    assert statuses[started] in {"cancelled", "completed"}
+    assert statuses[queued] == "cancelled"
+    assert set(statuses) == {1001, 1400, 1401}
+    assert _gone(pids[0])
 
 
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
@@ -262,3 +272,14 @@ def test_a_replacement_worker_that_cannot_load_fails_the_batch_and_leaves_no_wor
     assert "a worker could not load the entry" in str(raised.value)
     for pids in _ran(marks).values():
         assert all(_gone(pid) for pid in pids)
+
+
+def test_no_row_waits_behind_a_slow_row_while_the_other_worker_is_free(
+    tmp_path: Path, marks: Path
+) -> None:
+    """Rows of 0.3 s and more are not sent ahead: while the first worker runs a 3 s row, the
+    four rows after it all run on the second worker, none queued behind the slow one."""
+    rows = _run(tmp_path, [4000, 1300, 1301, 1302, 1303], concurrency=2)
+    assert [row["status"] for row in rows] == ["completed"] * 5
+    slow = rows[0]["result"]["pid"]
+    assert {row["result"]["pid"] for row in rows[1:]} == {rows[1]["result"]["pid"]} != {slow}

@@ -29,6 +29,7 @@ import signal as signals
 import socket
 import subprocess
 import sys
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
@@ -59,6 +60,11 @@ __all__ = ["ProcessEngine"]
 #: Rows a worker holds at once: the one it runs and the next, sent ahead so that the worker
 #: starts it as soon as the first one ends instead of waiting for the driver to send it.
 ROWS_PER_WORKER = 2
+#: Rows are sent ahead only while they take less than this on a worker (a running average, by
+#: the driver's clock; none before the first row ends): sending ahead saves a round trip
+#: through the driver per row, nothing next to a slow row, and a row queued behind a slow one
+#: would wait for it even while another worker is idle at the end of the batch.
+AHEAD_UNDER_S = 0.25
 
 
 class _NotStarted:
@@ -79,7 +85,7 @@ class _Died:
 
 
 class _Worker:
-    __slots__ = ("conn", "fd", "frames", "process", "sent", "serial")
+    __slots__ = ("conn", "fd", "frames", "process", "sent", "serial", "since")
 
     def __init__(
         self, process: subprocess.Popen[bytes] | Forked, conn: Connection, serial: int
@@ -93,6 +99,8 @@ class _Worker:
         self.sent: deque[asyncio.Future[Any]] = deque()
         """The rows sent and not done, in the order sent: the first one runs (a worker starts
         a row once the one before it ended), the others wait in the worker."""
+        self.since = 0.0
+        """When the row it runs started (``time.monotonic``)."""
 
 
 class ProcessEngine:
@@ -128,6 +136,8 @@ class ProcessEngine:
         self._depth = 1 if budget is not None else ROWS_PER_WORKER
         self.slots = workers * self._depth
         """Rows the batch may hand over at once (its slots: ``_runner``)."""
+        self._row_s: float | None = None
+        """A row's time on a worker, a running average (``AHEAD_UNDER_S``)."""
         self._workers: list[_Worker] = []
         """Workers ready, their pipes read by the event loop."""
         self._waiting: deque[asyncio.Future[None]] = deque()
@@ -276,6 +286,8 @@ class ProcessEngine:
             if worker is None:
                 return _cancelled(item, key)
             done = loop.create_future()
+            if not worker.sent:
+                worker.since = time.monotonic()
             worker.sent.append(done)
             with contextlib.suppress(OSError):  # it died: its pipe's end says so (_lost)
                 send(worker.fd, message)
@@ -302,11 +314,16 @@ class ProcessEngine:
             workers = self._workers
             if workers:
                 worker = min(workers, key=_load) if len(workers) > 1 else workers[0]
-                if len(worker.sent) < self._depth:
+                if len(worker.sent) < self._room_at_each():
                     return worker
             waiter = asyncio.get_running_loop().create_future()
             self._waiting.append(waiter)
             await waiter
+
+    def _room_at_each(self) -> int:
+        """Rows a worker may hold now: the next one too while rows are quick."""
+        row_s = self._row_s
+        return self._depth if row_s is not None and row_s < AHEAD_UNDER_S else 1
 
     def _wake(self) -> None:
         """Room at a worker: the row waiting longest for some looks again."""
@@ -330,6 +347,10 @@ class ProcessEngine:
             return
         for kind, body in messages:
             if kind == "done":
+                now = time.monotonic()
+                took, worker.since = now - worker.since, now  # (the next one starts now)
+                row_s = self._row_s
+                self._row_s = took if row_s is None else row_s + (took - row_s) / 8
                 done = worker.sent.popleft()
                 if not done.done():
                     done.set_result(body)
@@ -372,7 +393,7 @@ class ProcessEngine:
             await self.close()
             return
         self._serve(replacement)
-        for _ in range(self._depth - 1):
+        for _ in range(self._room_at_each() - 1):
             self._wake()
 
     def cancel(self, reason: str) -> None:
