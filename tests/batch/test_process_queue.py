@@ -63,6 +63,8 @@ MODULE = """\
     def work(n, ctx):
         folder = os.environ["QUEUE_MARKS"]
         open(os.path.join(folder, f"{n}.{os.getpid()}.{uuid.uuid4().hex}"), "w").close()
+        with open(os.path.join(folder, "order-log"), "a") as log:
+            log.write(f"{n} ")
         # Two rows at once in one worker would find the other's file here.
         busy = os.open(os.path.join(folder, f"busy-{os.getpid()}"),
                        os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -88,15 +90,10 @@ def _ran(folder: Path) -> dict[int, list[int]]:
     """The pids each ``n``'s tool call ran in, one entry per run."""
     runs: dict[int, list[int]] = {}
     for mark in folder.iterdir():
-        if not mark.name.startswith("busy-"):
+        if not mark.name.startswith(("busy-", "order-")):
             n, pid, _ = mark.name.split(".")
             runs.setdefault(int(n), []).append(int(pid))
     return runs
-
-
-def _with_n(rows: list[dict[str, Any]], ns: list[int]) -> list[dict[str, Any]]:
-    """The rows, each with the ``n`` of its input (by index)."""
-    return [{**row, "n": ns[row["index"]]} for row in rows]
 
 
 def _gone(pid: int) -> bool:
@@ -158,7 +155,8 @@ def test_queued_rows_run_one_at_a_time_per_worker_in_input_order(
     tmp_path: Path, marks: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One worker fed by two slots, then two workers fed by four: every row ran once, never
-    beside another row in its worker, and the rows come back in input order."""
+    beside another row in its worker, and the rows come back in input order; on one worker
+    they also started in input order."""
     monkeypatch.setenv("QUEUE_DELAY", "0.005")
     rows = _run(tmp_path, list(range(12)), concurrency=1)
     assert [(row["index"], row["status"]) for row in rows] == [(i, "completed") for i in range(12)]
@@ -167,6 +165,8 @@ def test_queued_rows_run_one_at_a_time_per_worker_in_input_order(
     assert len({pid for pids in ran.values() for pid in pids}) == 1
     for pids in ran.values():
         assert _gone(pids[0])
+    started = (marks / "order-log").read_text(encoding="utf-8").split()
+    assert started == [str(n) for n in range(12)]
 
     for mark in marks.iterdir():
         mark.unlink()
@@ -195,8 +195,8 @@ def test_a_row_queued_behind_a_killed_worker_runs_once_on_another_without_a_retr
     ran = _ran(marks)
     assert {n: len(pids) for n, pids in ran.items()} == {-4: 1, 1: 1, 2: 1, 3: 1, 4: 1}
     (killed,) = ran[-4]
-    assert rows[0]["result"]["pid"] == killed
-    assert rows[4]["result"]["pid"] != killed  # the replacement
+    assert {rows[i]["result"]["pid"] for i in (0, 1)} == {killed}
+    assert {rows[i]["result"]["pid"] for i in (3, 4)} == {ran[3][0]} != {killed}
     assert all(_gone(pid) for pids in ran.values() for pid in pids)
 
 
@@ -218,22 +218,19 @@ def test_the_killed_row_uses_its_retries_and_the_queued_rows_none(
 
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
 def test_a_cancelled_batch_does_not_start_its_queued_row(tmp_path: Path, marks: Path) -> None:
-    """One worker: a quick row, so the next ones are sent ahead; a 0.4 s row runs with another
-    one queued when the batch is cancelled. The running row comes back cancelled
+    """One worker: a quick row, so the next ones are sent ahead; the second row runs (0.4 s)
+    with the third queued when the batch is cancelled. The running row comes back cancelled
     (or completed, had it ended); the queued one comes back cancelled without having started;
     no row ran twice and the worker is gone."""
     rows = _run(tmp_path, [1001, 1400, 1401, 1402], concurrency=1, cancel_after_marks=2)
-    statuses = {row["n"]: row["status"] for row in _with_n(rows, [1001, 1400, 1401, 1402])}
+    statuses = {row["index"]: row["status"] for row in rows}
+    assert statuses[0] == "completed"
+    assert statuses[1] in {"cancelled", "completed"}
+    assert statuses[2] == "cancelled"
+    assert set(statuses) == {0, 1, 2}
     ran = _ran(marks)
-    # The second and third rows may have been sent in either order: one ran, the other waited.
-    assert ran.pop(1001) == [rows[0]["result"]["pid"]]
-    ((started, pids),) = ran.items()
-    (queued,) = {1400, 1401} - {started}
-    assert statuses[1001] == "completed"
-    assert statuses[started] in {"cancelled", "completed"}
-    assert statuses[queued] == "cancelled"
-    assert set(statuses) == {1001, 1400, 1401}
-    assert _gone(pids[0])
+    assert {n: len(pids) for n, pids in ran.items()} == {1001: 1, 1400: 1}
+    assert _gone(ran[1400][0])
 
 
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")

@@ -141,7 +141,10 @@ class ProcessEngine:
         self._workers: list[_Worker] = []
         """Workers ready, their pipes read by the event loop."""
         self._waiting: deque[asyncio.Future[None]] = deque()
-        """Rows waiting for room at a worker (one died and its replacement is not ready)."""
+        """Rows waiting for room at a worker, first come first (rows were slow, or a worker
+        died and its replacement is not ready)."""
+        self._handing = 0
+        """Rows woken for room that did not look yet (no row just read goes before them)."""
         self._cancelled = False
         """The batch was cancelled (its token, or fail-fast): a row handed over from now on
         comes back cancelled without being sent, as the ``local`` engine's rows do."""
@@ -289,6 +292,8 @@ class ProcessEngine:
             if not worker.sent:
                 worker.since = time.monotonic()
             worker.sent.append(done)
+            if self._waiting and self._pick() is not None:
+                self._wake()  # room for the next row waiting too
             with contextlib.suppress(OSError):  # it died: its pipe's end says so (_lost)
                 send(worker.fd, message)
             result = await done
@@ -304,21 +309,45 @@ class ProcessEngine:
             return RowOutcome.from_wire(result)
 
     async def _room(self) -> _Worker | None:
-        """The worker with the fewest rows, once one holds fewer than it may (``None``: the
-        batch was cancelled meanwhile)."""
-        while True:
+        """The worker with the fewest rows, once one holds fewer than it may, for the rows in
+        the order they asked (so that rows start in input order); ``None``: the batch was
+        cancelled meanwhile."""
+        if not self._waiting and not self._handing:  # nobody is ahead of this row
             if self._cancelled:
                 return None
             if self._broken is not None:
                 raise self._broken
-            workers = self._workers
-            if workers:
-                worker = min(workers, key=_load) if len(workers) > 1 else workers[0]
-                if len(worker.sent) < self._room_at_each():
-                    return worker
+            worker = self._pick()
+            if worker is not None:
+                return worker
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        while True:
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # woken, then cancelled
+                    self._handing -= 1
+                    self._wake()  # the room it was woken for goes to the next row
+                raise
+            self._handing -= 1
+            if self._cancelled:
+                return None
+            if self._broken is not None:
+                raise self._broken
+            worker = self._pick()
+            if worker is not None:
+                return worker
             waiter = asyncio.get_running_loop().create_future()
-            self._waiting.append(waiter)
-            await waiter
+            self._waiting.appendleft(waiter)  # still first in line
+
+    def _pick(self) -> _Worker | None:
+        """The worker with the fewest rows, if it may hold one more."""
+        workers = self._workers
+        if not workers:
+            return None
+        worker = min(workers, key=_load) if len(workers) > 1 else workers[0]
+        return worker if len(worker.sent) < self._room_at_each() else None
 
     def _room_at_each(self) -> int:
         """Rows a worker may hold now: the next one too while rows are quick."""
@@ -331,12 +360,14 @@ class ProcessEngine:
             waiter = self._waiting.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+                self._handing += 1
                 return
 
     def _wake_all(self) -> None:
         for waiter in self._waiting:
             if not waiter.done():
                 waiter.set_result(None)
+                self._handing += 1
         self._waiting.clear()
 
     def _readable(self, worker: _Worker) -> None:
