@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,7 @@ def _run(
     *,
     concurrency: int,
     cancel_after_marks: int | None = None,
+    cancel_from_a_thread: bool = False,
     **options: Any,
 ) -> list[dict[str, Any]]:
     """The batch's rows on the process engine; with ``cancel_after_marks``, the batch is
@@ -127,7 +129,12 @@ def _run(
         assert cancel_after_marks is not None
         while sum(map(len, _ran(folder).values())) < cancel_after_marks:
             await asyncio.sleep(0.005)
-        token.cancel("cancelled by the test")
+        if cancel_from_a_thread:  # as a caller's own thread may
+            thread = threading.Thread(target=token.cancel, args=("cancelled by the test",))
+            thread.start()
+            await asyncio.to_thread(thread.join)
+        else:
+            token.cancel("cancelled by the test")
 
     async def main() -> list[dict[str, Any]]:
         watcher = None if cancel_after_marks is None else asyncio.create_task(watch())
@@ -217,12 +224,22 @@ def test_the_killed_row_uses_its_retries_and_the_queued_rows_none(
 
 
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
-def test_a_cancelled_batch_does_not_start_its_queued_row(tmp_path: Path, marks: Path) -> None:
+@pytest.mark.parametrize("from_a_thread", [False, True], ids=["loop", "thread"])
+def test_a_cancelled_batch_does_not_start_its_queued_row(
+    tmp_path: Path, marks: Path, from_a_thread: bool
+) -> None:
     """One worker: a quick row, so the next ones are sent ahead; the second row runs (0.4 s)
     with the third queued when the batch is cancelled. The running row comes back cancelled
     (or completed, had it ended); the queued one comes back cancelled without having started;
-    no row ran twice and the worker is gone."""
-    rows = _run(tmp_path, [1001, 1400, 1401, 1402], concurrency=1, cancel_after_marks=2)
+    no row ran twice and the worker is gone. The token may be cancelled from the event loop
+    or from another thread."""
+    rows = _run(
+        tmp_path,
+        [1001, 1400, 1401, 1402],
+        concurrency=1,
+        cancel_after_marks=2,
+        cancel_from_a_thread=from_a_thread,
+    )
     statuses = {row["index"]: row["status"] for row in rows}
     assert statuses[0] == "completed"
     assert statuses[1] in {"cancelled", "completed"}

@@ -195,7 +195,16 @@ class ProcessEngine:
                 await self.close()
                 raise
             self._serve(self._launched.pop(0))
-        self._remove_callback = self._signal.add_callback(lambda: self.cancel("cancelled"))
+        loop = asyncio.get_running_loop()
+
+        def cancelled() -> None:  # the token may be cancelled from any thread
+            if _running_loop() is loop:
+                self.cancel("cancelled")
+            else:
+                with contextlib.suppress(RuntimeError):  # (the loop is closed: nothing runs)
+                    loop.call_soon_threadsafe(self.cancel, "cancelled")
+
+        self._remove_callback = self._signal.add_callback(cancelled)
 
     def _settings(self) -> dict[str, Any]:
         return {
@@ -461,6 +470,13 @@ class ProcessEngine:
             await loop.run_in_executor(self._threads, _reap, worker)
             self._live.discard(worker)
         self._threads.shutdown(wait=False)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _load(worker: _Worker) -> int:
