@@ -25,22 +25,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal as signals
-import socket
-import subprocess
-import sys
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from tubeless.batch._budget_broker import answer, bounds_to_wire
 from tubeless.batch._entry_source import EntrySource, OnRecord
-from tubeless.batch._fork import Forked, can_fork, fork
-from tubeless.batch._frames import Frames, send
+from tubeless.batch._fork import can_fork
+from tubeless.batch._frames import send
 from tubeless.batch._inputs import InputRow
-from tubeless.batch._process_worker import run_worker
+from tubeless.batch._process_start import Worker, forked, ready, reap, spawned
 from tubeless.batch._retries import DEFAULT_ROW_RETRIES, with_row_retries
 from tubeless.batch._row import NO_PLAN, RowOutcome, RowPlan, failed_row
 from tubeless.errors import (
@@ -84,25 +79,6 @@ class _Died:
         self.how = how
 
 
-class _Worker:
-    __slots__ = ("conn", "fd", "frames", "process", "sent", "serial", "since")
-
-    def __init__(
-        self, process: subprocess.Popen[bytes] | Forked, conn: Connection, serial: int
-    ) -> None:
-        self.process = process
-        self.conn = conn
-        self.fd = conn.fileno()
-        self.frames = Frames(self.fd)
-        """The pipe as the event loop reads it, once the worker is ready (before: ``conn``)."""
-        self.serial = serial
-        self.sent: deque[asyncio.Future[Any]] = deque()
-        """The rows sent and not done, in the order sent: the first one runs (a worker starts
-        a row once the one before it ended), the others wait in the worker."""
-        self.since = 0.0
-        """When the row it runs started (``time.monotonic``)."""
-
-
 class ProcessEngine:
     """``workers`` processes, each running one row with the next one queued behind it."""
 
@@ -138,7 +114,7 @@ class ProcessEngine:
         """Rows the batch may hand over at once (its slots: ``_runner``)."""
         self._row_s: float | None = None
         """A row's time on a worker, a running average (``AHEAD_UNDER_S``)."""
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         """Workers ready, their pipes read by the event loop."""
         self._waiting: deque[asyncio.Future[None]] = deque()
         """Rows waiting for room at a worker, first come first (rows were slow, or a worker
@@ -158,9 +134,9 @@ class ProcessEngine:
             max_workers=workers + 1, thread_name_prefix="tubeless-batch-pipe"
         )
         self._remove_callback: Any = None
-        self._launched: list[_Worker] = []
+        self._launched: list[Worker] = []
         """Workers started and not yet ready."""
-        self._live: set[_Worker] = set()
+        self._live: set[Worker] = set()
         """Every worker started and not yet reaped (a fork closes the driver's ends of their
         pipes in the new worker)."""
         self._loaded: Pipeline | None = None
@@ -179,18 +155,16 @@ class ProcessEngine:
                 self._loaded = self._source.load()
             except Exception:  # the driver's own load says what is wrong, in its words
                 self._loaded = None
-        if self._loaded is not None and can_fork(self._store_path):  # loading made no thread
-            self._launched = [self._fork() for _ in range(self._size)]
-        else:
+        if self._loaded is not None and not can_fork(self._store_path):  # loading made a thread
             self._loaded = None
-            self._launched = [self._spawn() for _ in range(self._size)]
+        self._launched = [self._new_worker() for _ in range(self._size)]
         return self._loaded
 
     async def start(self) -> None:
         self.launch()
         while self._launched:
             try:
-                await self._ready(self._launched[0])
+                await ready(self._launched[0], self._threads)
             except BatchError:
                 await self.close()
                 raise
@@ -217,52 +191,18 @@ class ProcessEngine:
             "budget": bounds_to_wire(self._budget),
         }
 
-    def _new_worker(self) -> _Worker:
-        """A replacement: forked when the driver loaded the entry and may still fork."""
+    def _new_worker(self) -> Worker:
+        """A worker: forked when the driver loaded the entry and may still fork."""
+        self._serial += 1
         if self._loaded is not None and can_fork(self._store_path):
-            return self._fork()
-        return self._spawn()
-
-    def _fork(self) -> _Worker:
-        parent, child = socket.socketpair()
-        self._serial += 1
-        entry, settings = self._loaded, self._settings()
-        drivers = [worker.fd for worker in self._live] + [parent.fileno()]
-        process = fork(
-            lambda: run_worker(Connection(child.detach()), entry, settings), close=drivers
-        )
-        child.close()
-        worker = _Worker(process, Connection(parent.detach()), self._serial)
+            others = [worker.fd for worker in self._live]
+            worker = forked(self._loaded, self._settings(), self._serial, others)
+        else:
+            worker = spawned(self._settings(), self._serial)
         self._live.add(worker)
         return worker
 
-    def _spawn(self) -> _Worker:
-        parent, child = socket.socketpair()
-        self._serial += 1
-        spec = json.dumps({**self._settings(), "fd": child.fileno()})
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tubeless.batch._process_worker", spec],
-            pass_fds=(child.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=2,  # what a handler prints must not land among the rows on stdout
-        )
-        child.close()
-        worker = _Worker(process, Connection(parent.detach()), self._serial)
-        self._live.add(worker)
-        return worker
-
-    async def _ready(self, worker: _Worker) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            message = await loop.run_in_executor(self._threads, worker.conn.recv)
-        except (EOFError, OSError):
-            message = ("failed", "the worker process exited while loading the project")
-        if message[0] != "ready":
-            raise BatchError(
-                BATCH_ENGINE_UNAVAILABLE, f"a worker could not load the entry: {message[1]}"
-            )
-
-    def _serve(self, worker: _Worker) -> None:
+    def _serve(self, worker: Worker) -> None:
         """A ready worker takes rows; the event loop reads what it sends (no thread per
         message: at two workers on two cores, each thread woken would take a core from a
         worker)."""
@@ -317,7 +257,7 @@ class ProcessEngine:
                 )
             return RowOutcome.from_wire(result)
 
-    async def _room(self) -> _Worker | None:
+    async def _room(self) -> Worker | None:
         """The worker with the fewest rows, once one holds fewer than it may, for the rows in
         the order they asked (so that rows start in input order); ``None``: the batch was
         cancelled meanwhile."""
@@ -350,7 +290,7 @@ class ProcessEngine:
             waiter = asyncio.get_running_loop().create_future()
             self._waiting.appendleft(waiter)  # still first in line
 
-    def _pick(self) -> _Worker | None:
+    def _pick(self) -> Worker | None:
         """The worker with the fewest rows, if it may hold one more."""
         workers = self._workers
         if not workers:
@@ -379,7 +319,7 @@ class ProcessEngine:
                 self._handing += 1
         self._waiting.clear()
 
-    def _readable(self, worker: _Worker) -> None:
+    def _readable(self, worker: Worker) -> None:
         """A worker's pipe is readable: the messages it completes, or its end (it died)."""
         messages = worker.frames.read()
         if messages is None:
@@ -404,7 +344,7 @@ class ProcessEngine:
                 for line in body:
                     self._on_records(json.loads(line))
 
-    def _lost(self, worker: _Worker) -> None:
+    def _lost(self, worker: Worker) -> None:
         """A worker's pipe closed: it died. The rows queued there go to other workers; the
         one it ran fails once the process is reaped; a replacement is started."""
         asyncio.get_running_loop().remove_reader(worker.fd)
@@ -419,15 +359,15 @@ class ProcessEngine:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _bury(self, worker: _Worker, running: asyncio.Future[Any] | None) -> None:
+    async def _bury(self, worker: Worker, running: asyncio.Future[Any] | None) -> None:
         loop = asyncio.get_running_loop()
-        how = await loop.run_in_executor(self._threads, _reap, worker)
+        how = await loop.run_in_executor(self._threads, reap, worker)
         worker.conn.close()
         if running is not None and not running.done():
             running.set_result(_Died(how))
         try:
             replacement = self._new_worker()
-            await self._ready(replacement)
+            await ready(replacement, self._threads)
         except Exception as exc:  # the rows waiting for a worker, and those to come, fail
             self._broken = exc
             await self.close()
@@ -467,7 +407,7 @@ class ProcessEngine:
                 worker.conn.send(("stop",))
             worker.conn.close()
         for worker in workers:
-            await loop.run_in_executor(self._threads, _reap, worker)
+            await loop.run_in_executor(self._threads, reap, worker)
             self._live.discard(worker)
         self._threads.shutdown(wait=False)
 
@@ -479,7 +419,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _load(worker: _Worker) -> int:
+def _load(worker: Worker) -> int:
     return len(worker.sent)
 
 
@@ -488,15 +428,3 @@ def _cancelled(item: InputRow, key: str) -> RowOutcome:
     outcome = failed_row(item, key, RUN_CANCELLED, "the row was cancelled")
     outcome.row["status"] = "cancelled"
     return outcome
-
-
-def _reap(worker: _Worker) -> str:
-    """Wait briefly for the process to end (killing it if it does not) and say how it ended."""
-    try:
-        code = worker.process.wait(5)
-    except (subprocess.TimeoutExpired, TimeoutError):
-        worker.process.kill()
-        code = worker.process.wait()
-    if code < 0:
-        return f"killed by {signals.Signals(-code).name}"
-    return f"exit status {code}"
