@@ -155,5 +155,7 @@ def pipeline_completed(record: Any, head: int) -> str | None:
     duration = record["durationMs"]
     if len(record) != head + 2 or not _finite(duration):
         return None
-    payload = compact_json(record["payload"])
-    return f'{record["timestampMs"]},"durationMs":{duration!r},"payload":{payload}}}'
+    payload = record["payload"]
+    shared = getattr(payload, "json", None)  # a payload many runs share, encoded once
+    text = shared() if shared is not None else compact_json(payload)
+    return f'{record["timestampMs"]},"durationMs":{duration!r},"payload":{text}}}'

@@ -189,7 +189,7 @@ class Envelope:
         known = self._steps.get(attempt_id)
         if known is not None and known[0] == step_id:
             return known[1]
-        text = f'"stepId":{compact_json(step_id)},"attemptId":{compact_json(attempt_id)}'
+        text = f'"stepId":{_string_json(step_id)},"attemptId":{_string_json(attempt_id)}'
         self._steps[attempt_id] = (step_id, text)
         return text
 
@@ -297,13 +297,7 @@ class Envelope:
         record["durationMs"] = duration_ms
         if error is not None:
             record["error"] = bounded_error(error)
-        record["payload"] = {
-            "status": status,
-            "dryRun": dry_run,
-            "errorCount": error_count,
-            "finalized": finalized,
-            "stepCount": step_count,
-        }
+        record["payload"] = _completed_payload(status, dry_run, error_count, finalized, step_count)
         return record
 
     def finalize_started(self, timestamp_ms: int) -> dict[str, Any]:
@@ -473,6 +467,42 @@ def started_payload(
     return payload
 
 
+_COMPLETED_PAYLOADS: Final[dict[tuple[str, bool, int, bool, int], ConstantPayload]] = {}
+_COMPLETED_PAYLOADS_MAX: Final = 256
+
+
+def _completed_payload(
+    status: str, dry_run: bool, error_count: int, finalized: bool, step_count: int
+) -> dict[str, Any]:
+    """A ``pipeline.completed`` payload. Most runs of a process end alike (the same status
+    and counts): such a payload is made and encoded once and shared by their records."""
+    # Only values of exactly these types are shared: ``1 == True`` but they encode apart.
+    plain = (
+        type(dry_run) is bool
+        and type(error_count) is int
+        and type(finalized) is bool
+        and type(step_count) is int
+        and type(status) is str
+    )
+    if plain:
+        key = (status, dry_run, error_count, finalized, step_count)
+        shared = _COMPLETED_PAYLOADS.get(key)
+        if shared is not None:
+            return shared
+    payload = {
+        "status": status,
+        "dryRun": dry_run,
+        "errorCount": error_count,
+        "finalized": finalized,
+        "stepCount": step_count,
+    }
+    if plain:
+        if len(_COMPLETED_PAYLOADS) >= _COMPLETED_PAYLOADS_MAX:
+            _COMPLETED_PAYLOADS.clear()
+        payload = _COMPLETED_PAYLOADS[key] = ConstantPayload(payload)
+    return payload
+
+
 _TERMINAL_NAMES: Final[dict[StepEnd, str]] = {
     "completed": "step.complete",
     "skipped": "step.skipped",
@@ -531,6 +561,12 @@ def _rest_json(record: TraceRecord, head: int) -> str:
     if rest == "{}":
         return f"{timestamp}}}"
     return f"{timestamp},{rest[1:]}"
+
+
+def _string_json(value: Any) -> str:
+    """``compact_json(value)``; a string's directly, as the encoder quotes it (without the
+    encoder's own per-call setup)."""
+    return _tails.quote(value) if type(value) is str else compact_json(value)
 
 
 def _name_json(name: str) -> str:
