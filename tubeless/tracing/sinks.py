@@ -124,7 +124,7 @@ class TraceFanout:
         on_error: Called once per failing sink (default: one log warning).
     """
 
-    __slots__ = ("_lock", "_on_error", "_sinks", "_single")
+    __slots__ = ("_lock", "_on_error", "_single", "_sinks")
 
     def __init__(
         self, sinks: Iterable[TraceSink], *, on_error: SinkErrorHandler | None = None
