@@ -21,6 +21,7 @@ __all__ = [
     "MAX_SNAPSHOT_BYTES",
     "MAX_STRING",
     "bounded_attributes",
+    "bounded_attributes_json",
     "bounded_details",
     "bounded_error",
     "bounded_list",
@@ -250,6 +251,36 @@ def bounded_attributes(
         elif isinstance(value, (bool, int, float)):
             out[bounded_str(key)] = value
     return out
+
+
+#: Attribute values whose JSON is what the encoder writes and which need no bound but length.
+_PLAIN_VALUES: Final = frozenset((str, int, bool))
+
+
+def bounded_attributes_json(
+    attributes: Mapping[str, str | int | float | bool | None],
+) -> tuple[dict[str, str | int | float | bool], str | None]:
+    """:func:`bounded_attributes`, and the compact JSON of the result when it was made.
+
+    The common case (a dict of ASCII string keys and string, integer or boolean values whose
+    JSON is at most ``MAX_STRING`` characters, so every string in it is within bounds) is
+    checked at C speed and encoded here, once, instead of walked key by key and encoded again
+    by each sink.
+    """
+    if (
+        type(attributes) is dict
+        and len(attributes) <= MAX_LIST
+        and _PLAIN_VALUES.issuperset(map(type, attributes.values()))
+    ):
+        try:
+            ascii_keys = all(map(str.isascii, attributes))
+        except TypeError:  # a key that is not a string: the walk decides
+            ascii_keys = False
+        if ascii_keys:
+            text = compact_json(attributes)
+            if len(text) <= MAX_STRING and text.isascii():
+                return dict(attributes), text
+    return bounded_attributes(attributes), None
 
 
 def bounded_snapshot(snapshot: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -21,6 +21,7 @@ from tubeless.tracing._bounds import (
     MAX_SNAPSHOT_BYTES,
     MAX_STRING,
     bounded_attributes,
+    bounded_attributes_json,
     bounded_details,
     bounded_error,
     bounded_list,
@@ -31,7 +32,7 @@ from tubeless.tracing._bounds import (
     safe_text,
 )
 from tubeless.tracing._json import compact_json
-from tubeless.tracing._tails import Tail
+from tubeless.tracing._tails import Tail, string_json
 
 __all__ = [
     "MAX_DETAILS_BYTES",
@@ -92,8 +93,9 @@ class TraceRecord(dict[str, Any]):
     envelope: Envelope
     tail: Tail | None
     """How its fields after the timestamp are encoded, when a constructor knows their shape."""
-    details: tuple[list[dict[str, Any]], str] | None
-    """A progress record's ``details`` list and its JSON, when bounding it encoded it."""
+    details: tuple[Any, str] | None
+    """A part of the payload and its JSON, when bounding it encoded it: a progress record's
+    ``details`` list, an attempt record's ``attributes``."""
 
 
 class ConstantPayload(dict[str, Any]):
@@ -131,6 +133,7 @@ class Envelope:
     __slots__ = (
         "_base",
         "_head_json",
+        "_head_size",
         "_iteration_json",
         "_prefixes",
         "_row_columns",
@@ -170,6 +173,7 @@ class Envelope:
             **base,
             "timestampMs": 0,
         }
+        self._head_size = len(self._template)
         self._head_json: str | None = None
         self._iteration_json: str | None = None
         self._prefixes: dict[str, str] = {}
@@ -189,7 +193,7 @@ class Envelope:
         known = self._steps.get(attempt_id)
         if known is not None and known[0] == step_id:
             return known[1]
-        text = f'"stepId":{_string_json(step_id)},"attemptId":{_string_json(attempt_id)}'
+        text = f'"stepId":{string_json(step_id)},"attemptId":{string_json(attempt_id)}'
         self._steps[attempt_id] = (step_id, text)
         return text
 
@@ -210,7 +214,19 @@ class Envelope:
     def head_json(self) -> str:
         """The JSON members of the relation fields (``"runId":…,…``), encoded once."""
         if self._head_json is None:
-            self._head_json = compact_json(self._base)[1:-1]
+            # ``compact_json(self._base)[1:-1]``, field by field: the ids in it are mostly
+            # those of the parent run, quoted already for its other children.
+            base = self._base
+            text = f'"runId":{string_json(base["runId"])}'
+            text += f',"pipelineId":{string_json(base["pipelineId"])}'
+            for key, member in _OPTIONAL_RELATIONS:
+                value = base.get(key)
+                if value is not None:
+                    text += f"{member}{string_json(value)}"
+            iteration = self.iteration_json()
+            if iteration is not None:
+                text += f',"iteration":{iteration}'
+            self._head_json = text
         return self._head_json
 
     def iteration_json(self) -> str | None:
@@ -219,7 +235,15 @@ class Envelope:
         if iteration is None:
             return None
         if self._iteration_json is None:
-            self._iteration_json = compact_json(iteration)
+            index = iteration.get("index")
+            if tuple(iteration) == _ITERATION_KEYS and type(index) is int:
+                self._iteration_json = (
+                    f'{{"runId":{string_json(iteration["runId"])},'
+                    f'"stepId":{string_json(iteration["stepId"])},'
+                    f'"attemptId":{string_json(iteration["attemptId"])},"index":{index}}}'
+                )
+            else:
+                self._iteration_json = compact_json(iteration)
         return self._iteration_json
 
     def row_columns(self) -> tuple[tuple[Any, ...], str | None, str | None]:
@@ -401,7 +425,9 @@ class Envelope:
             record["attemptId"] = attempt_id
         if duration_ms is not None:
             record["durationMs"] = duration_ms
-        record["payload"] = {"attempt": attempt, "attributes": bounded_attributes(attributes)}
+        bounded, text = bounded_attributes_json(attributes)
+        record.details = None if text is None else (bounded, text)
+        record["payload"] = {"attempt": attempt, "attributes": bounded}
         return record
 
     def step_terminal(
@@ -512,61 +538,61 @@ _TERMINAL_NAMES: Final[dict[StepEnd, str]] = {
 
 
 _NAME_JSON: Final = {name: compact_json(name) for name in RECORD_NAMES}
+#: The relation fields after ``runId`` and ``pipelineId`` but ``iteration``, in wire order.
+_OPTIONAL_RELATIONS: Final = (
+    ("parentRunId", ',"parentRunId":'),
+    ("correlationId", ',"correlationId":'),
+    ("itemKey", ',"itemKey":'),
+)
+_ITERATION_KEYS: Final = ("runId", "stepId", "attemptId", "index")
 
 
 def record_json(record: Any) -> str:
     """``compact_json(record)``, reusing the envelope's JSON for a :class:`TraceRecord`."""
     if type(record) is not TraceRecord:
         return compact_json(record)
-    envelope = record.envelope
-    prefixes = envelope._prefixes
-    name = record["name"]
-    prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
-    # Version, name, the relation fields and timestampMs come first (see ``_record``).
-    return prefix + _rest_json(record, len(envelope._template))
+    return _encoded(record)
 
 
 def record_line(record: Any) -> str:
-    """``record_json(record) + "\n"``, built in one piece (an NDJSON line)."""
+    """``record_json(record) + "\n"`` (an NDJSON line)."""
     if type(record) is not TraceRecord:
         return compact_json(record) + "\n"
+    return _encoded(record) + "\n"
+
+
+def _encoded(record: TraceRecord) -> str:
+    """The compact JSON of a record of the constructors: the envelope's prefix for its name,
+    the timestamp, and the fields after it (by the record's tail when it has one)."""
     envelope = record.envelope
-    prefixes = envelope._prefixes
     name = record["name"]
-    prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
-    return prefix + _rest_json(record, len(envelope._template)) + "\n"
+    prefix = envelope._prefixes.get(name) or envelope.prefix_json(name)
+    tail = record.tail
+    if tail is not None:
+        rest = tail(record, envelope._head_size)
+        if rest is not None:
+            return f"{prefix}{record['timestampMs']}{rest}"
+    return f"{prefix}{record['timestampMs']}{_rest_json(record, envelope._head_size)}"
 
 
 def _rest_json(record: TraceRecord, head: int) -> str:
-    """The timestamp's value and every field after it, to the closing brace.
+    """The fields after the timestamp, to the closing brace.
 
     Version, name, the relation fields and ``timestampMs`` are the first ``head`` fields (see
     ``Envelope._record``); a :class:`ConstantPayload`, always the last field, is not encoded
     again.
     """
-    tail = record.tail
-    if tail is not None:
-        text = tail(record, head)
-        if text is not None:
-            return text
-    timestamp = record["timestampMs"]
     payload = record.get("payload")
     if type(payload) is ConstantPayload:
         size = len(record) - 1
         if size == head:
-            return f'{timestamp},"payload":{payload.json()}}}'
+            return f',"payload":{payload.json()}}}'
         rest = compact_json(dict(islice(record.items(), head, size)))
-        return f'{timestamp},{rest[1:-1]},"payload":{payload.json()}}}'
+        return f',{rest[1:-1]},"payload":{payload.json()}}}'
     rest = compact_json(dict(islice(record.items(), head, None)))
     if rest == "{}":
-        return f"{timestamp}}}"
-    return f"{timestamp},{rest[1:]}"
-
-
-def _string_json(value: Any) -> str:
-    """``compact_json(value)``; a string's directly, as the encoder quotes it (without the
-    encoder's own per-call setup)."""
-    return _tails.quote(value) if type(value) is str else compact_json(value)
+        return "}"
+    return f",{rest[1:]}"
 
 
 def _name_json(name: str) -> str:
