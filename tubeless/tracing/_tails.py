@@ -142,10 +142,7 @@ def attempted(record: Any, head: int) -> str | None:
         return None
     step = record.envelope.step_json(record["stepId"], record["attemptId"])
     attributes = attributes_json(record, payload)
-    return (
-        f",{step},"
-        f'"payload":{{"attempt":{attempt},"attributes":{attributes}}}}}'
-    )
+    return f',{step},"payload":{{"attempt":{attempt},"attributes":{attributes}}}}}'
 
 
 def attributes_json(record: Any, payload: Any) -> str:
@@ -175,7 +172,7 @@ def finalize_started(record: Any, head: int) -> str | None:
     """``pipeline.finalize.started``."""
     if len(record) != head + 1 or record["payload"]:
         return None
-    return f',"payload":{{}}}}'
+    return ',"payload":{}}'
 
 
 def finalize_completed(record: Any, head: int) -> str | None:
