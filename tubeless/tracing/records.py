@@ -135,7 +135,6 @@ class Envelope:
         "_head_json",
         "_head_size",
         "_iteration_json",
-        "_prefixes",
         "_row_columns",
         "_steps",
         "_template",
@@ -176,7 +175,6 @@ class Envelope:
         self._head_size = len(self._template)
         self._head_json: str | None = None
         self._iteration_json: str | None = None
-        self._prefixes: dict[str, str] = {}
         self._row_columns: tuple[tuple[Any, ...], str | None, str | None] | None = None
         self._steps: dict[Any, tuple[Any, str]] = {}
 
@@ -196,20 +194,6 @@ class Envelope:
         text = f'"stepId":{string_json(step_id)},"attemptId":{string_json(attempt_id)}'
         self._steps[attempt_id] = (step_id, text)
         return text
-
-    def prefix_json(self, name: str) -> str:
-        """The JSON text of a ``name`` record up to its timestamp's value, encoded once.
-
-        ``{"version":3,"name":…,<relation fields>,"timestampMs":`` — what every record of
-        this run and name starts with.
-        """
-        prefix = self._prefixes.get(name)
-        if prefix is None:
-            prefix = self._prefixes[name] = (
-                f'{{"version":{TRACE_VERSION},"name":{_name_json(name)},'
-                f'{self.head_json()},"timestampMs":'
-            )
-        return prefix
 
     def head_json(self) -> str:
         """The JSON members of the relation fields (``"runId":…,…``), encoded once."""
@@ -566,13 +550,17 @@ def _encoded(record: TraceRecord) -> str:
     the timestamp, and the fields after it (by the record's tail when it has one)."""
     envelope = record.envelope
     name = record["name"]
-    prefix = envelope._prefixes.get(name) or envelope.prefix_json(name)
+    # Put together per record rather than kept per run and name: a run makes few records
+    # of each name, and joining the pieces costs less than building and keeping a prefix.
+    start = _NAME_START.get(name) or _name_start(name)
+    head = envelope._head_json or envelope.head_json()
     tail = record.tail
     if tail is not None:
         rest = tail(record, envelope._head_size)
         if rest is not None:
-            return f"{prefix}{record['timestampMs']}{rest}"
-    return f"{prefix}{record['timestampMs']}{_rest_json(record, envelope._head_size)}"
+            return f'{start}{head},"timestampMs":{record["timestampMs"]}{rest}'
+    rest = _rest_json(record, envelope._head_size)
+    return f'{start}{head},"timestampMs":{record["timestampMs"]}{rest}'
 
 
 def _rest_json(record: TraceRecord, head: int) -> str:
@@ -597,3 +585,13 @@ def _rest_json(record: TraceRecord, head: int) -> str:
 
 def _name_json(name: str) -> str:
     return _NAME_JSON.get(name) or compact_json(name)
+
+
+#: ``{"version":3,"name":…,`` of each record name: how every record's JSON starts.
+_NAME_START: Final = {
+    name: f'{{"version":{TRACE_VERSION},"name":{_NAME_JSON[name]},' for name in RECORD_NAMES
+}
+
+
+def _name_start(name: str) -> str:
+    return f'{{"version":{TRACE_VERSION},"name":{compact_json(name)},'
