@@ -535,19 +535,15 @@ def record_json(record: Any) -> str:
     """``compact_json(record)``, reusing the envelope's JSON for a :class:`TraceRecord`."""
     if type(record) is not TraceRecord:
         return compact_json(record)
-    return _encoded(record)
+    return record_line(record)[:-1]
 
 
 def record_line(record: Any) -> str:
-    """``record_json(record) + "\n"`` (an NDJSON line)."""
+    """``record_json(record) + "\n"`` (an NDJSON line): for a record of the constructors, its
+    name's constant start, its run's relation fields (encoded once per run), the timestamp
+    and the fields after it (by the record's tail, when it has one)."""
     if type(record) is not TraceRecord:
         return compact_json(record) + "\n"
-    return _encoded(record) + "\n"
-
-
-def _encoded(record: TraceRecord) -> str:
-    """The compact JSON of a record of the constructors: the envelope's prefix for its name,
-    the timestamp, and the fields after it (by the record's tail when it has one)."""
     envelope = record.envelope
     name = record["name"]
     # Put together per record rather than kept per run and name: a run makes few records
@@ -558,9 +554,9 @@ def _encoded(record: TraceRecord) -> str:
     if tail is not None:
         rest = tail(record, envelope._head_size)
         if rest is not None:
-            return f'{start}{head},"timestampMs":{record["timestampMs"]}{rest}'
+            return f'{start}{head},"timestampMs":{record["timestampMs"]}{rest}\n'
     rest = _rest_json(record, envelope._head_size)
-    return f'{start}{head},"timestampMs":{record["timestampMs"]}{rest}'
+    return f'{start}{head},"timestampMs":{record["timestampMs"]}{rest}\n'
 
 
 def _rest_json(record: TraceRecord, head: int) -> str:
