@@ -169,15 +169,20 @@ def _constant_rows(rows: list[Any], constant: type[Any]) -> tuple[list[dict[str,
     row-by-row walk must decide."""
     kept: list[dict[str, Any]] = []
     parts: list[str] = []
+    keep = kept.append
+    part = parts.append
     try:
         for row in rows:
             if type(row) is constant:
-                kept.append(row)
-                parts.append(row.json())
+                keep(row)
+                try:
+                    part(row._json)  # encoded already: most are rows shown again
+                except AttributeError:
+                    part(row.json())
             elif type(row) is dict or isinstance(row, Mapping):
                 copy = dict(row)
-                kept.append(copy)
-                parts.append(compact_json(copy))
+                keep(copy)
+                part(compact_json(copy))
             else:
                 return None
     except (TypeError, ValueError, RecursionError):
