@@ -13,6 +13,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from json.encoder import encode_basestring as quote
+
 from tubeless.tracing._json import compact_json
 
 __all__ = [
@@ -258,8 +260,12 @@ def bounded_attributes(
     return out
 
 
-#: Attribute values whose JSON is what the encoder writes and which need no bound but length.
-_PLAIN_VALUES: Final = frozenset((str, int, bool))
+#: The JSON of attribute keys and string values already checked (ASCII, within bounds):
+#: agents and handlers send the same keys, and often the same ids, record after record.
+_KEY_JSON: Final[dict[str, str]] = {}
+_VALUE_JSON: Final[dict[str, str]] = {}
+_REMEMBERED: Final = 1024
+_REMEMBERED_LONGEST: Final = 256
 
 
 def bounded_attributes_json(
@@ -267,25 +273,44 @@ def bounded_attributes_json(
 ) -> tuple[dict[str, str | int | float | bool], str | None]:
     """:func:`bounded_attributes`, and the compact JSON of the result when it was made.
 
-    The common case (a dict of ASCII string keys and string, integer or boolean values whose
-    JSON is at most ``MAX_STRING`` characters, so every string in it is within bounds) is
-    checked at C speed and encoded here, once, instead of walked key by key and encoded again
-    by each sink.
+    The common case (a dict of ASCII string keys and short ASCII string, integer or boolean
+    values, which the bounds keep as they are) is encoded in the same walk that checks it,
+    once, instead of walked here and encoded again by each sink; keys and string values seen
+    before are not quoted again.
     """
-    if (
-        type(attributes) is dict
-        and len(attributes) <= MAX_LIST
-        and _PLAIN_VALUES.issuperset(map(type, attributes.values()))
-    ):
-        try:
-            ascii_keys = all(map(str.isascii, attributes))
-        except TypeError:  # a key that is not a string: the walk decides
-            ascii_keys = False
-        if ascii_keys:
-            text = compact_json(attributes)
-            if len(text) <= MAX_STRING and text.isascii():
-                return dict(attributes), text
-    return bounded_attributes(attributes), None
+    if type(attributes) is not dict or len(attributes) > MAX_LIST:
+        return bounded_attributes(attributes), None
+    parts: list[str] = []
+    for key, value in attributes.items():
+        key_json = _KEY_JSON.get(key)
+        if key_json is None:
+            if type(key) is not str or len(key) > MAX_STRING or not key.isascii():
+                return bounded_attributes(attributes), None
+            key_json = quote(key)
+            _remember(_KEY_JSON, key, key_json)
+        kind = type(value)
+        if kind is str:
+            text = _VALUE_JSON.get(value)
+            if text is None:
+                if len(value) > MAX_STRING or not value.isascii():
+                    return bounded_attributes(attributes), None
+                text = quote(value)
+                _remember(_VALUE_JSON, value, text)
+        elif kind is int:
+            text = int.__repr__(value)
+        elif kind is bool:
+            text = "true" if value else "false"
+        else:  # None, floats and the rest: the walk decides
+            return bounded_attributes(attributes), None
+        parts.append(f"{key_json}:{text}")
+    return dict(attributes), f"{{{','.join(parts)}}}"
+
+
+def _remember(known: dict[str, str], text: str, encoded: str) -> None:
+    if len(text) <= _REMEMBERED_LONGEST:
+        if len(known) >= _REMEMBERED:
+            known.clear()
+        known[text] = encoded
 
 
 def bounded_snapshot(snapshot: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
