@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
-
 from json.encoder import encode_basestring as quote
+from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
 
