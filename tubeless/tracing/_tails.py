@@ -114,11 +114,16 @@ def progress_payload(record: Any) -> str | None:
     if encoded is None or progress.get("details") is not encoded[0]:
         return None
     rows, text = encoded
-    members = ",".join(
-        f"{quote(key)}:{text if value is rows else _value_json(value)}"
-        for key, value in progress.items()
-    )
-    return f'{{"progress":{{{members}}}}}'
+    members = []
+    for key, value in progress.items():
+        name = _PROGRESS_KEYS.get(key) or quote(key)
+        members.append(f"{name}:{text if value is rows else _value_json(value)}")
+    return f'{{"progress":{{{",".join(members)}}}}}'
+
+
+_PROGRESS_KEYS: Final = {
+    key: quote(key) for key in ("completed", "total", "message", "details", "detailCount")
+}
 
 
 def _value_json(value: Any) -> str:

@@ -445,6 +445,9 @@ class Envelope:
             record["durationMs"] = duration_ms
         if error is not None:
             record["error"] = bounded_error(error)
+        if shaped:  # an attempt's plain end: one payload per status, made once
+            record["payload"] = _STATUS_PAYLOADS.get(status) or {"status": status}
+            return record
         payload: dict[str, Any] = {"status": status}
         if reason is not None:
             payload["reason"] = reason
@@ -477,6 +480,10 @@ def started_payload(
     return payload
 
 
+_STATUS_PAYLOADS: Final = {
+    status: ConstantPayload(status=status)
+    for status in ("completed", "skipped", "failed", "cancelled")
+}
 _COMPLETED_PAYLOADS: Final[dict[tuple[str, bool, int, bool, int], ConstantPayload]] = {}
 _COMPLETED_PAYLOADS_MAX: Final = 256
 
