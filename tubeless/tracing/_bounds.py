@@ -21,6 +21,7 @@ __all__ = [
     "MAX_LIST",
     "MAX_SNAPSHOT_BYTES",
     "MAX_STRING",
+    "ShownRows",
     "bounded_attributes",
     "bounded_attributes_json",
     "bounded_details",
@@ -108,6 +109,20 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
     return kept, count
 
 
+class ShownRows(list[Any]):
+    """Progress detail rows of which a run, ``rows[start:stop]``, are rows shown again report
+    after report (constant rows nobody changes), given with their JSON already joined.
+
+    Its maker sets ``known = (start, stop, text)``, ``text`` being the constant rows' JSON
+    joined with commas, once it has put every row in; bounding the rows then encodes only the
+    others. A plain list to every sink once bounded (the rows are copied into one).
+    """
+
+    __slots__ = ("known",)
+
+    known: tuple[int, int, str] | None
+
+
 def _bounded_details(
     rows: Iterable[Any], constant: type[Any] | None = None
 ) -> tuple[list[dict[str, Any]], int | None, str | None]:
@@ -116,6 +131,12 @@ def _bounded_details(
     Rows of the ``constant`` type (a dict nobody changes, with its JSON from ``json()``) are
     kept as they are and not encoded again.
     """
+    if constant is not None and type(rows) is ShownRows:
+        known = getattr(rows, "known", None)
+        if known is not None and len(rows) <= MAX_LIST:
+            encoded = _shown_rows(rows, known, constant)
+            if encoded is not None:
+                return encoded[0], None, encoded[1]
     rows = list(rows)
     if constant is not None and len(rows) <= MAX_LIST and any(type(r) is constant for r in rows):
         encoded = _constant_rows(rows, constant)
@@ -163,6 +184,23 @@ def _bounded_details(
         size += added
         kept.append(copy)
     return kept, (total if total > len(kept) else None), None
+
+
+def _shown_rows(
+    rows: ShownRows, known: tuple[int, int, str], constant: type[Any]
+) -> tuple[list[dict[str, Any]], str] | None:
+    """:func:`_constant_rows` for rows whose run of constant rows comes with its JSON: only
+    the rows around it are looked at and encoded."""
+    start, stop, text = known
+    before = _constant_rows(rows[:start], constant) if start else ([], "[]")
+    after = _constant_rows(rows[stop:], constant) if stop < len(rows) else ([], "[]")
+    if before is None or after is None:
+        return None
+    parts = [part for part in (before[1][1:-1], text, after[1][1:-1]) if part]
+    joined = f"[{','.join(parts)}]"
+    if not (joined.isascii() and len(joined) <= MAX_DETAILS_BYTES):
+        return None
+    return [*before[0], *rows[start:stop], *after[0]], joined
 
 
 def _constant_rows(rows: list[Any], constant: type[Any]) -> tuple[list[dict[str, Any]], str] | None:
