@@ -18,7 +18,13 @@ from tubeless.testing import capture_trace
 from tubeless.tracing import NdjsonSink
 from tubeless.tracing._bounds import bounded_attributes, bounded_attributes_json
 from tubeless.tracing._json import compact_json
-from tubeless.tracing.records import Envelope, record_json, record_line
+from tubeless.tracing.records import (
+    ConstantPayload,
+    Envelope,
+    ShownRows,
+    record_json,
+    record_line,
+)
 from tubeless.tracing.sinks import TraceFanout, locks_its_exports
 
 
@@ -277,3 +283,37 @@ def test_a_sink_without_the_mark_gets_the_fan_outs_lock() -> None:
     for thread in threads:
         thread.join(timeout=30)
     assert sink.most == 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    current=st.none() | st.text(max_size=5),
+    shown=st.lists(st.text(max_size=5), max_size=6),
+    earlier=st.none() | st.integers(min_value=1),
+)
+def test_rows_shown_again_with_their_json_bound_like_any_rows(
+    current: str | None, shown: list[str], earlier: int | None
+) -> None:
+    """A progress report whose constant rows come with their JSON joined (an iteration's
+    recent turns) keeps the same rows, and writes the same line, as one without it."""
+    envelope = Envelope(run_id="r", pipeline_id="p")
+    constants = [ConstantPayload(id=f"iteration-{n}", name=n, status="completed") for n in shown]
+    rows = ShownRows()
+    if current is not None:
+        rows.append({"id": "now", "name": current, "status": "running"})
+    start = len(rows)
+    rows.extend(constants)
+    rows.known = (start, len(rows), ",".join(row.json() for row in constants))
+    if earlier is not None:
+        rows.append({"id": "earlier", "label": f"{earlier} earlier", "depth": 0})
+    plain = list(rows)
+    made = [
+        envelope.step_running(
+            1, step_id="s", attempt_id="a", progress={"completed": 1, "details": d}
+        )
+        for d in (rows, plain)
+    ]
+    assert made[0] == made[1]
+    assert type(made[0]["payload"]["progress"]["details"]) is list
+    for record in made:
+        assert record_line(record) == dumps(record) + "\n"
