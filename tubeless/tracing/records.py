@@ -133,7 +133,6 @@ class Envelope:
     """
 
     __slots__ = (
-        "_base",
         "_head_json",
         "_head_size",
         "_iteration_json",
@@ -156,24 +155,25 @@ class Envelope:
     ) -> None:
         self.run_id = run_id
         self.pipeline_id = pipeline_id
-        base: dict[str, Any] = {"runId": run_id, "pipelineId": pipeline_id}
-        if parent_run_id is not None:
-            base["parentRunId"] = parent_run_id
-        if correlation_id is not None:
-            base["correlationId"] = correlation_id
-        if item_key is not None:
-            base["itemKey"] = bounded_str(item_key)
-        if iteration is not None:
-            base["iteration"] = dict(iteration)
-        self._base = base
         # Every record starts as a copy of this one (name and time replaced in place, so the
         # key order stays that of the wire format): one C-level copy instead of a field each.
-        self._template: dict[str, Any] = {
+        template: dict[str, Any] = {
             "version": TRACE_VERSION,
             "name": "",
-            **base,
-            "timestampMs": 0,
+            "runId": run_id,
+            "pipelineId": pipeline_id,
         }
+        if parent_run_id is not None:
+            template["parentRunId"] = parent_run_id
+        if correlation_id is not None:
+            template["correlationId"] = correlation_id
+        if item_key is not None:
+            short = len(item_key) <= MAX_STRING and item_key.isascii()
+            template["itemKey"] = item_key if short else bounded_str(item_key)
+        if iteration is not None:
+            template["iteration"] = dict(iteration)
+        template["timestampMs"] = 0
+        self._template = template
         self._head_size = len(self._template)
         self._head_json: str | None = None
         self._iteration_json: str | None = None
@@ -200,9 +200,9 @@ class Envelope:
     def head_json(self) -> str:
         """The JSON members of the relation fields (``"runId":…,…``), encoded once."""
         if self._head_json is None:
-            # ``compact_json(self._base)[1:-1]``, field by field: the ids in it are mostly
-            # those of the parent run, quoted already for its other children.
-            base = self._base
+            # The relation fields' JSON, field by field: the ids in it are mostly those of the
+            # parent run, quoted already for its other children.
+            base = self._template
             text = f'"runId":{string_json(base["runId"])}'
             text += f',"pipelineId":{string_json(base["pipelineId"])}'
             for key, member in _OPTIONAL_RELATIONS:
@@ -217,7 +217,7 @@ class Envelope:
 
     def iteration_json(self) -> str | None:
         """The JSON of the ``iteration`` field (``None`` without one), encoded once."""
-        iteration = self._base.get("iteration")
+        iteration = self._template.get("iteration")
         if iteration is None:
             return None
         if self._iteration_json is None:
@@ -236,7 +236,7 @@ class Envelope:
         """The run's columns of a trace store row, read once: ``(version, runId,
         correlationId, parentRunId, pipelineId)``, ``itemKey`` and the iteration's JSON."""
         if self._row_columns is None:
-            base = self._base
+            base = self._template
             self._row_columns = (
                 (
                     TRACE_VERSION,
@@ -253,7 +253,7 @@ class Envelope:
     @property
     def field_count(self) -> int:
         """How many relation fields each record repeats."""
-        return len(self._base)
+        return len(self._template) - 3  # not version, name and timestampMs
 
     # -- run level --------------------------------------------------------------------------
     def pipeline_started(
