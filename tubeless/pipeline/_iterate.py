@@ -18,7 +18,7 @@ from tubeless.pipeline._failures import ChildRunFailedError
 from tubeless.pipeline._pipeline import Pipeline
 from tubeless.pipeline._results import RunStatus
 from tubeless.pipeline._step import NestedPipeline, Step
-from tubeless.tracing.records import ConstantPayload
+from tubeless.tracing.records import ConstantPayload, ShownRows
 
 __all__ = ["ITERATION_START_SLOT", "iterate_pipeline"]
 
@@ -155,7 +155,7 @@ class _IterationGroups:
     Only traced iterations have one.
     """
 
-    __slots__ = ("done", "label", "offset", "recent")
+    __slots__ = ("done", "label", "offset", "recent", "recent_json", "recent_texts")
 
     def iteration(self, ctx: StepContext, index: int) -> dict[str, Any]:
         """The child run's ``iteration`` relation (traced runs only)."""
@@ -171,21 +171,25 @@ class _IterationGroups:
         self.offset = first - 1  # shown numbers; ids stay iteration-<index>
         self.done = 0
         self.recent: deque[dict[str, Any]] = deque(maxlen=_RECENT_ITERATIONS)
+        # Their JSON, and joined: every report shows them again (see ``ShownRows``).
+        self.recent_texts: deque[str] = deque(maxlen=_RECENT_ITERATIONS)
+        self.recent_json = ""
 
     def finished(self, index: int, status: RunStatus) -> None:
         self.done = index
         # Shown again by every later report: a constant row, encoded once for all of them.
-        self.recent.appendleft(
-            ConstantPayload(
-                id=f"iteration-{index}",
-                name=f"{self.label} {index + self.offset}",
-                depth=0,
-                status=status,
-            )
+        row = ConstantPayload(
+            id=f"iteration-{index}",
+            name=f"{self.label} {index + self.offset}",
+            depth=0,
+            status=status,
         )
+        self.recent.appendleft(row)
+        self.recent_texts.appendleft(row.json())
+        self.recent_json = ",".join(self.recent_texts)
 
     def report(self, ctx: StepContext, current: int | None, bound: int) -> None:
-        rows: list[dict[str, Any]] = []
+        rows = ShownRows()
         if current is not None:
             rows.append(
                 {
@@ -195,7 +199,9 @@ class _IterationGroups:
                     "status": "running",
                 }
             )
+        start = len(rows)
         rows.extend(self.recent)
+        rows.known = (start, len(rows), self.recent_json)
         earlier = self.done - len(self.recent)
         if earlier > 0:
             rows.append({"id": "earlier", "label": f"{earlier} earlier iterations", "depth": 0})

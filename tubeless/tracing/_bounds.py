@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from json.encoder import encode_basestring as quote
 from typing import Any, Final
 
 from tubeless.tracing._json import compact_json
@@ -20,7 +21,9 @@ __all__ = [
     "MAX_LIST",
     "MAX_SNAPSHOT_BYTES",
     "MAX_STRING",
+    "ShownRows",
     "bounded_attributes",
+    "bounded_attributes_json",
     "bounded_details",
     "bounded_error",
     "bounded_list",
@@ -106,6 +109,20 @@ def bounded_details(rows: Iterable[Any]) -> tuple[list[dict[str, Any]], int | No
     return kept, count
 
 
+class ShownRows(list[Any]):
+    """Progress detail rows of which a run, ``rows[start:stop]``, are rows shown again report
+    after report (constant rows nobody changes), given with their JSON already joined.
+
+    Its maker sets ``known = (start, stop, text)``, ``text`` being the constant rows' JSON
+    joined with commas, once it has put every row in; bounding the rows then encodes only the
+    others. A plain list to every sink once bounded (the rows are copied into one).
+    """
+
+    __slots__ = ("known",)
+
+    known: tuple[int, int, str] | None
+
+
 def _bounded_details(
     rows: Iterable[Any], constant: type[Any] | None = None
 ) -> tuple[list[dict[str, Any]], int | None, str | None]:
@@ -114,6 +131,12 @@ def _bounded_details(
     Rows of the ``constant`` type (a dict nobody changes, with its JSON from ``json()``) are
     kept as they are and not encoded again.
     """
+    if constant is not None and type(rows) is ShownRows:
+        known = getattr(rows, "known", None)
+        if known is not None and len(rows) <= MAX_LIST:
+            encoded = _shown_rows(rows, known, constant)
+            if encoded is not None:
+                return encoded[0], None, encoded[1]
     rows = list(rows)
     if constant is not None and len(rows) <= MAX_LIST and any(type(r) is constant for r in rows):
         encoded = _constant_rows(rows, constant)
@@ -163,20 +186,42 @@ def _bounded_details(
     return kept, (total if total > len(kept) else None), None
 
 
+def _shown_rows(
+    rows: ShownRows, known: tuple[int, int, str], constant: type[Any]
+) -> tuple[list[dict[str, Any]], str] | None:
+    """:func:`_constant_rows` for rows whose run of constant rows comes with its JSON: only
+    the rows around it are looked at and encoded."""
+    start, stop, text = known
+    before = _constant_rows(rows[:start], constant) if start else ([], "[]")
+    after = _constant_rows(rows[stop:], constant) if stop < len(rows) else ([], "[]")
+    if before is None or after is None:
+        return None
+    parts = [part for part in (before[1][1:-1], text, after[1][1:-1]) if part]
+    joined = f"[{','.join(parts)}]"
+    if not (joined.isascii() and len(joined) <= MAX_DETAILS_BYTES):
+        return None
+    return [*before[0], *rows[start:stop], *after[0]], joined
+
+
 def _constant_rows(rows: list[Any], constant: type[Any]) -> tuple[list[dict[str, Any]], str] | None:
     """Every row kept (constant ones as they are) and the list's JSON, or ``None`` when the
     row-by-row walk must decide."""
     kept: list[dict[str, Any]] = []
     parts: list[str] = []
+    keep = kept.append
+    part = parts.append
     try:
         for row in rows:
             if type(row) is constant:
-                kept.append(row)
-                parts.append(row.json())
+                keep(row)
+                try:
+                    part(row._json)  # encoded already: most are rows shown again
+                except AttributeError:
+                    part(row.json())
             elif type(row) is dict or isinstance(row, Mapping):
                 copy = dict(row)
-                kept.append(copy)
-                parts.append(compact_json(copy))
+                keep(copy)
+                part(compact_json(copy))
             else:
                 return None
     except (TypeError, ValueError, RecursionError):
@@ -250,6 +295,59 @@ def bounded_attributes(
         elif isinstance(value, (bool, int, float)):
             out[bounded_str(key)] = value
     return out
+
+
+#: The JSON of attribute keys and string values already checked (ASCII, within bounds):
+#: agents and handlers send the same keys, and often the same ids, record after record.
+_KEY_JSON: Final[dict[str, str]] = {}
+_VALUE_JSON: Final[dict[str, str]] = {}
+_REMEMBERED: Final = 1024
+_REMEMBERED_LONGEST: Final = 256
+
+
+def bounded_attributes_json(
+    attributes: Mapping[str, str | int | float | bool | None],
+) -> tuple[dict[str, str | int | float | bool], str | None]:
+    """:func:`bounded_attributes`, and the compact JSON of the result when it was made.
+
+    The common case (a dict of ASCII string keys and short ASCII string, integer or boolean
+    values, which the bounds keep as they are) is encoded in the same walk that checks it,
+    once, instead of walked here and encoded again by each sink; keys and string values seen
+    before are not quoted again.
+    """
+    if type(attributes) is not dict or len(attributes) > MAX_LIST:
+        return bounded_attributes(attributes), None
+    parts: list[str] = []
+    for key, value in attributes.items():
+        key_json = _KEY_JSON.get(key)
+        if key_json is None:
+            if type(key) is not str or len(key) > MAX_STRING or not key.isascii():
+                return bounded_attributes(attributes), None
+            key_json = quote(key)
+            _remember(_KEY_JSON, key, key_json)
+        kind = type(value)
+        if kind is str:
+            text = _VALUE_JSON.get(value)
+            if text is None:
+                if len(value) > MAX_STRING or not value.isascii():
+                    return bounded_attributes(attributes), None
+                text = quote(value)
+                _remember(_VALUE_JSON, value, text)
+        elif kind is int:
+            text = int.__repr__(value)
+        elif kind is bool:
+            text = "true" if value else "false"
+        else:  # None, floats and the rest: the walk decides
+            return bounded_attributes(attributes), None
+        parts.append(f"{key_json}:{text}")
+    return dict(attributes), f"{{{','.join(parts)}}}"
+
+
+def _remember(known: dict[str, str], text: str, encoded: str) -> None:
+    if len(text) <= _REMEMBERED_LONGEST:
+        if len(known) >= _REMEMBERED:
+            known.clear()
+        known[text] = encoded
 
 
 def bounded_snapshot(snapshot: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

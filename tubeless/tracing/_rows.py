@@ -17,6 +17,7 @@ from tubeless.tracing._read_checks import TraceReadError, json_problem
 from tubeless.tracing._tails import (
     STATUS_JSON,
     attempted,
+    attributes_json,
     progress_payload,
     running_progress,
     terminal,
@@ -65,7 +66,7 @@ def payload_json(record: TraceRecord) -> str:
         attempt = payload.get("attempt")
         attributes = payload.get("attributes")
         if type(attempt) is int and attributes is not None:
-            return f'{{"attempt":{attempt},"attributes":{compact_json(attributes)}}}'
+            return f'{{"attempt":{attempt},"attributes":{attributes_json(record, payload)}}}'
     return compact_json(payload) if payload else "{}"
 
 

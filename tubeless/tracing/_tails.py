@@ -20,6 +20,7 @@ __all__ = [
     "STATUS_JSON",
     "Tail",
     "attempted",
+    "attributes_json",
     "finalize_completed",
     "finalize_started",
     "pipeline_completed",
@@ -28,14 +29,39 @@ __all__ = [
     "quote",
     "running",
     "running_progress",
+    "string_json",
     "terminal",
 ]
 
-#: ``tail(record, head)``: the JSON text from the timestamp's value to the closing brace.
+#: ``tail(record, head)``: the JSON text after the timestamp's value, to the closing brace.
 Tail = Callable[[Any, int], "str | None"]
 
 #: A JSON string literal, as the compact UTF-8 encoder writes it.
 quote: Final[Callable[[str], str]] = encode_basestring
+
+_QUOTED: Final[dict[str, str]] = {}
+_QUOTED_MAX: Final = 1024
+_QUOTED_LONGEST: Final = 256
+
+
+def string_json(value: Any) -> str:
+    """``compact_json(value)``; a short string's from a small cache of the latest ones.
+
+    The same ids recur across records and runs: a parent's run and attempt ids in the
+    relation fields of each of its children, a plan's step ids in each attempt. Quoting one
+    costs a pass over every character; finding it again costs a hash that the string keeps.
+    """
+    if type(value) is not str:
+        return compact_json(value)
+    text = _QUOTED.get(value)
+    if text is None:
+        text = quote(value)
+        if len(value) <= _QUOTED_LONGEST:
+            if len(_QUOTED) >= _QUOTED_MAX:
+                _QUOTED.clear()
+            _QUOTED[value] = text
+    return text
+
 
 #: The payload JSON of a step's end, by its status.
 STATUS_JSON: Final = {
@@ -57,7 +83,7 @@ def planned(record: Any, head: int) -> str | None:
     payload = record["payload"]
     if type(step_id) is not str or not hasattr(payload, "json"):
         return None
-    return f'{record["timestampMs"]},"stepId":{quote(step_id)},"payload":{payload.json()}}}'
+    return f',"stepId":{quote(step_id)},"payload":{payload.json()}}}'
 
 
 def running(record: Any, head: int) -> str | None:
@@ -65,7 +91,7 @@ def running(record: Any, head: int) -> str | None:
     if len(record) != head + 3 or record["payload"]:
         return None
     step = record.envelope.step_json(record["stepId"], record["attemptId"])
-    return f'{record["timestampMs"]},{step},"payload":{{}}}}'
+    return f',{step},"payload":{{}}}}'
 
 
 def running_progress(record: Any, head: int) -> str | None:
@@ -74,7 +100,7 @@ def running_progress(record: Any, head: int) -> str | None:
         return None
     step = record.envelope.step_json(record["stepId"], record["attemptId"])
     payload = progress_payload(record) or compact_json(record["payload"])
-    return f'{record["timestampMs"]},{step},"payload":{payload}}}'
+    return f',{step},"payload":{payload}}}'
 
 
 def progress_payload(record: Any) -> str | None:
@@ -88,11 +114,16 @@ def progress_payload(record: Any) -> str | None:
     if encoded is None or progress.get("details") is not encoded[0]:
         return None
     rows, text = encoded
-    members = ",".join(
-        f"{quote(key)}:{text if value is rows else _value_json(value)}"
-        for key, value in progress.items()
-    )
-    return f'{{"progress":{{{members}}}}}'
+    members = []
+    for key, value in progress.items():
+        name = _PROGRESS_KEYS.get(key) or quote(key)
+        members.append(f"{name}:{text if value is rows else _value_json(value)}")
+    return f'{{"progress":{{{",".join(members)}}}}}'
+
+
+_PROGRESS_KEYS: Final = {
+    key: quote(key) for key in ("completed", "total", "message", "details", "detailCount")
+}
 
 
 def _value_json(value: Any) -> str:
@@ -115,11 +146,18 @@ def attempted(record: Any, head: int) -> str | None:
     if len(payload) != 2 or type(attempt) is not int:
         return None
     step = record.envelope.step_json(record["stepId"], record["attemptId"])
-    attributes = compact_json(payload["attributes"])
-    return (
-        f"{record['timestampMs']},{step},"
-        f'"payload":{{"attempt":{attempt},"attributes":{attributes}}}}}'
-    )
+    attributes = attributes_json(record, payload)
+    return f',{step},"payload":{{"attempt":{attempt},"attributes":{attributes}}}}}'
+
+
+def attributes_json(record: Any, payload: Any) -> str:
+    """The JSON of an attempt record's ``attributes``, reusing the text bounding them made."""
+    attributes = payload["attributes"]
+    encoded = record.details
+    if encoded is not None and encoded[0] is attributes:
+        text: str = encoded[1]
+        return text
+    return compact_json(attributes)
 
 
 def terminal(record: Any, head: int) -> str | None:
@@ -132,14 +170,14 @@ def terminal(record: Any, head: int) -> str | None:
     if status is None or not _finite(duration):
         return None
     step = record.envelope.step_json(record["stepId"], record["attemptId"])
-    return f'{record["timestampMs"]},{step},"durationMs":{duration!r},"payload":{status}}}'
+    return f',{step},"durationMs":{duration!r},"payload":{status}}}'
 
 
 def finalize_started(record: Any, head: int) -> str | None:
     """``pipeline.finalize.started``."""
     if len(record) != head + 1 or record["payload"]:
         return None
-    return f'{record["timestampMs"]},"payload":{{}}}}'
+    return ',"payload":{}}'
 
 
 def finalize_completed(record: Any, head: int) -> str | None:
@@ -147,7 +185,7 @@ def finalize_completed(record: Any, head: int) -> str | None:
     duration = record["durationMs"]
     if len(record) != head + 2 or record["payload"] or not _finite(duration):
         return None
-    return f'{record["timestampMs"]},"durationMs":{duration!r},"payload":{{}}}}'
+    return f',"durationMs":{duration!r},"payload":{{}}}}'
 
 
 def pipeline_completed(record: Any, head: int) -> str | None:
@@ -155,5 +193,7 @@ def pipeline_completed(record: Any, head: int) -> str | None:
     duration = record["durationMs"]
     if len(record) != head + 2 or not _finite(duration):
         return None
-    payload = compact_json(record["payload"])
-    return f'{record["timestampMs"]},"durationMs":{duration!r},"payload":{payload}}}'
+    payload = record["payload"]
+    shared = getattr(payload, "json", None)  # a payload many runs share, encoded once
+    text = shared() if shared is not None else compact_json(payload)
+    return f',"durationMs":{duration!r},"payload":{text}}}'

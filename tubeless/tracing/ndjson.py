@@ -26,7 +26,7 @@ from tubeless.tracing._read_checks import (
     record_problem,
 )
 from tubeless.tracing.records import record_line
-from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
+from tubeless.tracing.sinks import RUN_END, flush_later, locks_its_exports, writes_through
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -49,6 +49,7 @@ def _writes_utf8(stream: TextIO) -> bool:
         return False
 
 
+@locks_its_exports
 class NdjsonSink:
     """A trace sink writing one compact JSON object per line.
 
@@ -124,7 +125,10 @@ class NdjsonSink:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
         line = self._line(record)
-        with self._lock:
+        # acquire/release, not ``with``: ``with`` makes two bound methods per record.
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._failure is not None:
                 raise self._failure
             self._write(line)
@@ -133,6 +137,8 @@ class NdjsonSink:
                 self._stream.flush()
             elif self._timer is None:
                 self._timer = flush_later(self._on_timer)
+        finally:
+            lock.release()
 
     def flush(self) -> None:
         """Push buffered lines to the file."""

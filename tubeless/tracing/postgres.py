@@ -26,7 +26,7 @@ from tubeless.tracing._buffered import BufferedSink
 from tubeless.tracing._dsn import URL_SCHEMES, is_postgres_url, redact_dsn, scrub
 from tubeless.tracing._read_checks import MAX_RECORDS, TraceReadError, record_problem
 from tubeless.tracing._rows import COLUMNS, Row, record_of, row_of
-from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
+from tubeless.tracing.sinks import RUN_END, flush_later, locks_its_exports, writes_through
 
 if TYPE_CHECKING:
     import psycopg
@@ -176,6 +176,7 @@ def _prepare(conn: psycopg.Connection[Any], where: str) -> None:
             conn.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (%s)", (STORE_VERSION,))
 
 
+@locks_its_exports
 class PostgresSink(BufferedSink):
     """A trace sink appending rows to a Postgres trace store (tables created on first use).
 

@@ -20,7 +20,9 @@ from tubeless.tracing._bounds import (
     MAX_LIST,
     MAX_SNAPSHOT_BYTES,
     MAX_STRING,
+    ShownRows,
     bounded_attributes,
+    bounded_attributes_json,
     bounded_details,
     bounded_error,
     bounded_list,
@@ -31,7 +33,7 @@ from tubeless.tracing._bounds import (
     safe_text,
 )
 from tubeless.tracing._json import compact_json
-from tubeless.tracing._tails import Tail
+from tubeless.tracing._tails import Tail, string_json
 
 __all__ = [
     "MAX_DETAILS_BYTES",
@@ -42,6 +44,7 @@ __all__ = [
     "TRACE_VERSION",
     "ConstantPayload",
     "Envelope",
+    "ShownRows",
     "TraceRecord",
     "bounded_attributes",
     "bounded_details",
@@ -92,8 +95,9 @@ class TraceRecord(dict[str, Any]):
     envelope: Envelope
     tail: Tail | None
     """How its fields after the timestamp are encoded, when a constructor knows their shape."""
-    details: tuple[list[dict[str, Any]], str] | None
-    """A progress record's ``details`` list and its JSON, when bounding it encoded it."""
+    details: tuple[Any, str] | None
+    """A part of the payload and its JSON, when bounding it encoded it: a progress record's
+    ``details`` list, an attempt record's ``attributes``."""
 
 
 class ConstantPayload(dict[str, Any]):
@@ -129,10 +133,9 @@ class Envelope:
     """
 
     __slots__ = (
-        "_base",
         "_head_json",
+        "_head_size",
         "_iteration_json",
-        "_prefixes",
         "_row_columns",
         "_steps",
         "_template",
@@ -152,27 +155,28 @@ class Envelope:
     ) -> None:
         self.run_id = run_id
         self.pipeline_id = pipeline_id
-        base: dict[str, Any] = {"runId": run_id, "pipelineId": pipeline_id}
-        if parent_run_id is not None:
-            base["parentRunId"] = parent_run_id
-        if correlation_id is not None:
-            base["correlationId"] = correlation_id
-        if item_key is not None:
-            base["itemKey"] = bounded_str(item_key)
-        if iteration is not None:
-            base["iteration"] = dict(iteration)
-        self._base = base
         # Every record starts as a copy of this one (name and time replaced in place, so the
         # key order stays that of the wire format): one C-level copy instead of a field each.
-        self._template: dict[str, Any] = {
+        template: dict[str, Any] = {
             "version": TRACE_VERSION,
             "name": "",
-            **base,
-            "timestampMs": 0,
+            "runId": run_id,
+            "pipelineId": pipeline_id,
         }
+        if parent_run_id is not None:
+            template["parentRunId"] = parent_run_id
+        if correlation_id is not None:
+            template["correlationId"] = correlation_id
+        if item_key is not None:
+            short = len(item_key) <= MAX_STRING and item_key.isascii()
+            template["itemKey"] = item_key if short else bounded_str(item_key)
+        if iteration is not None:
+            template["iteration"] = dict(iteration)
+        template["timestampMs"] = 0
+        self._template = template
+        self._head_size = len(self._template)
         self._head_json: str | None = None
         self._iteration_json: str | None = None
-        self._prefixes: dict[str, str] = {}
         self._row_columns: tuple[tuple[Any, ...], str | None, str | None] | None = None
         self._steps: dict[Any, tuple[Any, str]] = {}
 
@@ -189,44 +193,50 @@ class Envelope:
         known = self._steps.get(attempt_id)
         if known is not None and known[0] == step_id:
             return known[1]
-        text = f'"stepId":{compact_json(step_id)},"attemptId":{compact_json(attempt_id)}'
+        text = f'"stepId":{string_json(step_id)},"attemptId":{string_json(attempt_id)}'
         self._steps[attempt_id] = (step_id, text)
         return text
-
-    def prefix_json(self, name: str) -> str:
-        """The JSON text of a ``name`` record up to its timestamp's value, encoded once.
-
-        ``{"version":3,"name":…,<relation fields>,"timestampMs":`` — what every record of
-        this run and name starts with.
-        """
-        prefix = self._prefixes.get(name)
-        if prefix is None:
-            prefix = self._prefixes[name] = (
-                f'{{"version":{TRACE_VERSION},"name":{_name_json(name)},'
-                f'{self.head_json()},"timestampMs":'
-            )
-        return prefix
 
     def head_json(self) -> str:
         """The JSON members of the relation fields (``"runId":…,…``), encoded once."""
         if self._head_json is None:
-            self._head_json = compact_json(self._base)[1:-1]
+            # The relation fields' JSON, field by field: the ids in it are mostly those of the
+            # parent run, quoted already for its other children.
+            base = self._template
+            text = f'"runId":{string_json(base["runId"])}'
+            text += f',"pipelineId":{string_json(base["pipelineId"])}'
+            for key, member in _OPTIONAL_RELATIONS:
+                value = base.get(key)
+                if value is not None:
+                    text += f"{member}{string_json(value)}"
+            iteration = self.iteration_json()
+            if iteration is not None:
+                text += f',"iteration":{iteration}'
+            self._head_json = text
         return self._head_json
 
     def iteration_json(self) -> str | None:
         """The JSON of the ``iteration`` field (``None`` without one), encoded once."""
-        iteration = self._base.get("iteration")
+        iteration = self._template.get("iteration")
         if iteration is None:
             return None
         if self._iteration_json is None:
-            self._iteration_json = compact_json(iteration)
+            index = iteration.get("index")
+            if tuple(iteration) == _ITERATION_KEYS and type(index) is int:
+                self._iteration_json = (
+                    f'{{"runId":{string_json(iteration["runId"])},'
+                    f'"stepId":{string_json(iteration["stepId"])},'
+                    f'"attemptId":{string_json(iteration["attemptId"])},"index":{index}}}'
+                )
+            else:
+                self._iteration_json = compact_json(iteration)
         return self._iteration_json
 
     def row_columns(self) -> tuple[tuple[Any, ...], str | None, str | None]:
         """The run's columns of a trace store row, read once: ``(version, runId,
         correlationId, parentRunId, pipelineId)``, ``itemKey`` and the iteration's JSON."""
         if self._row_columns is None:
-            base = self._base
+            base = self._template
             self._row_columns = (
                 (
                     TRACE_VERSION,
@@ -243,7 +253,7 @@ class Envelope:
     @property
     def field_count(self) -> int:
         """How many relation fields each record repeats."""
-        return len(self._base)
+        return len(self._template) - 3  # not version, name and timestampMs
 
     # -- run level --------------------------------------------------------------------------
     def pipeline_started(
@@ -297,13 +307,7 @@ class Envelope:
         record["durationMs"] = duration_ms
         if error is not None:
             record["error"] = bounded_error(error)
-        record["payload"] = {
-            "status": status,
-            "dryRun": dry_run,
-            "errorCount": error_count,
-            "finalized": finalized,
-            "stepCount": step_count,
-        }
+        record["payload"] = _completed_payload(status, dry_run, error_count, finalized, step_count)
         return record
 
     def finalize_started(self, timestamp_ms: int) -> dict[str, Any]:
@@ -407,7 +411,9 @@ class Envelope:
             record["attemptId"] = attempt_id
         if duration_ms is not None:
             record["durationMs"] = duration_ms
-        record["payload"] = {"attempt": attempt, "attributes": bounded_attributes(attributes)}
+        bounded, text = bounded_attributes_json(attributes)
+        record.details = None if text is None else (bounded, text)
+        record["payload"] = {"attempt": attempt, "attributes": bounded}
         return record
 
     def step_terminal(
@@ -441,6 +447,9 @@ class Envelope:
             record["durationMs"] = duration_ms
         if error is not None:
             record["error"] = bounded_error(error)
+        if shaped:  # an attempt's plain end: one payload per status, made once
+            record["payload"] = _STATUS_PAYLOADS.get(status) or {"status": status}
+            return record
         payload: dict[str, Any] = {"status": status}
         if reason is not None:
             payload["reason"] = reason
@@ -473,6 +482,46 @@ def started_payload(
     return payload
 
 
+_STATUS_PAYLOADS: Final = {
+    status: ConstantPayload(status=status)
+    for status in ("completed", "skipped", "failed", "cancelled")
+}
+_COMPLETED_PAYLOADS: Final[dict[tuple[str, bool, int, bool, int], ConstantPayload]] = {}
+_COMPLETED_PAYLOADS_MAX: Final = 256
+
+
+def _completed_payload(
+    status: str, dry_run: bool, error_count: int, finalized: bool, step_count: int
+) -> dict[str, Any]:
+    """A ``pipeline.completed`` payload. Most runs of a process end alike (the same status
+    and counts): such a payload is made and encoded once and shared by their records."""
+    # Only values of exactly these types are shared: ``1 == True`` but they encode apart.
+    plain = (
+        type(dry_run) is bool
+        and type(error_count) is int
+        and type(finalized) is bool
+        and type(step_count) is int
+        and type(status) is str
+    )
+    if plain:
+        key = (status, dry_run, error_count, finalized, step_count)
+        shared = _COMPLETED_PAYLOADS.get(key)
+        if shared is not None:
+            return shared
+    payload = {
+        "status": status,
+        "dryRun": dry_run,
+        "errorCount": error_count,
+        "finalized": finalized,
+        "stepCount": step_count,
+    }
+    if plain:
+        if len(_COMPLETED_PAYLOADS) >= _COMPLETED_PAYLOADS_MAX:
+            _COMPLETED_PAYLOADS.clear()
+        payload = _COMPLETED_PAYLOADS[key] = ConstantPayload(payload)
+    return payload
+
+
 _TERMINAL_NAMES: Final[dict[StepEnd, str]] = {
     "completed": "step.complete",
     "skipped": "step.skipped",
@@ -482,56 +531,72 @@ _TERMINAL_NAMES: Final[dict[StepEnd, str]] = {
 
 
 _NAME_JSON: Final = {name: compact_json(name) for name in RECORD_NAMES}
+#: The relation fields after ``runId`` and ``pipelineId`` but ``iteration``, in wire order.
+_OPTIONAL_RELATIONS: Final = (
+    ("parentRunId", ',"parentRunId":'),
+    ("correlationId", ',"correlationId":'),
+    ("itemKey", ',"itemKey":'),
+)
+_ITERATION_KEYS: Final = ("runId", "stepId", "attemptId", "index")
 
 
 def record_json(record: Any) -> str:
     """``compact_json(record)``, reusing the envelope's JSON for a :class:`TraceRecord`."""
     if type(record) is not TraceRecord:
         return compact_json(record)
-    envelope = record.envelope
-    prefixes = envelope._prefixes
-    name = record["name"]
-    prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
-    # Version, name, the relation fields and timestampMs come first (see ``_record``).
-    return prefix + _rest_json(record, len(envelope._template))
+    return record_line(record)[:-1]
 
 
 def record_line(record: Any) -> str:
-    """``record_json(record) + "\n"``, built in one piece (an NDJSON line)."""
+    """``record_json(record) + "\n"`` (an NDJSON line): for a record of the constructors, its
+    name's constant start, its run's relation fields (encoded once per run), the timestamp
+    and the fields after it (by the record's tail, when it has one)."""
     if type(record) is not TraceRecord:
         return compact_json(record) + "\n"
     envelope = record.envelope
-    prefixes = envelope._prefixes
     name = record["name"]
-    prefix = prefixes[name] if name in prefixes else envelope.prefix_json(name)
-    return prefix + _rest_json(record, len(envelope._template)) + "\n"
+    # Put together per record rather than kept per run and name: a run makes few records
+    # of each name, and joining the pieces costs less than building and keeping a prefix.
+    start = _NAME_START.get(name) or _name_start(name)
+    head = envelope._head_json or envelope.head_json()
+    tail = record.tail
+    if tail is not None:
+        rest = tail(record, envelope._head_size)
+        if rest is not None:
+            return f'{start}{head},"timestampMs":{record["timestampMs"]}{rest}\n'
+    rest = _rest_json(record, envelope._head_size)
+    return f'{start}{head},"timestampMs":{record["timestampMs"]}{rest}\n'
 
 
 def _rest_json(record: TraceRecord, head: int) -> str:
-    """The timestamp's value and every field after it, to the closing brace.
+    """The fields after the timestamp, to the closing brace.
 
     Version, name, the relation fields and ``timestampMs`` are the first ``head`` fields (see
     ``Envelope._record``); a :class:`ConstantPayload`, always the last field, is not encoded
     again.
     """
-    tail = record.tail
-    if tail is not None:
-        text = tail(record, head)
-        if text is not None:
-            return text
-    timestamp = record["timestampMs"]
     payload = record.get("payload")
     if type(payload) is ConstantPayload:
         size = len(record) - 1
         if size == head:
-            return f'{timestamp},"payload":{payload.json()}}}'
+            return f',"payload":{payload.json()}}}'
         rest = compact_json(dict(islice(record.items(), head, size)))
-        return f'{timestamp},{rest[1:-1]},"payload":{payload.json()}}}'
+        return f',{rest[1:-1]},"payload":{payload.json()}}}'
     rest = compact_json(dict(islice(record.items(), head, None)))
     if rest == "{}":
-        return f"{timestamp}}}"
-    return f"{timestamp},{rest[1:]}"
+        return "}"
+    return f",{rest[1:]}"
 
 
 def _name_json(name: str) -> str:
     return _NAME_JSON.get(name) or compact_json(name)
+
+
+#: ``{"version":3,"name":…,`` of each record name: how every record's JSON starts.
+_NAME_START: Final = {
+    name: f'{{"version":{TRACE_VERSION},"name":{_NAME_JSON[name]},' for name in RECORD_NAMES
+}
+
+
+def _name_start(name: str) -> str:
+    return f'{{"version":{TRACE_VERSION},"name":{compact_json(name)},'

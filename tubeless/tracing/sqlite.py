@@ -38,7 +38,7 @@ from tubeless.tracing._sqlite_insert import (
     statement,
 )
 from tubeless.tracing.records import Envelope, TraceRecord
-from tubeless.tracing.sinks import RUN_END, flush_later, writes_through
+from tubeless.tracing.sinks import RUN_END, flush_later, locks_its_exports, writes_through
 
 __all__ = [
     "BATCH_SIZE",
@@ -183,6 +183,7 @@ def _prepare(conn: sqlite3.Connection, path: Path) -> None:
         raise
 
 
+@locks_its_exports
 class SqliteSink(BufferedSink):
     """A trace sink appending rows to a SQLite trace store (created when missing).
 
