@@ -261,25 +261,11 @@ class ProcessEngine:
         """The worker with the fewest rows, once one holds fewer than it may, for the rows in
         the order they asked (so that rows start in input order); ``None``: the batch was
         cancelled meanwhile."""
-        if not self._waiting and not self._handing:  # nobody is ahead of this row
-            if self._cancelled:
-                return None
-            if self._broken is not None:
-                raise self._broken
-            worker = self._pick()
-            if worker is not None:
-                return worker
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
+        woken = False
+        if self._waiting or self._handing:  # rows ahead of this one: it waits its turn first
+            await self._turn(first=False)
+            woken = True
         while True:
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():  # woken, then cancelled
-                    self._handing -= 1
-                    self._wake()  # the room it was woken for goes to the next row
-                raise
-            self._handing -= 1
             if self._cancelled:
                 return None
             if self._broken is not None:
@@ -287,8 +273,24 @@ class ProcessEngine:
             worker = self._pick()
             if worker is not None:
                 return worker
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiting.appendleft(waiter)  # still first in line
+            await self._turn(first=woken)  # a row woken before is still first in line
+            woken = True
+
+    async def _turn(self, *, first: bool) -> None:
+        """Wait in line until a worker has room (:meth:`_wake`); ``first``: at the front."""
+        waiter = asyncio.get_running_loop().create_future()
+        if first:
+            self._waiting.appendleft(waiter)
+        else:
+            self._waiting.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # woken, then cancelled
+                self._handing -= 1
+                self._wake()  # the room it was woken for goes to the next row
+            raise
+        self._handing -= 1
 
     def _pick(self) -> Worker | None:
         """The worker with the fewest rows, if it may hold one more."""
