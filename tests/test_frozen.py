@@ -20,8 +20,10 @@ from tubeless.frozen import (
     FreezeError,
     FrozenDict,
     canonical_json,
+    digest,
     fingerprint,
     freeze,
+    is_flat_json,
     is_frozen,
     thaw,
 )
@@ -649,3 +651,34 @@ def test_freeze_either_returns_or_raises_freeze_error(value: Any) -> None:
         assert not is_frozen(value)
     else:
         assert is_frozen(frozen)
+
+
+# -- is_flat_json ----------------------------------------------------------------------------------
+
+
+@given(anything)
+def test_a_flat_json_object_digests_as_its_frozen_copy(value: Any) -> None:
+    """``is_flat_json`` says yes only where the digest needs no frozen copy: where freezing
+    succeeds and the copy's canonical text is the value's own."""
+    if is_flat_json(value):
+        assert canonical_json(freeze(value)) == canonical_json(value)
+        assert digest(freeze(value)) == digest(value)
+        assert digest(freeze(value), ensure_ascii=False) == digest(value, ensure_ascii=False)
+
+
+@pytest.mark.parametrize(
+    ("value", "flat"),
+    [
+        ({"i": 1, "s": "x", "b": True, "n": None}, True),
+        ({}, True),
+        ({"f": 1.5}, False),  # a float may be non-finite: freeze checks it
+        ({"d": {}}, False),
+        ({1: "a"}, False),
+        (FrozenDict({"i": 1}), False),
+        ({"e": enum.IntEnum("E", "A").A}, False),
+        ([1, 2], False),
+        ("text", False),
+    ],
+)
+def test_is_flat_json(value: Any, flat: bool) -> None:
+    assert is_flat_json(value) is flat

@@ -37,6 +37,7 @@ __all__ = [
     "digest",
     "fingerprint",
     "freeze",
+    "is_flat_json",
     "is_frozen",
     "thaw",
 ]
@@ -287,6 +288,18 @@ def freeze(value: Any) -> Any:
     elif kind is not list:
         _reject(value, ())
     return _freeze_container(value)
+
+
+def is_flat_json(value: Any) -> bool:
+    """Whether ``value`` is a ``dict`` of string keys whose values are all ``str``, ``int``,
+    ``bool`` or ``None`` (exact types): JSON data as it is, whose :func:`canonical_json` and
+    :func:`digest` are its frozen copy's, so a digest need not make the copy (a batch keys every
+    row by its validated input)."""
+    return (
+        type(value) is dict
+        and _STR_ONLY.issuperset(map(type, value))
+        and _SCALARS.issuperset(map(type, value.values()))
+    )
 
 
 def growable(value: Any) -> Any:

@@ -16,16 +16,16 @@ from typing import Any
 from tubeless.durable._session import decode
 from tubeless.durable._store import CheckpointStore, StoredCheckpoint
 from tubeless.errors import CHECKPOINT_INVALID_KEY, CheckpointError
-from tubeless.frozen import FreezeError, digest, freeze
+from tubeless.frozen import FreezeError, digest, freeze, is_flat_json
 
 __all__ = [
     "UNFINISHED",
     "default_key",
     "find_key",
-    "frozen_key",
     "json_form",
     "legacy_key",
     "unfinished_of",
+    "validated_key",
 ]
 
 #: The statuses of a checkpoint that a run of its key would go on with.
@@ -68,9 +68,15 @@ def default_key(entry_id: str, value: Any) -> str:
     return f"{entry_id}:{hexdigest[7 : 7 + _HEX_CHARS]}"
 
 
-def frozen_key(entry_id: str, frozen: Any) -> str:
-    """:func:`default_key` of a value :func:`json_form` made already (frozen JSON data always
-    has a canonical form: nothing to check again)."""
+def validated_key(entry_id: str, validated: Any) -> str:
+    """:func:`default_key` of a validated input, which has a JSON form (a flat object is
+    hashed as it is, anything else as :func:`json_form` makes it).
+
+    Raises:
+        TypeError, ValueError: When ``validated`` has no JSON form (``FreezeError`` is a
+            ``ValueError``).
+    """
+    frozen = validated if is_flat_json(validated) else json_form(validated)
     return f"{entry_id}:{digest(frozen)[7 : 7 + _HEX_CHARS]}"
 
 

@@ -43,10 +43,10 @@ if TYPE_CHECKING:
     from tubeless.durable._keys import (
         default_key,
         find_key,
-        frozen_key,
         json_form,
         legacy_key,
         unfinished_of,
+        validated_key,
     )
     from tubeless.durable._session import DOCUMENT_VERSION, SESSION_SLOT, CheckpointSession
     from tubeless.durable._store import LeaseHolder, check_key
@@ -71,7 +71,6 @@ __all__ = [
     "default_key",
     "describe",
     "find_key",
-    "frozen_key",
     "json_form",
     "legacy_key",
     "parse",
@@ -83,6 +82,7 @@ __all__ = [
     "store_usage",
     "summary",
     "unfinished_of",
+    "validated_key",
 ]
 
 #: Each name's home: (module, attribute).
@@ -109,7 +109,6 @@ _HOMES: dict[str, tuple[str, str]] = {
     "default_key": ("tubeless.durable._keys", "default_key"),
     "describe": ("tubeless.durable._summary", "describe"),
     "find_key": ("tubeless.durable._keys", "find_key"),
-    "frozen_key": ("tubeless.durable._keys", "frozen_key"),
     "json_form": ("tubeless.durable._keys", "json_form"),
     "legacy_key": ("tubeless.durable._keys", "legacy_key"),
     "parse": ("tubeless.durable._document_parse", "parse"),
@@ -117,6 +116,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "slot_of": ("tubeless.durable._document", "slot_of"),
     "summary": ("tubeless.durable._summary", "summary"),
     "unfinished_of": ("tubeless.durable._keys", "unfinished_of"),
+    "validated_key": ("tubeless.durable._keys", "validated_key"),
 }
 
 __getattr__, __dir__ = lazy_attributes(globals(), _HOMES)

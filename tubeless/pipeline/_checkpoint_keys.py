@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tubeless.durable._spi import default_key, frozen_key, json_form, legacy_key
-from tubeless.frozen import FreezeError, freeze
+from tubeless.durable._spi import default_key, legacy_key, validated_key
 from tubeless.pipeline._run_state import UNVALIDATED
 
 if TYPE_CHECKING:
     from tubeless.pipeline._pipeline import Pipeline
 
 __all__ = ["checkpoint_keys", "validated_or_unvalidated"]
-
-_STR = frozenset({str})
-_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def validated_or_unvalidated(pipeline: Pipeline, raw_input: Any) -> Any:
@@ -42,25 +38,11 @@ def checkpoint_keys(
     when not asked for: ``earlier=False``)."""
     if validated is UNVALIDATED:
         key = default_key(entry_id, raw_input)
-    elif (
-        type(validated) is dict
-        and _STR.issuperset(map(type, validated))
-        and _SCALARS.issuperset(map(type, validated.values()))
-    ):
-        # A flat object of strings, integers, booleans and nulls (exact types) is JSON as it
-        # is: its text is the same as its frozen copy's, made without the copy (a batch names
-        # every row).
-        key = frozen_key(entry_id, validated)
     else:
         try:
-            try:
-                frozen = freeze(validated)  # plain data (``json_form`` dumps a model too)
-            except FreezeError:
-                frozen = json_form(validated)
-        except (TypeError, ValueError):  # FreezeError is a ValueError
-            key = default_key(entry_id, raw_input)  # no JSON form: the raw input names it
-        else:
-            key = frozen_key(entry_id, frozen)  # (a batch names each row: frozen once)
+            key = validated_key(entry_id, validated)
+        except (TypeError, ValueError):  # no JSON form: the raw input names it
+            key = default_key(entry_id, raw_input)
     if not earlier:
         return key, None
     legacy = legacy_key(entry_id, raw_input)
