@@ -217,9 +217,7 @@ class Batch:
         if self.fail_fast and outcome.row["status"] == "failed" and not self.stopping:
             self.stopping = self.halted = True
             self.engine.cancel("fail-fast: a row failed")
-        if self.listening:  # (:meth:`_changed`, inline: once a row)
-            self.listening = False
-            self.changed.set()
+        self._changed()
 
     def write_rest(self) -> None:
         """Give the output the rows not yielded, in input order: those that finished after a
