@@ -137,12 +137,7 @@ class Ledger:
     ) -> LimitReachedError | None:
         """Reserve on this ledger alone, atomically: the refusal (and nothing added) when the
         amounts do not fit, else ``None`` (the owner's side of a remote ledger)."""
-        requested: dict[str, int | Decimal] = {
-            "max_input_tokens": input_tokens,
-            "max_output_tokens": output_tokens,
-            "max_total_tokens": input_tokens + output_tokens,
-            "max_cost_usd": cost,
-        }
+        requested = _amounts(input_tokens, output_tokens, cost)
         with _LOCK:
             refused = self._refusal(requested)
             if refused is not None:
@@ -296,12 +291,7 @@ class Usage:
                 )
             except PriceUnknownError:
                 return False
-        requested: dict[str, int | Decimal] = {
-            "max_input_tokens": input_tokens * times,
-            "max_output_tokens": output_tokens * times,
-            "max_total_tokens": (input_tokens + output_tokens) * times,
-            "max_cost_usd": cost * times,
-        }
+        requested = _amounts(input_tokens * times, output_tokens * times, cost * times)
         with _LOCK:
             return all(
                 ledger.consumed(name) + requested[name] <= bound
@@ -347,12 +337,7 @@ class Usage:
             cost = self.price(
                 provider, model, input_tokens=input_tokens, output_tokens=output_tokens
             )
-        requested: dict[str, int | Decimal] = {
-            "max_input_tokens": input_tokens,
-            "max_output_tokens": output_tokens,
-            "max_total_tokens": input_tokens + output_tokens,
-            "max_cost_usd": cost,
-        }
+        requested = _amounts(input_tokens, output_tokens, cost)
         with _LOCK:
             for ledger in reversed(ledgers):  # the innermost budget is named first
                 refused = ledger._refusal(requested)
@@ -434,3 +419,13 @@ def _notify(ledgers: tuple[Ledger, ...]) -> None:
 
 #: ``ctx.usage`` of a run without budgets.
 NO_USAGE = Usage((), {})
+
+
+def _amounts(input_tokens: int, output_tokens: int, cost: Decimal) -> dict[str, int | Decimal]:
+    """A request's amounts by the name of the bound each counts against."""
+    return {
+        "max_input_tokens": input_tokens,
+        "max_output_tokens": output_tokens,
+        "max_total_tokens": input_tokens + output_tokens,
+        "max_cost_usd": cost,
+    }
